@@ -1,0 +1,207 @@
+// Package ferrybrokertest is the conformance suite every ferry publisher
+// runs against a real broker. A broker's test file builds a Harness and
+// calls Exercise.
+package ferrybrokertest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+// Received is a message read back from the broker.
+type Received struct {
+	ID      string
+	Route   string
+	Payload []byte
+	Headers map[string]string
+}
+
+// Setup is one publisher on a fresh piece of broker topology.
+type Setup struct {
+	Publisher ferrybroker.Publisher
+	// Route returns a routable destination: published messages reach the
+	// queue or stream that Receive reads.
+	Route string
+	// Unroutable is a destination that routes nowhere.
+	Unroutable string
+	// Receive returns the messages that reached Route, waiting up to d
+	// for at least want of them.
+	Receive func(t *testing.T, want int, d time.Duration) []Received
+	// Break severs the publisher's connection to the broker.
+	Break func(t *testing.T)
+	// DetectsDuplicates is true for brokers that drop a republished
+	// message id and say so (JetStream).
+	DetectsDuplicates bool
+}
+
+// Harness adapts one broker to the suite.
+type Harness struct {
+	// New returns a publisher on fresh topology, torn down when t ends.
+	New func(t *testing.T) Setup
+}
+
+func msg(i int, route string) ferrytype.Message {
+	return ferrytype.Message{
+		ID:            fmt.Sprintf("evt-%d-%d", time.Now().UnixNano(), i),
+		AggregateType: "order",
+		AggregateID:   fmt.Sprint(i % 7),
+		Sequence:      int64(i + 1),
+		Type:          "OrderPaid",
+		Payload:       json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)),
+		Headers:       map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+		Destination:   route,
+		Attempt:       1,
+		CreatedAt:     time.Now(),
+	}
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Exercise runs the conformance suite.
+func Exercise(t *testing.T, h Harness) {
+	t.Run("ConfirmsEveryMessage", func(t *testing.T) {
+		s := h.New(t)
+		ctx := ctxFor(t)
+		want := map[string]ferrytype.Message{}
+		for b := 0; b < 5; b++ {
+			batch := make([]ferrytype.Message, 100)
+			for i := range batch {
+				batch[i] = msg(b*100+i, s.Route)
+				want[batch[i].ID] = batch[i]
+			}
+			for i, r := range s.Publisher.Publish(ctx, batch) {
+				require.Equal(t, ferrytype.OutcomeConfirmed, r.Outcome, "message %d: %v", i, r.Err)
+				require.False(t, r.Duplicate)
+			}
+		}
+		got := s.Receive(t, len(want), 30*time.Second)
+		require.Len(t, got, len(want))
+		for _, g := range got {
+			m, ok := want[g.ID]
+			require.True(t, ok, "unexpected message id %q", g.ID)
+			delete(want, g.ID)
+			require.JSONEq(t, string(m.Payload), string(g.Payload))
+			require.Equal(t, m.Headers["traceparent"], g.Headers["traceparent"])
+			require.Equal(t, m.ID, g.Headers[ferrybroker.HeaderEventID])
+			require.Equal(t, "OrderPaid", g.Headers[ferrybroker.HeaderEventType])
+			require.Equal(t, m.AggregateID, g.Headers[ferrybroker.HeaderAggregateID])
+			require.Equal(t, fmt.Sprint(m.Sequence), g.Headers[ferrybroker.HeaderSequence])
+		}
+		require.Empty(t, want)
+	})
+
+	t.Run("UnroutableIsNeverConfirmed", func(t *testing.T) {
+		s := h.New(t)
+		ctx := ctxFor(t)
+		batch := make([]ferrytype.Message, 40)
+		for i := range batch {
+			route := s.Route
+			if i%3 == 0 {
+				route = s.Unroutable
+			}
+			batch[i] = msg(i, route)
+		}
+		res := s.Publisher.Publish(ctx, batch)
+		require.Len(t, res, len(batch))
+		routed := 0
+		for i, r := range res {
+			if batch[i].Destination == s.Unroutable {
+				require.Equal(t, ferrytype.OutcomeReturned, r.Outcome, "message %d to %q", i, s.Unroutable)
+				require.Error(t, r.Err)
+				continue
+			}
+			require.Equal(t, ferrytype.OutcomeConfirmed, r.Outcome, "message %d: %v", i, r.Err)
+			routed++
+		}
+		require.Len(t, s.Receive(t, routed, 30*time.Second), routed)
+	})
+
+	t.Run("EndedContextIsUnknown", func(t *testing.T) {
+		s := h.New(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		res := s.Publisher.Publish(ctx, []ferrytype.Message{msg(0, s.Route), msg(1, s.Route)})
+		for _, r := range res {
+			require.Equal(t, ferrytype.OutcomeUnknown, r.Outcome)
+			require.Error(t, r.Err)
+		}
+	})
+
+	t.Run("RepublishKeepsTheID", func(t *testing.T) {
+		s := h.New(t)
+		ctx := ctxFor(t)
+		m := msg(0, s.Route)
+		for i := 0; i < 2; i++ {
+			r := s.Publisher.Publish(ctx, []ferrytype.Message{m})[0]
+			require.Equal(t, ferrytype.OutcomeConfirmed, r.Outcome, "%v", r.Err)
+			if s.DetectsDuplicates {
+				require.Equal(t, i == 1, r.Duplicate, "publish %d", i+1)
+			}
+		}
+		want := 2
+		if s.DetectsDuplicates {
+			want = 1
+		}
+		got := s.Receive(t, want, 30*time.Second)
+		require.Len(t, got, want)
+		for _, g := range got {
+			require.Equal(t, m.ID, g.ID)
+		}
+	})
+
+	t.Run("BrokenConnectionIsUnknownNeverConfirmed", func(t *testing.T) {
+		s := h.New(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Break(t)
+		res := s.Publisher.Publish(ctx, []ferrytype.Message{msg(0, s.Route), msg(1, s.Route)})
+		for _, r := range res {
+			require.NotEqual(t, ferrytype.OutcomeConfirmed, r.Outcome)
+			require.Equal(t, ferrytype.OutcomeUnknown, r.Outcome, "a publish that may have left is unknown: %v", r.Err)
+		}
+	})
+
+	t.Run("ConcurrentPublishers", func(t *testing.T) {
+		s := h.New(t)
+		ctx := ctxFor(t)
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for g := 0; g < 4; g++ {
+			wg.Add(1)
+			go func(g int) {
+				defer wg.Done()
+				for b := 0; b < 5; b++ {
+					batch := make([]ferrytype.Message, 50)
+					for i := range batch {
+						batch[i] = msg(g*1000+b*50+i, s.Route)
+					}
+					for _, r := range s.Publisher.Publish(ctx, batch) {
+						if r.Outcome != ferrytype.OutcomeConfirmed {
+							errs <- fmt.Errorf("outcome %s: %v", r.Outcome, r.Err)
+							return
+						}
+					}
+				}
+			}(g)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		require.Len(t, s.Receive(t, 1000, 30*time.Second), 1000)
+	})
+}

@@ -1,0 +1,245 @@
+// Package ferrynats publishes outbox events to NATS JetStream.
+//
+// Each event becomes one JetStream message on the subject given by its
+// destination (or its type), with Nats-Msg-Id set to the event id, so the
+// stream drops a republished event inside its duplicate window and reports
+// it as a duplicate. Outcomes map as follows: a PubAck is confirmed; "no
+// responders" (no stream listens on the subject) is returned, i.e.
+// unroutable; a JetStream API error is rejected; a timeout, a disconnect or
+// the end of the context is unknown.
+package ferrynats
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+// Config configures a Publisher. A nil config uses the defaults.
+type Config struct {
+	// Stream names the JetStream stream the events go to. With Declare the
+	// publisher creates it (or updates it to Subjects) at start; without,
+	// it checks at start that the stream exists and lists every subject
+	// in Subjects. Empty: no check, any stream bound to the subject will
+	// do, and a subject with none is reported as unroutable.
+	Stream string
+	// Subjects are the stream's subjects, wildcards allowed
+	// ("orders.>"). Required with Declare.
+	Subjects []string
+	// Declare creates or updates Stream at start. Default false.
+	Declare bool
+	// Replicas of a declared stream. Default 1.
+	Replicas int
+	// DuplicateWindow of a declared stream: how long JetStream remembers
+	// message ids to drop duplicates. Default 2m, JetStream's own default.
+	// Events republished after the window are stored twice; consumers
+	// must deduplicate anyway.
+	DuplicateWindow time.Duration
+	// MaxPending caps asynchronous publishes awaiting their acks. Default
+	// 4096.
+	MaxPending int
+}
+
+// Publisher publishes to JetStream. It implements ferrybroker.Publisher.
+type Publisher struct {
+	js jetstream.JetStream
+	nc *nats.Conn // set when the publisher owns the connection
+}
+
+var (
+	_ ferrybroker.Publisher = (*Publisher)(nil)
+	_ ferrybroker.Checker   = (*Publisher)(nil)
+)
+
+// New returns a publisher on nc, declaring or verifying the stream as cfg
+// says. The publisher never closes nc.
+func New(ctx context.Context, nc *nats.Conn, cfg *Config) (*Publisher, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("%w: ferrynats.New: connection is nil", ferrytype.ErrInvalidConfig)
+	}
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	maxPending := cfg.MaxPending
+	if maxPending == 0 {
+		maxPending = 4096
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxPending))
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	if err := setupStream(ctx, js, cfg); err != nil {
+		return nil, err
+	}
+	return &Publisher{js: js}, nil
+}
+
+// DialConfig configures Dial.
+type DialConfig struct {
+	Config
+	// TLS, when set, is used for the connection (a tls:// URL turns TLS on
+	// with the system roots).
+	TLS *tls.Config
+	// Options are further nats.go options, applied last.
+	Options []nats.Option
+}
+
+// Dial connects to the NATS server at url (nats://user:password@host:4222,
+// tls://host:4222, or a comma-separated list) and returns a publisher that
+// closes the connection on Close. The connection reconnects forever;
+// publishes during an outage end as unknown outcomes and are retried.
+// Errors never contain the password.
+func Dial(ctx context.Context, url string, cfg *DialConfig) (*Publisher, error) {
+	if cfg == nil {
+		cfg = &DialConfig{}
+	}
+	opts := []nats.Option{
+		nats.Name("ferry-relay"),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(500 * time.Millisecond),
+		nats.Timeout(5 * time.Second),
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, nats.Secure(cfg.TLS))
+	}
+	opts = append(opts, cfg.Options...)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", ferrytype.RedactURL(url), err)
+	}
+	p, err := New(ctx, nc, &cfg.Config)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	p.nc = nc
+	return p, nil
+}
+
+func setupStream(ctx context.Context, js jetstream.JetStream, cfg *Config) error {
+	if cfg.Stream == "" {
+		if cfg.Declare {
+			return fmt.Errorf("%w: ferrynats: Declare needs a Stream name", ferrytype.ErrInvalidConfig)
+		}
+		return nil
+	}
+	if cfg.Declare {
+		if len(cfg.Subjects) == 0 {
+			return fmt.Errorf("%w: ferrynats: declaring stream %s needs Subjects", ferrytype.ErrInvalidConfig, cfg.Stream)
+		}
+		sc := jetstream.StreamConfig{
+			Name:       cfg.Stream,
+			Subjects:   cfg.Subjects,
+			Storage:    jetstream.FileStorage,
+			Replicas:   max(cfg.Replicas, 1),
+			Duplicates: cfg.DuplicateWindow,
+		}
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("declare stream %s: %w", cfg.Stream, err)
+		}
+		return nil
+	}
+	st, err := js.Stream(ctx, cfg.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("stream %s does not exist: create it, or let the relay declare it (--declare)", cfg.Stream)
+	}
+	if err != nil {
+		return fmt.Errorf("verify stream %s: %w", cfg.Stream, err)
+	}
+	have := st.CachedInfo().Config.Subjects
+	for _, s := range cfg.Subjects {
+		if !slices.Contains(have, s) {
+			return fmt.Errorf("stream %s does not list subject %q (it has %v)", cfg.Stream, s, have)
+		}
+	}
+	return nil
+}
+
+// Publish publishes msgs asynchronously, then waits for each PubAck.
+func (p *Publisher) Publish(ctx context.Context, msgs []ferrytype.Message) []ferrytype.PublishResult {
+	res := make([]ferrytype.PublishResult, len(msgs))
+	futs := make([]jetstream.PubAckFuture, len(msgs))
+	for i := range msgs {
+		if err := ctx.Err(); err != nil {
+			res[i] = ferrytype.Unknown(err)
+			continue
+		}
+		f, err := p.js.PublishMsgAsync(natsMsg(&msgs[i]), jetstream.WithMsgID(msgs[i].ID))
+		if err != nil {
+			res[i] = classify(err)
+			continue
+		}
+		futs[i] = f
+	}
+	for i, f := range futs {
+		if f == nil {
+			continue
+		}
+		select {
+		case ack := <-f.Ok():
+			res[i] = ferrytype.PublishResult{Outcome: ferrytype.OutcomeConfirmed, Duplicate: ack.Duplicate}
+		case err := <-f.Err():
+			res[i] = classify(err)
+		case <-ctx.Done():
+			res[i] = ferrytype.Unknown(fmt.Errorf("waiting for the PubAck: %w", ctx.Err()))
+		}
+	}
+	return res
+}
+
+func natsMsg(m *ferrytype.Message) *nats.Msg {
+	h := make(nats.Header, len(m.Headers)+6)
+	for k, v := range m.Headers {
+		h.Set(k, v)
+	}
+	for _, kv := range ferrybroker.MetadataHeaders(m) {
+		h.Set(kv[0], kv[1])
+	}
+	return &nats.Msg{Subject: m.Route(), Data: m.Payload, Header: h}
+}
+
+// classify maps a publish error to an outcome. Only errors that prove the
+// stream did not store the message are returned or rejected; everything
+// else is unknown.
+func classify(err error) ferrytype.PublishResult {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
+		return ferrytype.Returned(fmt.Errorf("no stream for the subject: %w", err))
+	case errors.As(err, &apiErr):
+		return ferrytype.Rejected(err)
+	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadSubject):
+		// Refused by the client before anything was sent.
+		return ferrytype.Rejected(err)
+	}
+	return ferrytype.Unknown(err)
+}
+
+// Check reports whether the connection is up and JetStream answers.
+func (p *Publisher) Check(ctx context.Context) error {
+	if _, err := p.js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	return nil
+}
+
+// JetStream returns the publisher's JetStream context.
+func (p *Publisher) JetStream() jetstream.JetStream { return p.js }
+
+// Close waits briefly for outstanding acks and closes the connection if the
+// publisher opened it.
+func (p *Publisher) Close() error {
+	if p.nc != nil {
+		p.nc.Close()
+	}
+	return nil
+}

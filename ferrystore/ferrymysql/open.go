@@ -1,0 +1,122 @@
+package ferrymysql
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+// ParseURL turns a URL of the form
+//
+//	mysql://user:password@host:3306/dbname?param=value
+//
+// into a go-sql-driver/mysql configuration. Query parameters are the
+// driver's DSN parameters (timeout, readTimeout, tls, ...); in addition
+// tls-ca, tls-cert and tls-key name PEM files for a custom TLS
+// configuration, and socket=/path connects over a Unix socket. ferry sets
+// parseTime=true and interpolateParams=true unless the URL says otherwise.
+// Errors never contain the password.
+func ParseURL(rawURL string) (*mysql.Config, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: database URL %s: cannot parse", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(rawURL))
+	}
+	if u.Scheme != "mysql" && u.Scheme != "mariadb" {
+		return nil, fmt.Errorf("%w: database URL %s: scheme must be mysql://", ferrytype.ErrInvalidConfig, u.Redacted())
+	}
+	q := u.Query()
+	var tlsCfg *tls.Config
+	if ca, cert, key := q.Get("tls-ca"), q.Get("tls-cert"), q.Get("tls-key"); ca != "" || cert != "" {
+		tlsCfg = &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}
+		if ca != "" {
+			pem, err := os.ReadFile(ca)
+			if err != nil {
+				return nil, fmt.Errorf("%w: tls-ca: %v", ferrytype.ErrInvalidConfig, err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("%w: tls-ca %s holds no PEM certificate", ferrytype.ErrInvalidConfig, ca)
+			}
+			tlsCfg.RootCAs = pool
+		}
+		if cert != "" {
+			pair, err := tls.LoadX509KeyPair(cert, key)
+			if err != nil {
+				return nil, fmt.Errorf("%w: tls-cert/tls-key: %v", ferrytype.ErrInvalidConfig, err)
+			}
+			tlsCfg.Certificates = []tls.Certificate{pair}
+		}
+		q.Del("tls-ca")
+		q.Del("tls-cert")
+		q.Del("tls-key")
+	}
+	socket := q.Get("socket")
+	q.Del("socket")
+	if q.Get("parseTime") == "" {
+		q.Set("parseTime", "true")
+	}
+	if q.Get("interpolateParams") == "" {
+		q.Set("interpolateParams", "true")
+	}
+	cfg, err := mysql.ParseDSN("/" + strings.TrimPrefix(u.Path, "/") + "?" + q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("%w: database URL %s: %v", ferrytype.ErrInvalidConfig, u.Redacted(), err)
+	}
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+	}
+	if socket != "" {
+		cfg.Net, cfg.Addr = "unix", socket
+	} else {
+		host := u.Host
+		if u.Port() == "" {
+			host += ":3306"
+		}
+		cfg.Net, cfg.Addr = "tcp", host
+	}
+	if tlsCfg != nil {
+		cfg.TLS = tlsCfg
+	}
+	return cfg, nil
+}
+
+// Open connects to the database at rawURL (see ParseURL), checks that it
+// answers, and returns a store that closes the pool on Close.
+func Open(ctx context.Context, rawURL string, cfg *Config) (*Store, error) {
+	mc, err := ParseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := mysql.NewConnector(mc)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", ferrytype.RedactURL(rawURL), err)
+	}
+	db := sql.OpenDB(conn)
+	db.SetMaxOpenConns(32)
+	db.SetMaxIdleConns(32)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open %s: %w", ferrytype.RedactURL(rawURL), err)
+	}
+	s, err := New(db, cfg)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.owned = true
+	return s, nil
+}

@@ -1,0 +1,35 @@
+package ferrymysql_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
+	"github.com/ferrydev/ferry/ferrystore/ferrystoretest"
+	"github.com/ferrydev/ferry/internal/testsvc"
+)
+
+func TestConformance(t *testing.T) {
+	ferrystoretest.Exercise(t, ferrystoretest.Harness[*sql.Tx]{
+		New: func(t *testing.T) ferrystore.Driver[*sql.Tx] { return testsvc.Store(t, "mysql").Driver },
+		NewWithTable: func(table string) (ferrystore.Driver[*sql.Tx], error) {
+			return ferrymysql.New(sql.OpenDB(nil), &ferrymysql.Config{Table: table})
+		},
+		Begin: func(ctx context.Context, t *testing.T, s ferrystore.Driver[*sql.Tx]) (*sql.Tx, func() error, func() error) {
+			tx, err := s.(*ferrymysql.Store).DB().BeginTx(ctx, nil)
+			require.NoError(t, err)
+			return tx, tx.Commit, tx.Rollback
+		},
+		LockRow: func(ctx context.Context, t *testing.T, s ferrystore.Store, id string) func() {
+			tx, err := s.(*ferrymysql.Store).DB().BeginTx(ctx, nil)
+			require.NoError(t, err)
+			var got string
+			require.NoError(t, tx.QueryRowContext(ctx, "SELECT event_id FROM `"+s.Table()+"` WHERE event_id = ? FOR UPDATE", id).Scan(&got))
+			return func() { require.NoError(t, tx.Rollback()) }
+		},
+	})
+}

@@ -1,0 +1,444 @@
+// Package ferrypg is ferry's store for PostgreSQL (12 or newer), through pgx
+// (New, for pgx.Tx) or database/sql with pgx's stdlib driver (NewStdlib, for
+// *sql.Tx). Both run the same SQL.
+//
+// Enqueue runs pg_notify inside the caller's transaction, so a relay that
+// listens (LISTEN, see Listen) wakes the moment the transaction commits and
+// never before; PostgreSQL delivers no notification for a transaction that
+// rolls back.
+package ferrypg
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/migrate"
+	"github.com/ferrydev/ferry/internal/sqlutil"
+)
+
+//go:embed migrations/*.sql
+var migrationsFS embed.FS
+
+// DefaultTable is the outbox table's default name, the seed schema's.
+const DefaultTable = "outbox_event"
+
+// Config configures a store. The zero value (or nil) uses the defaults.
+type Config struct {
+	// Table is the outbox table. Default "outbox_event". The store also
+	// uses Table+"_seq" and indexes named after the table. Validated
+	// against ^[A-Za-z_][A-Za-z0-9_]{0,48}$ and quoted.
+	Table string
+	// DisableNotify turns off pg_notify at enqueue; relays then learn of
+	// new events by polling only. Default false. NOTIFY serialises the
+	// commits of notifying transactions on a global lock, which matters
+	// only at several thousand enqueuing commits per second.
+	DisableNotify bool
+}
+
+// core is the store's implementation, shared by Store and StdlibStore.
+type core struct {
+	c       conn
+	table   string
+	channel string
+	notify  bool
+	close   func()
+	listen  func(ctx context.Context, fn func(*pgx.Conn) error) error
+	q       queries
+}
+
+type queries struct {
+	t, seq string
+
+	claim, claimOrdered, markSent, markFailed, expired, purge, stats string
+	seqUpsert, insertHead                                          string
+}
+
+// Store is a PostgreSQL outbox used through pgx. It implements
+// ferrystore.Driver[pgx.Tx].
+type Store struct {
+	core
+	pool *pgxpool.Pool
+}
+
+// StdlibStore is a PostgreSQL outbox used through database/sql with pgx's
+// stdlib driver. It implements ferrystore.Driver[*sql.Tx].
+type StdlibStore struct{ core }
+
+var (
+	_ ferrystore.Driver[pgx.Tx]  = (*Store)(nil)
+	_ ferrystore.Driver[*sql.Tx] = (*StdlibStore)(nil)
+	_ ferrystore.Listener        = (*Store)(nil)
+	_ ferrystore.Listener        = (*StdlibStore)(nil)
+)
+
+// New returns a store on pool. The store never closes pool.
+func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: ferrypg.New: pool is nil", ferrytype.ErrInvalidConfig)
+	}
+	c, err := newCore(pgxConn{Pgx(pool), pool}, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.listen = func(ctx context.Context, fn func(*pgx.Conn) error) error {
+		pc, err := pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer pc.Release()
+		return fn(pc.Conn())
+	}
+	return &Store{core: c, pool: pool}, nil
+}
+
+// NewStdlib returns a store on db, a database/sql pool opened with pgx's
+// stdlib driver ("pgx"). The store never closes db.
+func NewStdlib(db *sql.DB, cfg *Config) (*StdlibStore, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: ferrypg.NewStdlib: db is nil", ferrytype.ErrInvalidConfig)
+	}
+	c, err := newCore(sqlConn{ferrystore.SQL(db), db}, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.listen = stdlibListen(db)
+	return &StdlibStore{c}, nil
+}
+
+// UnwrapTx returns an executor for the caller's pgx transaction.
+func (s *Store) UnwrapTx(tx pgx.Tx) ferrystore.Executor { return Pgx(tx) }
+
+// UnwrapTx returns an executor for the caller's database/sql transaction.
+func (s *StdlibStore) UnwrapTx(tx *sql.Tx) ferrystore.Executor { return ferrystore.SQL(tx) }
+
+func newCore(c conn, cfg *Config) (core, error) {
+	table := DefaultTable
+	var notify = true
+	if cfg != nil {
+		if cfg.Table != "" {
+			table = cfg.Table
+		}
+		notify = !cfg.DisableNotify
+	}
+	if err := ferrytype.ValidateIdentifier("table", table, 49); err != nil {
+		return core{}, err
+	}
+	return core{c: c, table: table, channel: "ferry_" + table, notify: notify, q: buildQueries(table)}, nil
+}
+
+func quote(name string) string { return `"` + name + `"` }
+
+const claimCols = "t.event_id, t.aggregate_type, t.aggregate_id, t.aggregate_seq, t.event_type, t.payload::text," +
+	" t.headers::text, t.destination, t.exchange, t.attempts, t.created_at"
+
+func buildQueries(table string) queries {
+	t, seq := quote(table), quote(table+"_seq")
+	q := queries{t: t, seq: seq}
+	update := " UPDATE " + t + " t SET status = 'SENDING', lease_token = $2," +
+		" locked_until = now() + $3::bigint * interval '1 microsecond', attempts = t.attempts + 1" +
+		" FROM c WHERE t.event_id = c.event_id RETURNING " + claimCols
+	// One statement: the locking SELECT and the UPDATE of exactly its ids.
+	q.claim = "WITH c AS (SELECT event_id FROM " + t + " WHERE status = 'NEW' AND available_at <= now()" +
+		" ORDER BY available_at, event_id LIMIT $1 FOR UPDATE SKIP LOCKED)" + update
+	// FOR UPDATE locks only the rows of e; the NOT EXISTS sub-select is a
+	// plain read of the statement's snapshot, in which an earlier event
+	// whose claim is not yet committed still shows as NEW: conservative.
+	q.claimOrdered = "WITH c AS (SELECT e.event_id FROM " + t + " e WHERE e.status = 'NEW' AND e.available_at <= now()" +
+		" AND NOT EXISTS (SELECT 1 FROM " + t + " p WHERE p.aggregate_type = e.aggregate_type" +
+		" AND p.aggregate_id = e.aggregate_id AND p.aggregate_seq < e.aggregate_seq AND p.status <> 'SENT')" +
+		" ORDER BY e.available_at, e.event_id LIMIT $1 FOR UPDATE OF e SKIP LOCKED)" + update
+	q.markSent = "UPDATE " + t + " SET status = 'SENT', lease_token = NULL, locked_until = NULL, sent_at = now()" +
+		" WHERE status = 'SENDING' AND lease_token = $1 AND event_id = ANY($2::text[])"
+	q.markFailed = "UPDATE " + t + " t SET status = f.status, available_at = now() + f.delay_us * interval '1 microsecond'," +
+		" lease_token = NULL, locked_until = NULL, last_error = f.err" +
+		" FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[]) AS f(id, token, status, delay_us, err)" +
+		" WHERE t.event_id = f.id AND t.lease_token = f.token AND t.status = 'SENDING'"
+	q.expired = "SELECT event_id, lease_token, attempts FROM " + t +
+		" WHERE status = 'SENDING' AND locked_until < now() ORDER BY locked_until LIMIT $1"
+	q.purge = "DELETE FROM " + t + " WHERE event_id IN (SELECT event_id FROM " + t +
+		" WHERE status = 'SENT' AND available_at < now() - $1::bigint * interval '1 microsecond'" +
+		" AND sent_at < now() - $1::bigint * interval '1 microsecond'" +
+		" ORDER BY available_at, event_id LIMIT $2 FOR UPDATE SKIP LOCKED)"
+	q.stats = "SELECT count(*) FILTER (WHERE status = 'NEW'), count(*) FILTER (WHERE status = 'SENDING')," +
+		" count(*) FILTER (WHERE status = 'DEAD'), count(*) FILTER (WHERE status = 'NEW' AND available_at <= now())," +
+		" COALESCE((EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status IN ('NEW', 'SENDING'))) * 1000000)::bigint, 0)" +
+		" FROM " + t + " WHERE status IN ('NEW', 'SENDING', 'DEAD')"
+	q.seqUpsert = "INSERT INTO " + seq + " AS s (aggregate_type, aggregate_id, last_seq) VALUES ($1, $2, $3)" +
+		" ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_seq = s.last_seq + EXCLUDED.last_seq RETURNING last_seq"
+	q.insertHead = "INSERT INTO " + t + " (event_id, aggregate_type, aggregate_id, aggregate_seq, event_type," +
+		" payload, headers, destination, exchange, available_at) VALUES "
+	return q
+}
+
+// Dialect returns "postgres".
+func (s *core) Dialect() string { return "postgres" }
+
+// Table returns the outbox table's name.
+func (s *core) Table() string { return s.table }
+
+// Channel returns the LISTEN/NOTIFY channel of the table: "ferry_" + table.
+func (s *core) Channel() string { return s.channel }
+
+// Close closes what the store opened itself (Open); a store built on the
+// caller's pool leaves it open.
+func (s *core) Close() error {
+	if s.close != nil {
+		s.close()
+	}
+	return nil
+}
+
+// Enqueue inserts rows in ex, assigning aggregate sequence numbers from
+// Table_seq, whose row lock serialises enqueues of one aggregate until the
+// transaction ends. With notifications on, the insert also calls pg_notify
+// in the same statement.
+func (s *core) Enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferrytype.Event) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	seqs := make([]int64, len(rows))
+	for _, g := range sqlutil.GroupByAggregate(rows) {
+		r, err := ex.Query(ctx, s.q.seqUpsert, g.Type, g.ID, len(g.Rows))
+		if err != nil {
+			return fmt.Errorf("enqueue: assign aggregate sequence: %w", err)
+		}
+		var last int64
+		if r.Next() {
+			err = r.Scan(&last)
+		}
+		if cerr := r.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("enqueue: assign aggregate sequence: %w", err)
+		}
+		for j, i := range g.Rows {
+			seqs[i] = last - int64(len(g.Rows)-1-j)
+		}
+	}
+	var b strings.Builder
+	if s.notify {
+		b.WriteString("WITH ins AS (")
+	}
+	b.WriteString(s.q.insertHead)
+	args := make([]any, 0, len(rows)*10+1)
+	for i := range rows {
+		ev := &rows[i]
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		n := len(args)
+		fmt.Fprintf(&b, "($%d, $%d, $%d, $%d, $%d, $%d::json, $%d::json, $%d, $%d, now() + $%d::bigint * interval '1 microsecond')",
+			n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9, n+10)
+		h, err := sqlutil.EncodeHeaders(ev.Headers)
+		if err != nil {
+			return fmt.Errorf("enqueue: %w", err)
+		}
+		var headers any
+		if h != nil {
+			headers = string(h)
+		}
+		args = append(args, ev.ID, ev.AggregateType, ev.AggregateID, seqs[i], ev.Type, string(ev.Payload), headers,
+			ev.Destination, ev.Exchange, sqlutil.Micros(ev.Delay))
+	}
+	if !s.notify {
+		if _, err := ex.Exec(ctx, b.String(), args...); err != nil {
+			return fmt.Errorf("enqueue: insert into %s: %w", s.table, err)
+		}
+		return nil
+	}
+	args = append(args, s.channel)
+	fmt.Fprintf(&b, " RETURNING 1) SELECT pg_notify($%d, '') FROM (SELECT 1 FROM ins LIMIT 1) x", len(args))
+	r, err := ex.Query(ctx, b.String(), args...)
+	if err != nil {
+		return fmt.Errorf("enqueue: insert into %s: %w", s.table, err)
+	}
+	for r.Next() {
+	}
+	if err := r.Close(); err != nil {
+		return fmt.Errorf("enqueue: insert into %s: %w", s.table, err)
+	}
+	return nil
+}
+
+// Claim leases up to p.Limit rows in one statement.
+func (s *core) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype.Message, error) {
+	query := s.q.claim
+	if p.Ordered {
+		query = s.q.claimOrdered
+	}
+	rows, err := s.c.Query(ctx, query, p.Limit, p.Token, sqlutil.Micros(p.Lease))
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	defer rows.Close()
+	var out []ferrytype.Message
+	for rows.Next() {
+		var (
+			m       ferrytype.Message
+			payload string
+			headers sql.NullString
+		)
+		if err := rows.Scan(&m.ID, &m.AggregateType, &m.AggregateID, &m.Sequence, &m.Type, &payload,
+			&headers, &m.Destination, &m.Exchange, &m.Attempt, &m.CreatedAt); err != nil {
+			return nil, fmt.Errorf("claim: scan: %w", err)
+		}
+		m.Payload = []byte(payload)
+		if headers.Valid {
+			if m.Headers, err = sqlutil.DecodeHeaders([]byte(headers.String)); err != nil {
+				return nil, fmt.Errorf("claim: event %s: %w", m.ID, err)
+			}
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	// RETURNING does not keep the SELECT's order.
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+// MarkSent marks SENT the ids still SENDING under token.
+func (s *core) MarkSent(ctx context.Context, token string, ids []string) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	n, err := s.c.Exec(ctx, s.q.markSent, token, ids)
+	if err != nil {
+		return 0, fmt.Errorf("mark sent: %w", err)
+	}
+	return n, nil
+}
+
+// MarkFailed records failed attempts in one statement.
+func (s *core) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (int64, error) {
+	if len(fails) == 0 {
+		return 0, nil
+	}
+	ids := make([]string, len(fails))
+	tokens := make([]string, len(fails))
+	statuses := make([]string, len(fails))
+	delays := make([]int64, len(fails))
+	errs := make([]string, len(fails))
+	for i, f := range fails {
+		ids[i], tokens[i], delays[i], errs[i] = f.ID, f.Token, sqlutil.Micros(f.Delay), sqlutil.Truncate(f.Error, 2000)
+		statuses[i] = string(ferrytype.StatusNew)
+		if f.Dead {
+			statuses[i] = string(ferrytype.StatusDead)
+		}
+	}
+	n, err := s.c.Exec(ctx, s.q.markFailed, ids, tokens, statuses, delays, errs)
+	if err != nil {
+		return 0, fmt.Errorf("mark failed: %w", err)
+	}
+	return n, nil
+}
+
+// ExpiredLeases returns SENDING rows whose lease ended.
+func (s *core) ExpiredLeases(ctx context.Context, limit int) ([]ferrystore.Lease, error) {
+	rows, err := s.c.Query(ctx, s.q.expired, limit)
+	if err != nil {
+		return nil, fmt.Errorf("expired leases: %w", err)
+	}
+	defer rows.Close()
+	var out []ferrystore.Lease
+	for rows.Next() {
+		var l ferrystore.Lease
+		if err := rows.Scan(&l.ID, &l.Token, &l.Attempts); err != nil {
+			return nil, fmt.Errorf("expired leases: %w", err)
+		}
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}
+
+// PurgeSent deletes up to limit SENT rows older than olderThan.
+func (s *core) PurgeSent(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
+	n, err := s.c.Exec(ctx, s.q.purge, sqlutil.Micros(olderThan), limit)
+	if err != nil {
+		return 0, fmt.Errorf("purge sent: %w", err)
+	}
+	return n, nil
+}
+
+// Stats counts pending, sending and dead rows.
+func (s *core) Stats(ctx context.Context) (ferrystore.Stats, error) {
+	var st ferrystore.Stats
+	rows, err := s.c.Query(ctx, s.q.stats)
+	if err != nil {
+		return st, fmt.Errorf("stats: %w", err)
+	}
+	defer rows.Close()
+	var oldest int64
+	if rows.Next() {
+		if err := rows.Scan(&st.New, &st.Sending, &st.Dead, &st.Ready, &oldest); err != nil {
+			return st, fmt.Errorf("stats: %w", err)
+		}
+	}
+	st.OldestPending = time.Duration(oldest) * time.Microsecond
+	return st, rows.Err()
+}
+
+func migrationData(table string) map[string]string {
+	return map[string]string{
+		"Table":          quote(table),
+		"SeqTable":       quote(table + "_seq"),
+		"PendingIndex":   quote(table + "_pending_idx"),
+		"AggregateIndex": quote(table + "_aggregate_idx"),
+	}
+}
+
+// Migrations returns the migrations rendered for this store's table.
+func (s *core) Migrations() (fs.FS, error) {
+	return migrate.Render(migrationsFS, "migrations", migrationData(s.table))
+}
+
+// MigrationFS returns the migrations for table (DefaultTable when empty),
+// for use with another migration tool.
+func MigrationFS(table string) (fs.FS, error) {
+	if table == "" {
+		table = DefaultTable
+	}
+	if err := ferrytype.ValidateIdentifier("table", table, 49); err != nil {
+		return nil, err
+	}
+	return migrate.Render(migrationsFS, "migrations", migrationData(table))
+}
+
+// Migrate applies pending migrations in one transaction under an advisory
+// lock, so concurrent migrators wait for each other.
+func (s *core) Migrate(ctx context.Context) error {
+	fsys, err := s.Migrations()
+	if err != nil {
+		return err
+	}
+	return apply(ctx, s.c, "outbox:"+s.table, fsys)
+}
+
+var pgRowColumns = strings.NewReplacer("payload,", "payload::text,", "headers,", "headers::text,").Replace(sqlutil.RowColumns)
+
+// Get returns one row by event id.
+func (s *core) Get(ctx context.Context, id string) (ferrystore.Row, error) {
+	rows, err := s.c.Query(ctx, "SELECT "+pgRowColumns+" FROM "+s.q.t+" WHERE event_id = $1", id)
+	if err != nil {
+		return ferrystore.Row{}, fmt.Errorf("get event %s: %w", id, err)
+	}
+	return sqlutil.ScanRow(rows, id)
+}

@@ -1,0 +1,60 @@
+package ferrypg_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrystore/ferrypg"
+	"github.com/ferrydev/ferry/ferrystore/ferrystoretest"
+	"github.com/ferrydev/ferry/internal/testsvc"
+)
+
+func lockRow(ctx context.Context, t *testing.T, s ferrystore.Store, id string) func() {
+	tx, err := testsvc.Postgres(t).Begin(ctx)
+	require.NoError(t, err)
+	var got string
+	require.NoError(t, tx.QueryRow(ctx, `SELECT event_id FROM "`+s.Table()+`" WHERE event_id = $1 FOR UPDATE`, id).Scan(&got))
+	return func() { require.NoError(t, tx.Rollback(ctx)) }
+}
+
+func TestConformancePgx(t *testing.T) {
+	ferrystoretest.Exercise(t, ferrystoretest.Harness[pgx.Tx]{
+		New: func(t *testing.T) ferrystore.Driver[pgx.Tx] {
+			s, err := ferrypg.New(testsvc.Postgres(t), &ferrypg.Config{Table: testsvc.Name("ft_")})
+			require.NoError(t, err)
+			db := testsvc.PostgresSQL(t)
+			testsvc.Migrated(t, s, func(q string) error { _, err := db.Exec(q); return err })
+			return s
+		},
+		NewWithTable: func(table string) (ferrystore.Driver[pgx.Tx], error) {
+			return ferrypg.New(new(pgxpool.Pool), &ferrypg.Config{Table: table})
+		},
+		Begin: func(ctx context.Context, t *testing.T, _ ferrystore.Driver[pgx.Tx]) (pgx.Tx, func() error, func() error) {
+			tx, err := testsvc.Postgres(t).Begin(ctx)
+			require.NoError(t, err)
+			return tx, func() error { return tx.Commit(ctx) }, func() error { return tx.Rollback(ctx) }
+		},
+		LockRow: lockRow,
+	})
+}
+
+func TestConformanceStdlib(t *testing.T) {
+	ferrystoretest.Exercise(t, ferrystoretest.Harness[*sql.Tx]{
+		New: func(t *testing.T) ferrystore.Driver[*sql.Tx] { return testsvc.Store(t, "postgres").Driver },
+		NewWithTable: func(table string) (ferrystore.Driver[*sql.Tx], error) {
+			return ferrypg.NewStdlib(sql.OpenDB(nil), &ferrypg.Config{Table: table})
+		},
+		Begin: func(ctx context.Context, t *testing.T, _ ferrystore.Driver[*sql.Tx]) (*sql.Tx, func() error, func() error) {
+			tx, err := testsvc.PostgresSQL(t).BeginTx(ctx, nil)
+			require.NoError(t, err)
+			return tx, tx.Commit, tx.Rollback
+		},
+		LockRow: lockRow,
+	})
+}

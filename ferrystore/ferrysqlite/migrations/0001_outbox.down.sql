@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS {{.SeqTable}};
+DROP TABLE IF EXISTS {{.Table}};

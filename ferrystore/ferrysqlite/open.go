@@ -1,0 +1,78 @@
+package ferrysqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"strings"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+// DSN turns a URL into a modernc.org/sqlite data source name with ferry's
+// settings: WAL journal, a 10 s busy timeout, immediate transactions,
+// synchronous=FULL (a committed event survives a power cut). Accepted forms:
+//
+//	sqlite:///absolute/path/file.db
+//	sqlite:relative/path/file.db
+//	sqlite::memory:                 (one connection, gone on Close)
+//
+// Query parameters are passed to the driver and override ferry's.
+func DSN(rawURL string) (dsn string, memory bool, err error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme != "sqlite" {
+		return "", false, fmt.Errorf("%w: database URL %q: want sqlite:///path/file.db", ferrytype.ErrInvalidConfig, rawURL)
+	}
+	path := u.Opaque
+	if path == "" {
+		path = u.Host + u.Path
+	}
+	if path == "" {
+		return "", false, fmt.Errorf("%w: database URL %q has no file path", ferrytype.ErrInvalidConfig, rawURL)
+	}
+	memory = path == ":memory:"
+	q := u.Query()
+	set := func(k, v string) {
+		if q.Get(k) == "" {
+			q.Set(k, v)
+		}
+	}
+	set("_txlock", "immediate")
+	if len(q["_pragma"]) == 0 {
+		q["_pragma"] = []string{"busy_timeout(10000)", "foreign_keys(1)", "synchronous(FULL)"}
+		if !memory {
+			q["_pragma"] = append(q["_pragma"], "journal_mode(WAL)")
+		}
+	}
+	return "file:" + strings.TrimPrefix(path, "file:") + "?" + q.Encode(), memory, nil
+}
+
+// Open opens the SQLite database at rawURL (see DSN) and returns a store
+// that closes it on Close.
+func Open(ctx context.Context, rawURL string, cfg *Config) (*Store, error) {
+	dsn, memory, err := DSN(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", rawURL, err)
+	}
+	if memory {
+		db.SetMaxOpenConns(1)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open %s: %w", rawURL, err)
+	}
+	s, err := New(db, cfg)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.owned = true
+	return s, nil
+}

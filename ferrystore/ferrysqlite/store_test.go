@@ -1,0 +1,28 @@
+package ferrysqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrystore/ferrysqlite"
+	"github.com/ferrydev/ferry/ferrystore/ferrystoretest"
+	"github.com/ferrydev/ferry/internal/testsvc"
+)
+
+func TestConformance(t *testing.T) {
+	ferrystoretest.Exercise(t, ferrystoretest.Harness[*sql.Tx]{
+		New: func(t *testing.T) ferrystore.Driver[*sql.Tx] { return testsvc.Store(t, "sqlite").Driver },
+		NewWithTable: func(table string) (ferrystore.Driver[*sql.Tx], error) {
+			return ferrysqlite.New(sql.OpenDB(nil), &ferrysqlite.Config{Table: table})
+		},
+		Begin: func(ctx context.Context, t *testing.T, s ferrystore.Driver[*sql.Tx]) (*sql.Tx, func() error, func() error) {
+			tx, err := s.(*ferrysqlite.Store).DB().BeginTx(ctx, nil)
+			require.NoError(t, err)
+			return tx, tx.Commit, tx.Rollback
+		},
+	})
+}

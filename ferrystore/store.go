@@ -1,0 +1,142 @@
+// Package ferrystore defines the Store interface that ferry's core uses to
+// talk to a database, and the small executor abstraction that lets one
+// store serve both database/sql and pgx transactions.
+//
+// Every SQL dialect lives in its own package (ferrymysql, ferrypg,
+// ferrysqlite); the core never branches on the dialect. Each store runs the
+// conformance suite in ferrystoretest.
+package ferrystore
+
+import (
+	"context"
+	"io/fs"
+	"time"
+
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+// Store is an outbox table in one database: the operations the relay, the
+// sweeper, retention and the CLI perform with the store's own connections.
+// All times are computed by the database clock; durations are passed in and
+// added there.
+type Store interface {
+	// Dialect names the SQL dialect: "mysql", "postgres" or "sqlite".
+	Dialect() string
+	// Table is the outbox table's name.
+	Table() string
+	// Migrate creates or upgrades the store's tables to the newest
+	// embedded migration. It is safe to run concurrently and repeatedly.
+	Migrate(ctx context.Context) error
+	// Migrations returns the store's migrations rendered for its table
+	// names, as files named NNNN_name.up.sql and NNNN_name.down.sql.
+	Migrations() (fs.FS, error)
+
+	// Enqueue inserts rows through ex, which is usually the caller's
+	// transaction. Each row has its ID set and its payload validated.
+	// Aggregate sequence numbers are assigned here, in the same
+	// transaction.
+	Enqueue(ctx context.Context, ex Executor, rows []ferrytype.Event) error
+
+	// Claim leases up to p.Limit available NEW rows to p.Token: status
+	// SENDING, locked_until = now + p.Lease, attempts + 1. It returns the
+	// claimed rows. The claim transaction ends before Claim returns.
+	Claim(ctx context.Context, p ClaimParams) ([]ferrytype.Message, error)
+	// MarkSent marks SENT the rows among ids that are still SENDING under
+	// token, and returns how many it changed. A row not changed was taken
+	// from this lease (by the sweeper, another relay, a person): it is
+	// left as it is.
+	MarkSent(ctx context.Context, token string, ids []string) (int64, error)
+	// MarkFailed records failed attempts: each row still SENDING under its
+	// token goes back to NEW after its delay, or to DEAD. It returns how
+	// many rows it changed; the rest were fenced.
+	MarkFailed(ctx context.Context, fails []Failure) (int64, error)
+	// ExpiredLeases returns up to limit SENDING rows whose lease ended.
+	ExpiredLeases(ctx context.Context, limit int) ([]Lease, error)
+	// PurgeSent deletes up to limit SENT rows sent more than olderThan ago
+	// and returns how many it deleted.
+	PurgeSent(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
+	// Stats counts rows by status and measures the oldest pending row.
+	Stats(ctx context.Context) (Stats, error)
+	// Get returns one row by event id, or an error wrapping
+	// ferrytype.ErrNotFound.
+	Get(ctx context.Context, id string) (Row, error)
+
+	// Close releases what the store opened itself. A store built on a
+	// caller's pool leaves the pool open.
+	Close() error
+}
+
+// Driver is a Store that can also unwrap the caller's transactions of type
+// TTx (*sql.Tx or pgx.Tx) into an Executor, so that events are written in
+// the caller's own transaction.
+type Driver[TTx any] interface {
+	Store
+	// UnwrapTx returns an Executor that runs statements in tx.
+	UnwrapTx(tx TTx) Executor
+}
+
+// Listener is implemented by stores that can tell the relay about new rows
+// as soon as they commit (PostgreSQL LISTEN/NOTIFY).
+type Listener interface {
+	// Listen calls notify after each commit that inserted outbox rows,
+	// until ctx ends. It returns ctx's error, or an error when listening
+	// failed; the caller may call Listen again.
+	Listen(ctx context.Context, notify func()) error
+}
+
+// ClaimParams are the parameters of one claim.
+type ClaimParams struct {
+	// Limit is the largest number of rows to claim.
+	Limit int
+	// Token is the lease token, unique to this claim.
+	Token string
+	// Lease is how long the claim holds the rows before the sweeper may
+	// return them.
+	Lease time.Duration
+	// Ordered claims only rows whose every earlier row of the same
+	// aggregate is SENT, so an aggregate's next event is never published
+	// before its previous one was confirmed.
+	Ordered bool
+}
+
+// Failure is a failed publish attempt to record.
+type Failure struct {
+	ID    string
+	Token string
+	// Dead moves the row to DEAD instead of back to NEW.
+	Dead bool
+	// Delay is how long the row waits before its next attempt.
+	Delay time.Duration
+	// Error says what went wrong; it is stored as last_error.
+	Error string
+}
+
+// Lease is a SENDING row whose lease ended.
+type Lease struct {
+	ID       string
+	Token    string
+	Attempts int
+}
+
+// Stats describes an outbox table.
+type Stats struct {
+	// Counts by status.
+	New, Sending, Sent, Dead int64
+	// Ready counts NEW rows available now.
+	Ready int64
+	// OldestPending is the age of the oldest NEW or SENDING row, by its
+	// created_at; zero when none is pending.
+	OldestPending time.Duration
+}
+
+// Row is an outbox row as stored.
+type Row struct {
+	// Message holds the event; its Attempt is the row's attempts column.
+	ferrytype.Message
+	Status      ferrytype.Status
+	LeaseToken  string
+	AvailableAt time.Time
+	LockedUntil time.Time // zero when NULL
+	SentAt      time.Time // zero when NULL
+	LastError   string
+}

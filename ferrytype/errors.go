@@ -1,0 +1,70 @@
+package ferrytype
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+)
+
+// Sentinel errors. Errors returned by ferry wrap these with context; test
+// with errors.Is.
+var (
+	// ErrInvalidEvent marks an event that cannot be enqueued: a missing
+	// type, an over-long field. Nothing was written.
+	ErrInvalidEvent = errors.New("ferry: invalid event")
+	// ErrInvalidPayload marks a payload that is not valid JSON.
+	ErrInvalidPayload = errors.New("ferry: payload is not valid JSON")
+	// ErrPayloadTooLarge marks a payload over the configured size cap.
+	ErrPayloadTooLarge = errors.New("ferry: payload too large")
+	// ErrInvalidIdentifier marks a configured table or object name that is
+	// not a plain SQL identifier.
+	ErrInvalidIdentifier = errors.New("ferry: invalid identifier")
+	// ErrInvalidConfig marks a configuration value out of range; the error
+	// names the field.
+	ErrInvalidConfig = errors.New("ferry: invalid config")
+	// ErrClosed is returned by components used after Stop or Close.
+	ErrClosed = errors.New("ferry: closed")
+	// ErrNotFound is returned when a named row does not exist.
+	ErrNotFound = errors.New("ferry: not found")
+)
+
+var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// ValidateIdentifier checks that name is a plain SQL identifier
+// (^[A-Za-z_][A-Za-z0-9_]{0,62}$) of at most maxLen bytes, so that it can be
+// quoted safely into SQL. what names the setting in the error.
+func ValidateIdentifier(what, name string, maxLen int) error {
+	if !identRe.MatchString(name) {
+		return fmt.Errorf("%w: %s %q must match ^[A-Za-z_][A-Za-z0-9_]{0,62}$", ErrInvalidIdentifier, what, name)
+	}
+	if len(name) > maxLen {
+		return fmt.Errorf("%w: %s %q is longer than %d bytes", ErrInvalidIdentifier, what, name, maxLen)
+	}
+	return nil
+}
+
+var passwordRe = regexp.MustCompile(`(?i)(://[^:/@\s]*:)[^@\s]*@|(password=)[^\s&;]*|(:)[^:@/\s]+@(tcp|unix)\(`)
+
+// RedactURL returns s with any password removed, for logs and errors. It
+// handles URLs (scheme://user:pass@host) and go-sql-driver/mysql DSNs
+// (user:pass@tcp(host)/db), and key=value DSNs with password=.
+func RedactURL(s string) string {
+	if u, err := url.Parse(s); err == nil && u.Scheme != "" && u.User != nil {
+		if _, has := u.User.Password(); has {
+			return u.Redacted()
+		}
+		return s
+	}
+	return passwordRe.ReplaceAllStringFunc(s, func(m string) string {
+		sub := passwordRe.FindStringSubmatch(m)
+		switch {
+		case sub[1] != "":
+			return sub[1] + "xxxxx@"
+		case sub[2] != "":
+			return sub[2] + "xxxxx"
+		default:
+			return ":xxxxx@" + sub[4] + "("
+		}
+	})
+}

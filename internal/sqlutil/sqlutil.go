@@ -1,0 +1,156 @@
+// Package sqlutil holds small helpers the SQL stores share: payload and
+// header encoding, id generation, placeholder lists.
+package sqlutil
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+// Placeholders returns n comma-separated placeholders: "?,?,?" when
+// numbered is false, "$start,$start+1,..." otherwise.
+func Placeholders(n int, numbered bool, start int) string {
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if numbered {
+			fmt.Fprintf(&b, "$%d", start+i)
+		} else {
+			b.WriteByte('?')
+		}
+	}
+	return b.String()
+}
+
+// EncodeHeaders returns headers as a JSON object, or nil for none.
+func EncodeHeaders(h map[string]string) ([]byte, error) {
+	if len(h) == 0 {
+		return nil, nil
+	}
+	return json.Marshal(h)
+}
+
+// DecodeHeaders parses a JSON object of strings; nil or empty input gives a
+// nil map.
+func DecodeHeaders(b []byte) (map[string]string, error) {
+	if len(b) == 0 || string(b) == "null" {
+		return nil, nil
+	}
+	var h map[string]string
+	if err := json.Unmarshal(b, &h); err != nil {
+		return nil, fmt.Errorf("decode headers: %w", err)
+	}
+	return h, nil
+}
+
+// NewToken returns a fresh random lease token.
+func NewToken() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// Micros returns d in whole microseconds, never negative.
+func Micros(d time.Duration) int64 {
+	if d < 0 {
+		return 0
+	}
+	return d.Microseconds()
+}
+
+// AggregateGroup is the rows of one aggregate within an enqueue, in order.
+type AggregateGroup struct {
+	Type, ID string
+	Rows     []int // indexes into the enqueued slice
+}
+
+// GroupByAggregate groups the events that carry an AggregateID, keeping
+// first-seen order of aggregates and enqueue order within each.
+func GroupByAggregate(events []ferrytype.Event) []AggregateGroup {
+	var groups []AggregateGroup
+	idx := map[[2]string]int{}
+	for i := range events {
+		ev := &events[i]
+		if ev.AggregateID == "" {
+			continue
+		}
+		k := [2]string{ev.AggregateType, ev.AggregateID}
+		g, ok := idx[k]
+		if !ok {
+			g = len(groups)
+			idx[k] = g
+			groups = append(groups, AggregateGroup{Type: ev.AggregateType, ID: ev.AggregateID})
+		}
+		groups[g].Rows = append(groups[g].Rows, i)
+	}
+	return groups
+}
+
+// Truncate shortens s to at most n bytes for storage in a bounded column,
+// keeping valid UTF-8.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && !utf8Start(s[len(s)-1]) {
+		s = s[:len(s)-1]
+	}
+	if len(s) > 0 {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+func utf8Start(b byte) bool { return b < 0x80 || b >= 0xC0 }
+
+// NullTime scans a time stored either as a time value or as text in one of
+// the layouts the stores use.
+type NullTime struct {
+	Time  time.Time
+	Valid bool
+}
+
+var timeLayouts = []string{
+	"2006-01-02 15:04:05.999999999",
+	"2006-01-02T15:04:05.999999999Z07:00",
+	"2006-01-02 15:04:05.999999999Z07:00",
+	"2006-01-02 15:04:05",
+}
+
+// Scan implements sql.Scanner.
+func (t *NullTime) Scan(v any) error {
+	switch x := v.(type) {
+	case nil:
+		t.Valid = false
+		return nil
+	case time.Time:
+		t.Time, t.Valid = x, true
+		return nil
+	case []byte:
+		return t.parse(string(x))
+	case string:
+		return t.parse(x)
+	}
+	return fmt.Errorf("cannot scan %T into a time", v)
+}
+
+func (t *NullTime) parse(s string) error {
+	for _, l := range timeLayouts {
+		if tm, err := time.ParseInLocation(l, s, time.UTC); err == nil {
+			t.Time, t.Valid = tm, true
+			return nil
+		}
+	}
+	return fmt.Errorf("cannot parse time %q", s)
+}

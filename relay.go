@@ -1,0 +1,751 @@
+package ferry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/sqlutil"
+)
+
+// Named fault points of the relay, passed to RelayConfig.FaultPoint. They
+// mark the crash windows the outbox pattern must survive.
+const (
+	// FaultAfterClaim is reached after a claim committed and before the
+	// batch is published. An error abandons the batch there, as a crash
+	// would: its leases expire and the sweeper returns it.
+	FaultAfterClaim = "relay.after-claim"
+	// FaultAfterPublish is reached after the broker answered and before
+	// any outcome is written. An error abandons the batch there: the
+	// events were published but are not marked, so they are published
+	// again after their leases expire, with the same ids.
+	FaultAfterPublish = "relay.after-publish"
+	// FaultLoseConfirm is reached for each confirmed message. An error
+	// turns the confirm into an unknown outcome, as if the confirm were
+	// lost on the wire: the event is retried although the broker has it.
+	FaultLoseConfirm = "relay.lose-confirm"
+)
+
+// RelayConfig configures a Relay. A nil config uses the defaults; zero
+// fields take the default named in their comment.
+type RelayConfig struct {
+	// BatchSize is the most events one claim takes. Default 100.
+	BatchSize int
+	// Lanes is the number of claim→publish→mark loops run concurrently,
+	// so that one batch is claimed while another waits for confirms.
+	// Default 2. An idle relay still polls once per PollInterval, not once
+	// per lane.
+	Lanes int
+	// Ordered publishes an aggregate's events one at a time, in sequence
+	// order: event N+1 is claimed only after event N was confirmed (SENT),
+	// whichever relay handles either. A DEAD event holds back every later
+	// event of its aggregate until it is retried or discarded. Default
+	// false: maximum throughput, no order between concurrent batches.
+	Ordered bool
+	// PollInterval is how often an idle relay looks for events it was not
+	// woken for. Default 1s.
+	PollInterval time.Duration
+	// Lease is how long a claim holds its events; a relay that has not
+	// recorded an outcome by then loses them to the sweeper. Default 30s.
+	Lease time.Duration
+	// PublishTimeout bounds one batch's publish, confirms included; it
+	// must be shorter than Lease. Default 10s.
+	PublishTimeout time.Duration
+	// Retry decides the delay and the end of failed events. Default
+	// ExponentialBackoff{}.
+	Retry RetryPolicy
+	// SweepInterval is how often the relay returns expired leases to NEW
+	// (or DEAD past the retry limit). Default 5s; negative disables.
+	SweepInterval time.Duration
+	// SweepBatch bounds one sweep statement. Default 500.
+	SweepBatch int
+	// Retention deletes SENT events older than this. Default 0: keep them.
+	Retention time.Duration
+	// PurgeInterval is how often retention runs. Default 1m.
+	PurgeInterval time.Duration
+	// PurgeBatch bounds one purge statement, so that no purge holds many
+	// row locks for long. Default 1000.
+	PurgeBatch int
+	// Wakeup, shared with the Outbox of the same process, wakes the relay
+	// right after events are enqueued.
+	Wakeup *Wakeup
+	// DisableListen stops the relay from using the store's own
+	// notifications (PostgreSQL LISTEN/NOTIFY). Default false.
+	DisableListen bool
+	// Logger receives the relay's logs. Default: discarded.
+	Logger *slog.Logger
+	// Hooks observe the relay; see the Hook* interfaces.
+	Hooks []Hook
+	// FaultPoint, when set, is called at each named fault point (the
+	// Fault* constants); a non-nil error acts as a crash at that point.
+	// For fault-injection tests; leave nil in production.
+	FaultPoint func(ctx context.Context, point string) error
+}
+
+func (c *RelayConfig) withDefaults() (RelayConfig, error) {
+	var out RelayConfig
+	if c != nil {
+		out = *c
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if out.BatchSize == 0 {
+		out.BatchSize = 100
+	}
+	if out.Lanes == 0 {
+		out.Lanes = 2
+	}
+	def(&out.PollInterval, time.Second)
+	def(&out.Lease, 30*time.Second)
+	def(&out.PublishTimeout, 10*time.Second)
+	def(&out.SweepInterval, 5*time.Second)
+	def(&out.PurgeInterval, time.Minute)
+	if out.SweepBatch == 0 {
+		out.SweepBatch = 500
+	}
+	if out.PurgeBatch == 0 {
+		out.PurgeBatch = 1000
+	}
+	if out.Retry == nil {
+		out.Retry = ExponentialBackoff{}
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case out.BatchSize < 1 || out.BatchSize > 10000:
+		return out, fmt.Errorf("%w: RelayConfig.BatchSize %d must be within 1..10000", ErrInvalidConfig, out.BatchSize)
+	case out.Lanes < 1 || out.Lanes > 64:
+		return out, fmt.Errorf("%w: RelayConfig.Lanes %d must be within 1..64", ErrInvalidConfig, out.Lanes)
+	case out.PollInterval < time.Millisecond:
+		return out, fmt.Errorf("%w: RelayConfig.PollInterval %s is below 1ms", ErrInvalidConfig, out.PollInterval)
+	case out.PublishTimeout <= 0 || out.Lease <= 0:
+		return out, fmt.Errorf("%w: RelayConfig.Lease and PublishTimeout must be positive", ErrInvalidConfig)
+	case out.PublishTimeout >= out.Lease:
+		return out, fmt.Errorf("%w: RelayConfig.PublishTimeout %s must be shorter than Lease %s", ErrInvalidConfig, out.PublishTimeout, out.Lease)
+	case out.SweepBatch < 1 || out.PurgeBatch < 1:
+		return out, fmt.Errorf("%w: RelayConfig.SweepBatch and PurgeBatch must be positive", ErrInvalidConfig)
+	case out.Retention < 0:
+		return out, fmt.Errorf("%w: RelayConfig.Retention is negative", ErrInvalidConfig)
+	}
+	return out, nil
+}
+
+// RelayStats counts what a relay did since it was created.
+type RelayStats struct {
+	Claims     int64 // claim statements that returned events
+	Claimed    int64 // events claimed
+	Confirmed  int64 // events confirmed and marked SENT
+	Duplicates int64 // confirmed events the broker reported as duplicates
+	Returned   int64 // unroutable outcomes
+	Rejected   int64 // rejected outcomes
+	Unknown    int64 // unknown outcomes
+	Retried    int64 // events put back to NEW with a delay
+	Dead       int64 // events moved to DEAD
+	Fenced     int64 // outcome marks that found the lease gone (0 rows)
+	Swept      int64 // expired leases the sweeper returned or killed
+	Purged     int64 // SENT rows deleted by retention
+	Errors     int64 // database errors in claims and marks
+}
+
+type relayCounters struct {
+	claims, claimed, confirmed, duplicates, returned, rejected, unknown atomic.Int64
+	retried, dead, fenced, swept, purged, errors                        atomic.Int64
+}
+
+// Relay moves events from an outbox table to a broker. Several relays,
+// in one process or many, may serve the same table: claims use row leases
+// and never hand one event to two relays at once.
+//
+// The relay's promise is at-least-once: an event is marked SENT only after
+// the broker confirmed it, and an event whose outcome is unknown is
+// published again with the same id. A relay that loses its lease while
+// publishing may still publish; its late mark then changes nothing.
+type Relay struct {
+	store ferrystore.Store
+	pub   ferrybroker.Publisher
+	cfg   RelayConfig
+	log   *slog.Logger
+	hooks relayHooks
+	c     relayCounters
+
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	stopping chan struct{}   // closed by Stop: take no new work
+	workCtx  context.Context // cancelled when Stop gives up waiting
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	bgWG     sync.WaitGroup
+
+	kick      chan struct{} // one token wakes one lane
+	lastRing  atomic.Int64  // unix nanos of the last wake-up signal
+	missDelay atomic.Int64  // next re-poll delay after a signalled miss
+	busy      atomic.Int64  // lanes inside a cycle
+	claimSeq  atomic.Int64  // numbers claims in start order
+	lastEmpty atomic.Int64  // claimSeq of the latest claim that found nothing
+	lastFull  atomic.Int64  // claimSeq of the latest claim that found events
+}
+
+// NewRelay returns a relay from store to pub. Call Start to run it.
+func NewRelay(store ferrystore.Store, pub ferrybroker.Publisher, cfg *RelayConfig) (*Relay, error) {
+	if store == nil || pub == nil {
+		return nil, fmt.Errorf("%w: NewRelay needs a store and a publisher", ErrInvalidConfig)
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	r := &Relay{store: store, pub: pub, cfg: c, log: c.Logger.With("table", store.Table())}
+	r.hooks = collectRelayHooks(c.Hooks)
+	return r, nil
+}
+
+// Stats returns the relay's counters.
+func (r *Relay) Stats() RelayStats {
+	return RelayStats{
+		Claims: r.c.claims.Load(), Claimed: r.c.claimed.Load(), Confirmed: r.c.confirmed.Load(),
+		Duplicates: r.c.duplicates.Load(), Returned: r.c.returned.Load(), Rejected: r.c.rejected.Load(),
+		Unknown: r.c.unknown.Load(), Retried: r.c.retried.Load(), Dead: r.c.dead.Load(),
+		Fenced: r.c.fenced.Load(), Swept: r.c.swept.Load(), Purged: r.c.purged.Load(), Errors: r.c.errors.Load(),
+	}
+}
+
+// Start starts the relay's lanes, sweeper, retention and wake-up listener
+// and returns. ctx bounds nothing but the start itself; stop the relay with
+// Stop.
+func (r *Relay) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return ErrClosed
+	}
+	if r.started {
+		return fmt.Errorf("ferry: relay already started")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r.started = true
+	r.stopping = make(chan struct{})
+	r.workCtx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	r.kick = make(chan struct{}, r.cfg.Lanes)
+	r.kickOne() // look once at start
+
+	for i := 0; i < r.cfg.Lanes; i++ {
+		r.wg.Add(1)
+		go r.lane()
+	}
+	r.bg(r.poller)
+	if r.cfg.Wakeup != nil {
+		ch, unsub := r.cfg.Wakeup.subscribe()
+		r.bg(func() {
+			defer unsub()
+			for {
+				select {
+				case <-r.stopping:
+					return
+				case <-ch:
+					r.ring()
+				}
+			}
+		})
+	}
+	if l, ok := r.store.(ferrystore.Listener); ok && !r.cfg.DisableListen {
+		r.bg(func() { r.listen(l) })
+	}
+	if r.cfg.SweepInterval > 0 {
+		r.bg(func() { r.every(r.cfg.SweepInterval, r.sweep) })
+	}
+	if r.cfg.Retention > 0 {
+		r.bg(func() { r.every(r.cfg.PurgeInterval, r.purge) })
+	}
+	r.log.Info("relay started", "batch_size", r.cfg.BatchSize, "lanes", r.cfg.Lanes, "ordered", r.cfg.Ordered)
+	return nil
+}
+
+func (r *Relay) bg(fn func()) {
+	r.bgWG.Add(1)
+	go func() {
+		defer r.bgWG.Done()
+		fn()
+	}()
+}
+
+// Stop stops claiming, lets in-flight batches finish publishing and record
+// their outcomes, and returns. If ctx ends first, in-flight publishes are
+// cancelled (their outcomes become unknown, and their leases expire) and
+// Stop returns ctx's error. Stopping twice is safe.
+func (r *Relay) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	if !r.started || r.stopped {
+		r.stopped = true
+		r.mu.Unlock()
+		return nil
+	}
+	r.stopped = true
+	close(r.stopping)
+	r.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() {
+		r.wg.Wait()
+		r.bgWG.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		r.cancel()
+		<-done
+	}
+	r.cancel()
+	r.log.Info("relay stopped")
+	return err
+}
+
+// Run starts the relay and runs it until ctx ends, then stops it, giving
+// in-flight batches up to the publish timeout to finish.
+func (r *Relay) Run(ctx context.Context) error {
+	if err := r.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout+5*time.Second)
+	defer cancel()
+	return r.Stop(stopCtx)
+}
+
+// DrainResult describes the table when Drain returned.
+type DrainResult struct {
+	// Stats is the table after the last claim found nothing. Its Ready
+	// count is not always zero: in ordered mode, events held back by an
+	// earlier DEAD event of their aggregate stay ready but unclaimable.
+	Stats ferrystore.Stats
+}
+
+// Drain runs the relay until a claim finds nothing to publish and no event
+// is being published, then stops it. Events waiting for a later retry (and
+// DEAD ones) are left; DrainResult says how many. It is meant for scripts
+// and cron jobs; a daemon uses Run.
+func (r *Relay) Drain(ctx context.Context) (DrainResult, error) {
+	if err := r.Start(ctx); err != nil {
+		return DrainResult{}, err
+	}
+	tick := time.NewTicker(min(r.cfg.PollInterval, 100*time.Millisecond))
+	defer tick.Stop()
+	var res DrainResult
+	var err error
+	for {
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-tick.C:
+			if r.busy.Load() > 0 || r.lastEmpty.Load() <= r.lastFull.Load() {
+				r.kickOne()
+				continue
+			}
+			var st ferrystore.Stats
+			if st, err = r.store.Stats(ctx); err == nil && st.Sending > 0 {
+				r.kickOne()
+				continue
+			}
+			res.Stats = st
+		}
+		break
+	}
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout+5*time.Second)
+	defer cancel()
+	if serr := r.Stop(stopCtx); err == nil {
+		err = serr
+	}
+	return res, err
+}
+
+func storeMax(v *atomic.Int64, n int64) {
+	for {
+		old := v.Load()
+		if n <= old || v.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+func (r *Relay) kickOne() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// ring handles a wake-up signal: new events may have been enqueued.
+func (r *Relay) ring() {
+	r.lastRing.Store(time.Now().UnixNano())
+	r.kickOne()
+}
+
+// poller wakes one lane per poll interval: an idle relay queries the
+// database once per interval, however many lanes it has.
+func (r *Relay) poller() {
+	t := time.NewTicker(r.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stopping:
+			return
+		case <-t.C:
+			r.kickOne()
+		}
+	}
+}
+
+func (r *Relay) listen(l ferrystore.Listener) {
+	backoff := 100 * time.Millisecond
+	for {
+		ctx, cancel := context.WithCancel(r.workCtx)
+		go func() {
+			select {
+			case <-r.stopping:
+			case <-ctx.Done():
+			}
+			cancel()
+		}()
+		start := time.Now()
+		err := l.Listen(ctx, r.ring)
+		cancel()
+		select {
+		case <-r.stopping:
+			return
+		default:
+		}
+		if time.Since(start) > time.Minute {
+			backoff = 100 * time.Millisecond
+		}
+		r.log.Warn("listen for new events failed; polling meanwhile", "error", err, "retry_in", backoff)
+		if !r.sleep(backoff) {
+			return
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+// sleep waits d or until Stop; it reports whether the relay still runs.
+func (r *Relay) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-r.stopping:
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (r *Relay) every(d time.Duration, fn func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stopping:
+			return
+		case <-t.C:
+			fn()
+		}
+	}
+}
+
+// wakeWindow is how long after a wake-up signal a lane that found nothing
+// looks again: the signal may have come before the enqueuing transaction
+// committed.
+const wakeWindow = 500 * time.Millisecond
+
+func (r *Relay) lane() {
+	defer r.wg.Done()
+	errBackoff := 50 * time.Millisecond
+	for {
+		select {
+		case <-r.stopping:
+			return
+		case <-r.kick:
+		}
+		for {
+			select {
+			case <-r.stopping:
+				return
+			default:
+			}
+			n, err := r.cycle()
+			if err != nil {
+				r.c.errors.Add(1)
+				r.log.Error("relay cycle failed", "error", err, "retry_in", errBackoff)
+				if !r.sleep(errBackoff) {
+					return
+				}
+				errBackoff = min(errBackoff*2, r.cfg.PollInterval*5)
+				continue
+			}
+			errBackoff = 50 * time.Millisecond
+			if n == r.cfg.BatchSize {
+				r.kickOne() // more may be waiting: bring another lane in
+				continue
+			}
+			if n == 0 {
+				r.maybeRepoll()
+			} else {
+				r.missDelay.Store(0)
+			}
+			break
+		}
+	}
+}
+
+// maybeRepoll schedules another look shortly after a claim found nothing
+// although a wake-up signal just came: the enqueuing transaction may not
+// have committed yet. The delays double from 2ms; they stop when the
+// signal is older than wakeWindow, so an idle relay makes no extra query.
+func (r *Relay) maybeRepoll() {
+	if time.Since(time.Unix(0, r.lastRing.Load())) > wakeWindow {
+		r.missDelay.Store(0)
+		return
+	}
+	d := time.Duration(r.missDelay.Load())
+	if d == 0 {
+		d = 2 * time.Millisecond
+	} else {
+		d = min(d*2, 128*time.Millisecond)
+	}
+	r.missDelay.Store(int64(d))
+	time.AfterFunc(d, r.kickOne)
+}
+
+// cycle claims one batch, publishes it and records the outcomes. It
+// returns the number of events claimed.
+func (r *Relay) cycle() (int, error) {
+	r.busy.Add(1)
+	defer r.busy.Add(-1)
+	ctx := r.workCtx
+	token := sqlutil.NewToken()
+	start := time.Now()
+	seq := r.claimSeq.Add(1)
+	msgs, err := r.store.Claim(ctx, ferrystore.ClaimParams{
+		Limit: r.cfg.BatchSize, Token: token, Lease: r.cfg.Lease, Ordered: r.cfg.Ordered,
+	})
+	if err != nil {
+		return 0, err
+	}
+	if len(msgs) == 0 {
+		storeMax(&r.lastEmpty, seq)
+		return 0, nil
+	}
+	storeMax(&r.lastFull, seq)
+	leaseEnd := start.Add(r.cfg.Lease)
+	r.c.claims.Add(1)
+	r.c.claimed.Add(int64(len(msgs)))
+	r.hooks.claim(len(msgs), time.Since(start))
+	if err := r.fault(ctx, FaultAfterClaim); err != nil {
+		r.log.Warn("fault after claim: batch abandoned", "token", token, "events", len(msgs), "error", err)
+		return len(msgs), nil
+	}
+
+	pubCtx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	pubStart := time.Now()
+	results := r.pub.Publish(pubCtx, msgs)
+	cancel()
+	if len(results) != len(msgs) {
+		r.log.Error("publisher returned the wrong number of results; treating all as unknown",
+			"want", len(msgs), "got", len(results))
+		results = ferrybroker.AllUnknown(len(msgs), errors.New("publisher returned the wrong number of results"))
+	}
+	r.hooks.publish(msgs, results, time.Since(pubStart))
+	if err := r.fault(ctx, FaultAfterPublish); err != nil {
+		r.log.Warn("fault after publish: outcomes not recorded", "token", token, "events", len(msgs), "error", err)
+		return len(msgs), nil
+	}
+	r.settle(ctx, token, leaseEnd, msgs, results)
+	return len(msgs), nil
+}
+
+// settle records each message's outcome under the claim's lease token.
+func (r *Relay) settle(ctx context.Context, token string, leaseEnd time.Time, msgs []ferrytype.Message, results []ferrytype.PublishResult) {
+	sent := make([]string, 0, len(msgs))
+	var fails []ferrystore.Failure
+	for i := range msgs {
+		m, res := &msgs[i], results[i]
+		if res.Outcome == ferrytype.OutcomeConfirmed {
+			if err := r.fault(ctx, FaultLoseConfirm); err != nil {
+				res = ferrytype.Unknown(fmt.Errorf("confirm lost: %w", err))
+			}
+		}
+		switch res.Outcome {
+		case ferrytype.OutcomeConfirmed:
+			sent = append(sent, m.ID)
+			if res.Duplicate {
+				r.c.duplicates.Add(1)
+			}
+			continue
+		case ferrytype.OutcomeReturned:
+			r.c.returned.Add(1)
+		case ferrytype.OutcomeRejected:
+			r.c.rejected.Add(1)
+		default:
+			r.c.unknown.Add(1)
+		}
+		delay, dead := r.cfg.Retry.Next(m.Attempt, res)
+		msg := res.Outcome.String()
+		if res.Err != nil {
+			msg += ": " + res.Err.Error()
+		}
+		fails = append(fails, ferrystore.Failure{ID: m.ID, Token: token, Dead: dead, Delay: delay,
+			Error: fmt.Sprintf("attempt %d: %s", m.Attempt, msg)})
+		level := slog.LevelWarn
+		if dead {
+			level = slog.LevelError
+		}
+		r.log.Log(ctx, level, "publish not confirmed", "event_id", m.ID, "event_type", m.Type,
+			"attempt", m.Attempt, "outcome", res.Outcome.String(), "error", res.Err, "dead", dead, "retry_in", delay)
+	}
+	if len(sent) > 0 {
+		n, err := retryMark(ctx, leaseEnd, func() (int64, error) { return r.store.MarkSent(ctx, token, sent) })
+		if err != nil {
+			r.c.errors.Add(1)
+			r.log.Error("mark sent failed; the events will be published again after their lease", "error", err,
+				"token", token, "events", len(sent))
+		} else {
+			r.c.confirmed.Add(n)
+			r.fenced(token, int64(len(sent))-n)
+		}
+	}
+	if len(fails) > 0 {
+		n, err := retryMark(ctx, leaseEnd, func() (int64, error) { return r.store.MarkFailed(ctx, fails) })
+		if err != nil {
+			r.c.errors.Add(1)
+			r.log.Error("mark failed attempts failed; the sweeper will return the events", "error", err, "token", token)
+			return
+		}
+		var dead int64
+		for _, f := range fails {
+			if f.Dead {
+				dead++
+			}
+		}
+		// Fenced rows are not told apart by kind; count what was written.
+		r.c.dead.Add(min(dead, n))
+		r.c.retried.Add(n - min(dead, n))
+		r.fenced(token, int64(len(fails))-n)
+	}
+}
+
+func (r *Relay) fenced(token string, n int64) {
+	if n <= 0 {
+		return
+	}
+	r.c.fenced.Add(n)
+	r.hooks.fence(n)
+	r.log.Warn("lease lost before the outcome was recorded; left as the new owner set it",
+		"token", token, "events", n)
+}
+
+// retryMark retries a failing outcome write with backoff while the lease
+// lasts: every mark it saves is a duplicate publish avoided.
+func retryMark(ctx context.Context, leaseEnd time.Time, fn func() (int64, error)) (int64, error) {
+	backoff := 50 * time.Millisecond
+	for {
+		n, err := fn()
+		if err == nil {
+			return n, nil
+		}
+		if ctx.Err() != nil || time.Now().Add(backoff).After(leaseEnd) {
+			return 0, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, err
+		case <-t.C:
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+func (r *Relay) fault(ctx context.Context, point string) error {
+	if r.cfg.FaultPoint == nil {
+		return nil
+	}
+	return r.cfg.FaultPoint(ctx, point)
+}
+
+// sweep returns expired leases, in bounded batches, through the retry
+// policy: back to NEW after a delay, or DEAD past the attempt limit.
+func (r *Relay) sweep() {
+	ctx := r.workCtx
+	for {
+		leases, err := r.store.ExpiredLeases(ctx, r.cfg.SweepBatch)
+		if err != nil {
+			r.c.errors.Add(1)
+			r.log.Error("sweep failed", "error", err)
+			return
+		}
+		if len(leases) == 0 {
+			return
+		}
+		fails := make([]ferrystore.Failure, len(leases))
+		for i, l := range leases {
+			res := ferrytype.Unknown(errors.New("lease expired before an outcome was recorded"))
+			delay, dead := r.cfg.Retry.Next(l.Attempts, res)
+			fails[i] = ferrystore.Failure{ID: l.ID, Token: l.Token, Dead: dead, Delay: delay,
+				Error: fmt.Sprintf("attempt %d: unknown: lease expired before an outcome was recorded", l.Attempts)}
+		}
+		n, err := r.store.MarkFailed(ctx, fails)
+		if err != nil {
+			r.c.errors.Add(1)
+			r.log.Error("sweep failed", "error", err)
+			return
+		}
+		r.c.swept.Add(n)
+		r.hooks.sweep(n)
+		r.log.Warn("returned expired leases", "events", n)
+		if len(leases) < r.cfg.SweepBatch {
+			return
+		}
+		select {
+		case <-r.stopping:
+			return
+		default:
+		}
+	}
+}
+
+// purge deletes SENT rows past retention, one bounded batch at a time.
+func (r *Relay) purge() {
+	ctx := r.workCtx
+	for {
+		n, err := r.store.PurgeSent(ctx, r.cfg.Retention, r.cfg.PurgeBatch)
+		if err != nil {
+			r.c.errors.Add(1)
+			r.log.Error("purge failed", "error", err)
+			return
+		}
+		r.c.purged.Add(n)
+		if n < int64(r.cfg.PurgeBatch) {
+			return
+		}
+		select {
+		case <-r.stopping:
+			return
+		default:
+		}
+	}
+}

@@ -1,0 +1,498 @@
+package ferry_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/testsvc"
+)
+
+// relayBundle is one outbox table on a real database and one JetStream
+// stream on the real NATS server.
+type relayBundle struct {
+	ctx     context.Context
+	st      testsvc.SQLStore
+	ob      *ferry.Outbox[*sql.Tx]
+	nc      *nats.Conn
+	stream  string
+	subject string
+}
+
+func setupRelay(t *testing.T, kind string) *relayBundle {
+	t.Helper()
+	b := &relayBundle{ctx: testsvc.Context(t, 5*time.Minute), st: testsvc.Store(t, kind), nc: testsvc.NATS(t)}
+	var prefix string
+	b.stream, prefix = testsvc.JetStreamStream(t, b.nc)
+	b.subject = prefix + ".events"
+	var err error
+	b.ob, err = ferry.NewOutbox(b.st.Driver, nil)
+	require.NoError(t, err)
+	return b
+}
+
+// enqueue writes n events, 100 per transaction; aggregate(i) names event i's
+// aggregate. It returns the ids in enqueue order.
+func (b *relayBundle) enqueue(t *testing.T, n int, aggregate func(i int) string) []string {
+	t.Helper()
+	ids := make([]string, 0, n)
+	for start := 0; start < n; start += 100 {
+		tx, err := b.st.DB.BeginTx(b.ctx, nil)
+		require.NoError(t, err)
+		batch := make([]ferry.Event, 0, 100)
+		for i := start; i < min(start+100, n); i++ {
+			batch = append(batch, ferry.Event{
+				AggregateType: "order", AggregateID: aggregate(i), Type: "OrderPaid",
+				Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), Destination: b.subject,
+			})
+		}
+		got, err := b.ob.EnqueueTx(b.ctx, tx, batch...)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit())
+		ids = append(ids, got...)
+	}
+	return ids
+}
+
+// publisher returns a JetStream publisher on its own connection, wrapped to
+// count publishes per event id.
+func (b *relayBundle) publisher(t *testing.T) *countingPublisher {
+	t.Helper()
+	p, err := ferrynats.Dial(b.ctx, testsvc.URL(testsvc.EnvNATS), &ferrynats.DialConfig{Config: ferrynats.Config{Stream: b.stream}})
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	return &countingPublisher{inner: p, counts: map[string]int{}}
+}
+
+func (b *relayBundle) relay(t *testing.T, pub ferrybroker.Publisher, cfg *ferry.RelayConfig) *ferry.Relay {
+	t.Helper()
+	r, err := ferry.NewRelay(b.st.Driver, pub, cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Start(b.ctx))
+	t.Cleanup(func() { _ = r.Stop(context.Background()) })
+	return r
+}
+
+// waitSettled waits until no event is NEW or SENDING.
+func (b *relayBundle) waitSettled(t *testing.T, d time.Duration) ferrystore.Stats {
+	t.Helper()
+	var st ferrystore.Stats
+	waitFor(t, d, func() bool {
+		var err error
+		st, err = b.st.Driver.Stats(b.ctx)
+		require.NoError(t, err)
+		return st.New == 0 && st.Sending == 0
+	}, func() string { return fmt.Sprintf("still pending: %+v", st) })
+	return st
+}
+
+func (b *relayBundle) read(t *testing.T, want int) []testsvc.StreamMsg {
+	t.Helper()
+	return testsvc.ReadStream(t, b.nc, b.stream, want, time.Minute)
+}
+
+// countingPublisher counts how often each event id was handed to the
+// broker; inject, when set, may replace a message's outcome (a fault at a
+// named point: the broker itself is real).
+type countingPublisher struct {
+	inner  ferrybroker.Publisher
+	mu     sync.Mutex
+	counts map[string]int
+	inject func(m *ferrytype.Message) (res ferrytype.PublishResult, skipBroker, override bool)
+}
+
+func (p *countingPublisher) Publish(ctx context.Context, msgs []ferrytype.Message) []ferrytype.PublishResult {
+	res := make([]ferrytype.PublishResult, len(msgs))
+	var send []ferrytype.Message
+	var at []int
+	overrides := map[int]ferrytype.PublishResult{}
+	for i := range msgs {
+		if p.inject != nil {
+			if r, skip, override := p.inject(&msgs[i]); override {
+				overrides[i] = r
+				if skip {
+					res[i] = r
+					continue
+				}
+			}
+		}
+		send = append(send, msgs[i])
+		at = append(at, i)
+	}
+	p.mu.Lock()
+	for _, m := range send {
+		p.counts[m.ID]++
+	}
+	p.mu.Unlock()
+	for j, r := range p.inner.Publish(ctx, send) {
+		res[at[j]] = r
+		if o, ok := overrides[at[j]]; ok {
+			res[at[j]] = o
+		}
+	}
+	return res
+}
+
+func (p *countingPublisher) Close() error { return p.inner.Close() }
+
+func (p *countingPublisher) count(id string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.counts[id]
+}
+
+func waitFor(t *testing.T, d time.Duration, cond func() bool, why func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not reached within %s: %s", d, why())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func fastRetry() ferry.RetryPolicy {
+	return ferry.ExponentialBackoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond, MaxAttempts: 50}
+}
+
+func TestRelayFourRelaysDrainTwentyThousand(t *testing.T) {
+	for _, kind := range testsvc.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			b := setupRelay(t, kind)
+			const total = 20000
+			ids := b.enqueue(t, total, func(i int) string { return fmt.Sprint(i % 997) })
+			pubs := make([]*countingPublisher, 4)
+			relays := make([]*ferry.Relay, 4)
+			for i := range relays {
+				pubs[i] = b.publisher(t)
+				relays[i] = b.relay(t, pubs[i], &ferry.RelayConfig{BatchSize: 100, PollInterval: 20 * time.Millisecond})
+			}
+			st := b.waitSettled(t, 3*time.Minute)
+			require.Zero(t, st.Dead)
+			var confirmed, fenced int64
+			for _, r := range relays {
+				require.NoError(t, r.Stop(b.ctx))
+				s := r.Stats()
+				confirmed += s.Confirmed
+				fenced += s.Fenced
+				require.Zero(t, s.Unknown+s.Returned+s.Rejected+s.Duplicates, "no fault, no retry: %+v", s)
+			}
+			require.Equal(t, int64(total), confirmed)
+			require.Zero(t, fenced)
+			for _, id := range ids {
+				n := 0
+				for _, p := range pubs {
+					n += p.count(id)
+				}
+				require.Equal(t, 1, n, "event %s handed to the broker %d times", id, n)
+			}
+			got := b.read(t, total)
+			require.Len(t, got, total)
+			seen := make(map[string]bool, total)
+			for _, m := range got {
+				require.False(t, seen[m.ID], "duplicate message %s in the stream", m.ID)
+				seen[m.ID] = true
+			}
+			for _, id := range ids {
+				require.True(t, seen[id], "event %s lost", id)
+			}
+		})
+	}
+}
+
+func TestRelayLateMarkIsFenced(t *testing.T) {
+	for _, kind := range testsvc.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			b := setupRelay(t, kind)
+			id := b.enqueue(t, 1, func(int) string { return "1" })[0]
+
+			// Relay A publishes, then stalls before recording the outcome
+			// (as a process paused with SIGSTOP would) past its lease.
+			paused, resume := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			relayA := b.relay(t, b.publisher(t), &ferry.RelayConfig{
+				Lease: 500 * time.Millisecond, PublishTimeout: 400 * time.Millisecond, SweepInterval: -1,
+				FaultPoint: func(ctx context.Context, point string) error {
+					if point == ferry.FaultAfterPublish {
+						once.Do(func() { close(paused); <-resume })
+					}
+					return nil
+				},
+			})
+			<-paused
+			// Relay B sweeps the expired lease, publishes again and marks it.
+			relayB := b.relay(t, b.publisher(t), &ferry.RelayConfig{
+				SweepInterval: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond, Retry: fastRetry(),
+			})
+			waitFor(t, 30*time.Second, func() bool { return relayB.Stats().Confirmed == 1 },
+				func() string { return fmt.Sprintf("B: %+v", relayB.Stats()) })
+			rowB, err := b.st.Driver.Get(b.ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, ferrytype.StatusSent, rowB.Status)
+
+			close(resume)
+			waitFor(t, 10*time.Second, func() bool { return relayA.Stats().Fenced == 1 },
+				func() string { return fmt.Sprintf("A: %+v", relayA.Stats()) })
+			require.Zero(t, relayA.Stats().Confirmed, "A's late mark changed nothing")
+			row, err := b.st.Driver.Get(b.ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, rowB.SentAt, row.SentAt, "B's outcome stands")
+			require.Equal(t, 2, row.Attempt)
+			require.Equal(t, int64(1), relayB.Stats().Duplicates, "JetStream reports B's publish as the duplicate it is")
+			got := b.read(t, 1)
+			require.Len(t, got, 1)
+			require.Equal(t, id, got[0].ID)
+		})
+	}
+}
+
+func TestRelayCrashWindows(t *testing.T) {
+	cases := []struct {
+		point     string
+		hits      int64 // the point is reached once per batch or once per message
+		duplicate bool  // the broker got the event twice
+	}{
+		{ferry.FaultAfterClaim, 1, false},
+		{ferry.FaultAfterPublish, 1, true},
+		{ferry.FaultLoseConfirm, 10, true},
+	}
+	for _, kind := range testsvc.Kinds {
+		for _, c := range cases {
+			t.Run(kind+"/"+c.point, func(t *testing.T) {
+				b := setupRelay(t, kind)
+				ids := b.enqueue(t, 10, func(i int) string { return fmt.Sprint(i) })
+				var hit atomic.Int64
+				pub := b.publisher(t)
+				// One lane: the first claim takes all ten events, so the
+				// one injected batch crash hits every event.
+				r := b.relay(t, pub, &ferry.RelayConfig{
+					Lanes: 1, Lease: 400 * time.Millisecond, PublishTimeout: 300 * time.Millisecond,
+					SweepInterval: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond, Retry: fastRetry(),
+					FaultPoint: func(ctx context.Context, point string) error {
+						if point == c.point && hit.Add(1) <= c.hits {
+							return errors.New("injected crash")
+						}
+						return nil
+					},
+				})
+				b.waitSettled(t, time.Minute)
+				require.NoError(t, r.Stop(b.ctx))
+				st := r.Stats()
+				require.Equal(t, int64(10), st.Confirmed)
+				wantDup := int64(0)
+				if c.duplicate {
+					wantDup = 10
+				}
+				require.Equal(t, wantDup, st.Duplicates, "duplicates reported by JetStream: %+v", st)
+				got := b.read(t, 10)
+				require.Len(t, got, 10, "the stream holds each event once")
+				for i, id := range ids {
+					row, err := b.st.Driver.Get(b.ctx, id)
+					require.NoError(t, err)
+					require.Equal(t, ferrytype.StatusSent, row.Status)
+					require.Equal(t, 2, row.Attempt, "event %d: one crashed attempt, one good one", i)
+					want := 1
+					if c.duplicate {
+						want = 2
+					}
+					require.Equal(t, want, pub.count(id), "publishes of event %d with id %s", i, id)
+				}
+			})
+		}
+	}
+}
+
+func TestRelayOrderedUnderFailures(t *testing.T) {
+	for _, kind := range testsvc.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			b := setupRelay(t, kind)
+			const aggregates, perAggregate = 1000, 10
+			// Events of one aggregate are enqueued in separate
+			// transactions, interleaved with other aggregates.
+			b.enqueue(t, aggregates*perAggregate, func(i int) string { return fmt.Sprint(i % aggregates) })
+			var relays []*ferry.Relay
+			var injected atomic.Int64
+			for i := 0; i < 4; i++ {
+				pub := b.publisher(t)
+				pub.inject = func(m *ferrytype.Message) (ferrytype.PublishResult, bool, bool) {
+					switch n := rand.IntN(100); {
+					case n < 5: // refused before it reached the broker
+						injected.Add(1)
+						return ferrytype.Rejected(errors.New("injected reject")), true, true
+					case n < 10: // stored by the broker, confirm lost
+						injected.Add(1)
+						return ferrytype.Unknown(errors.New("injected lost confirm")), false, true
+					}
+					return ferrytype.PublishResult{}, false, false
+				}
+				relays = append(relays, b.relay(t, pub, &ferry.RelayConfig{
+					Ordered: true, BatchSize: 200, PollInterval: 10 * time.Millisecond, Retry: fastRetry(),
+				}))
+			}
+			st := b.waitSettled(t, 3*time.Minute)
+			require.Zero(t, st.Dead)
+			for _, r := range relays {
+				require.NoError(t, r.Stop(b.ctx))
+			}
+			require.Positive(t, injected.Load(), "faults were injected")
+			got := b.read(t, aggregates*perAggregate)
+			require.Len(t, got, aggregates*perAggregate)
+			last := map[string]int64{}
+			for _, m := range got {
+				require.Greater(t, m.Sequence, last[m.AggregateID],
+					"aggregate %s: event %d published after event %d", m.AggregateID, m.Sequence, last[m.AggregateID])
+				last[m.AggregateID] = m.Sequence
+			}
+			require.Len(t, last, aggregates)
+			for agg, seq := range last {
+				require.Equal(t, int64(perAggregate), seq, "aggregate %s", agg)
+			}
+		})
+	}
+}
+
+func TestRelayDeadAfterMaxAttempts(t *testing.T) {
+	b := setupRelay(t, "sqlite")
+	tx, err := b.st.DB.BeginTx(b.ctx, nil)
+	require.NoError(t, err)
+	ids, err := b.ob.EnqueueTx(b.ctx, tx, ferry.Event{Type: "Lost", Payload: json.RawMessage(`{}`), Destination: testsvc.Name("nowhere") + ".x"})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	r := b.relay(t, b.publisher(t), &ferry.RelayConfig{
+		PollInterval: 10 * time.Millisecond,
+		Retry:        ferry.ExponentialBackoff{Initial: time.Millisecond, MaxAttempts: 3},
+	})
+	waitFor(t, 30*time.Second, func() bool { return r.Stats().Dead == 1 }, func() string { return fmt.Sprintf("%+v", r.Stats()) })
+	row, err := b.st.Driver.Get(b.ctx, ids[0])
+	require.NoError(t, err)
+	require.Equal(t, ferrytype.StatusDead, row.Status)
+	require.Equal(t, 3, row.Attempt)
+	require.Contains(t, row.LastError, "attempt 3: returned")
+	st := r.Stats()
+	require.Equal(t, int64(3), st.Returned)
+	require.Equal(t, int64(2), st.Retried)
+	require.Zero(t, st.Confirmed)
+}
+
+func TestRelayStopFinishesInFlightBatch(t *testing.T) {
+	b := setupRelay(t, "sqlite")
+	id := b.enqueue(t, 1, func(int) string { return "1" })[0]
+	claimed, stopCalled := make(chan struct{}), make(chan struct{})
+	r, err := ferry.NewRelay(b.st.Driver, b.publisher(t), &ferry.RelayConfig{
+		FaultPoint: func(ctx context.Context, point string) error {
+			if point == ferry.FaultAfterClaim {
+				close(claimed)
+				<-stopCalled
+			}
+			return nil
+		},
+	})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(b.ctx))
+	<-claimed
+	stopped := make(chan error)
+	go func() { stopped <- r.Stop(b.ctx) }()
+	close(stopCalled)
+	require.NoError(t, <-stopped)
+	row, err := b.st.Driver.Get(b.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, ferrytype.StatusSent, row.Status, "Stop waited for the claimed batch to be published and marked")
+	require.NoError(t, r.Stop(b.ctx), "stopping twice is safe")
+	require.ErrorIs(t, r.Start(b.ctx), ferry.ErrClosed)
+}
+
+func TestRelayRetentionPurgesSentRowsOnly(t *testing.T) {
+	b := setupRelay(t, "sqlite")
+	ids := b.enqueue(t, 5, func(i int) string { return fmt.Sprint(i) })
+	tx, err := b.st.DB.BeginTx(b.ctx, nil)
+	require.NoError(t, err)
+	later, err := b.ob.EnqueueTx(b.ctx, tx, ferry.Event{Type: "Later", Payload: json.RawMessage(`{}`), Delay: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	r := b.relay(t, b.publisher(t), &ferry.RelayConfig{
+		PollInterval: 10 * time.Millisecond, Retention: time.Millisecond, PurgeInterval: 10 * time.Millisecond, PurgeBatch: 2,
+	})
+	waitFor(t, 30*time.Second, func() bool { return r.Stats().Purged == 5 }, func() string { return fmt.Sprintf("%+v", r.Stats()) })
+	for _, id := range ids {
+		_, err := b.st.Driver.Get(b.ctx, id)
+		require.ErrorIs(t, err, ferrytype.ErrNotFound)
+	}
+	row, err := b.st.Driver.Get(b.ctx, later[0])
+	require.NoError(t, err)
+	require.Equal(t, ferrytype.StatusNew, row.Status, "a pending event is never purged")
+}
+
+// countingStore counts claims and signals each one.
+type countingStore struct {
+	ferrystore.Driver[*sql.Tx]
+	claims chan time.Time
+}
+
+func (s *countingStore) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype.Message, error) {
+	select {
+	case s.claims <- time.Now():
+	default:
+	}
+	return s.Driver.Claim(ctx, p)
+}
+
+func TestRelayIdlePollsOncePerInterval(t *testing.T) {
+	b := setupRelay(t, "sqlite")
+	cs := &countingStore{Driver: b.st.Driver, claims: make(chan time.Time, 100)}
+	const interval = 40 * time.Millisecond
+	r, err := ferry.NewRelay(cs, b.publisher(t), &ferry.RelayConfig{Lanes: 8, PollInterval: interval, DisableListen: true})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(b.ctx))
+	defer r.Stop(b.ctx)
+	first := <-cs.claims // the look at start
+	var lastAt time.Time
+	for i := 0; i < 10; i++ {
+		lastAt = <-cs.claims
+	}
+	// Ten more claims by eight idle lanes took at least ten intervals
+	// (less a margin for ticker jitter): one query per interval.
+	require.GreaterOrEqual(t, lastAt.Sub(first), 9*interval, "idle lanes poll more than once per interval")
+}
+
+func TestRelayWakesOnEnqueueBeforeCommit(t *testing.T) {
+	b := setupRelay(t, "sqlite")
+	wake := ferry.NewWakeup()
+	ob, err := ferry.NewOutbox(b.st.Driver, &ferry.OutboxConfig{Wakeup: wake})
+	require.NoError(t, err)
+	r := b.relay(t, b.publisher(t), &ferry.RelayConfig{PollInterval: time.Hour, Wakeup: wake})
+	tx, err := b.st.DB.BeginTx(b.ctx, nil)
+	require.NoError(t, err)
+	_, err = ob.EnqueueTx(b.ctx, tx, ferry.Event{Type: "T", Payload: json.RawMessage(`{}`), Destination: b.subject})
+	require.NoError(t, err)
+	// The ring came before the commit; the relay's first look finds
+	// nothing and it looks again shortly after.
+	time.Sleep(30 * time.Millisecond) //nolint:forbidigo // delays the commit on purpose: the window under test
+	require.NoError(t, tx.Commit())
+	waitFor(t, 5*time.Second, func() bool { return r.Stats().Confirmed == 1 }, func() string { return fmt.Sprintf("%+v", r.Stats()) })
+}
+
+func TestRelayWakesOnPostgresNotify(t *testing.T) {
+	b := setupRelay(t, "postgres")
+	r := b.relay(t, b.publisher(t), &ferry.RelayConfig{PollInterval: time.Hour})
+	for i := 1; i <= 3; i++ {
+		b.enqueue(t, 1, func(int) string { return "1" })
+		waitFor(t, 5*time.Second, func() bool { return r.Stats().Confirmed == int64(i) },
+			func() string { return fmt.Sprintf("%+v", r.Stats()) })
+	}
+}

@@ -1,0 +1,72 @@
+package ferry
+
+import (
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+// RetryPolicy decides what happens to an event whose publish attempt did
+// not end confirmed: an unknown, returned or rejected outcome, or a lease
+// that expired mid-attempt.
+type RetryPolicy interface {
+	// Next is called after attempt number attempts (1 for the first) ended
+	// with res. It returns how long to wait before the next attempt, or
+	// dead=true to give up and move the event to DEAD.
+	Next(attempts int, res ferrytype.PublishResult) (delay time.Duration, dead bool)
+}
+
+// ExponentialBackoff is the default RetryPolicy: the delay doubles from
+// Initial up to Max, with random jitter, and the event goes DEAD after
+// MaxAttempts attempts. Zero fields take their defaults.
+type ExponentialBackoff struct {
+	// Initial is the delay after the first failed attempt. Default 1s.
+	Initial time.Duration
+	// Max caps the delay. Default 5m.
+	Max time.Duration
+	// Multiplier grows the delay per attempt. Default 2.
+	Multiplier float64
+	// Jitter spreads each delay uniformly by ±Jitter×delay. Default 0.2;
+	// negative means none.
+	Jitter float64
+	// MaxAttempts is the number of attempts before the event goes DEAD.
+	// Default 20 (about an hour and a quarter with the other defaults).
+	MaxAttempts int
+}
+
+// Next implements RetryPolicy.
+func (b ExponentialBackoff) Next(attempts int, _ ferrytype.PublishResult) (time.Duration, bool) {
+	b = b.withDefaults()
+	if attempts >= b.MaxAttempts {
+		return 0, true
+	}
+	d := float64(b.Initial) * math.Pow(b.Multiplier, float64(max(attempts-1, 0)))
+	if d > float64(b.Max) || math.IsInf(d, 0) || math.IsNaN(d) {
+		d = float64(b.Max)
+	}
+	if b.Jitter > 0 {
+		d *= 1 + b.Jitter*(2*rand.Float64()-1)
+	}
+	return time.Duration(d), false
+}
+
+func (b ExponentialBackoff) withDefaults() ExponentialBackoff {
+	if b.Initial <= 0 {
+		b.Initial = time.Second
+	}
+	if b.Max <= 0 {
+		b.Max = 5 * time.Minute
+	}
+	if b.Multiplier < 1 {
+		b.Multiplier = 2
+	}
+	if b.Jitter == 0 {
+		b.Jitter = 0.2
+	}
+	if b.MaxAttempts <= 0 {
+		b.MaxAttempts = 20
+	}
+	return b
+}
