@@ -186,4 +186,3 @@ func (o *Outbox[TTx]) prepare(ctx context.Context, ev *Event) error {
 
 // Store returns the outbox's store.
 func (o *Outbox[TTx]) Store() ferrystore.Store { return o.driver }
-

@@ -191,10 +191,6 @@ type Relay struct {
 	kick      chan struct{} // one token wakes one lane
 	lastRing  atomic.Int64  // unix nanos of the last wake-up signal
 	missDelay atomic.Int64  // next re-poll delay after a signalled miss
-	busy      atomic.Int64  // lanes inside a cycle
-	claimSeq  atomic.Int64  // numbers claims in start order
-	lastEmpty atomic.Int64  // claimSeq of the latest claim that found nothing
-	lastFull  atomic.Int64  // claimSeq of the latest claim that found events
 }
 
 // NewRelay returns a relay from store to pub. Call Start to run it.
@@ -330,57 +326,57 @@ func (r *Relay) Run(ctx context.Context) error {
 
 // DrainResult describes the table when Drain returned.
 type DrainResult struct {
-	// Stats is the table after the last claim found nothing. Its Ready
-	// count is not always zero: in ordered mode, events held back by an
-	// earlier DEAD event of their aggregate stay ready but unclaimable.
 	Stats ferrystore.Stats
 }
 
-// Drain runs the relay until a claim finds nothing to publish and no event
-// is being published, then stops it. Events waiting for a later retry (and
-// DEAD ones) are left; DrainResult says how many. It is meant for scripts
-// and cron jobs; a daemon uses Run.
+// ErrDrainIncomplete is returned by Drain when its context ended while
+// events were still NEW or SENDING.
+var ErrDrainIncomplete = errors.New("ferry: drain incomplete: events still pending")
+
+// Drain runs the relay until no event is NEW or SENDING (every event is
+// SENT or DEAD), then stops it. Delayed events and events waiting for a
+// retry are waited for; so are, in ordered mode, events held back by a DEAD
+// event of their aggregate, which cannot progress: bound the wait with ctx.
+// When ctx ends first, Drain stops the relay and returns an error wrapping
+// ErrDrainIncomplete with what is left. It is meant for scripts, cron jobs
+// and tests; a daemon uses Run.
 func (r *Relay) Drain(ctx context.Context) (DrainResult, error) {
 	if err := r.Start(ctx); err != nil {
 		return DrainResult{}, err
 	}
 	tick := time.NewTicker(min(r.cfg.PollInterval, 100*time.Millisecond))
 	defer tick.Stop()
-	var res DrainResult
-	var err error
-	for {
+	var (
+		res DrainResult
+		err error
+	)
+	for done := false; !done; {
 		select {
 		case <-ctx.Done():
-			err = ctx.Err()
+			done = true
 		case <-tick.C:
-			if r.busy.Load() > 0 || r.lastEmpty.Load() <= r.lastFull.Load() {
-				r.kickOne()
-				continue
-			}
-			var st ferrystore.Stats
-			if st, err = r.store.Stats(ctx); err == nil && st.Sending > 0 {
-				r.kickOne()
+			st, serr := r.store.Stats(ctx)
+			if serr != nil {
+				r.log.Warn("drain: stats failed", "error", serr)
 				continue
 			}
 			res.Stats = st
+			done = st.New == 0 && st.Sending == 0
 		}
-		break
 	}
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout+5*time.Second)
 	defer cancel()
-	if serr := r.Stop(stopCtx); err == nil {
+	if serr := r.Stop(stopCtx); serr != nil {
 		err = serr
 	}
-	return res, err
-}
-
-func storeMax(v *atomic.Int64, n int64) {
-	for {
-		old := v.Load()
-		if n <= old || v.CompareAndSwap(old, n) {
-			return
-		}
+	if st, serr := r.store.Stats(context.WithoutCancel(ctx)); serr == nil {
+		res.Stats = st
 	}
+	if res.Stats.New > 0 || res.Stats.Sending > 0 {
+		err = errors.Join(fmt.Errorf("%w: %d new, %d sending, %d dead", ErrDrainIncomplete,
+			res.Stats.New, res.Stats.Sending, res.Stats.Dead), ctx.Err(), err)
+	}
+	return res, err
 }
 
 func (r *Relay) kickOne() {
@@ -533,12 +529,9 @@ func (r *Relay) maybeRepoll() {
 // cycle claims one batch, publishes it and records the outcomes. It
 // returns the number of events claimed.
 func (r *Relay) cycle() (int, error) {
-	r.busy.Add(1)
-	defer r.busy.Add(-1)
 	ctx := r.workCtx
 	token := sqlutil.NewToken()
 	start := time.Now()
-	seq := r.claimSeq.Add(1)
 	msgs, err := r.store.Claim(ctx, ferrystore.ClaimParams{
 		Limit: r.cfg.BatchSize, Token: token, Lease: r.cfg.Lease, Ordered: r.cfg.Ordered,
 	})
@@ -546,10 +539,8 @@ func (r *Relay) cycle() (int, error) {
 		return 0, err
 	}
 	if len(msgs) == 0 {
-		storeMax(&r.lastEmpty, seq)
 		return 0, nil
 	}
-	storeMax(&r.lastFull, seq)
 	leaseEnd := start.Add(r.cfg.Lease)
 	r.c.claims.Add(1)
 	r.c.claimed.Add(int64(len(msgs)))

@@ -64,6 +64,8 @@ func (b ExponentialBackoff) withDefaults() ExponentialBackoff {
 	}
 	if b.Jitter == 0 {
 		b.Jitter = 0.2
+	} else if b.Jitter < 0 {
+		b.Jitter = 0
 	}
 	if b.MaxAttempts <= 0 {
 		b.MaxAttempts = 20

@@ -60,8 +60,8 @@ type queries struct {
 	t, seq string // quoted names
 
 	claimSelect, claimSelectOrdered, claimUpdate, orderCheck string
-	markSent, markFailed, expired, purge, stats               string
-	seqUpsert                                                 string
+	markSent, markFailed, expired, purge, stats              string
+	seqUpsert                                                string
 }
 
 // New returns a store on db, a pool the caller opened with

@@ -61,7 +61,7 @@ type queries struct {
 	t, seq string
 
 	claim, claimOrdered, markSent, markFailed, expired, purge, stats string
-	seqUpsert, insertHead                                          string
+	seqUpsert, insertHead                                            string
 }
 
 // Store is a PostgreSQL outbox used through pgx. It implements

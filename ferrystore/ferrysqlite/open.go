@@ -27,8 +27,15 @@ func DSN(rawURL string) (dsn string, memory bool, err error) {
 		return "", false, fmt.Errorf("%w: database URL %q: want sqlite:///path/file.db", ferrytype.ErrInvalidConfig, rawURL)
 	}
 	path := u.Opaque
-	if path == "" {
+	switch {
+	case path != "":
+	case u.Host != "": // sqlite://relative/file.db
 		path = u.Host + u.Path
+	default: // sqlite:///absolute/file.db, also with extra slashes
+		path = u.Path
+		if strings.HasPrefix(path, "/") {
+			path = "/" + strings.TrimLeft(path, "/")
+		}
 	}
 	if path == "" {
 		return "", false, fmt.Errorf("%w: database URL %q has no file path", ferrytype.ErrInvalidConfig, rawURL)

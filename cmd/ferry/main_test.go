@@ -1,0 +1,255 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
+	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/fault"
+	"github.com/ferrydev/ferry/internal/testsvc"
+)
+
+// The test binary doubles as the ferry binary, so that tests can run the
+// CLI as a real child process and kill it.
+const envExecMain = "FERRY_TEST_EXEC_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envExecMain) == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func ferryCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// child starts the ferry CLI as a separate process.
+func child(t *testing.T, env []string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(append(os.Environ(), envExecMain+"=1"), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	return cmd, &out
+}
+
+func TestDemoPasses(t *testing.T) {
+	code, out, errOut := ferryCLI(t, "demo", "--orders", "60")
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	require.Contains(t, out, "verdict: OK")
+	require.Contains(t, out, "lost 0, stored twice 0, unexpected 0, out of order 0")
+}
+
+func TestUsageErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"NoDatabaseURL", []string{"migrate"}, "no database URL"},
+		{"UnknownScheme", []string{"migrate", "--database-url", "oracle://u:pw@h/db"}, "unknown scheme"},
+		{"BadTableName", []string{"migrate", "--database-url", "sqlite:///" + t.TempDir() + "/x.db", "--table", "x;drop table y"}, "invalid identifier"},
+		{"BadFlag", []string{"relay", "--batch-size", "many"}, "invalid argument"},
+		{"BadBatchSize", []string{"relay", "--database-url", "sqlite:///" + t.TempDir() + "/x.db", "--broker-url",
+			testsvc.EmbeddedNATS(t).ConnectedUrl(), "--batch-size", "0"}, "--batch-size must be positive"},
+		{"PublishTimeoutOverLease", []string{"relay", "--database-url", "sqlite:///" + t.TempDir() + "/x.db", "--broker-url",
+			testsvc.EmbeddedNATS(t).ConnectedUrl(), "--lease", "1s", "--publish-timeout", "2s"}, "PublishTimeout 2s must be shorter than Lease 1s"},
+		{"BadCrashPoint", []string{"relay", "--database-url", "sqlite:///" + t.TempDir() + "/x.db"}, "FERRY_CRASH_POINT"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.name == "BadCrashPoint" {
+				t.Setenv(fault.EnvCrashPoint, "relay.after-claim:zero")
+			}
+			code, _, errOut := ferryCLI(t, c.args...)
+			require.Equal(t, exitUsage, code, errOut)
+			require.Contains(t, errOut, c.want)
+		})
+	}
+}
+
+func TestUnreachableDatabaseIsAClearErrorWithoutThePassword(t *testing.T) {
+	for _, url := range []string{
+		"mysql://root:s3cr3tpw@127.0.0.1:1/test?timeout=2s",
+		"postgres://postgres:s3cr3tpw@127.0.0.1:1/test?connect_timeout=2",
+	} {
+		code, _, errOut := ferryCLI(t, "relay", "--database-url", url, "--broker-url", "nats://127.0.0.1:4222")
+		require.Equal(t, exitFailed, code, errOut)
+		require.Contains(t, errOut, "127.0.0.1:1")
+		require.NotContains(t, errOut, "s3cr3tpw")
+	}
+}
+
+func TestRelayLogsRedactBrokerPassword(t *testing.T) {
+	code, _, errOut := ferryCLI(t, "relay", "--database-url", "sqlite:///"+t.TempDir()+"/x.db",
+		"--broker-url", "nats://user:s3cr3tpw@127.0.0.1:1")
+	require.Equal(t, exitFailed, code)
+	require.Contains(t, errOut, "127.0.0.1:1")
+	require.NotContains(t, errOut, "s3cr3tpw")
+}
+
+func TestMigratePrintsSQL(t *testing.T) {
+	code, out, errOut := ferryCLI(t, "migrate", "--print", "--database-url", "sqlite:///"+t.TempDir()+"/x.db", "--table", "my_outbox")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, `CREATE TABLE IF NOT EXISTS "my_outbox"`)
+}
+
+// The seed article's own SQL, run verbatim on MariaDB against the table
+// `ferry migrate` created, is delivered by `ferry relay`.
+func TestSeedInsertIsDelivered(t *testing.T) {
+	admin := testsvc.MySQL(t)
+	ctx := testsvc.Context(t, 2*time.Minute)
+	dbName := testsvc.Name("ferry_seed_")
+	_, err := admin.ExecContext(ctx, "CREATE DATABASE "+dbName)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = admin.Exec("DROP DATABASE " + dbName) })
+	dbURL := strings.Replace(testsvc.URL(testsvc.EnvMySQL), "/test", "/"+dbName, 1)
+
+	code, out, errOut := ferryCLI(t, "migrate", "--database-url", dbURL)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "outbox_event is up to date")
+
+	cfg, err := ferrymysql.ParseURL(dbURL)
+	require.NoError(t, err)
+	cfg.InterpolateParams = false // the seed's statements, as a mysql client sends them
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	require.NoError(t, err)
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	for _, stmt := range []string{
+		"CREATE TABLE purchase_order (\nid BIGINT PRIMARY KEY,\nstatus VARCHAR(16) NOT NULL\n) ENGINE=InnoDB",
+		"START TRANSACTION",
+		"INSERT INTO purchase_order VALUES(42,'NEW')",
+		"INSERT INTO outbox_event\n(event_id,aggregate_id,event_type,payload,status,available_at,created_at)\nVALUES\n" +
+			"('order-42-created-v1',42,'OrderCreated',\nJSON_OBJECT('orderId',42,'version',1),'NEW',NOW(6),NOW(6))",
+		"COMMIT",
+	} {
+		_, err := conn.ExecContext(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+
+	nc := testsvc.EmbeddedNATS(t)
+	stream := testsvc.Name("SEED_")
+	code, out, errOut = ferryCLI(t, "relay", "--drain", "--database-url", dbURL, "--broker-url", nc.ConnectedUrl(),
+		"--stream", stream, "--subjects", "OrderCreated", "--declare", "--poll-interval", "50ms")
+	require.Equal(t, exitOK, code, "%s\n%s", out, errOut)
+	require.Contains(t, out, "1 published")
+	got := testsvc.ReadStream(t, nc, stream, 1, 30*time.Second)
+	require.Len(t, got, 1)
+	require.Equal(t, "order-42-created-v1", got[0].ID)
+	require.Equal(t, "OrderCreated", got[0].Subject, "no destination: the event type is the subject")
+	require.Equal(t, "42", got[0].AggregateID)
+	require.JSONEq(t, `{"orderId":42,"version":1}`, string(got[0].Data))
+}
+
+// A relay process killed with SIGKILL at a crash point loses nothing: the
+// next relay publishes every event, with the same ids; the broker reports
+// the ones the dead relay had already published as duplicates.
+func TestRelayProcessKilledAtCrashPoint(t *testing.T) {
+	for _, kind := range []string{"mysql", "postgres"} {
+		for _, c := range []struct {
+			point     string
+			duplicate bool
+		}{
+			{ferry.FaultAfterClaim, false},
+			{ferry.FaultAfterPublish, true},
+		} {
+			t.Run(kind+"/"+c.point, func(t *testing.T) {
+				st := testsvc.Store(t, kind)
+				ctx := testsvc.Context(t, 2*time.Minute)
+				ob, err := ferry.NewOutbox(st.Driver, nil)
+				require.NoError(t, err)
+				nc := testsvc.NATS(t)
+				stream, prefix := testsvc.JetStreamStream(t, nc)
+				const total = 50
+				tx, err := st.DB.BeginTx(ctx, nil)
+				require.NoError(t, err)
+				events := make([]ferry.Event, total)
+				for i := range events {
+					events[i] = ferry.Event{AggregateType: "order", AggregateID: fmt.Sprint(i), Type: "OrderPaid",
+						Payload: json.RawMessage(`{}`), Destination: prefix + ".paid"}
+				}
+				ids, err := ob.EnqueueTx(ctx, tx, events...)
+				require.NoError(t, err)
+				require.NoError(t, tx.Commit())
+
+				dbURL := testsvc.URL(testsvc.EnvMySQL)
+				if kind == "postgres" {
+					dbURL = testsvc.URL(testsvc.EnvPostgres)
+				}
+				args := []string{"relay", "--database-url", dbURL, "--table", st.Driver.Table(),
+					"--broker-url", testsvc.URL(testsvc.EnvNATS), "--stream", stream, "--lanes", "1",
+					"--lease", "1s", "--publish-timeout", "800ms", "--retry-initial", "10ms"}
+				cmd, out := child(t, []string{fault.EnvCrashPoint + "=" + c.point}, args...)
+				err = cmd.Wait()
+				var ee *exec.ExitError
+				require.True(t, errors.As(err, &ee), "the relay must die: %v\n%s", err, out)
+				ws := ee.Sys().(syscall.WaitStatus)
+				require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "killed by SIGKILL: %v\n%s", ws, out)
+				stats, err := st.Driver.Stats(ctx)
+				require.NoError(t, err)
+				require.Equal(t, int64(total), stats.Sending, "the dead relay's claim holds every event")
+
+				cmd, out = child(t, nil, append(args, "--drain")...)
+				require.NoError(t, cmd.Wait(), out.String())
+				dups := 0
+				if c.duplicate {
+					dups = total
+				}
+				require.Contains(t, out.String(), fmt.Sprintf("%d published (%d duplicates dropped by the broker)", total, dups))
+				require.Contains(t, out.String(), "left: 0 new, 0 sending, 0 dead")
+				got := testsvc.ReadStream(t, nc, stream, total, 30*time.Second)
+				require.Len(t, got, total)
+				for i, id := range ids {
+					row, err := st.Driver.Get(ctx, id)
+					require.NoError(t, err)
+					require.Equal(t, ferrytype.StatusSent, row.Status, "event %d", i)
+					require.Equal(t, 2, row.Attempt, "event %d", i)
+				}
+				_ = ferrystore.Stats{}
+			})
+		}
+	}
+}
+
+func TestDrainTimeoutExitsIncomplete(t *testing.T) {
+	dir := t.TempDir()
+	dbURL := "sqlite:///" + filepath.Join(dir, "x.db")
+	code, _, errOut := ferryCLI(t, "migrate", "--database-url", dbURL)
+	require.Equal(t, exitOK, code, errOut)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "x.db"))
+	require.NoError(t, err)
+	defer db.Close()
+	// An event for a subject no stream takes: returned, retried, pending.
+	_, err = db.Exec(`INSERT INTO outbox_event (event_id, aggregate_id, event_type, payload) VALUES ('e1', '1', 'Nowhere', '{}')`)
+	require.NoError(t, err)
+	code, out, errOut := ferryCLI(t, "relay", "--drain", "--drain-timeout", "1s", "--database-url", dbURL,
+		"--broker-url", testsvc.EmbeddedNATS(t).ConnectedUrl(), "--retry-initial", "10ms", "--poll-interval", "20ms")
+	require.Equal(t, exitIncomplete, code, "%s\n%s", out, errOut)
+	require.Contains(t, errOut, "drain incomplete")
+	require.Contains(t, out, "left: 1 new")
+	_ = context.Background
+}

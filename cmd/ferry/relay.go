@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/internal/fault"
+	"github.com/ferrydev/ferry/internal/open"
+)
+
+type relayFlags struct {
+	brokerURL       string
+	batchSize       int
+	lanes           int
+	ordered         bool
+	pollInterval    time.Duration
+	lease           time.Duration
+	publishTimeout  time.Duration
+	maxAttempts     int
+	retryInitial    time.Duration
+	retryMax        time.Duration
+	retention       time.Duration
+	stream          string
+	subjects        string
+	declare         bool
+	drain           bool
+	drainTimeout    time.Duration
+	shutdownTimeout time.Duration
+}
+
+func newRelay(g *globals) *cobra.Command {
+	f := &relayFlags{}
+	cmd := &cobra.Command{
+		Use:   "relay",
+		Short: "Publish outbox events to the broker until stopped",
+		Long: `Claims NEW events from the outbox table in batches, publishes them to the broker,
+and marks each SENT only when the broker confirmed it. Run as many relays as you
+like on one table. SIGTERM or SIGINT stops taking new batches, finishes the
+batches in flight (publish and outcome), and exits. With --drain the relay
+exits by itself once no event is ready and none is being sent.
+
+An event goes to its destination, or to its event type when it has none (NATS
+subject). With --stream the relay checks that the JetStream stream exists (and
+lists --subjects); with --declare it creates or updates it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runRelay(cmd, g, f) },
+	}
+	fl := cmd.Flags()
+	envString(fl, &f.brokerURL, "broker-url", "FERRY_BROKER_URL", "", "broker URL: nats://user:pass@host:4222")
+	fl.IntVar(&f.batchSize, "batch-size", 100, "events per claim")
+	bindEnv(fl, "batch-size", "FERRY_BATCH_SIZE")
+	fl.IntVar(&f.lanes, "lanes", 2, "concurrent claim→publish→mark loops")
+	bindEnv(fl, "lanes", "FERRY_LANES")
+	fl.BoolVar(&f.ordered, "ordered", false, "publish each aggregate's events one at a time, in order")
+	bindEnv(fl, "ordered", "FERRY_ORDERED")
+	fl.DurationVar(&f.pollInterval, "poll-interval", time.Second, "how often an idle relay looks for events")
+	bindEnv(fl, "poll-interval", "FERRY_POLL_INTERVAL")
+	fl.DurationVar(&f.lease, "lease", 30*time.Second, "how long a claim holds its events")
+	bindEnv(fl, "lease", "FERRY_LEASE")
+	fl.DurationVar(&f.publishTimeout, "publish-timeout", 10*time.Second, "bound on one batch's publish and confirms (< lease)")
+	bindEnv(fl, "publish-timeout", "FERRY_PUBLISH_TIMEOUT")
+	fl.IntVar(&f.maxAttempts, "max-attempts", 20, "attempts before an event goes DEAD")
+	bindEnv(fl, "max-attempts", "FERRY_MAX_ATTEMPTS")
+	fl.DurationVar(&f.retryInitial, "retry-initial", time.Second, "delay after the first failed attempt (doubles, with jitter)")
+	bindEnv(fl, "retry-initial", "FERRY_RETRY_INITIAL")
+	fl.DurationVar(&f.retryMax, "retry-max", 5*time.Minute, "longest delay between attempts")
+	bindEnv(fl, "retry-max", "FERRY_RETRY_MAX")
+	fl.DurationVar(&f.retention, "retention", 0, "delete SENT events older than this (0 keeps them)")
+	bindEnv(fl, "retention", "FERRY_RETENTION")
+	envString(fl, &f.stream, "stream", "FERRY_NATS_STREAM", "", "JetStream stream to verify (or declare)")
+	envString(fl, &f.subjects, "subjects", "FERRY_NATS_SUBJECTS", "", "comma-separated subjects of --stream")
+	fl.BoolVar(&f.declare, "declare", false, "create or update --stream with --subjects at start")
+	bindEnv(fl, "declare", "FERRY_NATS_DECLARE")
+	fl.BoolVar(&f.drain, "drain", false, "exit once no event is NEW or SENDING (exit code 3 if --drain-timeout passes first)")
+	fl.DurationVar(&f.drainTimeout, "drain-timeout", 5*time.Minute, "longest a --drain run waits")
+	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a stop waits for batches in flight")
+	bindEnv(fl, "shutdown-timeout", "FERRY_SHUTDOWN_TIMEOUT")
+	return cmd
+}
+
+func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
+	ctx := cmd.Context()
+	log, err := g.logger(cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	// Zero means "the default" in RelayConfig; on the command line it is a
+	// mistake worth saying so.
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{
+		{"--batch-size", f.batchSize >= 1}, {"--lanes", f.lanes >= 1}, {"--max-attempts", f.maxAttempts >= 1},
+		{"--poll-interval", f.pollInterval > 0}, {"--lease", f.lease > 0}, {"--publish-timeout", f.publishTimeout > 0},
+		{"--retry-initial", f.retryInitial > 0}, {"--retry-max", f.retryMax > 0}, {"--retention", f.retention >= 0},
+	} {
+		if !c.ok {
+			return usageError{fmt.Errorf("%s must be positive", c.name)}
+		}
+	}
+	faults, err := fault.FromEnv()
+	if err != nil {
+		return usageError{err}
+	}
+	store, err := open.Store(ctx, g.databaseURL, g.table)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	var subjects []string
+	for _, s := range strings.Split(f.subjects, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			subjects = append(subjects, s)
+		}
+	}
+	pub, err := open.Publisher(ctx, f.brokerURL, &open.NATSConfig{Stream: f.stream, Subjects: subjects, Declare: f.declare})
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	relay, err := ferry.NewRelay(store, pub, &ferry.RelayConfig{
+		BatchSize: f.batchSize, Lanes: f.lanes, Ordered: f.ordered, PollInterval: f.pollInterval,
+		Lease: f.lease, PublishTimeout: f.publishTimeout, Retention: f.retention,
+		Retry:  ferry.ExponentialBackoff{Initial: f.retryInitial, Max: f.retryMax, MaxAttempts: f.maxAttempts},
+		Logger: log, FaultPoint: faults,
+	})
+	if err != nil {
+		return err
+	}
+	if f.drain {
+		dctx, cancel := context.WithTimeout(ctx, f.drainTimeout)
+		defer cancel()
+		res, err := relay.Drain(dctx)
+		st := relay.Stats()
+		fmt.Fprintf(cmd.OutOrStdout(), "%s: %d published (%d duplicates dropped by the broker), %d retried; left: %d new, %d sending, %d dead\n",
+			store.Table(), st.Confirmed, st.Duplicates, st.Retried, res.Stats.New, res.Stats.Sending, res.Stats.Dead)
+		if errors.Is(err, ferry.ErrDrainIncomplete) {
+			return exitError{exitIncomplete, err}
+		}
+		return err
+	}
+	if err := relay.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	log.Info("stopping: finishing batches in flight", "timeout", f.shutdownTimeout)
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdownTimeout)
+	defer cancel()
+	if err := relay.Stop(stopCtx); err != nil {
+		return fmt.Errorf("stop: %w", err)
+	}
+	st := relay.Stats()
+	log.Info("relay stopped", "confirmed", st.Confirmed, "retried", st.Retried, "dead", st.Dead, "fenced", st.Fenced)
+	return nil
+}

@@ -1,0 +1,79 @@
+// Package ferry carries business events from a service's database to a
+// message broker without losing a committed event, through crashes,
+// timeouts, lost confirms and redeliveries.
+//
+// An Outbox writes events inside the caller's own transaction (EnqueueTx),
+// so an event exists exactly when the business change it describes
+// committed. A Relay claims committed events in batches, publishes them,
+// and marks each SENT only once the broker confirmed it. Every step is
+// at-least-once; the event id is stable, so the broker (JetStream's
+// Nats-Msg-Id window) or the consumer (ferry's inbox) recognises a
+// republished event as the duplicate it is.
+//
+// # Guarantees
+//
+// What ferry promises, and the test that shows each:
+//
+//   - Atomicity with the business change: EnqueueTx writes in the caller's
+//     transaction; a rollback leaves no event, a commit leaves all of them.
+//     Bad input (invalid JSON, a payload over the cap, a missing type) is
+//     rejected before anything is written.
+//     (ferrystoretest: RollbackWritesNothing, BadInputWritesNothing)
+//   - No loss: an event leaves the NEW/SENDING states only as SENT, after
+//     a broker confirm of that very message, or as DEAD, after the retry
+//     policy gave up, with its last error. A relay that crashes at any
+//     point leaves leases that expire; the sweeper returns them.
+//     (TestRelayCrashWindows, TestRelayProcessKilledAtCrashPoint in
+//     cmd/ferry, which SIGKILLs a relay process mid-batch)
+//   - Fencing: a relay whose lease expired cannot overwrite the outcome of
+//     the claim that replaced it; its late mark updates 0 rows, is logged
+//     and counted. (TestRelayLateMarkIsFenced)
+//   - Stable ids: a retry, a sweep or a restart republishes the same event
+//     id; it is the broker message id. (TestRelayCrashWindows)
+//   - Unknown is unknown: a publish whose outcome cannot be known (timeout,
+//     connection loss, cancelled context) is never marked SENT and never
+//     treated as a failure that did not reach the broker: it is retried,
+//     and the consumer must absorb the duplicate. Unroutable messages
+//     (JetStream: no stream for the subject) are not successes.
+//     (ferrybrokertest: UnroutableIsNeverConfirmed,
+//     BrokenConnectionIsUnknownNeverConfirmed)
+//   - Order per aggregate (RelayConfig.Ordered): with any number of relays,
+//     event N+1 of an aggregate is handed to the broker only after event N
+//     was confirmed. A DEAD event holds back the rest of its aggregate
+//     until it is retried or discarded. (TestRelayOrderedUnderFailures,
+//     ferrystoretest: OrderedClaimSkipsPastALockedHead)
+//
+// What ferry does not promise: exactly-once delivery. SENT means "the
+// broker took responsibility", never "a consumer processed it"; a relay
+// that loses its lease mid-publish may still publish. Consumers make the
+// effect idempotent.
+//
+// # Stores
+//
+// ferrystore/ferrymysql (MySQL 8, MariaDB 10.6+), ferrystore/ferrypg
+// (PostgreSQL, through pgx or database/sql) and ferrystore/ferrysqlite (the
+// embedded default, pure Go). The schema extends the classic outbox_event
+// table: a hand-written INSERT of its original columns still works. All
+// times come from the database clock. Claims use SELECT ... FOR UPDATE
+// SKIP LOCKED and a fresh lease token per claim; the claim transaction ends
+// before any broker call.
+//
+// # Brokers
+//
+// ferrybroker/ferrynats publishes to NATS JetStream. Publishers implement
+// ferrybroker.Publisher and report one Outcome per message: confirmed,
+// returned (unroutable), rejected or unknown.
+//
+// # Wake-ups
+//
+// A relay polls once per PollInterval when idle, whatever its number of
+// lanes. It wakes at once on a Wakeup rung by an Outbox in the same process
+// and, on PostgreSQL, on the NOTIFY that EnqueueTx sends inside the
+// transaction (delivered at commit).
+//
+// # Testing
+//
+// Every store runs ferrystore/ferrystoretest and every publisher
+// ferrybroker/ferrybrokertest, against real servers. Tests skip when a
+// service is unreachable unless FERRY_REQUIRE_SERVICES=1.
+package ferry

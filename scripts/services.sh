@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Starts, if they are not already up, the services ferry's tests use:
+# PostgreSQL, MariaDB, RabbitMQ, NATS with JetStream and Redis on loopback.
+# Idempotent: a service that answers is left alone. Debian's packages are
+# assumed installed (see README.md, "Running the tests").
+set -u
+
+up() { # host port
+  (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null
+}
+
+wait_up() { # name port seconds
+  local i
+  for ((i = 0; i < $3 * 10; i++)); do
+    if up 127.0.0.1 "$2"; then return 0; fi
+    sleep 0.1
+  done
+  echo "services: $1 did not come up on port $2 within $3 s" >&2
+  return 1
+}
+
+start() { # name port seconds command...
+  local name=$1 port=$2 secs=$3
+  shift 3
+  if up 127.0.0.1 "$port"; then
+    echo "services: $name is up on port $port"
+    return 0
+  fi
+  echo "services: starting $name"
+  "$@" >/dev/null 2>&1 || true
+  wait_up "$name" "$port" "$secs" && echo "services: $name is up on port $port"
+}
+
+rc=0
+start PostgreSQL 5432 30 pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql 2>/dev/null | head -n1)" main start || rc=1
+start MariaDB 3306 30 start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd || rc=1
+start Redis 6379 10 redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+  --dir /var/lib/redis --logfile /var/log/redis/ci.log || rc=1
+start NATS 4222 15 start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+  -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log || rc=1
+start RabbitMQ 5672 90 rabbitmq-server -detached || rc=1
+exit $rc
