@@ -34,7 +34,7 @@ type relayBundle struct {
 	subject string
 }
 
-func setupRelay(t *testing.T, kind string) *relayBundle {
+func setupRelay(t testing.TB, kind string) *relayBundle {
 	t.Helper()
 	b := &relayBundle{ctx: testsvc.Context(t, 5*time.Minute), st: testsvc.Store(t, kind), nc: testsvc.NATS(t)}
 	var prefix string
@@ -48,7 +48,7 @@ func setupRelay(t *testing.T, kind string) *relayBundle {
 
 // enqueue writes n events, 100 per transaction; aggregate(i) names event i's
 // aggregate. It returns the ids in enqueue order.
-func (b *relayBundle) enqueue(t *testing.T, n int, aggregate func(i int) string) []string {
+func (b *relayBundle) enqueue(t testing.TB, n int, aggregate func(i int) string) []string {
 	t.Helper()
 	ids := make([]string, 0, n)
 	for start := 0; start < n; start += 100 {
@@ -71,7 +71,7 @@ func (b *relayBundle) enqueue(t *testing.T, n int, aggregate func(i int) string)
 
 // publisher returns a JetStream publisher on its own connection, wrapped to
 // count publishes per event id.
-func (b *relayBundle) publisher(t *testing.T) *countingPublisher {
+func (b *relayBundle) publisher(t testing.TB) *countingPublisher {
 	t.Helper()
 	p, err := ferrynats.Dial(b.ctx, testsvc.URL(testsvc.EnvNATS), &ferrynats.DialConfig{Config: ferrynats.Config{Stream: b.stream}})
 	require.NoError(t, err)
@@ -79,7 +79,7 @@ func (b *relayBundle) publisher(t *testing.T) *countingPublisher {
 	return &countingPublisher{inner: p, counts: map[string]int{}}
 }
 
-func (b *relayBundle) relay(t *testing.T, pub ferrybroker.Publisher, cfg *ferry.RelayConfig) *ferry.Relay {
+func (b *relayBundle) relay(t testing.TB, pub ferrybroker.Publisher, cfg *ferry.RelayConfig) *ferry.Relay {
 	t.Helper()
 	r, err := ferry.NewRelay(b.st.Driver, pub, cfg)
 	require.NoError(t, err)
@@ -89,7 +89,7 @@ func (b *relayBundle) relay(t *testing.T, pub ferrybroker.Publisher, cfg *ferry.
 }
 
 // waitSettled waits until no event is NEW or SENDING.
-func (b *relayBundle) waitSettled(t *testing.T, d time.Duration) ferrystore.Stats {
+func (b *relayBundle) waitSettled(t testing.TB, d time.Duration) ferrystore.Stats {
 	t.Helper()
 	var st ferrystore.Stats
 	waitFor(t, d, func() bool {
@@ -156,7 +156,7 @@ func (p *countingPublisher) count(id string) int {
 	return p.counts[id]
 }
 
-func waitFor(t *testing.T, d time.Duration, cond func() bool, why func() string) {
+func waitFor(t testing.TB, d time.Duration, cond func() bool, why func() string) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -18,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry"
-	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/fault"
@@ -229,7 +227,6 @@ func TestRelayProcessKilledAtCrashPoint(t *testing.T) {
 					require.Equal(t, ferrytype.StatusSent, row.Status, "event %d", i)
 					require.Equal(t, 2, row.Attempt, "event %d", i)
 				}
-				_ = ferrystore.Stats{}
 			})
 		}
 	}
@@ -251,5 +248,35 @@ func TestDrainTimeoutExitsIncomplete(t *testing.T) {
 	require.Equal(t, exitIncomplete, code, "%s\n%s", out, errOut)
 	require.Contains(t, errOut, "drain incomplete")
 	require.Contains(t, out, "left: 1 new")
-	_ = context.Background
+}
+
+// SIGTERM stops the daemon cleanly: exit code 0, nothing left SENDING.
+func TestRelaySIGTERMStopsCleanly(t *testing.T) {
+	st := testsvc.Store(t, "postgres")
+	ctx := testsvc.Context(t, 2*time.Minute)
+	ob, err := ferry.NewOutbox(st.Driver, nil)
+	require.NoError(t, err)
+	nc := testsvc.NATS(t)
+	stream, prefix := testsvc.JetStreamStream(t, nc)
+	for i := 0; i < 20; i++ {
+		tx, err := st.DB.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		events := make([]ferry.Event, 100)
+		for j := range events {
+			events[j] = ferry.Event{Type: "OrderPaid", Payload: json.RawMessage(`{}`), Destination: prefix + ".paid"}
+		}
+		_, err = ob.EnqueueTx(ctx, tx, events...)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit())
+	}
+	cmd, out := child(t, nil, "relay", "--database-url", testsvc.URL(testsvc.EnvPostgres), "--table", st.Driver.Table(),
+		"--broker-url", testsvc.URL(testsvc.EnvNATS), "--stream", stream, "--batch-size", "20")
+	// Stop it mid-stream, as soon as some events arrived.
+	testsvc.ReadStream(t, nc, stream, 1, 30*time.Second)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait(), out.String())
+	require.Contains(t, out.String(), "relay stopped")
+	stats, err := st.Driver.Stats(ctx)
+	require.NoError(t, err)
+	require.Zero(t, stats.Sending, "batches in flight were finished and recorded")
 }

@@ -1,0 +1,36 @@
+package ferrytype_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+func TestRedactURL(t *testing.T) {
+	cases := map[string]string{
+		"mysql://root:s3cret@127.0.0.1:3306/app":            "mysql://root:xxxxx@127.0.0.1:3306/app",
+		"postgres://app:p%40ss@db:5432/app?sslmode=require": "postgres://app:xxxxx@db:5432/app?sslmode=require",
+		"amqp://guest:guest@127.0.0.1:5672/vhost":           "amqp://guest:xxxxx@127.0.0.1:5672/vhost",
+		"nats://127.0.0.1:4222":                             "nats://127.0.0.1:4222",
+		"root:s3cret@tcp(127.0.0.1:3306)/app":               "root:xxxxx@tcp(127.0.0.1:3306)/app",
+		"host=db user=app password=s3cret dbname=app":       "host=db user=app password=xxxxx dbname=app",
+		"open mysql://root:s3cret@h/db: dial tcp: refused":  "open mysql://root:xxxxx@h/db: dial tcp: refused",
+	}
+	for in, want := range cases {
+		got := ferrytype.RedactURL(in)
+		require.Equal(t, want, got, in)
+		require.NotContains(t, got, "s3cret")
+	}
+}
+
+func TestValidateIdentifier(t *testing.T) {
+	for _, ok := range []string{"outbox_event", "_x", "A1", strings.Repeat("a", 49)} {
+		require.NoError(t, ferrytype.ValidateIdentifier("table", ok, 49), ok)
+	}
+	for _, bad := range []string{"", "1a", "a-b", "a b", "a;drop", "a`b", `a"b`, "é", strings.Repeat("a", 50)} {
+		require.ErrorIs(t, ferrytype.ValidateIdentifier("table", bad, 49), ferrytype.ErrInvalidIdentifier, bad)
+	}
+}
