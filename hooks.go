@@ -6,38 +6,49 @@ import (
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
+// Relay hooks. Each receives the outbox table's name, so one hook can serve
+// several relays. Hooks run on the relay's goroutines: keep them fast.
+
 // HookClaim is called after each claim that returned events, with the
 // number of events and the claim's duration.
 type HookClaim interface {
-	OnClaim(events int, took time.Duration)
+	OnClaim(table string, events int, took time.Duration)
 }
 
 // HookPublish is called after each published batch, with the messages, the
 // broker's outcome for each, and the batch's publish duration.
 type HookPublish interface {
-	OnPublish(msgs []ferrytype.Message, results []ferrytype.PublishResult, took time.Duration)
+	OnPublish(table string, msgs []ferrytype.Message, results []ferrytype.PublishResult, took time.Duration)
 }
 
 // HookFenced is called when outcome marks changed fewer rows than asked:
 // the lease had passed to another owner, whose outcome stands.
 type HookFenced interface {
-	OnFenced(events int64)
+	OnFenced(table string, events int64)
 }
 
 // HookSweep is called when the sweeper returned expired leases.
 type HookSweep interface {
-	OnSweep(events int64)
+	OnSweep(table string, events int64)
+}
+
+// HookSettle is called after a batch's outcomes were written: sent events
+// marked SENT, retried events back to NEW, dead events DEAD.
+type HookSettle interface {
+	OnSettle(table string, sent, retried, dead int64)
 }
 
 type relayHooks struct {
+	table    string
 	claim_   []HookClaim
 	publish_ []HookPublish
 	fence_   []HookFenced
 	sweep_   []HookSweep
+	settle_  []HookSettle
 }
 
-func collectRelayHooks(hooks []Hook) relayHooks {
-	var h relayHooks
+func collectRelayHooks(table string, hooks []Hook) relayHooks {
+	h := relayHooks{table: table}
 	for _, x := range hooks {
 		if v, ok := x.(HookClaim); ok {
 			h.claim_ = append(h.claim_, v)
@@ -51,30 +62,39 @@ func collectRelayHooks(hooks []Hook) relayHooks {
 		if v, ok := x.(HookSweep); ok {
 			h.sweep_ = append(h.sweep_, v)
 		}
+		if v, ok := x.(HookSettle); ok {
+			h.settle_ = append(h.settle_, v)
+		}
 	}
 	return h
 }
 
 func (h relayHooks) claim(n int, d time.Duration) {
 	for _, x := range h.claim_ {
-		x.OnClaim(n, d)
+		x.OnClaim(h.table, n, d)
 	}
 }
 
 func (h relayHooks) publish(m []ferrytype.Message, r []ferrytype.PublishResult, d time.Duration) {
 	for _, x := range h.publish_ {
-		x.OnPublish(m, r, d)
+		x.OnPublish(h.table, m, r, d)
 	}
 }
 
 func (h relayHooks) fence(n int64) {
 	for _, x := range h.fence_ {
-		x.OnFenced(n)
+		x.OnFenced(h.table, n)
 	}
 }
 
 func (h relayHooks) sweep(n int64) {
 	for _, x := range h.sweep_ {
-		x.OnSweep(n)
+		x.OnSweep(h.table, n)
+	}
+}
+
+func (h relayHooks) settle(sent, retried, dead int64) {
+	for _, x := range h.settle_ {
+		x.OnSettle(h.table, sent, retried, dead)
 	}
 }

@@ -203,7 +203,7 @@ func NewRelay(store ferrystore.Store, pub ferrybroker.Publisher, cfg *RelayConfi
 		return nil, err
 	}
 	r := &Relay{store: store, pub: pub, cfg: c, log: c.Logger.With("table", store.Table())}
-	r.hooks = collectRelayHooks(c.Hooks)
+	r.hooks = collectRelayHooks(store.Table(), c.Hooks)
 	return r, nil
 }
 
@@ -615,6 +615,7 @@ func (r *Relay) settle(ctx context.Context, token string, leaseEnd time.Time, ms
 				"token", token, "events", len(sent))
 		} else {
 			r.c.confirmed.Add(n)
+			r.hooks.settle(n, 0, 0)
 			r.fenced(token, int64(len(sent))-n)
 		}
 	}
@@ -634,6 +635,7 @@ func (r *Relay) settle(ctx context.Context, token string, leaseEnd time.Time, ms
 		// Fenced rows are not told apart by kind; count what was written.
 		r.c.dead.Add(min(dead, n))
 		r.c.retried.Add(n - min(dead, n))
+		r.hooks.settle(0, n-min(dead, n), min(dead, n))
 		r.fenced(token, int64(len(fails))-n)
 	}
 }

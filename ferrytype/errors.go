@@ -27,7 +27,25 @@ var (
 	ErrClosed = errors.New("ferry: closed")
 	// ErrNotFound is returned when a named row does not exist.
 	ErrNotFound = errors.New("ferry: not found")
+	// ErrPoison marks a delivery that will never succeed however often it
+	// is retried (invalid payload, unknown event type, a recorded
+	// conflict): consumers park it with the error as reason instead of
+	// retrying it.
+	ErrPoison = errors.New("ferry: poison message")
 )
+
+// Poison wraps err so that errors.Is(err, ErrPoison) holds.
+func Poison(err error) error {
+	if err == nil {
+		return nil
+	}
+	return poisonError{err}
+}
+
+type poisonError struct{ err error }
+
+func (p poisonError) Error() string   { return p.err.Error() }
+func (p poisonError) Unwrap() []error { return []error{p.err, ErrPoison} }
 
 var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
