@@ -33,3 +33,17 @@ func TestConformance(t *testing.T) {
 		},
 	})
 }
+
+func TestInboxConformance(t *testing.T) {
+	ferrystoretest.ExerciseInbox(t, ferrystoretest.InboxHarness[*sql.Tx]{
+		New: func(t *testing.T) (ferrystore.InboxDriver[*sql.Tx], func(string, ...any) error) {
+			db := testsvc.MySQL(t)
+			m, c, v := testsvc.InboxTables()
+			s, err := ferrymysql.NewInbox(db, &ferrymysql.InboxConfig{MarkerTable: m, ConflictTable: c, VersionTable: v})
+			require.NoError(t, err)
+			exec := func(q string, args ...any) error { _, err := db.Exec(q, args...); return err }
+			testsvc.MigratedInbox(t, s, func(q string) error { return exec(q) }, m, m, c, v)
+			return s, exec
+		},
+	})
+}

@@ -58,3 +58,34 @@ func TestConformanceStdlib(t *testing.T) {
 		LockRow: lockRow,
 	})
 }
+
+func pgInbox[D ferrystore.InboxDriver[T], T any](t *testing.T, mk func(*ferrypg.InboxConfig) (D, error)) (ferrystore.InboxDriver[T], func(string, ...any) error) {
+	db := testsvc.PostgresSQL(t)
+	m, c, v := testsvc.InboxTables()
+	s, err := mk(&ferrypg.InboxConfig{MarkerTable: m, ConflictTable: c, VersionTable: v})
+	require.NoError(t, err)
+	exec := func(q string, args ...any) error { _, err := db.Exec(q, args...); return err }
+	testsvc.MigratedInbox(t, s, func(q string) error { return exec(q) }, m, m, c, v)
+	return s, exec
+}
+
+func TestInboxConformancePgx(t *testing.T) {
+	ferrystoretest.ExerciseInbox(t, ferrystoretest.InboxHarness[pgx.Tx]{
+		New: func(t *testing.T) (ferrystore.InboxDriver[pgx.Tx], func(string, ...any) error) {
+			return pgInbox[*ferrypg.Inbox, pgx.Tx](t, func(c *ferrypg.InboxConfig) (*ferrypg.Inbox, error) {
+				return ferrypg.NewInbox(testsvc.Postgres(t), c)
+			})
+		},
+	})
+}
+
+func TestInboxConformanceStdlib(t *testing.T) {
+	ferrystoretest.ExerciseInbox(t, ferrystoretest.InboxHarness[*sql.Tx]{
+		New: func(t *testing.T) (ferrystore.InboxDriver[*sql.Tx], func(string, ...any) error) {
+			return pgInbox[*ferrypg.StdlibInbox, *sql.Tx](t, func(c *ferrypg.InboxConfig) (*ferrypg.StdlibInbox, error) {
+				return ferrypg.NewStdlibInbox(testsvc.PostgresSQL(t), c)
+			})
+		},
+		ConcurrentKeys: 300,
+	})
+}

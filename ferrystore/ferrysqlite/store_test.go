@@ -26,3 +26,17 @@ func TestConformance(t *testing.T) {
 		},
 	})
 }
+
+func TestInboxConformance(t *testing.T) {
+	ferrystoretest.ExerciseInbox(t, ferrystoretest.InboxHarness[*sql.Tx]{
+		New: func(t *testing.T) (ferrystore.InboxDriver[*sql.Tx], func(string, ...any) error) {
+			db := testsvc.SQLite(t)
+			s, err := ferrysqlite.NewInbox(db, nil)
+			require.NoError(t, err)
+			require.NoError(t, s.Migrate(context.Background()))
+			return s, func(q string, args ...any) error { _, err := db.Exec(q, args...); return err }
+		},
+		// SQLite runs one writer at a time: fewer keys keep the test short.
+		ConcurrentKeys: 300,
+	})
+}

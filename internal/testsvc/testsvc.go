@@ -280,3 +280,32 @@ func EmbeddedNATS(t testing.TB) *nats.Conn {
 	t.Cleanup(nc.Close)
 	return nc
 }
+
+// InboxTables returns fresh names for an inbox's marker, conflict and
+// version tables.
+func InboxTables() (markers, conflicts, versions string) {
+	base := Name("fi_")
+	return base + "_m", base + "_c", base + "_v"
+}
+
+// MigratedInbox migrates s and drops tables when the test ends; exec runs
+// one statement on the store's database.
+func MigratedInbox(t testing.TB, s ferrystore.InboxStore, exec func(string) error, markers string, tables ...string) {
+	t.Helper()
+	ctx := Context(t, time.Minute)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("migrate inbox: %v", err)
+	}
+	t.Cleanup(func() {
+		for _, name := range tables {
+			q := `DROP TABLE IF EXISTS "` + name + `"`
+			if s.Dialect() == "mysql" {
+				q = "DROP TABLE IF EXISTS `" + name + "`"
+			}
+			if err := exec(q); err != nil {
+				t.Logf("drop %s: %v", name, err)
+			}
+		}
+		_ = exec("DELETE FROM ferry_migration WHERE component = 'inbox:" + markers + "'")
+	})
+}

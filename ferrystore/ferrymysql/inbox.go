@@ -1,0 +1,210 @@
+package ferrymysql
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/migrate"
+	"github.com/ferrydev/ferry/internal/sqlutil"
+)
+
+//go:embed inbox_migrations/*.sql
+var inboxMigrationsFS embed.FS
+
+// InboxConfig configures an Inbox store. The zero value (or nil) uses the
+// defaults. Names are validated against ^[A-Za-z_][A-Za-z0-9_]{0,62}$ and
+// quoted.
+type InboxConfig struct {
+	// MarkerTable holds the markers. Default "consumed_operation", the
+	// seed's name (with ferry's generic columns).
+	MarkerTable string
+	// ConflictTable holds recorded conflicts. Default "ferry_conflict".
+	ConflictTable string
+	// VersionTable holds the order guard's versions. Default
+	// "ferry_version".
+	VersionTable string
+}
+
+// Inbox is the inbox tables in MySQL or MariaDB. It implements
+// ferrystore.InboxDriver[*sql.Tx].
+type Inbox struct {
+	db      *sql.DB
+	tables  sqlutil.InboxTables
+	m, c, v string // quoted
+}
+
+var _ ferrystore.InboxDriver[*sql.Tx] = (*Inbox)(nil)
+
+// NewInbox returns the inbox tables on db. It never closes db.
+func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: ferrymysql.NewInbox: db is nil", ferrytype.ErrInvalidConfig)
+	}
+	if cfg == nil {
+		cfg = &InboxConfig{}
+	}
+	t, err := sqlutil.ResolveInboxTables(cfg.MarkerTable, cfg.ConflictTable, cfg.VersionTable, 64)
+	if err != nil {
+		return nil, err
+	}
+	return &Inbox{db: db, tables: t, m: quote(t.Markers), c: quote(t.Conflicts), v: quote(t.Versions)}, nil
+}
+
+// Dialect returns "mysql".
+func (s *Inbox) Dialect() string { return "mysql" }
+
+// Close does nothing: the pool is the caller's.
+func (s *Inbox) Close() error { return nil }
+
+// DB returns the pool.
+func (s *Inbox) DB() *sql.DB { return s.db }
+
+// Begin starts a transaction.
+func (s *Inbox) Begin(ctx context.Context) (*sql.Tx, error) { return s.db.BeginTx(ctx, nil) }
+
+// Commit commits tx.
+func (s *Inbox) Commit(_ context.Context, tx *sql.Tx) error { return tx.Commit() }
+
+// Rollback rolls tx back.
+func (s *Inbox) Rollback(_ context.Context, tx *sql.Tx) error { return tx.Rollback() }
+
+// UnwrapTx returns an executor for tx.
+func (s *Inbox) UnwrapTx(tx *sql.Tx) ferrystore.Executor { return ferrystore.SQL(tx) }
+
+// Migrations returns the inbox migrations rendered for its tables.
+func (s *Inbox) Migrations() (fs.FS, error) {
+	return migrate.Render(inboxMigrationsFS, "inbox_migrations",
+		map[string]string{"Markers": s.m, "Conflicts": s.c, "Versions": s.v})
+}
+
+// Migrate creates or upgrades the inbox tables.
+func (s *Inbox) Migrate(ctx context.Context) error {
+	fsys, err := s.Migrations()
+	if err != nil {
+		return err
+	}
+	return Apply(ctx, s.db, "inbox:"+s.tables.Markers, fsys)
+}
+
+// InsertMarker inserts m in the operation's transaction.
+func (s *Inbox) InsertMarker(ctx context.Context, ex ferrystore.Executor, m ferrystore.Marker) error {
+	_, err := ex.Exec(ctx, "INSERT INTO "+s.m+" (consumer_name, business_key, event_id, fields, fingerprint, outcome)"+
+		" VALUES (?, ?, ?, ?, ?, ?)", m.Consumer, m.Key, m.EventID, string(m.Fields), m.Fingerprint, m.Outcome)
+	return err
+}
+
+// GetMarker reads a committed marker.
+func (s *Inbox) GetMarker(ctx context.Context, consumer, key string) (ferrystore.Marker, error) {
+	rows, err := ferrystore.SQL(s.db).Query(ctx, "SELECT "+sqlutil.MarkerColumns+" FROM "+s.m+
+		" WHERE consumer_name = ? AND business_key = ?", consumer, key)
+	if err != nil {
+		return ferrystore.Marker{}, fmt.Errorf("read marker: %w", err)
+	}
+	return sqlutil.ScanMarker(rows, consumer, key)
+}
+
+// RecordConflict stores c, or counts one more occurrence of it.
+func (s *Inbox) RecordConflict(ctx context.Context, c ferrystore.Conflict) (int64, error) {
+	res, err := s.db.ExecContext(ctx, "INSERT INTO "+s.c+" (consumer_name, business_key, stored_event_id, stored_fields,"+
+		" stored_fingerprint, incoming_event_id, incoming_fields, incoming_fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"+
+		" ON DUPLICATE KEY UPDATE occurrences = occurrences + 1, last_seen = NOW(6), id = LAST_INSERT_ID(id)",
+		c.Consumer, c.Key, c.StoredEventID, string(c.StoredFields), c.StoredFingerprint,
+		c.IncomingEventID, string(c.IncomingFields), c.IncomingFingerprint)
+	if err != nil {
+		return 0, fmt.Errorf("record conflict: %w", err)
+	}
+	return res.LastInsertId()
+}
+
+// AdvanceVersion moves the aggregate's version under its row lock.
+func (s *Inbox) AdvanceVersion(ctx context.Context, ex ferrystore.Executor, consumer, aggregate string, version int64, contiguous bool) (int64, bool, error) {
+	// Create the row if needed, then lock it: no gap locks, no deadlock
+	// between two first deliveries of one aggregate.
+	if _, err := ex.Exec(ctx, "INSERT INTO "+s.v+" (consumer_name, aggregate, version) VALUES (?, ?, 0)"+
+		" ON DUPLICATE KEY UPDATE version = version", consumer, aggregate); err != nil {
+		return 0, false, fmt.Errorf("version guard: %w", err)
+	}
+	return sqlutil.AdvanceVersion(ctx, ex, "SELECT version FROM "+s.v+" WHERE consumer_name = ? AND aggregate = ? FOR UPDATE",
+		"UPDATE "+s.v+" SET version = ? WHERE consumer_name = ? AND aggregate = ?", consumer, aggregate, version, contiguous)
+}
+
+// IsDuplicate reports ER_DUP_ENTRY.
+func (s *Inbox) IsDuplicate(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1062
+}
+
+// IsRetryable reports a deadlock (1213) or lock wait timeout (1205).
+func (s *Inbox) IsRetryable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+}
+
+// PurgeMarkers deletes up to limit markers older than olderThan.
+func (s *Inbox) PurgeMarkers(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
+	n, err := ferrystore.SQL(s.db).Exec(ctx, "DELETE FROM "+s.m+" WHERE created_at < NOW(6) - INTERVAL ? MICROSECOND"+
+		" ORDER BY created_at LIMIT ?", sqlutil.Micros(olderThan), limit)
+	if err != nil {
+		return 0, fmt.Errorf("purge markers: %w", err)
+	}
+	return n, nil
+}
+
+// Conflicts lists conflicts, newest first.
+func (s *Inbox) Conflicts(ctx context.Context, f ferrystore.ConflictFilter) ([]ferrystore.Conflict, error) {
+	q := "SELECT " + sqlutil.ConflictColumns + " FROM " + s.c + " WHERE (? OR status = 'OPEN') AND (? = '' OR consumer_name = ?)" +
+		" ORDER BY id DESC LIMIT ?"
+	rows, err := ferrystore.SQL(s.db).Query(ctx, q, f.All, f.Consumer, f.Consumer, sqlutil.ConflictLimit(f.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("list conflicts: %w", err)
+	}
+	return sqlutil.ScanConflicts(rows)
+}
+
+// GetConflict returns one conflict.
+func (s *Inbox) GetConflict(ctx context.Context, id int64) (ferrystore.Conflict, error) {
+	rows, err := ferrystore.SQL(s.db).Query(ctx, "SELECT "+sqlutil.ConflictColumns+" FROM "+s.c+" WHERE id = ?", id)
+	if err != nil {
+		return ferrystore.Conflict{}, fmt.Errorf("get conflict %d: %w", id, err)
+	}
+	cs, err := sqlutil.ScanConflicts(rows)
+	if err != nil {
+		return ferrystore.Conflict{}, err
+	}
+	if len(cs) == 0 {
+		return ferrystore.Conflict{}, fmt.Errorf("conflict %d: %w", id, ferrytype.ErrNotFound)
+	}
+	return cs[0], nil
+}
+
+// ResolveConflict records a decision on an open conflict.
+func (s *Inbox) ResolveConflict(ctx context.Context, id int64, r ferrystore.Resolution) error {
+	n, err := ferrystore.SQL(s.db).Exec(ctx, "UPDATE "+s.c+" SET status = 'RESOLVED', decision = ?, resolved_by = ?, note = ?,"+
+		" resolved_at = NOW(6) WHERE id = ? AND status = 'OPEN'", r.Decision, r.By, r.Note, id)
+	if err != nil {
+		return fmt.Errorf("resolve conflict %d: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("open conflict %d: %w", id, ferrytype.ErrNotFound)
+	}
+	return nil
+}
+
+// MarkerCount counts markers.
+func (s *Inbox) MarkerCount(ctx context.Context, consumer string) (int64, error) {
+	var n int64
+	err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+s.m+" WHERE ? = '' OR consumer_name = ?", consumer, consumer).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count markers: %w", err)
+	}
+	return n, nil
+}

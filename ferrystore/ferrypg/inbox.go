@@ -1,0 +1,285 @@
+package ferrypg
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/migrate"
+	"github.com/ferrydev/ferry/internal/sqlutil"
+)
+
+//go:embed inbox_migrations/*.sql
+var inboxMigrationsFS embed.FS
+
+// InboxConfig configures an inbox store. The zero value (or nil) uses the
+// defaults. Names are validated against ^[A-Za-z_][A-Za-z0-9_]{0,48}$ and
+// quoted.
+type InboxConfig struct {
+	// MarkerTable holds the markers. Default "consumed_operation".
+	MarkerTable string
+	// ConflictTable holds recorded conflicts. Default "ferry_conflict".
+	ConflictTable string
+	// VersionTable holds the order guard's versions. Default
+	// "ferry_version".
+	VersionTable string
+}
+
+type inboxCore struct {
+	c        conn
+	tables   sqlutil.InboxTables
+	m, cf, v string
+}
+
+// Inbox is the inbox tables used through pgx. It implements
+// ferrystore.InboxDriver[pgx.Tx].
+type Inbox struct {
+	inboxCore
+	pool *pgxpool.Pool
+}
+
+// StdlibInbox is the inbox tables used through database/sql with pgx's
+// stdlib driver. It implements ferrystore.InboxDriver[*sql.Tx].
+type StdlibInbox struct {
+	inboxCore
+	db *sql.DB
+}
+
+var (
+	_ ferrystore.InboxDriver[pgx.Tx]  = (*Inbox)(nil)
+	_ ferrystore.InboxDriver[*sql.Tx] = (*StdlibInbox)(nil)
+)
+
+func newInboxCore(c conn, cfg *InboxConfig) (inboxCore, error) {
+	if cfg == nil {
+		cfg = &InboxConfig{}
+	}
+	t, err := sqlutil.ResolveInboxTables(cfg.MarkerTable, cfg.ConflictTable, cfg.VersionTable, 49)
+	if err != nil {
+		return inboxCore{}, err
+	}
+	return inboxCore{c: c, tables: t, m: quote(t.Markers), cf: quote(t.Conflicts), v: quote(t.Versions)}, nil
+}
+
+// NewInbox returns the inbox tables on pool. It never closes pool.
+func NewInbox(pool *pgxpool.Pool, cfg *InboxConfig) (*Inbox, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: ferrypg.NewInbox: pool is nil", ferrytype.ErrInvalidConfig)
+	}
+	c, err := newInboxCore(pgxConn{Pgx(pool), pool}, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Inbox{inboxCore: c, pool: pool}, nil
+}
+
+// NewStdlibInbox returns the inbox tables on db (pgx's stdlib driver). It
+// never closes db.
+func NewStdlibInbox(db *sql.DB, cfg *InboxConfig) (*StdlibInbox, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: ferrypg.NewStdlibInbox: db is nil", ferrytype.ErrInvalidConfig)
+	}
+	c, err := newInboxCore(sqlConn{ferrystore.SQL(db), db}, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &StdlibInbox{inboxCore: c, db: db}, nil
+}
+
+// Begin starts a transaction.
+func (s *Inbox) Begin(ctx context.Context) (pgx.Tx, error) { return s.pool.Begin(ctx) }
+
+// Commit commits tx.
+func (s *Inbox) Commit(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }
+
+// Rollback rolls tx back.
+func (s *Inbox) Rollback(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) }
+
+// UnwrapTx returns an executor for tx.
+func (s *Inbox) UnwrapTx(tx pgx.Tx) ferrystore.Executor { return Pgx(tx) }
+
+// Begin starts a transaction.
+func (s *StdlibInbox) Begin(ctx context.Context) (*sql.Tx, error) { return s.db.BeginTx(ctx, nil) }
+
+// Commit commits tx.
+func (s *StdlibInbox) Commit(_ context.Context, tx *sql.Tx) error { return tx.Commit() }
+
+// Rollback rolls tx back.
+func (s *StdlibInbox) Rollback(_ context.Context, tx *sql.Tx) error { return tx.Rollback() }
+
+// UnwrapTx returns an executor for tx.
+func (s *StdlibInbox) UnwrapTx(tx *sql.Tx) ferrystore.Executor { return ferrystore.SQL(tx) }
+
+// Dialect returns "postgres".
+func (s *inboxCore) Dialect() string { return "postgres" }
+
+// Close does nothing: the pool is the caller's.
+func (s *inboxCore) Close() error { return nil }
+
+// Migrations returns the inbox migrations rendered for its tables.
+func (s *inboxCore) Migrations() (fs.FS, error) {
+	return migrate.Render(inboxMigrationsFS, "inbox_migrations", map[string]string{
+		"Markers": s.m, "Conflicts": s.cf, "Versions": s.v,
+		"MarkersCreatedIndex":  quote(s.tables.Markers + "_created_idx"),
+		"ConflictsStatusIndex": quote(s.tables.Conflicts + "_status_idx"),
+	})
+}
+
+// Migrate creates or upgrades the inbox tables.
+func (s *inboxCore) Migrate(ctx context.Context) error {
+	fsys, err := s.Migrations()
+	if err != nil {
+		return err
+	}
+	return apply(ctx, s.c, "inbox:"+s.tables.Markers, fsys)
+}
+
+// InsertMarker inserts m in the operation's transaction.
+func (s *inboxCore) InsertMarker(ctx context.Context, ex ferrystore.Executor, m ferrystore.Marker) error {
+	_, err := ex.Exec(ctx, "INSERT INTO "+s.m+" (consumer_name, business_key, event_id, fields, fingerprint, outcome)"+
+		" VALUES ($1, $2, $3, $4::jsonb, $5, $6)", m.Consumer, m.Key, m.EventID, string(m.Fields), m.Fingerprint, m.Outcome)
+	return err
+}
+
+// GetMarker reads a committed marker.
+func (s *inboxCore) GetMarker(ctx context.Context, consumer, key string) (ferrystore.Marker, error) {
+	rows, err := s.c.Query(ctx, "SELECT consumer_name, business_key, event_id, fields::text, fingerprint, outcome, created_at FROM "+
+		s.m+" WHERE consumer_name = $1 AND business_key = $2", consumer, key)
+	if err != nil {
+		return ferrystore.Marker{}, fmt.Errorf("read marker: %w", err)
+	}
+	return sqlutil.ScanMarker(rows, consumer, key)
+}
+
+// RecordConflict stores c, or counts one more occurrence of it.
+func (s *inboxCore) RecordConflict(ctx context.Context, c ferrystore.Conflict) (int64, error) {
+	rows, err := s.c.Query(ctx, "INSERT INTO "+s.cf+" AS c (consumer_name, business_key, stored_event_id, stored_fields,"+
+		" stored_fingerprint, incoming_event_id, incoming_fields, incoming_fingerprint)"+
+		" VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::jsonb, $8)"+
+		" ON CONFLICT (consumer_name, business_key, incoming_fingerprint)"+
+		" DO UPDATE SET occurrences = c.occurrences + 1, last_seen = now() RETURNING id",
+		c.Consumer, c.Key, c.StoredEventID, string(c.StoredFields), c.StoredFingerprint,
+		c.IncomingEventID, string(c.IncomingFields), c.IncomingFingerprint)
+	if err != nil {
+		return 0, fmt.Errorf("record conflict: %w", err)
+	}
+	defer rows.Close()
+	var id int64
+	if rows.Next() {
+		err = rows.Scan(&id)
+	}
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("record conflict: %w", err)
+	}
+	return id, nil
+}
+
+// AdvanceVersion moves the aggregate's version under its row lock.
+func (s *inboxCore) AdvanceVersion(ctx context.Context, ex ferrystore.Executor, consumer, aggregate string, version int64, contiguous bool) (int64, bool, error) {
+	if _, err := ex.Exec(ctx, "INSERT INTO "+s.v+" (consumer_name, aggregate, version) VALUES ($1, $2, 0)"+
+		" ON CONFLICT (consumer_name, aggregate) DO NOTHING", consumer, aggregate); err != nil {
+		return 0, false, fmt.Errorf("version guard: %w", err)
+	}
+	return sqlutil.AdvanceVersion(ctx, ex,
+		"SELECT version FROM "+s.v+" WHERE consumer_name = $1 AND aggregate = $2 FOR UPDATE",
+		"UPDATE "+s.v+" SET version = $1 WHERE consumer_name = $2 AND aggregate = $3",
+		consumer, aggregate, version, contiguous)
+}
+
+// IsDuplicate reports unique_violation (23505).
+func (s *inboxCore) IsDuplicate(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}
+
+// IsRetryable reports deadlock_detected (40P01), serialization_failure
+// (40001) and lock_not_available (55P03).
+func (s *inboxCore) IsRetryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001" || pe.Code == "55P03")
+}
+
+// PurgeMarkers deletes up to limit markers older than olderThan.
+func (s *inboxCore) PurgeMarkers(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
+	n, err := s.c.Exec(ctx, "DELETE FROM "+s.m+" WHERE (consumer_name, business_key) IN (SELECT consumer_name, business_key FROM "+
+		s.m+" WHERE created_at < now() - $1::bigint * interval '1 microsecond' ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+		sqlutil.Micros(olderThan), limit)
+	if err != nil {
+		return 0, fmt.Errorf("purge markers: %w", err)
+	}
+	return n, nil
+}
+
+var pgConflictColumns = "id, consumer_name, business_key, stored_event_id, stored_fields::text, stored_fingerprint," +
+	" incoming_event_id, incoming_fields::text, incoming_fingerprint, occurrences, first_seen, last_seen, status," +
+	" decision, resolved_by, note, resolved_at"
+
+// Conflicts lists conflicts, newest first.
+func (s *inboxCore) Conflicts(ctx context.Context, f ferrystore.ConflictFilter) ([]ferrystore.Conflict, error) {
+	rows, err := s.c.Query(ctx, "SELECT "+pgConflictColumns+" FROM "+s.cf+
+		" WHERE ($1::boolean OR status = 'OPEN') AND ($2::text = '' OR consumer_name = $2) ORDER BY id DESC LIMIT $3",
+		f.All, f.Consumer, sqlutil.ConflictLimit(f.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("list conflicts: %w", err)
+	}
+	return sqlutil.ScanConflicts(rows)
+}
+
+// GetConflict returns one conflict.
+func (s *inboxCore) GetConflict(ctx context.Context, id int64) (ferrystore.Conflict, error) {
+	rows, err := s.c.Query(ctx, "SELECT "+pgConflictColumns+" FROM "+s.cf+" WHERE id = $1", id)
+	if err != nil {
+		return ferrystore.Conflict{}, fmt.Errorf("get conflict %d: %w", id, err)
+	}
+	cs, err := sqlutil.ScanConflicts(rows)
+	if err != nil {
+		return ferrystore.Conflict{}, err
+	}
+	if len(cs) == 0 {
+		return ferrystore.Conflict{}, fmt.Errorf("conflict %d: %w", id, ferrytype.ErrNotFound)
+	}
+	return cs[0], nil
+}
+
+// ResolveConflict records a decision on an open conflict.
+func (s *inboxCore) ResolveConflict(ctx context.Context, id int64, r ferrystore.Resolution) error {
+	n, err := s.c.Exec(ctx, "UPDATE "+s.cf+" SET status = 'RESOLVED', decision = $1, resolved_by = $2, note = $3,"+
+		" resolved_at = now() WHERE id = $4 AND status = 'OPEN'", r.Decision, r.By, r.Note, id)
+	if err != nil {
+		return fmt.Errorf("resolve conflict %d: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("open conflict %d: %w", id, ferrytype.ErrNotFound)
+	}
+	return nil
+}
+
+// MarkerCount counts markers.
+func (s *inboxCore) MarkerCount(ctx context.Context, consumer string) (int64, error) {
+	rows, err := s.c.Query(ctx, "SELECT count(*) FROM "+s.m+" WHERE $1::text = '' OR consumer_name = $1", consumer)
+	if err != nil {
+		return 0, fmt.Errorf("count markers: %w", err)
+	}
+	defer rows.Close()
+	var n int64
+	if rows.Next() {
+		err = rows.Scan(&n)
+	}
+	if err == nil {
+		err = rows.Err()
+	}
+	return n, err
+}

@@ -1,0 +1,226 @@
+package ferrysqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/migrate"
+	"github.com/ferrydev/ferry/internal/sqlutil"
+)
+
+//go:embed inbox_migrations/*.sql
+var inboxMigrationsFS embed.FS
+
+// InboxConfig configures an Inbox store. The zero value (or nil) uses the
+// defaults. Names are validated against ^[A-Za-z_][A-Za-z0-9_]{0,48}$ and
+// quoted.
+type InboxConfig struct {
+	// MarkerTable holds the markers. Default "consumed_operation".
+	MarkerTable string
+	// ConflictTable holds recorded conflicts. Default "ferry_conflict".
+	ConflictTable string
+	// VersionTable holds the order guard's versions. Default
+	// "ferry_version".
+	VersionTable string
+}
+
+// Inbox is the inbox tables in SQLite. It implements
+// ferrystore.InboxDriver[*sql.Tx]. Open the database with ferry's settings
+// (Open, or _txlock=immediate): a transaction then takes the write lock at
+// BEGIN, which serialises concurrent deliveries of one operation.
+type Inbox struct {
+	db      *sql.DB
+	tables  sqlutil.InboxTables
+	m, c, v string
+}
+
+var _ ferrystore.InboxDriver[*sql.Tx] = (*Inbox)(nil)
+
+// NewInbox returns the inbox tables on db. It never closes db.
+func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: ferrysqlite.NewInbox: db is nil", ferrytype.ErrInvalidConfig)
+	}
+	if cfg == nil {
+		cfg = &InboxConfig{}
+	}
+	t, err := sqlutil.ResolveInboxTables(cfg.MarkerTable, cfg.ConflictTable, cfg.VersionTable, 49)
+	if err != nil {
+		return nil, err
+	}
+	return &Inbox{db: db, tables: t, m: quote(t.Markers), c: quote(t.Conflicts), v: quote(t.Versions)}, nil
+}
+
+// Dialect returns "sqlite".
+func (s *Inbox) Dialect() string { return "sqlite" }
+
+// Close does nothing: the database is the caller's.
+func (s *Inbox) Close() error { return nil }
+
+// DB returns the database.
+func (s *Inbox) DB() *sql.DB { return s.db }
+
+// Begin starts a transaction.
+func (s *Inbox) Begin(ctx context.Context) (*sql.Tx, error) { return s.db.BeginTx(ctx, nil) }
+
+// Commit commits tx.
+func (s *Inbox) Commit(_ context.Context, tx *sql.Tx) error { return tx.Commit() }
+
+// Rollback rolls tx back.
+func (s *Inbox) Rollback(_ context.Context, tx *sql.Tx) error { return tx.Rollback() }
+
+// UnwrapTx returns an executor for tx.
+func (s *Inbox) UnwrapTx(tx *sql.Tx) ferrystore.Executor { return ferrystore.SQL(tx) }
+
+// Migrations returns the inbox migrations rendered for its tables.
+func (s *Inbox) Migrations() (fs.FS, error) {
+	return migrate.Render(inboxMigrationsFS, "inbox_migrations", map[string]string{
+		"Markers": s.m, "Conflicts": s.c, "Versions": s.v,
+		"MarkersCreatedIndex":  quote(s.tables.Markers + "_created_idx"),
+		"ConflictsStatusIndex": quote(s.tables.Conflicts + "_status_idx"),
+	})
+}
+
+// Migrate creates or upgrades the inbox tables.
+func (s *Inbox) Migrate(ctx context.Context) error {
+	fsys, err := s.Migrations()
+	if err != nil {
+		return err
+	}
+	return Apply(ctx, s.db, "inbox:"+s.tables.Markers, fsys)
+}
+
+// InsertMarker inserts m in the operation's transaction.
+func (s *Inbox) InsertMarker(ctx context.Context, ex ferrystore.Executor, m ferrystore.Marker) error {
+	_, err := ex.Exec(ctx, "INSERT INTO "+s.m+" (consumer_name, business_key, event_id, fields, fingerprint, outcome)"+
+		" VALUES (?, ?, ?, ?, ?, ?)", m.Consumer, m.Key, m.EventID, string(m.Fields), m.Fingerprint, m.Outcome)
+	return err
+}
+
+// GetMarker reads a committed marker.
+func (s *Inbox) GetMarker(ctx context.Context, consumer, key string) (ferrystore.Marker, error) {
+	rows, err := ferrystore.SQL(s.db).Query(ctx, "SELECT "+sqlutil.MarkerColumns+" FROM "+s.m+
+		" WHERE consumer_name = ? AND business_key = ?", consumer, key)
+	if err != nil {
+		return ferrystore.Marker{}, fmt.Errorf("read marker: %w", err)
+	}
+	return sqlutil.ScanMarker(rows, consumer, key)
+}
+
+// RecordConflict stores c, or counts one more occurrence of it.
+func (s *Inbox) RecordConflict(ctx context.Context, c ferrystore.Conflict) (int64, error) {
+	var id int64
+	err := s.db.QueryRowContext(ctx, "INSERT INTO "+s.c+" (consumer_name, business_key, stored_event_id, stored_fields,"+
+		" stored_fingerprint, incoming_event_id, incoming_fields, incoming_fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"+
+		" ON CONFLICT (consumer_name, business_key, incoming_fingerprint)"+
+		" DO UPDATE SET occurrences = occurrences + 1, last_seen = "+now+" RETURNING id",
+		c.Consumer, c.Key, c.StoredEventID, string(c.StoredFields), c.StoredFingerprint,
+		c.IncomingEventID, string(c.IncomingFields), c.IncomingFingerprint).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("record conflict: %w", err)
+	}
+	return id, nil
+}
+
+// AdvanceVersion moves the aggregate's version; the immediate transaction
+// holds the database's write lock.
+func (s *Inbox) AdvanceVersion(ctx context.Context, ex ferrystore.Executor, consumer, aggregate string, version int64, contiguous bool) (int64, bool, error) {
+	if _, err := ex.Exec(ctx, "INSERT OR IGNORE INTO "+s.v+" (consumer_name, aggregate, version) VALUES (?, ?, 0)",
+		consumer, aggregate); err != nil {
+		return 0, false, fmt.Errorf("version guard: %w", err)
+	}
+	return sqlutil.AdvanceVersion(ctx, ex,
+		"SELECT version FROM "+s.v+" WHERE consumer_name = ? AND aggregate = ?",
+		"UPDATE "+s.v+" SET version = ? WHERE consumer_name = ? AND aggregate = ?",
+		consumer, aggregate, version, contiguous)
+}
+
+func sqliteCode(err error) int {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		return se.Code()
+	}
+	return 0
+}
+
+// IsDuplicate reports a primary key or unique constraint violation.
+func (s *Inbox) IsDuplicate(err error) bool {
+	c := sqliteCode(err)
+	return c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || c == sqlite3.SQLITE_CONSTRAINT_UNIQUE
+}
+
+// IsRetryable reports SQLITE_BUSY and SQLITE_LOCKED.
+func (s *Inbox) IsRetryable(err error) bool {
+	c := sqliteCode(err) & 0xff
+	return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
+}
+
+// PurgeMarkers deletes up to limit markers older than olderThan.
+func (s *Inbox) PurgeMarkers(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
+	n, err := ferrystore.SQL(s.db).Exec(ctx, "DELETE FROM "+s.m+" WHERE rowid IN (SELECT rowid FROM "+s.m+
+		" WHERE created_at < "+nowPlus+" ORDER BY created_at LIMIT ?)", modifier(-olderThan), limit)
+	if err != nil {
+		return 0, fmt.Errorf("purge markers: %w", err)
+	}
+	return n, nil
+}
+
+// Conflicts lists conflicts, newest first.
+func (s *Inbox) Conflicts(ctx context.Context, f ferrystore.ConflictFilter) ([]ferrystore.Conflict, error) {
+	rows, err := ferrystore.SQL(s.db).Query(ctx, "SELECT "+sqlutil.ConflictColumns+" FROM "+s.c+
+		" WHERE (? OR status = 'OPEN') AND (? = '' OR consumer_name = ?) ORDER BY id DESC LIMIT ?",
+		f.All, f.Consumer, f.Consumer, sqlutil.ConflictLimit(f.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("list conflicts: %w", err)
+	}
+	return sqlutil.ScanConflicts(rows)
+}
+
+// GetConflict returns one conflict.
+func (s *Inbox) GetConflict(ctx context.Context, id int64) (ferrystore.Conflict, error) {
+	rows, err := ferrystore.SQL(s.db).Query(ctx, "SELECT "+sqlutil.ConflictColumns+" FROM "+s.c+" WHERE id = ?", id)
+	if err != nil {
+		return ferrystore.Conflict{}, fmt.Errorf("get conflict %d: %w", id, err)
+	}
+	cs, err := sqlutil.ScanConflicts(rows)
+	if err != nil {
+		return ferrystore.Conflict{}, err
+	}
+	if len(cs) == 0 {
+		return ferrystore.Conflict{}, fmt.Errorf("conflict %d: %w", id, ferrytype.ErrNotFound)
+	}
+	return cs[0], nil
+}
+
+// ResolveConflict records a decision on an open conflict.
+func (s *Inbox) ResolveConflict(ctx context.Context, id int64, r ferrystore.Resolution) error {
+	n, err := ferrystore.SQL(s.db).Exec(ctx, "UPDATE "+s.c+" SET status = 'RESOLVED', decision = ?, resolved_by = ?, note = ?,"+
+		" resolved_at = "+now+" WHERE id = ? AND status = 'OPEN'", r.Decision, r.By, r.Note, id)
+	if err != nil {
+		return fmt.Errorf("resolve conflict %d: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("open conflict %d: %w", id, ferrytype.ErrNotFound)
+	}
+	return nil
+}
+
+// MarkerCount counts markers.
+func (s *Inbox) MarkerCount(ctx context.Context, consumer string) (int64, error) {
+	var n int64
+	err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+s.m+" WHERE ? = '' OR consumer_name = ?", consumer, consumer).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count markers: %w", err)
+	}
+	return n, nil
+}

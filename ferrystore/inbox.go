@@ -1,0 +1,123 @@
+package ferrystore
+
+import (
+	"context"
+	"io/fs"
+	"time"
+)
+
+// InboxStore is the database side of ferry's inbox: the marker table that
+// records which business operations a consumer applied, the conflict table,
+// and the per-aggregate versions of the order guard. One InboxStore serves
+// every consumer of its database; markers are scoped by consumer name.
+type InboxStore interface {
+	// Dialect names the SQL dialect: "mysql", "postgres" or "sqlite".
+	Dialect() string
+	// Migrate creates or upgrades the inbox tables.
+	Migrate(ctx context.Context) error
+	// Migrations returns the inbox migrations rendered for its tables.
+	Migrations() (fs.FS, error)
+
+	// InsertMarker inserts m through ex, the operation's transaction. A
+	// marker with the same consumer and key makes it fail with an error
+	// for which IsDuplicate is true.
+	InsertMarker(ctx context.Context, ex Executor, m Marker) error
+	// GetMarker reads a committed marker; ferrytype.ErrNotFound when none.
+	GetMarker(ctx context.Context, consumer, key string) (Marker, error)
+	// RecordConflict stores c durably, once per consumer, key and incoming
+	// fingerprint: a conflict seen again increments its occurrences. It
+	// returns the conflict's id.
+	RecordConflict(ctx context.Context, c Conflict) (int64, error)
+	// AdvanceVersion moves the version of (consumer, aggregate) to
+	// version through ex, under the row's lock, when the stored version is
+	// lower (contiguous: exactly version-1). It returns the stored version
+	// before the call and whether it moved. A missing row counts as 0.
+	AdvanceVersion(ctx context.Context, ex Executor, consumer, aggregate string, version int64, contiguous bool) (prev int64, moved bool, err error)
+
+	// IsDuplicate reports a unique-key violation.
+	IsDuplicate(err error) bool
+	// IsRetryable reports an error after which the whole transaction may
+	// be run again: deadlock, lock wait timeout, serialization failure,
+	// busy database.
+	IsRetryable(err error) bool
+
+	// PurgeMarkers deletes up to limit markers older than olderThan.
+	PurgeMarkers(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
+	// Conflicts lists conflicts, newest first; open only unless all.
+	Conflicts(ctx context.Context, f ConflictFilter) ([]Conflict, error)
+	// GetConflict returns one conflict; ferrytype.ErrNotFound when none.
+	GetConflict(ctx context.Context, id int64) (Conflict, error)
+	// ResolveConflict records a person's decision on an open conflict. It
+	// changes no business data. ferrytype.ErrNotFound when the conflict
+	// does not exist or is already resolved.
+	ResolveConflict(ctx context.Context, id int64, r Resolution) error
+	// MarkerCount counts the markers of consumer, all consumers when empty.
+	MarkerCount(ctx context.Context, consumer string) (int64, error)
+
+	Close() error
+}
+
+// InboxDriver is an InboxStore that also runs transactions of the caller's
+// type TTx (*sql.Tx or pgx.Tx), which the business function receives.
+type InboxDriver[TTx any] interface {
+	InboxStore
+	// Begin starts a transaction on the store's database.
+	Begin(ctx context.Context) (TTx, error)
+	// Commit commits tx.
+	Commit(ctx context.Context, tx TTx) error
+	// Rollback rolls tx back.
+	Rollback(ctx context.Context, tx TTx) error
+	// UnwrapTx returns an executor for tx.
+	UnwrapTx(tx TTx) Executor
+}
+
+// Marker records that a consumer applied a business operation.
+type Marker struct {
+	Consumer string
+	Key      string
+	EventID  string
+	// Fields is the canonical JSON of the fields that define the
+	// operation; Fingerprint its SHA-256, hex.
+	Fields      []byte
+	Fingerprint string
+	// Outcome is "applied", or "stale" for an operation the order guard
+	// turned into a recorded no-op.
+	Outcome   string
+	CreatedAt time.Time
+}
+
+// Conflict is one business key delivered with different defining fields
+// than the operation already applied under it.
+type Conflict struct {
+	ID       int64
+	Consumer string
+	Key      string
+	// Stored is the applied operation; Incoming the one that conflicts.
+	StoredEventID, IncomingEventID         string
+	StoredFields, IncomingFields           []byte
+	StoredFingerprint, IncomingFingerprint string
+	Occurrences                            int64
+	FirstSeen, LastSeen                    time.Time
+	// Resolution fields; Status is "OPEN" or "RESOLVED".
+	Status     string
+	Resolution Resolution
+	ResolvedAt time.Time
+}
+
+// Resolution is a person's decision on a conflict. It records what was
+// decided and by whom; ferry never re-applies an effect because of it.
+type Resolution struct {
+	// Decision: "keep-stored" (the applied operation stands),
+	// "applied-manually" (someone fixed the data by hand),
+	// "ignored" (not a real conflict).
+	Decision string
+	By       string
+	Note     string
+}
+
+// ConflictFilter selects conflicts.
+type ConflictFilter struct {
+	Consumer string // all when empty
+	All      bool   // resolved ones too
+	Limit    int    // default 100
+}
