@@ -43,6 +43,17 @@
 //     until it is retried or discarded. (TestRelayOrderedUnderFailures,
 //     ferrystoretest: OrderedClaimSkipsPastALockedHead)
 //
+//   - One effect per operation: Inbox.Process commits a marker keyed by
+//     (consumer, business key) in the same transaction as the business
+//     effect. A redelivery is a duplicate; the same key with other fields
+//     is a conflict, recorded and parked. Concurrent deliveries are
+//     arbitrated by the unique key. (ferrystoretest: ExerciseInbox,
+//     including 16 goroutines delivering 1,000 keys at once;
+//     TestConsumerKilledBetweenCommitAndAck, which SIGKILLs a consumer
+//     process after its commit and before its ack)
+//   - Side effects outside the database run as tasks, at least once, with
+//     their own idempotency key. (TestTasksExecuteEachKeyOnceAcrossCrashes)
+//
 // What ferry does not promise: exactly-once delivery. SENT means "the
 // broker took responsibility", never "a consumer processed it"; a relay
 // that loses its lease mid-publish may still publish. Consumers make the

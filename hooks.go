@@ -6,6 +6,12 @@ import (
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
+// HookInbox is called after each operation an Inbox processed, with its
+// outcome and duration.
+type HookInbox interface {
+	OnInbox(consumer string, outcome InboxOutcome, took time.Duration)
+}
+
 // Relay hooks. Each receives the outbox table's name, so one hook can serve
 // several relays. Hooks run on the relay's goroutines: keep them fast.
 

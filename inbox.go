@@ -124,11 +124,6 @@ type InboxFilter interface {
 	Remember(ctx context.Context, consumer, key string, ttl time.Duration) error
 }
 
-// HookInbox is called after each processed operation.
-type HookInbox interface {
-	OnInbox(consumer string, outcome InboxOutcome, took time.Duration)
-}
-
 // InboxConfig configures an Inbox.
 type InboxConfig struct {
 	// Consumer names the consumer: markers are scoped by it, so two
@@ -151,7 +146,16 @@ type InboxConfig struct {
 	Hooks []Hook
 	// Logger receives the inbox's logs. Default: discarded.
 	Logger *slog.Logger
+	// FaultPoint, when set, is called at FaultInboxBeforeCommit; a non-nil
+	// error acts as a crash inside the transaction. For fault-injection
+	// tests only.
+	FaultPoint func(ctx context.Context, point string) error
 }
+
+// FaultInboxBeforeCommit is reached inside an operation's transaction,
+// after the marker and the business function, before the commit. A crash
+// there rolls everything back: the redelivery applies the operation.
+const FaultInboxBeforeCommit = "inbox.before-commit"
 
 // Inbox applies business operations idempotently: it runs the caller's
 // business function and inserts a marker for the operation in the same
@@ -325,6 +329,11 @@ func (in *Inbox[TTx]) once(ctx context.Context, op Operation, fields []byte, fp 
 	if outcome == InboxApplied {
 		if err := fn(ctx, tx); err != nil {
 			return res, err
+		}
+	}
+	if in.cfg.FaultPoint != nil {
+		if err := in.cfg.FaultPoint(ctx, FaultInboxBeforeCommit); err != nil {
+			return res, fmt.Errorf("inbox: %w", err)
 		}
 	}
 	done = true

@@ -57,3 +57,12 @@ func (d *Delivery) FillFromHeaders() {
 func HandlerFunc(fn func(d *Delivery) error) Handler {
 	return func(_ context.Context, d *Delivery) error { return fn(d) }
 }
+
+// Named fault points of consumers (see the consumers' FaultPoint configs).
+const (
+	// FaultConsumerAfterHandle is reached after the handler returned nil —
+	// its transaction committed — and before the delivery is acked. A
+	// crash here leaves a committed effect whose delivery comes again: the
+	// inbox must report it as a duplicate.
+	FaultConsumerAfterHandle = "consumer.after-handle"
+)

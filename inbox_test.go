@@ -1,0 +1,213 @@
+package ferry_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
+	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
+	"github.com/ferrydev/ferry/internal/fault"
+	"github.com/ferrydev/ferry/internal/testsvc"
+)
+
+// orderPaid is the payload of the order service's OrderPaid event.
+type orderPaid struct {
+	OrderID int64 `json:"order_id"`
+	UserID  int64 `json:"user_id"`
+	Amount  int64 `json:"amount"`
+}
+
+// decodeOrderPaid maps an OrderPaid delivery to the points-award
+// operation: its business key is the order's payment, not the message id.
+func decodeOrderPaid(d *ferrybroker.Delivery) (ferry.Operation, error) {
+	var p orderPaid
+	if err := json.Unmarshal(d.Payload, &p); err != nil {
+		return ferry.Operation{}, err
+	}
+	if p.OrderID == 0 || p.UserID == 0 {
+		return ferry.Operation{}, errors.New("order_id and user_id are required")
+	}
+	return ferry.Operation{
+		Key:    fmt.Sprintf("order:%d:paid", p.OrderID),
+		Fields: map[string]int64{"user_id": p.UserID, "amount": p.Amount},
+	}, nil
+}
+
+// awardPoints is the business write, with its effect check.
+func awardPoints(table string) func(ctx context.Context, tx *sql.Tx, d *ferrybroker.Delivery) error {
+	return func(ctx context.Context, tx *sql.Tx, d *ferrybroker.Delivery) error {
+		var p orderPaid
+		if err := json.Unmarshal(d.Payload, &p); err != nil {
+			return err
+		}
+		return ferry.ExpectResult(tx.ExecContext(ctx, "UPDATE "+table+" SET points = points + ? WHERE user_id = ?", p.Amount, p.UserID))
+	}
+}
+
+// outcomeCounter counts inbox outcomes.
+type outcomeCounter struct{ applied, duplicate, conflict atomic.Int64 }
+
+func (c *outcomeCounter) OnInbox(_ string, o ferry.InboxOutcome, _ time.Duration) {
+	switch o {
+	case ferry.InboxApplied:
+		c.applied.Add(1)
+	case ferry.InboxDuplicate:
+		c.duplicate.Add(1)
+	case ferry.InboxConflict:
+		c.conflict.Add(1)
+	}
+}
+
+// runPointsConsumer is a child process: a JetStream consumer whose handler
+// awards points through the inbox on MariaDB. It exits once the consumer
+// has nothing pending, printing its inbox outcomes; FERRY_CRASH_POINT kills
+// it at a named point instead.
+func runPointsConsumer() int {
+	env := func(k string) string { return os.Getenv("FERRY_CHILD_" + k) }
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fail := func(err error) int { fmt.Fprintln(os.Stderr, "child:", err); return 1 }
+	crash, err := fault.FromEnv()
+	if err != nil {
+		return fail(err)
+	}
+	store, err := ferrymysql.Open(ctx, testsvc.URL(testsvc.EnvMySQL), nil)
+	if err != nil {
+		return fail(err)
+	}
+	ib, err := ferrymysql.NewInbox(store.DB(), &ferrymysql.InboxConfig{MarkerTable: env("MARKERS"), ConflictTable: env("CONFLICTS"), VersionTable: env("VERSIONS")})
+	if err != nil {
+		return fail(err)
+	}
+	counts := &outcomeCounter{}
+	in, err := ferry.NewInbox(ib, &ferry.InboxConfig{Consumer: "points-award", Hooks: []ferry.Hook{counts}, FaultPoint: crash})
+	if err != nil {
+		return fail(err)
+	}
+	nc, err := nats.Connect(testsvc.URL(testsvc.EnvNATS))
+	if err != nil {
+		return fail(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	c, err := ferrynats.NewConsumer(js, ferry.InboxHandler(in, decodeOrderPaid, awardPoints(env("POINTS"))), &ferrynats.ConsumerConfig{
+		Stream: env("STREAM"), Durable: "points", FilterSubjects: []string{env("SUBJECT")}, Declare: true,
+		ParkSubject: env("PARK"), Concurrency: 4, AckWait: 2 * time.Second, RetryInitial: 20 * time.Millisecond,
+		FaultPoint: crash,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		return fail(err)
+	}
+	for {
+		cons, err := js.Consumer(ctx, env("STREAM"), "points")
+		if err != nil {
+			return fail(err)
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		if info.NumPending == 0 && info.NumAckPending == 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := c.Stop(ctx); err != nil {
+		return fail(err)
+	}
+	fmt.Printf("applied=%d duplicate=%d conflict=%d parked=%d\n", counts.applied.Load(), counts.duplicate.Load(),
+		counts.conflict.Load(), c.Stats().Parked)
+	return 0
+}
+
+// A consumer killed after its transaction committed and before it acked
+// loses nothing and applies nothing twice: the redelivered messages are
+// duplicates for the inbox.
+func TestConsumerKilledBetweenCommitAndAck(t *testing.T) {
+	for _, point := range []string{ferrybroker.FaultConsumerAfterHandle, ferry.FaultInboxBeforeCommit} {
+		t.Run(point, func(t *testing.T) {
+			db := testsvc.MySQL(t)
+			ctx := testsvc.Context(t, 3*time.Minute)
+			m, c, v := testsvc.InboxTables()
+			ib, err := ferrymysql.NewInbox(db, &ferrymysql.InboxConfig{MarkerTable: m, ConflictTable: c, VersionTable: v})
+			require.NoError(t, err)
+			testsvc.MigratedInbox(t, ib, func(q string) error { _, err := db.Exec(q); return err }, m, m, c, v)
+			points := testsvc.Name("points_")
+			_, err = db.Exec("CREATE TABLE " + points + " (user_id BIGINT PRIMARY KEY, points BIGINT NOT NULL)")
+			require.NoError(t, err)
+			t.Cleanup(func() { _, _ = db.Exec("DROP TABLE " + points) })
+			_, err = db.Exec("INSERT INTO " + points + " VALUES (7, 0)")
+			require.NoError(t, err)
+
+			nc := testsvc.NATS(t)
+			stream, prefix := testsvc.JetStreamStream(t, nc)
+			js, _ := jetstream.New(nc)
+			const orders = 30
+			for i := 1; i <= orders; i++ {
+				body, _ := json.Marshal(orderPaid{OrderID: int64(i), UserID: 7, Amount: 1})
+				msg := nats.NewMsg(prefix + ".paid")
+				msg.Data = body
+				_, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(fmt.Sprintf("evt-%d", i)))
+				require.NoError(t, err)
+			}
+			childEnv := []string{"FERRY_TEST_CHILD=points-consumer", "FERRY_CHILD_MARKERS=" + m, "FERRY_CHILD_CONFLICTS=" + c,
+				"FERRY_CHILD_VERSIONS=" + v, "FERRY_CHILD_POINTS=" + points, "FERRY_CHILD_STREAM=" + stream,
+				"FERRY_CHILD_SUBJECT=" + prefix + ".paid", "FERRY_CHILD_PARK=" + prefix + ".parked"}
+			start := func(extra ...string) (*exec.Cmd, *bytes.Buffer) {
+				cmd := exec.Command(os.Args[0], "-test.run=^$")
+				cmd.Env = append(append(os.Environ(), childEnv...), extra...)
+				var out bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &out, &out
+				require.NoError(t, cmd.Start())
+				return cmd, &out
+			}
+
+			cmd, out := start(fault.EnvCrashPoint + "=" + point + ":10")
+			err = cmd.Wait()
+			var ee *exec.ExitError
+			require.True(t, errors.As(err, &ee), "the consumer must die: %v\n%s", err, out)
+			require.Equal(t, syscall.SIGKILL, ee.Sys().(syscall.WaitStatus).Signal(), out.String())
+
+			cmd, out = start()
+			require.NoError(t, cmd.Wait(), out.String())
+			var applied, dup, conflict, parked int
+			_, err = fmt.Sscanf(strings.TrimSpace(out.String()), "applied=%d duplicate=%d conflict=%d parked=%d", &applied, &dup, &conflict, &parked)
+			require.NoError(t, err, out.String())
+
+			var got int64
+			require.NoError(t, db.QueryRow("SELECT points FROM "+points+" WHERE user_id = 7").Scan(&got))
+			require.Equal(t, int64(orders), got, "every order awarded exactly once")
+			n, err := ib.MarkerCount(ctx, "points-award")
+			require.NoError(t, err)
+			require.Equal(t, int64(orders), n)
+			require.Zero(t, conflict+parked)
+			if point == ferrybroker.FaultConsumerAfterHandle {
+				require.GreaterOrEqual(t, dup, 1, "the message committed before the kill came back as a duplicate")
+			}
+			// Killed inside the transaction, the operation rolled back: its
+			// redelivery applied it (points above). Other handlers may have
+			// committed without acking at the same moment, so duplicates
+			// can appear in either case.
+		})
+	}
+}

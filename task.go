@@ -1,0 +1,128 @@
+package ferry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+// Task is a side effect outside the local database — an SMS, a payment
+// call, a write to another system — recorded in the business transaction
+// and executed afterwards by a TaskWorker.
+//
+// Tasks live in an outbox table of their own (say "ferry_task"): enqueue
+// one with an Outbox on that table, inside the transaction of the business
+// change, with the task's idempotency key as the event ID and the task's
+// kind as its Type:
+//
+//	tasks.EnqueueTx(ctx, tx, ferry.Event{ID: "sms:order:42:paid", Type: "SendSMS", Payload: body})
+//
+// The worker runs it at least once: a crash after the external call and
+// before the task is marked done runs it again, with the same Key. Pass Key
+// to the external system as its idempotency key, so that it does the work
+// once.
+type Task struct {
+	// Key is the task's idempotency key: its outbox event id.
+	Key     string
+	Type    string
+	Payload []byte
+	Headers map[string]string
+	// Attempt counts executions of this task, this one included.
+	Attempt int
+}
+
+// TaskHandler executes one task. Returning nil marks it done. An error
+// wrapping ferrytype.ErrPoison makes it DEAD at once; any other error
+// retries it with the relay's retry policy, until it is DEAD.
+type TaskHandler func(ctx context.Context, t Task) error
+
+// TaskWorkerConfig configures a TaskWorker.
+type TaskWorkerConfig struct {
+	// RelayConfig drives the claims, leases, retries and dead tasks, as
+	// for events. Its PublishTimeout bounds one batch of task executions.
+	RelayConfig
+	// Concurrency is the number of tasks of one batch executed at once.
+	// Default 8.
+	Concurrency int
+}
+
+// NewTaskWorker returns a relay that executes the tasks of store (an
+// outbox table of tasks) with handlers, by task type, instead of
+// publishing them. Start, Stop, Drain and Stats work as for any relay. A
+// task of a type without handler is DEAD at once.
+func NewTaskWorker(store ferrystore.Store, handlers map[string]TaskHandler, cfg *TaskWorkerConfig) (*Relay, error) {
+	if len(handlers) == 0 {
+		return nil, fmt.Errorf("%w: NewTaskWorker needs handlers", ErrInvalidConfig)
+	}
+	var c TaskWorkerConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 8
+	}
+	inner := c.Retry
+	if inner == nil {
+		inner = ExponentialBackoff{}
+	}
+	c.Retry = poisonIsFinal{inner}
+	return NewRelay(store, &taskExecutor{handlers: handlers, concurrency: c.Concurrency}, &c.RelayConfig)
+}
+
+// poisonIsFinal sends poison failures straight to DEAD.
+type poisonIsFinal struct{ RetryPolicy }
+
+func (p poisonIsFinal) Next(attempts int, res ferrytype.PublishResult) (time.Duration, bool) {
+	if errors.Is(res.Err, ferrytype.ErrPoison) {
+		return 0, true
+	}
+	return p.RetryPolicy.Next(attempts, res)
+}
+
+// taskExecutor is a Publisher whose "broker" is the task handlers.
+type taskExecutor struct {
+	handlers    map[string]TaskHandler
+	concurrency int
+}
+
+func (e *taskExecutor) Publish(ctx context.Context, msgs []ferrytype.Message) []ferrytype.PublishResult {
+	res := make([]ferrytype.PublishResult, len(msgs))
+	sem := make(chan struct{}, e.concurrency)
+	var wg sync.WaitGroup
+	for i := range msgs {
+		m := &msgs[i]
+		h, ok := e.handlers[m.Type]
+		if !ok {
+			res[i] = ferrytype.Rejected(ferrytype.Poison(fmt.Errorf("no handler for task type %q", m.Type)))
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			err := h(ctx, Task{Key: m.ID, Type: m.Type, Payload: m.Payload, Headers: m.Headers, Attempt: m.Attempt})
+			switch {
+			case err == nil:
+				res[i] = ferrytype.Confirmed()
+			case ctx.Err() != nil:
+				// Cut off mid-call: the external system may have acted.
+				res[i] = ferrytype.Unknown(err)
+			default:
+				res[i] = ferrytype.Rejected(err)
+			}
+		}()
+	}
+	wg.Wait()
+	return res
+}
+
+func (e *taskExecutor) Close() error { return nil }
+
+var _ ferrybroker.Publisher = (*taskExecutor)(nil)
