@@ -19,17 +19,21 @@
 //     Bad input (invalid JSON, a payload over the cap, a missing type) is
 //     rejected before anything is written.
 //     (ferrystoretest: RollbackWritesNothing, BadInputWritesNothing)
+//
 //   - No loss: an event leaves the NEW/SENDING states only as SENT, after
 //     a broker confirm of that very message, or as DEAD, after the retry
 //     policy gave up, with its last error. A relay that crashes at any
 //     point leaves leases that expire; the sweeper returns them.
 //     (TestRelayCrashWindows, TestRelayProcessKilledAtCrashPoint in
 //     cmd/ferry, which SIGKILLs a relay process mid-batch)
+//
 //   - Fencing: a relay whose lease expired cannot overwrite the outcome of
 //     the claim that replaced it; its late mark updates 0 rows, is logged
 //     and counted. (TestRelayLateMarkIsFenced)
+//
 //   - Stable ids: a retry, a sweep or a restart republishes the same event
 //     id; it is the broker message id. (TestRelayCrashWindows)
+//
 //   - Unknown is unknown: a publish whose outcome cannot be known (timeout,
 //     connection loss, cancelled context) is never marked SENT and never
 //     treated as a failure that did not reach the broker: it is retried,
@@ -37,6 +41,7 @@
 //     (JetStream: no stream for the subject) are not successes.
 //     (ferrybrokertest: UnroutableIsNeverConfirmed,
 //     BrokenConnectionIsUnknownNeverConfirmed)
+//
 //   - Order per aggregate (RelayConfig.Ordered): with any number of relays,
 //     event N+1 of an aggregate is handed to the broker only after event N
 //     was confirmed. A DEAD event holds back the rest of its aggregate
@@ -51,6 +56,7 @@
 //     including 16 goroutines delivering 1,000 keys at once;
 //     TestConsumerKilledBetweenCommitAndAck, which SIGKILLs a consumer
 //     process after its commit and before its ack)
+//
 //   - Side effects outside the database run as tasks, at least once, with
 //     their own idempotency key. (TestTasksExecuteEachKeyOnceAcrossCrashes)
 //
