@@ -39,6 +39,12 @@ type OutboxConfig struct {
 	// NewID generates event ids for events that have none. Default: a
 	// UUIDv7 string, time-ordered.
 	NewID func() (string, error)
+	// SkipSequence stops numbering each aggregate's events (they all get
+	// sequence 0). It saves one statement per enqueue on MySQL/MariaDB and
+	// SQLite, and the serialisation of concurrent enqueuers of one
+	// aggregate; in exchange the events take no part in ordered relaying
+	// and carry no version for consumers' order guards. Default false.
+	SkipSequence bool
 }
 
 // Hook is any value implementing one or more of the Hook* interfaces; the
@@ -61,6 +67,7 @@ type Outbox[TTx any] struct {
 	wakeup  *Wakeup
 	hooks   []HookEnqueue
 	newID   func() (string, error)
+	opts    ferrystore.EnqueueOptions
 }
 
 // NewOutbox returns an outbox writing through driver.
@@ -71,7 +78,8 @@ func NewOutbox[TTx any](driver ferrystore.Driver[TTx], cfg *OutboxConfig) (*Outb
 	if cfg == nil {
 		cfg = &OutboxConfig{}
 	}
-	o := &Outbox[TTx]{driver: driver, maxSize: cfg.MaxPayloadBytes, wakeup: cfg.Wakeup, newID: cfg.NewID}
+	o := &Outbox[TTx]{driver: driver, maxSize: cfg.MaxPayloadBytes, wakeup: cfg.Wakeup, newID: cfg.NewID,
+		opts: ferrystore.EnqueueOptions{SkipSequence: cfg.SkipSequence}}
 	if o.maxSize == 0 {
 		o.maxSize = DefaultMaxPayloadBytes
 	}
@@ -105,9 +113,10 @@ func newUUIDv7() (string, error) {
 //
 // Every event is validated before anything is written; on any error
 // EnqueueTx returns without a usable result and the caller must roll tx
-// back. Events of one aggregate get consecutive sequence numbers; the
-// sequence row stays locked until tx ends, which serialises enqueuers of
-// the same aggregate.
+// back. Events of one aggregate get consecutive sequence numbers (unless
+// SkipSequence); the sequence row stays locked until tx ends, which
+// serialises enqueuers of the same aggregate, so that sequence order is the
+// aggregate's commit order.
 func (o *Outbox[TTx]) EnqueueTx(ctx context.Context, tx TTx, events ...Event) ([]string, error) {
 	if len(events) == 0 {
 		return nil, nil
@@ -121,7 +130,7 @@ func (o *Outbox[TTx]) EnqueueTx(ctx context.Context, tx TTx, events ...Event) ([
 		}
 		rows[i], ids[i] = ev, ev.ID
 	}
-	if err := o.driver.Enqueue(ctx, o.driver.UnwrapTx(tx), rows); err != nil {
+	if err := o.driver.Enqueue(ctx, o.driver.UnwrapTx(tx), rows, o.opts); err != nil {
 		return nil, err
 	}
 	o.wakeup.Ring()

@@ -19,6 +19,7 @@ import (
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
 	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrystore/ferrypg"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
@@ -489,6 +490,11 @@ func TestRelayWakesOnEnqueueBeforeCommit(t *testing.T) {
 
 func TestRelayWakesOnPostgresNotify(t *testing.T) {
 	b := setupRelay(t, "postgres")
+	// The application's outbox notifies; the relay listens.
+	notifying, err := ferrypg.NewStdlib(b.st.DB, &ferrypg.Config{Table: b.st.Driver.Table(), Notify: true})
+	require.NoError(t, err)
+	b.ob, err = ferry.NewOutbox(notifying, nil)
+	require.NoError(t, err)
 	r := b.relay(t, b.publisher(t), &ferry.RelayConfig{PollInterval: time.Hour})
 	for i := 1; i <= 3; i++ {
 		b.enqueue(t, 1, func(int) string { return "1" })

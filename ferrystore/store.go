@@ -34,8 +34,8 @@ type Store interface {
 	// Enqueue inserts rows through ex, which is usually the caller's
 	// transaction. Each row has its ID set and its payload validated.
 	// Aggregate sequence numbers are assigned here, in the same
-	// transaction.
-	Enqueue(ctx context.Context, ex Executor, rows []ferrytype.Event) error
+	// transaction, unless opts.SkipSequence.
+	Enqueue(ctx context.Context, ex Executor, rows []ferrytype.Event, opts EnqueueOptions) error
 
 	// Claim leases up to p.Limit available NEW rows to p.Token: status
 	// SENDING, locked_until = now + p.Lease, attempts + 1. It returns the
@@ -82,6 +82,14 @@ type Listener interface {
 	// until ctx ends. It returns ctx's error, or an error when listening
 	// failed; the caller may call Listen again.
 	Listen(ctx context.Context, notify func()) error
+}
+
+// EnqueueOptions tune one Enqueue.
+type EnqueueOptions struct {
+	// SkipSequence writes sequence 0 for every row instead of numbering
+	// each aggregate's events: one statement less per enqueue, but the
+	// rows take no part in ordered claims and carry no version.
+	SkipSequence bool
 }
 
 // ClaimParams are the parameters of one claim.

@@ -150,7 +150,7 @@ func (s *Store) Close() error {
 // Enqueue inserts rows in ex. Events of one aggregate get consecutive
 // sequence numbers from Table_seq, whose row lock serialises enqueues of
 // that aggregate until the transaction ends.
-func (s *Store) Enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferrytype.Event) error {
+func (s *Store) Enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferrytype.Event, opts ferrystore.EnqueueOptions) error {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -158,7 +158,13 @@ func (s *Store) Enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferr
 	for i := range seqExpr {
 		seqExpr[i] = "0"
 	}
-	groups := sqlutil.GroupByAggregate(rows)
+	var groups []sqlutil.AggregateGroup
+	if !opts.SkipSequence {
+		groups = sqlutil.GroupByAggregate(rows)
+	}
+	if len(groups) == 0 {
+		return s.insert(ctx, ex, rows, seqExpr)
+	}
 	// One group (the common case): a single upsert, then every row's
 	// sequence is computed from LAST_INSERT_ID() in the INSERT itself.
 	if len(groups) == 1 {

@@ -2,10 +2,10 @@
 // (New, for pgx.Tx) or database/sql with pgx's stdlib driver (NewStdlib, for
 // *sql.Tx). Both run the same SQL.
 //
-// Enqueue runs pg_notify inside the caller's transaction, so a relay that
-// listens (LISTEN, see Listen) wakes the moment the transaction commits and
-// never before; PostgreSQL delivers no notification for a transaction that
-// rolls back.
+// With Config.Notify, Enqueue runs pg_notify inside the caller's
+// transaction, so a relay that listens (LISTEN, see Listen) wakes the moment
+// the transaction commits and never before; PostgreSQL delivers no
+// notification for a transaction that rolls back.
 package ferrypg
 
 import (
@@ -39,11 +39,13 @@ type Config struct {
 	// uses Table+"_seq" and indexes named after the table. Validated
 	// against ^[A-Za-z_][A-Za-z0-9_]{0,48}$ and quoted.
 	Table string
-	// DisableNotify turns off pg_notify at enqueue; relays then learn of
-	// new events by polling only. Default false. NOTIFY serialises the
-	// commits of notifying transactions on a global lock, which matters
-	// only at several thousand enqueuing commits per second.
-	DisableNotify bool
+	// Notify makes EnqueueTx call pg_notify in the caller's transaction,
+	// so that listening relays wake the moment it commits. Default false:
+	// relays poll (and wake on in-process signals). PostgreSQL serialises
+	// the commits of all notifying transactions on one lock; with 16
+	// concurrent writers here it halved the enqueuing throughput. Turn it
+	// on where latency matters more than peak write rate.
+	Notify bool
 }
 
 // core is the store's implementation, shared by Store and StdlibStore.
@@ -61,7 +63,7 @@ type queries struct {
 	t, seq string
 
 	claim, claimOrdered, markSent, markFailed, expired, purge, stats string
-	seqUpsert, insertHead                                            string
+	seqInsert, insertHead                                            string
 }
 
 // Store is a PostgreSQL outbox used through pgx. It implements
@@ -124,12 +126,12 @@ func (s *StdlibStore) UnwrapTx(tx *sql.Tx) ferrystore.Executor { return ferrysto
 
 func newCore(c conn, cfg *Config) (core, error) {
 	table := DefaultTable
-	var notify = true
+	var notify bool
 	if cfg != nil {
 		if cfg.Table != "" {
 			table = cfg.Table
 		}
-		notify = !cfg.DisableNotify
+		notify = cfg.Notify
 	}
 	if err := ferrytype.ValidateIdentifier("table", table, 49); err != nil {
 		return core{}, err
@@ -174,8 +176,7 @@ func buildQueries(table string) queries {
 		" count(*) FILTER (WHERE status = 'DEAD'), count(*) FILTER (WHERE status = 'NEW' AND available_at <= now())," +
 		" COALESCE((EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status IN ('NEW', 'SENDING'))) * 1000000)::bigint, 0)" +
 		" FROM " + t + " WHERE status IN ('NEW', 'SENDING', 'DEAD')"
-	q.seqUpsert = "INSERT INTO " + seq + " AS s (aggregate_type, aggregate_id, last_seq) VALUES ($1, $2, $3)" +
-		" ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_seq = s.last_seq + EXCLUDED.last_seq RETURNING last_seq"
+	q.seqInsert = "INSERT INTO " + seq + " AS s (aggregate_type, aggregate_id, last_seq)"
 	q.insertHead = "INSERT INTO " + t + " (event_id, aggregate_type, aggregate_id, aggregate_seq, event_type," +
 		" payload, headers, destination, exchange, available_at) VALUES "
 	return q
@@ -199,48 +200,58 @@ func (s *core) Close() error {
 	return nil
 }
 
-// Enqueue inserts rows in ex, assigning aggregate sequence numbers from
-// Table_seq, whose row lock serialises enqueues of one aggregate until the
-// transaction ends. With notifications on, the insert also calls pg_notify
-// in the same statement.
-func (s *core) Enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferrytype.Event) error {
+// Enqueue inserts rows in ex in one statement: a data-modifying CTE per
+// aggregate increments its row in Table_seq (whose lock serialises
+// enqueues of one aggregate until the transaction ends), and the INSERT
+// computes each row's sequence from it. With notifications on, the same
+// statement calls pg_notify.
+func (s *core) Enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferrytype.Event, opts ferrystore.EnqueueOptions) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	seqs := make([]int64, len(rows))
-	for _, g := range sqlutil.GroupByAggregate(rows) {
-		r, err := ex.Query(ctx, s.q.seqUpsert, g.Type, g.ID, len(g.Rows))
-		if err != nil {
-			return fmt.Errorf("enqueue: assign aggregate sequence: %w", err)
-		}
-		var last int64
-		if r.Next() {
-			err = r.Scan(&last)
-		}
-		if cerr := r.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("enqueue: assign aggregate sequence: %w", err)
-		}
-		for j, i := range g.Rows {
-			seqs[i] = last - int64(len(g.Rows)-1-j)
+	var (
+		b    strings.Builder
+		args = make([]any, 0, len(rows)*10+8)
+		seq  = make([]string, len(rows))
+	)
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	for i := range seq {
+		seq[i] = "0"
+	}
+	ctes := 0
+	if !opts.SkipSequence {
+		for g, grp := range sqlutil.GroupByAggregate(rows) {
+			if ctes == 0 {
+				b.WriteString("WITH ")
+			} else {
+				b.WriteString(", ")
+			}
+			ctes++
+			fmt.Fprintf(&b, "s%d AS (%s VALUES (%s, %s, %s::bigint) ON CONFLICT (aggregate_type, aggregate_id)"+
+				" DO UPDATE SET last_seq = s.last_seq + EXCLUDED.last_seq RETURNING last_seq)",
+				g, s.q.seqInsert, arg(grp.Type), arg(grp.ID), arg(len(grp.Rows)))
+			for j, i := range grp.Rows {
+				seq[i] = fmt.Sprintf("(SELECT last_seq FROM s%d) - %d", g, len(grp.Rows)-1-j)
+			}
 		}
 	}
-	var b strings.Builder
 	if s.notify {
-		b.WriteString("WITH ins AS (")
+		if ctes == 0 {
+			b.WriteString("WITH ")
+		} else {
+			b.WriteString(", ")
+		}
+		b.WriteString("ins AS (")
 	}
 	b.WriteString(s.q.insertHead)
-	args := make([]any, 0, len(rows)*10+1)
 	for i := range rows {
 		ev := &rows[i]
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		n := len(args)
-		fmt.Fprintf(&b, "($%d, $%d, $%d, $%d, $%d, $%d::json, $%d::json, $%d, $%d, now() + $%d::bigint * interval '1 microsecond')",
-			n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9, n+10)
 		h, err := sqlutil.EncodeHeaders(ev.Headers)
 		if err != nil {
 			return fmt.Errorf("enqueue: %w", err)
@@ -249,8 +260,9 @@ func (s *core) Enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferry
 		if h != nil {
 			headers = string(h)
 		}
-		args = append(args, ev.ID, ev.AggregateType, ev.AggregateID, seqs[i], ev.Type, string(ev.Payload), headers,
-			ev.Destination, ev.Exchange, sqlutil.Micros(ev.Delay))
+		fmt.Fprintf(&b, "(%s, %s, %s, %s, %s, %s::json, %s::json, %s, %s, now() + %s::bigint * interval '1 microsecond')",
+			arg(ev.ID), arg(ev.AggregateType), arg(ev.AggregateID), seq[i], arg(ev.Type), arg(string(ev.Payload)),
+			arg(headers), arg(ev.Destination), arg(ev.Exchange), arg(sqlutil.Micros(ev.Delay)))
 	}
 	if !s.notify {
 		if _, err := ex.Exec(ctx, b.String(), args...); err != nil {
@@ -258,8 +270,7 @@ func (s *core) Enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferry
 		}
 		return nil
 	}
-	args = append(args, s.channel)
-	fmt.Fprintf(&b, " RETURNING 1) SELECT pg_notify($%d, '') FROM (SELECT 1 FROM ins LIMIT 1) x", len(args))
+	fmt.Fprintf(&b, " RETURNING 1) SELECT pg_notify(%s, '') FROM (SELECT 1 FROM ins LIMIT 1) x", arg(s.channel))
 	r, err := ex.Query(ctx, b.String(), args...)
 	if err != nil {
 		return fmt.Errorf("enqueue: insert into %s: %w", s.table, err)

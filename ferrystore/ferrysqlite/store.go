@@ -134,12 +134,16 @@ func (s *Store) Close() error {
 }
 
 // Enqueue inserts rows in ex, assigning aggregate sequence numbers.
-func (s *Store) Enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferrytype.Event) error {
+func (s *Store) Enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferrytype.Event, opts ferrystore.EnqueueOptions) error {
 	if len(rows) == 0 {
 		return nil
 	}
 	seqs := make([]int64, len(rows))
-	for _, g := range sqlutil.GroupByAggregate(rows) {
+	var groups []sqlutil.AggregateGroup
+	if !opts.SkipSequence {
+		groups = sqlutil.GroupByAggregate(rows)
+	}
+	for _, g := range groups {
 		r, err := ex.Query(ctx, s.q.seqUpsert, g.Type, g.ID, len(g.Rows))
 		if err != nil {
 			return fmt.Errorf("enqueue: assign aggregate sequence: %w", err)

@@ -221,6 +221,22 @@ func Exercise[TTx any](t *testing.T, h Harness[TTx]) {
 		require.Equal(t, map[string][]int64{"1": {1, 2, 3}, "2": {1}, "": {0}}, got)
 	})
 
+	t.Run("SkipSequenceWritesZero", func(t *testing.T) {
+		b := setup(t, h)
+		ob, err := ferry.NewOutbox(b.store, &ferry.OutboxConfig{SkipSequence: true})
+		require.NoError(t, err)
+		tx, commit, _ := h.Begin(b.ctx, t, b.store)
+		_, err = ob.EnqueueTx(b.ctx, tx, ev("A", "1", `{}`), ev("B", "1", `{}`))
+		require.NoError(t, err)
+		require.NoError(t, commit())
+		msgs, _ := b.claim(t, 10, false)
+		require.Len(t, msgs, 2)
+		for _, m := range msgs {
+			require.Zero(t, m.Sequence)
+			require.Equal(t, "1", m.AggregateID)
+		}
+	})
+
 	t.Run("ConcurrentSequenceIsGapFree", func(t *testing.T) {
 		b := setup(t, h)
 		const writers, each = 8, 10
