@@ -2,72 +2,74 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/examples/shop"
 	"github.com/ferrydev/ferry/ferrybroker"
-	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
-	"github.com/ferrydev/ferry/ferrystore/ferrysqlite"
+	"github.com/ferrydev/ferry/internal/fault"
 	"github.com/ferrydev/ferry/internal/natsembed"
 )
 
 func newDemo() *cobra.Command {
-	var (
-		orders   int
-		lostPct  int
-		keep     bool
-		dirFlag  string
-		quietOut bool
-	)
+	var o demoOptions
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Run an order service, the outbox and a relay on SQLite and an embedded NATS, with injected crashes",
-		Long: `Runs the whole outbox path with no setup: a SQLite database and a NATS server
-with JetStream inside this process. An order service commits orders and their
-events in the same transactions; a relay publishes them in per-order sequence
-while the demo injects faults: one batch is abandoned after it was published
-(as if the relay crashed before recording it) and some confirms are lost. Then
-it reads the stream back and checks that every committed event arrived once,
-in order, with its original id. Exits 1 if the check fails.`,
+		Short: "Run the reference shop on SQLite and an embedded NATS, crash each of its processes once, and check the result",
+		Long: `Runs the reference system with no setup: SQLite databases and a NATS server
+with JetStream inside this process, an SMS gateway on loopback, and four
+separate processes — the order service, a relay, a points consumer and an SMS
+consumer — each started with a crash point armed:
+
+  order service    killed right after a payment committed
+  relay            killed after the broker confirmed a batch, before it was marked SENT
+  points consumer  killed after its transaction committed, before the ack
+  sms consumer     killed inside its transaction, before the commit
+
+Each killed process is started again. When the orders are placed and
+everything is quiet, the checker compares the databases and the gateway with
+the ground truth: no paid order lost, none applied twice, nothing applied for
+an order that never paid, conflicts and poison parked. It prints what
+happened and a verdict, and exits 1 if the check fails.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
-			if quietOut {
+			if o.quiet {
 				out = io.Discard
 			}
-			return runDemo(cmd.Context(), out, demoOptions{orders: orders, lostPct: lostPct, keep: keep, dir: dirFlag})
+			return runDemo(cmd.Context(), out, o)
 		},
 	}
-	cmd.Flags().IntVar(&orders, "orders", 200, "orders to place (each makes a created and a paid event)")
-	cmd.Flags().IntVar(&lostPct, "lost-confirms", 5, "percent of broker confirms to lose")
-	cmd.Flags().BoolVar(&keep, "keep", false, "keep the demo's directory (database, stream) afterwards")
-	cmd.Flags().StringVar(&dirFlag, "dir", "", "directory for the demo's files (default: a new temporary one)")
-	cmd.Flags().BoolVarP(&quietOut, "quiet", "q", false, "print nothing; the exit code tells")
+	f := cmd.Flags()
+	f.IntVar(&o.orders, "orders", 400, "orders to place")
+	f.IntVar(&o.rate, "rate", 400, "orders per second")
+	f.BoolVar(&o.keep, "keep", false, "keep the demo's directory (databases, stream) afterwards")
+	f.StringVar(&o.dir, "dir", "", "directory for the demo's files (default: a new temporary one)")
+	f.BoolVarP(&o.verbose, "verbose", "v", false, "show the processes' own output")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "print nothing; the exit code tells")
 	return cmd
 }
 
 type demoOptions struct {
-	orders, lostPct int
-	keep            bool
-	dir             string
+	orders, rate   int
+	keep           bool
+	dir            string
+	verbose, quiet bool
 }
 
 func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
-	if o.orders < 1 || o.lostPct < 0 || o.lostPct > 90 {
-		return usageError{errors.New("--orders must be positive and --lost-confirms within 0..90")}
+	if o.orders < 20 || o.rate < 1 {
+		return usageError{errors.New("--orders must be at least 20 and --rate positive")}
 	}
 	dir := o.dir
 	if dir == "" {
@@ -80,186 +82,207 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
+	start := time.Now()
+	say := func(format string, args ...any) {
+		fmt.Fprintf(out, "[%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
 
-	// The embedded default: SQLite and an in-process NATS with JetStream.
 	srv, err := natsembed.Start(filepath.Join(dir, "nats"))
 	if err != nil {
 		return err
 	}
 	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	store, err := ferrysqlite.Open(ctx, "sqlite://"+filepath.Join(dir, "demo.db"), nil)
+	natsURL := srv.ClientURL()
+	gateway := shop.NewGateway(10)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	if err := store.Migrate(ctx); err != nil {
-		return err
-	}
-	db := store.DB()
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS purchase_order (id INTEGER PRIMARY KEY, status TEXT NOT NULL)`); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "ferry demo: SQLite %s, embedded NATS JetStream %s\n", filepath.Join(dir, "demo.db"), srv.ClientURL())
-
-	// The order service: each change and its event commit together.
-	wake := ferry.NewWakeup()
-	outbox, err := ferry.NewOutbox(store, &ferry.OutboxConfig{Wakeup: wake})
-	if err != nil {
-		return err
-	}
-	var ids []string
-	for i := 1; i <= o.orders; i++ {
-		for _, step := range []struct{ sql, typ, status string }{
-			{`INSERT INTO purchase_order (id, status) VALUES (?, 'NEW')`, "OrderCreated", "NEW"},
-			{`UPDATE purchase_order SET status = 'PAID' WHERE id = ?`, "OrderPaid", "PAID"},
-		} {
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, step.sql, i); err != nil {
-				tx.Rollback()
-				return err
-			}
-			got, err := outbox.EnqueueTx(ctx, tx, ferry.Event{
-				AggregateType: "order", AggregateID: strconv.Itoa(i), Type: step.typ,
-				Payload:     json.RawMessage(fmt.Sprintf(`{"orderId":%d,"status":%q}`, i, step.status)),
-				Destination: "orders." + step.status,
-			})
-			if err != nil {
-				tx.Rollback()
-				return err
-			}
-			if err := tx.Commit(); err != nil {
-				return err
-			}
-			ids = append(ids, got...)
+	hs := &http.Server{Handler: gateway, ReadHeaderTimeout: 5 * time.Second}
+	go hs.Serve(ln)
+	defer hs.Close()
+	gatewayURL := "http://" + ln.Addr().String()
+	ordersURL := "sqlite://" + filepath.Join(dir, "orders.db")
+	pointsURL := "sqlite://" + filepath.Join(dir, "points.db")
+	for _, s := range []struct {
+		url string
+		fn  func(context.Context, *shop.DB) error
+	}{{ordersURL, shop.SetupOrders}, {pointsURL, shop.SetupPoints}} {
+		db, err := shop.Open(ctx, s.url)
+		if err != nil {
+			return err
+		}
+		err = s.fn(ctx, db)
+		db.Close()
+		if err != nil {
+			return err
 		}
 	}
-	fmt.Fprintf(out, "committed %d orders: %d events written to the outbox in the same transactions\n", o.orders, len(ids))
+	if err := shop.SetupNATS(ctx, natsURL); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "ferry demo: SQLite in %s, embedded NATS JetStream %s, SMS gateway %s\n", dir, natsURL, gatewayURL)
 
-	// The relay, with faults injected at its named crash windows.
-	nc, err := nats.Connect(srv.ClientURL())
+	bin, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	pub, err := ferrynats.New(ctx, nc, &ferrynats.Config{Stream: "ORDERS", Subjects: []string{"orders.>"}, Declare: true})
-	if err != nil {
-		return err
+	var logw io.Writer = io.Discard
+	if o.verbose {
+		logw = out
 	}
-	var abandoned, lost atomic.Int64
-	relay, err := ferry.NewRelay(store, pub, &ferry.RelayConfig{
-		Ordered: true, BatchSize: 100, Wakeup: wake, PollInterval: 50 * time.Millisecond,
-		Lease: time.Second, PublishTimeout: 800 * time.Millisecond, SweepInterval: 100 * time.Millisecond,
-		Retry: ferry.ExponentialBackoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
-		FaultPoint: func(_ context.Context, point string) error {
+	procs := []*shop.Proc{
+		{Name: "orders", Args: []string{"shop", "orders", "--orders-db", ordersURL, "--first", "1", "--last", strconv.Itoa(o.orders),
+			"--rate", strconv.Itoa(o.rate), "--poison-pct", "2", "--conflict-pct", "2", "--rollback-pct", "5"}},
+		{Name: "relay", Args: []string{"relay", "--database-url", ordersURL, "--broker-url", natsURL, "--stream", shop.Stream,
+			"--ordered", "--poll-interval", "50ms", "--lease", "2s", "--publish-timeout", "1500ms", "--retry-initial", "50ms",
+			"--sweep-interval", "200ms",
+			"--retry-max", "1s", "--stats-interval", "200ms", "--log-level", "error"}},
+		{Name: "points", Args: []string{"shop", "points", "--points-db", pointsURL, "--broker-url", natsURL}},
+		{Name: "sms", Args: []string{"shop", "sms", "--points-db", pointsURL, "--broker-url", natsURL, "--gateway", gatewayURL}},
+	}
+	crashes := map[string]string{
+		"orders": shop.FaultOrderAfterCommit + ":" + strconv.Itoa(o.orders/3),
+		"relay":  ferry.FaultAfterPublish + ":3",
+		"points": ferrybroker.FaultConsumerAfterHandle + ":" + strconv.Itoa(o.orders/4),
+		"sms":    ferry.FaultInboxBeforeCommit + ":" + strconv.Itoa(o.orders/5),
+	}
+	for _, p := range procs {
+		p.Bin, p.Log = bin, logw
+		if err := p.Start(fault.EnvCrashPoint + "=" + crashes[p.Name]); err != nil {
+			return err
+		}
+		say("%-6s started, crash point %s armed", p.Name, crashes[p.Name])
+	}
+	defer func() {
+		for _, p := range procs {
+			p.Stop(20 * time.Second)
+		}
+	}()
+
+	// Supervise: restart what the crash points killed, until the orders
+	// are placed and nothing is left to do.
+	crashed := 0
+	ordersDone := false
+	quietSince := time.Time{}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("demo did not settle: %w", ctx.Err())
+		case <-tick.C:
+		}
+		for _, p := range procs {
+			if p.Running() {
+				continue
+			}
 			switch {
-			case point == ferry.FaultAfterPublish && abandoned.Load() == 0:
-				abandoned.Add(1)
-				return errors.New("crash after publish")
-			case point == ferry.FaultLoseConfirm && rand.IntN(100) < o.lostPct:
-				lost.Add(1)
-				return errors.New("confirm lost")
+			case p.Killed():
+				crashed++
+				say("%-6s killed at its crash point (%s); starting it again", p.Name, crashes[p.Name])
+				if err := p.Start(); err != nil {
+					return err
+				}
+			case p.Name == "orders" && !ordersDone:
+				ordersDone = true
+				say("orders placed: the order service is done")
+			case p.Name != "orders":
+				return fmt.Errorf("%s exited unexpectedly", p.Name)
 			}
-			return nil
-		},
-	})
-	if err != nil {
-		return err
-	}
-	start := time.Now()
-	res, err := relay.Drain(ctx)
-	if err != nil {
-		return err
-	}
-	st := relay.Stats()
-	fmt.Fprintf(out, "relay (ordered): drained in %s; injected: 1 batch abandoned after publish, %d confirms lost\n",
-		time.Since(start).Round(time.Millisecond), lost.Load())
-	fmt.Fprintf(out, "  claimed %d, confirmed %d, unknown outcomes %d, retried %d, leases swept %d, dead %d\n",
-		st.Claimed, st.Confirmed, st.Unknown, st.Retried, st.Swept, st.Dead)
-	fmt.Fprintf(out, "  JetStream dropped %d republished events as duplicates (same Nats-Msg-Id)\n", st.Duplicates)
-
-	// The checker: read the stream back and compare with the outbox.
-	got, err := readAll(ctx, nc, "ORDERS", len(ids))
-	if err != nil {
-		return err
-	}
-	want := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		want[id] = true
-	}
-	var lostEvents, twice, outOfOrder, unexpected int
-	seen := map[string]bool{}
-	last := map[string]int64{}
-	for _, m := range got {
+		}
+		if !ordersDone {
+			continue
+		}
+		quiet, err := demoQuiet(ctx, ordersURL, pointsURL, natsURL)
+		if err != nil {
+			return err
+		}
 		switch {
-		case !want[m.id]:
-			unexpected++
-		case seen[m.id]:
-			twice++
-		}
-		seen[m.id] = true
-		if m.seq <= last[m.agg] {
-			outOfOrder++
-		}
-		last[m.agg] = m.seq
-	}
-	for _, id := range ids {
-		if !seen[id] {
-			lostEvents++
+		case !quiet:
+			quietSince = time.Time{}
+		case quietSince.IsZero():
+			quietSince = time.Now()
+		case time.Since(quietSince) > 500*time.Millisecond:
+			goto settled
 		}
 	}
-	fmt.Fprintf(out, "stream ORDERS holds %d messages for %d committed events\n", len(got), len(ids))
-	fmt.Fprintf(out, "  lost %d, stored twice %d, unexpected %d, out of order %d; outbox left: %d new, %d dead\n",
-		lostEvents, twice, unexpected, outOfOrder, res.Stats.New, res.Stats.Dead)
-	if lostEvents+twice+unexpected+outOfOrder+int(res.Stats.New+res.Stats.Dead) > 0 {
-		fmt.Fprintln(out, "verdict: FAILED")
+settled:
+	say("everything delivered; stopping the processes")
+	for _, p := range procs {
+		p.Stop(20 * time.Second)
+	}
+	db1, err := shop.Open(ctx, ordersURL)
+	if err != nil {
+		return err
+	}
+	defer db1.Close()
+	db2, err := shop.Open(ctx, pointsURL)
+	if err != nil {
+		return err
+	}
+	defer db2.Close()
+	rep, err := shop.Check(ctx, db1, db2, gateway.Stats())
+	if err != nil {
+		return err
+	}
+	_, parked, err := shop.NATSQuiet(ctx, natsURL)
+	if err != nil {
+		return err
+	}
+	total := map[string]shop.Stats{}
+	for _, p := range procs {
+		total[p.Name] = p.Total()
+	}
+	absorbed := total["points"].Duplicate + total["sms"].Duplicate
+	fmt.Fprintln(out)
+	fmt.Fprint(out, rep.String())
+	fmt.Fprintf(out, "relay: %d confirmed, %d republished after the crash (JetStream dropped %d as duplicates), %d unknown outcomes\n",
+		total["relay"].Confirmed, total["relay"].Swept, total["relay"].Dupes, total["relay"].Unknown)
+	fmt.Fprintf(out, "consumers: %d redeliveries absorbed by the inbox as duplicates; parked: points %d, sms %d (poison %d + conflicts %d each)\n",
+		absorbed, parked["points"], parked["sms"], rep.PoisonInjected, rep.ConflictsInjected)
+	fmt.Fprintf(out, "crash points hit: %d\n", crashed)
+	wantParked := uint64(rep.PoisonInjected + rep.ConflictsInjected)
+	var problems []string
+	if parked["points"] != wantParked || parked["sms"] != wantParked {
+		problems = append(problems, fmt.Sprintf("parked %d/%d messages, want %d each", parked["points"], parked["sms"], wantParked))
+	}
+	if crashed < len(procs) {
+		problems = append(problems, fmt.Sprintf("vacuous: only %d of %d crash points hit", crashed, len(procs)))
+	}
+	if absorbed == 0 {
+		problems = append(problems, "vacuous: no duplicate delivery was absorbed")
+	}
+	if !rep.OK() || len(problems) > 0 {
+		fmt.Fprintf(out, "verdict: FAILED %v %v\n", rep.Violations, problems)
 		return exitError{exitFailed, errors.New("demo check failed")}
 	}
-	if st.Duplicates == 0 {
-		fmt.Fprintln(out, "verdict: FAILED (vacuous: no fault led to a republish)")
-		return exitError{exitFailed, errors.New("demo injected no effective fault")}
-	}
-	fmt.Fprintln(out, "verdict: OK: every committed event is in the stream once, in per-order sequence, with its original id")
+	fmt.Fprintln(out, "verdict: OK: every paid order was awarded and texted exactly once; poison and conflicts parked, nothing else")
 	return nil
 }
 
-type demoMsg struct {
-	id, agg string
-	seq     int64
-}
-
-func readAll(ctx context.Context, nc *nats.Conn, stream string, want int) ([]demoMsg, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		return nil, err
-	}
-	info, err := js.Stream(ctx, stream)
-	if err != nil {
-		return nil, err
-	}
-	total := int(info.CachedInfo().State.Msgs)
-	var out []demoMsg
-	for len(out) < total {
-		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(time.Second))
+// demoQuiet reports whether the outbox, the task table and both consumer
+// groups have nothing left to do.
+func demoQuiet(ctx context.Context, ordersURL, pointsURL, natsURL string) (bool, error) {
+	for _, t := range []struct{ url, table string }{{ordersURL, ""}, {pointsURL, shop.TaskTable}} {
+		db, err := shop.Open(ctx, t.url)
 		if err != nil {
-			return nil, err
+			return false, err
 		}
-		n := len(out)
-		for m := range batch.Messages() {
-			h := m.Headers()
-			seq, _ := strconv.ParseInt(h.Get(ferrybroker.HeaderSequence), 10, 64)
-			out = append(out, demoMsg{id: h.Get(jetstream.MsgIDHeader), agg: h.Get(ferrybroker.HeaderAggregateID), seq: seq})
+		s, err := db.Outbox(t.table)
+		if err != nil {
+			db.Close()
+			return false, err
 		}
-		if len(out) == n {
-			return nil, fmt.Errorf("read %d of %d messages from %s", n, total, stream)
+		st, err := s.Stats(ctx)
+		db.Close()
+		if err != nil {
+			return false, err
+		}
+		if st.New+st.Sending > 0 {
+			return false, nil
 		}
 	}
-	_ = want
-	return out, nil
+	quiet, _, err := shop.NATSQuiet(ctx, natsURL)
+	return quiet, err
 }

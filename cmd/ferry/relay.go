@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/examples/shop"
 	"github.com/ferrydev/ferry/internal/fault"
 	"github.com/ferrydev/ferry/internal/open"
 )
@@ -26,12 +27,14 @@ type relayFlags struct {
 	retryInitial    time.Duration
 	retryMax        time.Duration
 	retention       time.Duration
+	sweepInterval   time.Duration
 	stream          string
 	subjects        string
 	declare         bool
 	drain           bool
 	drainTimeout    time.Duration
 	shutdownTimeout time.Duration
+	statsInterval   time.Duration
 }
 
 func newRelay(g *globals) *cobra.Command {
@@ -71,6 +74,8 @@ lists --subjects); with --declare it creates or updates it.`,
 	bindEnv(fl, "retry-initial", "FERRY_RETRY_INITIAL")
 	fl.DurationVar(&f.retryMax, "retry-max", 5*time.Minute, "longest delay between attempts")
 	bindEnv(fl, "retry-max", "FERRY_RETRY_MAX")
+	fl.DurationVar(&f.sweepInterval, "sweep-interval", 5*time.Second, "how often expired leases are returned to NEW")
+	bindEnv(fl, "sweep-interval", "FERRY_SWEEP_INTERVAL")
 	fl.DurationVar(&f.retention, "retention", 0, "delete SENT events older than this (0 keeps them)")
 	bindEnv(fl, "retention", "FERRY_RETENTION")
 	envString(fl, &f.stream, "stream", "FERRY_NATS_STREAM", "", "JetStream stream to verify (or declare)")
@@ -80,6 +85,8 @@ lists --subjects); with --declare it creates or updates it.`,
 	fl.BoolVar(&f.drain, "drain", false, "exit once no event is NEW or SENDING (exit code 3 if --drain-timeout passes first)")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 5*time.Minute, "longest a --drain run waits")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a stop waits for batches in flight")
+	fl.DurationVar(&f.statsInterval, "stats-interval", 0, "print the relay's counters as STATS lines on stdout this often (for harnesses)")
+	_ = fl.MarkHidden("stats-interval")
 	bindEnv(fl, "shutdown-timeout", "FERRY_SHUTDOWN_TIMEOUT")
 	return cmd
 }
@@ -99,6 +106,7 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 		{"--batch-size", f.batchSize >= 1}, {"--lanes", f.lanes >= 1}, {"--max-attempts", f.maxAttempts >= 1},
 		{"--poll-interval", f.pollInterval > 0}, {"--lease", f.lease > 0}, {"--publish-timeout", f.publishTimeout > 0},
 		{"--retry-initial", f.retryInitial > 0}, {"--retry-max", f.retryMax > 0}, {"--retention", f.retention >= 0},
+		{"--sweep-interval", f.sweepInterval > 0},
 	} {
 		if !c.ok {
 			return usageError{fmt.Errorf("%s must be positive", c.name)}
@@ -126,7 +134,7 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 	defer pub.Close()
 	relay, err := ferry.NewRelay(store, pub, &ferry.RelayConfig{
 		BatchSize: f.batchSize, Lanes: f.lanes, Ordered: f.ordered, PollInterval: f.pollInterval,
-		Lease: f.lease, PublishTimeout: f.publishTimeout, Retention: f.retention,
+		Lease: f.lease, PublishTimeout: f.publishTimeout, Retention: f.retention, SweepInterval: f.sweepInterval,
 		Retry:  ferry.ExponentialBackoff{Initial: f.retryInitial, Max: f.retryMax, MaxAttempts: f.maxAttempts},
 		Logger: log, FaultPoint: faults,
 	})
@@ -147,6 +155,19 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 	}
 	if err := relay.Start(ctx); err != nil {
 		return err
+	}
+	if f.statsInterval > 0 {
+		statsCtx, stopStats := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			shop.ReportStats(statsCtx, cmd.OutOrStdout(), f.statsInterval, func() shop.Stats {
+				st := relay.Stats()
+				return shop.Stats{Role: "relay", Confirmed: st.Confirmed, Unknown: st.Unknown, Fenced: st.Fenced,
+					Swept: st.Swept, Dupes: st.Duplicates, Retried: st.Retried}
+			})
+		}()
+		defer func() { stopStats(); <-done }()
 	}
 	<-ctx.Done()
 	log.Info("stopping: finishing batches in flight", "timeout", f.shutdownTimeout)

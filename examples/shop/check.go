@@ -1,0 +1,228 @@
+package shop
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/ferrydev/ferry/ferrystore"
+)
+
+// Report is the checker's verdict on a run: ground truth from the orders
+// database, effects from the points database and the SMS gateway.
+type Report struct {
+	// Ground truth.
+	PaidOrders        int `json:"paid_orders"`        // committed payments
+	PoisonInjected    int `json:"poison_injected"`    // paid orders with an undecodable event
+	ConflictsInjected int `json:"conflicts_injected"` // paid orders announced twice with different amounts
+	// Violations: each must be 0.
+	Lost              int `json:"lost"`               // paid orders without their points effect
+	DuplicateEffects  int `json:"duplicate_effects"`  // orders with more than one points effect
+	Unexpected        int `json:"unexpected"`         // effects for orders that never paid (rolled back)
+	WrongEffects      int `json:"wrong_effects"`      // effects with another user or amount than the order's
+	BalanceMismatches int `json:"balance_mismatches"` // accounts whose balance is not the sum of their awards
+	SMSLost           int `json:"sms_lost"`           // paid orders never texted
+	SMSDuplicates     int `json:"sms_duplicates"`     // keys executed more than once
+	SMSUnexpected     int `json:"sms_unexpected"`     // texts for orders that never paid
+	ConflictMismatch  int `json:"conflict_mismatch"`  // |conflicts recorded - injected|, per consumer, summed
+	OutboxLeft        int `json:"outbox_left"`        // events NEW, SENDING or DEAD
+	TasksLeft         int `json:"tasks_left"`         // SMS tasks NEW, SENDING or DEAD
+	// What the run absorbed.
+	Effects           int `json:"effects"`
+	SMSExecuted       int `json:"sms_executed"`
+	SMSCalls          int `json:"sms_calls"` // gateway calls: beyond SMSExecuted, retries answered by key
+	ConflictsRecorded int `json:"conflicts_recorded"`
+	// Violations lists what failed, in words.
+	Violations []string `json:"violations"`
+}
+
+// OK reports a run without violations.
+func (r *Report) OK() bool { return len(r.Violations) == 0 }
+
+type order struct{ user, amount int64 }
+
+// Check compares the databases and the gateway.
+func Check(ctx context.Context, orders, points *DB, gw GatewayStats) (*Report, error) {
+	r := &Report{}
+	paid := map[int64]order{}
+	rows, err := orders.QueryContext(ctx, "SELECT id, user_id, amount FROM shop_order WHERE status = 'PAID'")
+	if err != nil {
+		return nil, fmt.Errorf("check: read orders: %w", err)
+	}
+	for rows.Next() {
+		var id int64
+		var o order
+		if err := rows.Scan(&id, &o.user, &o.amount); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		paid[id] = o
+	}
+	rows.Close()
+	r.PaidOrders = len(paid)
+	injected := map[string]map[int64]bool{"poison": {}, "conflict": {}}
+	rows, err = orders.QueryContext(ctx, "SELECT order_id, kind FROM shop_injected")
+	if err != nil {
+		return nil, fmt.Errorf("check: read injected faults: %w", err)
+	}
+	for rows.Next() {
+		var id int64
+		var kind string
+		if err := rows.Scan(&id, &kind); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		injected[kind][id] = true
+	}
+	rows.Close()
+	r.PoisonInjected, r.ConflictsInjected = len(injected["poison"]), len(injected["conflict"])
+
+	effects := map[int64][]order{}
+	rows, err = points.QueryContext(ctx, "SELECT order_id, user_id, amount FROM shop_award_log")
+	if err != nil {
+		return nil, fmt.Errorf("check: read effects: %w", err)
+	}
+	for rows.Next() {
+		var id int64
+		var o order
+		if err := rows.Scan(&id, &o.user, &o.amount); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		effects[id] = append(effects[id], o)
+		r.Effects++
+	}
+	rows.Close()
+
+	want := map[int64]int64{}
+	for id, o := range paid {
+		if injected["poison"][id] {
+			if len(effects[id]) > 0 {
+				r.Unexpected++
+			}
+			continue
+		}
+		want[o.user] += o.amount
+		switch es := effects[id]; {
+		case len(es) == 0:
+			r.Lost++
+		case len(es) > 1:
+			r.DuplicateEffects++
+		case es[0] != o:
+			r.WrongEffects++
+		}
+	}
+	for id := range effects {
+		if _, ok := paid[id]; !ok {
+			r.Unexpected++
+		}
+	}
+	rows, err = points.QueryContext(ctx, "SELECT user_id, points FROM points_account")
+	if err != nil {
+		return nil, fmt.Errorf("check: read balances: %w", err)
+	}
+	for rows.Next() {
+		var u, p int64
+		if err := rows.Scan(&u, &p); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if p != want[u] {
+			r.BalanceMismatches++
+		}
+	}
+	rows.Close()
+
+	for id := range paid {
+		if injected["poison"][id] {
+			continue
+		}
+		if gw.Executed[SMSTaskKey(id)] == 0 {
+			r.SMSLost++
+		}
+	}
+	for key, n := range gw.Executed {
+		r.SMSExecuted++
+		if n > 1 {
+			r.SMSDuplicates++
+		}
+		var id int64
+		if _, err := fmt.Sscanf(key, "sms:order:%d:paid", &id); err != nil || paid[id] == (order{}) || injected["poison"][id] {
+			r.SMSUnexpected++
+		}
+	}
+	for _, n := range gw.Calls {
+		r.SMSCalls += n
+	}
+
+	ib, err := points.Inbox()
+	if err != nil {
+		return nil, err
+	}
+	for _, consumer := range []string{PointsConsumer, SMSConsumer} {
+		cs, err := ib.Conflicts(ctx, ferrystore.ConflictFilter{Consumer: consumer, All: true, Limit: 10000})
+		if err != nil {
+			return nil, fmt.Errorf("check: read conflicts: %w", err)
+		}
+		keys := map[string]bool{}
+		for _, c := range cs {
+			keys[c.Key] = true
+		}
+		r.ConflictsRecorded += len(keys)
+		if d := len(keys) - r.ConflictsInjected; d != 0 {
+			r.ConflictMismatch += max(d, -d)
+		}
+	}
+
+	for _, t := range []struct {
+		db    *DB
+		table string
+		left  *int
+	}{{orders, "", &r.OutboxLeft}, {points, TaskTable, &r.TasksLeft}} {
+		s, err := t.db.Outbox(t.table)
+		if err != nil {
+			return nil, err
+		}
+		st, err := s.Stats(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("check: outbox stats: %w", err)
+		}
+		*t.left = int(st.New + st.Sending + st.Dead)
+	}
+
+	for name, v := range map[string]int{
+		"lost": r.Lost, "duplicate effects": r.DuplicateEffects, "unexpected effects": r.Unexpected,
+		"wrong effects": r.WrongEffects, "balance mismatches": r.BalanceMismatches, "SMS lost": r.SMSLost,
+		"SMS executed twice": r.SMSDuplicates, "unexpected SMS": r.SMSUnexpected,
+		"conflicts recorded != injected": r.ConflictMismatch, "outbox events left": r.OutboxLeft, "SMS tasks left": r.TasksLeft,
+	} {
+		if v != 0 {
+			r.Violations = append(r.Violations, fmt.Sprintf("%s: %d", name, v))
+		}
+	}
+	if r.PaidOrders == 0 {
+		r.Violations = append(r.Violations, "vacuous: no order was paid")
+	}
+	sort.Strings(r.Violations)
+	return r, nil
+}
+
+// String renders the report for people.
+func (r *Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "ground truth: %d paid orders (%d with a poison event, %d announced twice with another amount)\n",
+		r.PaidOrders, r.PoisonInjected, r.ConflictsInjected)
+	fmt.Fprintf(&b, "points: %d effects; lost %d, applied twice %d, unexpected %d, wrong %d; balances off: %d\n",
+		r.Effects, r.Lost, r.DuplicateEffects, r.Unexpected, r.WrongEffects, r.BalanceMismatches)
+	fmt.Fprintf(&b, "sms: %d texts for %d gateway calls; lost %d, twice %d, unexpected %d\n",
+		r.SMSExecuted, r.SMSCalls, r.SMSLost, r.SMSDuplicates, r.SMSUnexpected)
+	fmt.Fprintf(&b, "conflicts recorded: %d (both consumers); outbox left: %d; tasks left: %d\n",
+		r.ConflictsRecorded, r.OutboxLeft, r.TasksLeft)
+	if r.OK() {
+		b.WriteString("verdict: OK\n")
+	} else {
+		fmt.Fprintf(&b, "verdict: FAILED: %s\n", strings.Join(r.Violations, "; "))
+	}
+	return b.String()
+}

@@ -1,0 +1,188 @@
+package shop
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Proc is one role of the system run as an OS process by a harness: it can
+// be started, signalled, killed and started again, and it collects the
+// STATS lines of all its runs.
+type Proc struct {
+	Name string
+	Bin  string
+	Args []string
+	Env  []string
+	// Log receives the process's other output lines, prefixed by its name.
+	Log io.Writer
+
+	mu    sync.Mutex
+	cmd   *exec.Cmd
+	done  chan struct{}
+	state *os.ProcessState
+	runs  int
+	past  []Stats // the last STATS of each finished run
+	cur   Stats
+}
+
+// Start starts a new run with extra environment variables.
+func (p *Proc) Start(extraEnv ...string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil && p.done != nil {
+		select {
+		case <-p.done:
+		default:
+			return fmt.Errorf("%s is running", p.Name)
+		}
+	}
+	cmd := exec.Command(p.Bin, p.Args...)
+	cmd.Env = append(append(os.Environ(), p.Env...), extraEnv...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", p.Name, err)
+	}
+	if p.runs > 0 {
+		p.past = append(p.past, p.cur)
+	}
+	p.runs++
+	p.cmd, p.cur, p.done, p.state = cmd, Stats{}, make(chan struct{}), nil
+	done := p.done
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if s, ok := ParseStats(line); ok {
+				p.mu.Lock()
+				if p.cmd == cmd {
+					p.cur = s
+				}
+				p.mu.Unlock()
+				continue
+			}
+			if p.Log != nil {
+				fmt.Fprintf(p.Log, "  %s | %s\n", p.Name, line)
+			}
+		}
+		err := cmd.Wait()
+		_ = err
+		p.mu.Lock()
+		p.state = cmd.ProcessState
+		p.mu.Unlock()
+		close(done)
+	}()
+	return nil
+}
+
+// Running reports whether the current run has not ended.
+func (p *Proc) Running() bool {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Done returns a channel closed when the current run ends.
+func (p *Proc) Done() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
+}
+
+// Signal sends sig to the current run.
+func (p *Proc) Signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return fmt.Errorf("%s is not running", p.Name)
+	}
+	return p.cmd.Process.Signal(sig)
+}
+
+// Wait waits for the current run to end, at most d; it kills it after d.
+func (p *Proc) Wait(d time.Duration) *os.ProcessState {
+	done := p.Done()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+	case <-time.After(d):
+		_ = p.Signal(syscall.SIGKILL)
+		<-done
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state
+}
+
+// Stop asks the current run to stop (SIGTERM) and waits up to d.
+func (p *Proc) Stop(d time.Duration) *os.ProcessState {
+	if !p.Running() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.state
+	}
+	_ = p.Signal(syscall.SIGTERM)
+	return p.Wait(d)
+}
+
+// Killed reports whether the last run ended by SIGKILL.
+func (p *Proc) Killed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state == nil {
+		return false
+	}
+	ws, ok := p.state.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
+// Runs returns how many times the process was started.
+func (p *Proc) Runs() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.runs
+}
+
+// Total sums the counters of every run (a run killed between two STATS
+// lines loses its last interval's counts: totals are lower bounds).
+func (p *Proc) Total() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t := Stats{Role: p.Name}
+	for _, s := range append(append([]Stats{}, p.past...), p.cur) {
+		t.Applied += s.Applied
+		t.Duplicate += s.Duplicate
+		t.Conflict += s.Conflict
+		t.Stale += s.Stale
+		t.Acked += s.Acked
+		t.Parked += s.Parked
+		t.Retried += s.Retried
+		t.Confirmed += s.Confirmed
+		t.Unknown += s.Unknown
+		t.Fenced += s.Fenced
+		t.Swept += s.Swept
+		t.Dupes += s.Dupes
+	}
+	return t
+}

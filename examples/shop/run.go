@@ -1,0 +1,280 @@
+package shop
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
+)
+
+// Stream is the JetStream stream of the shop's events (subjects shop.>).
+const Stream = "SHOP"
+
+// ParkSubject is where a consumer group parks messages.
+func ParkSubject(group string) string { return "shop.parked." + group }
+
+// Stats is what a process reports on its STATS lines.
+type Stats struct {
+	Role      string `json:"role"`
+	Applied   int64  `json:"applied,omitempty"`
+	Duplicate int64  `json:"duplicate,omitempty"`
+	Conflict  int64  `json:"conflict,omitempty"`
+	Stale     int64  `json:"stale,omitempty"`
+	Acked     int64  `json:"acked,omitempty"`
+	Parked    int64  `json:"parked,omitempty"`
+	Retried   int64  `json:"retried,omitempty"`
+	// Task worker (sms) or relay counters.
+	Confirmed int64 `json:"confirmed,omitempty"`
+	Unknown   int64 `json:"unknown,omitempty"`
+	Fenced    int64 `json:"fenced,omitempty"`
+	Swept     int64 `json:"swept,omitempty"`
+	Dupes     int64 `json:"broker_duplicates,omitempty"`
+}
+
+// ReportStats writes a STATS line to w every interval until ctx ends, and
+// once more at the end.
+func ReportStats(ctx context.Context, w io.Writer, interval time.Duration, get func() Stats) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		b, _ := json.Marshal(get())
+		fmt.Fprintf(w, "STATS %s\n", b)
+		select {
+		case <-ctx.Done():
+			b, _ := json.Marshal(get())
+			fmt.Fprintf(w, "STATS %s\n", b)
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// ParseStats parses a STATS line.
+func ParseStats(line string) (Stats, bool) {
+	rest, ok := strings.CutPrefix(line, "STATS ")
+	if !ok {
+		return Stats{}, false
+	}
+	var s Stats
+	return s, json.Unmarshal([]byte(rest), &s) == nil
+}
+
+// inboxCounts counts inbox outcomes (a ferry.HookInbox).
+type inboxCounts struct{ applied, duplicate, conflict, stale atomic.Int64 }
+
+func (c *inboxCounts) OnInbox(_ string, o ferry.InboxOutcome, _ time.Duration) {
+	switch o {
+	case ferry.InboxApplied:
+		c.applied.Add(1)
+	case ferry.InboxDuplicate:
+		c.duplicate.Add(1)
+	case ferry.InboxConflict:
+		c.conflict.Add(1)
+	case ferry.InboxStale:
+		c.stale.Add(1)
+	}
+}
+
+// ConsumerOptions configure a consumer process.
+type ConsumerOptions struct {
+	Role       string // "points" or "sms"
+	DB         string // the points database
+	BrokerURL  string
+	GatewayURL string // sms only
+	// Concurrency of handlers. Default 4.
+	Concurrency int
+	FaultPoint  func(ctx context.Context, point string) error
+	Out         io.Writer // STATS lines
+}
+
+// RunConsumer runs a points or SMS consumer until ctx ends.
+func RunConsumer(ctx context.Context, o ConsumerOptions) error {
+	db, err := Open(ctx, o.DB)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ib, err := db.Inbox()
+	if err != nil {
+		return err
+	}
+	counts := &inboxCounts{}
+	consumer := PointsConsumer
+	if o.Role == "sms" {
+		consumer = SMSConsumer
+	}
+	inbox, err := ferry.NewInbox(ib, &ferry.InboxConfig{Consumer: consumer, Hooks: []ferry.Hook{counts}, FaultPoint: o.FaultPoint})
+	if err != nil {
+		return err
+	}
+	var (
+		handler ferrybroker.Handler
+		worker  *ferry.Relay
+	)
+	switch o.Role {
+	case "points":
+		handler = PointsHandler(db, inbox)
+	case "sms":
+		taskStore, err := db.Outbox(TaskTable)
+		if err != nil {
+			return err
+		}
+		tasks, err := ferry.NewOutbox(taskStore, nil)
+		if err != nil {
+			return err
+		}
+		handler = SMSHandler(inbox, tasks)
+		client := &http.Client{Timeout: 5 * time.Second}
+		worker, err = ferry.NewTaskWorker(taskStore, map[string]ferry.TaskHandler{"SendSMS": SendSMS(client, o.GatewayURL)},
+			&ferry.TaskWorkerConfig{RelayConfig: ferry.RelayConfig{
+				PollInterval: 100 * time.Millisecond, Lease: 5 * time.Second, PublishTimeout: 4 * time.Second,
+				SweepInterval: 500 * time.Millisecond, FaultPoint: o.FaultPoint,
+				Retry: ferry.ExponentialBackoff{Initial: 50 * time.Millisecond, Max: time.Second, MaxAttempts: 1000},
+			}})
+		if err != nil {
+			return err
+		}
+		if err := worker.Start(ctx); err != nil {
+			return err
+		}
+		defer worker.Stop(context.Background())
+	default:
+		return fmt.Errorf("shop: unknown consumer role %q", o.Role)
+	}
+	stop, stats, err := consume(ctx, o, handler)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	statsCtx, stopStats := context.WithCancel(context.Background())
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ReportStats(statsCtx, o.Out, 200*time.Millisecond, func() Stats {
+			s := stats()
+			s.Role, s.Applied, s.Duplicate, s.Conflict, s.Stale = o.Role, counts.applied.Load(), counts.duplicate.Load(),
+				counts.conflict.Load(), counts.stale.Load()
+			if worker != nil {
+				ws := worker.Stats()
+				s.Confirmed, s.Unknown, s.Fenced, s.Swept = ws.Confirmed, ws.Unknown, ws.Fenced, ws.Swept
+			}
+			return s
+		})
+	}()
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	err = stop(stopCtx)
+	stopStats()
+	wg.Wait()
+	return err
+}
+
+// consume starts a broker consumer of OrderPaid events for the role's
+// group and returns how to stop it and read its counters.
+func consume(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler) (func(context.Context) error, func() Stats, error) {
+	conc := o.Concurrency
+	if conc == 0 {
+		conc = 4
+	}
+	switch {
+	case strings.HasPrefix(o.BrokerURL, "nats:"):
+		nc, err := nats.Connect(o.BrokerURL, nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond))
+		if err != nil {
+			return nil, nil, err
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+		c, err := ferrynats.NewConsumer(js, h, &ferrynats.ConsumerConfig{
+			Stream: Stream, Durable: o.Role, FilterSubjects: []string{RoutePaid}, Declare: true,
+			ParkSubject: ParkSubject(o.Role), Concurrency: conc, AckWait: 5 * time.Second,
+			RetryInitial: 50 * time.Millisecond, RetryMax: 2 * time.Second, MaxDeliver: 50, FaultPoint: o.FaultPoint,
+		})
+		if err == nil {
+			err = c.Start(ctx)
+		}
+		if err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+		return func(ctx context.Context) error {
+				defer nc.Close()
+				return c.Stop(ctx)
+			}, func() Stats {
+				s := c.Stats()
+				return Stats{Acked: s.Acked, Parked: s.Parked, Retried: s.Retried}
+			}, nil
+	}
+	return nil, nil, fmt.Errorf("shop: unsupported broker URL %q", o.BrokerURL)
+}
+
+// SetupNATS declares the shop's stream.
+func SetupNATS(ctx context.Context, url string) error {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: Stream, Subjects: []string{"shop.>"},
+		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute})
+	return err
+}
+
+// NATSQuiet reports whether both consumer groups have nothing pending, and
+// how many messages each parked.
+func NATSQuiet(ctx context.Context, url string) (quiet bool, parked map[string]uint64, err error) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return false, nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return false, nil, err
+	}
+	quiet, parked = true, map[string]uint64{}
+	for _, group := range []string{"points", "sms"} {
+		c, err := js.Consumer(ctx, Stream, group)
+		if err != nil {
+			return false, nil, err
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return false, nil, err
+		}
+		if info.NumPending > 0 || info.NumAckPending > 0 {
+			quiet = false
+		}
+	}
+	st, err := js.Stream(ctx, Stream)
+	if err != nil {
+		return false, nil, err
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter("shop.parked.>"))
+	if err != nil {
+		return false, nil, err
+	}
+	for subj, n := range info.State.Subjects {
+		parked[strings.TrimPrefix(subj, "shop.parked.")] = n
+	}
+	return quiet, parked, nil
+}
