@@ -127,7 +127,8 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 			subjects = append(subjects, s)
 		}
 	}
-	pub, err := open.Publisher(ctx, f.brokerURL, &open.NATSConfig{Stream: f.stream, Subjects: subjects, Declare: f.declare})
+	pub, err := open.Publisher(ctx, f.brokerURL, &open.NATSConfig{Stream: f.stream, Subjects: subjects, Declare: f.declare,
+		FaultPoint: faults})
 	if err != nil {
 		return err
 	}

@@ -76,7 +76,17 @@ func newShop() *cobra.Command {
 			from = max.Int64 + 1
 		}
 		svc := &shop.OrderService{DB: db, Outbox: ob, PoisonPct: poison, ConflictPct: conflict, RollbackPct: rollback, FaultPoint: crash}
+		statsCtx, stopStats := context.WithCancel(context.Background())
+		statsDone := make(chan struct{})
+		go func() {
+			defer close(statsDone)
+			shop.ReportStats(statsCtx, cmd.OutOrStdout(), 200*time.Millisecond, func() shop.Stats {
+				return shop.Stats{Role: "orders", Paid: svc.Paid.Load(), UnknownCommits: shop.CommitResets.Load()}
+			})
+		}()
 		paid, err := svc.Place(ctx, from, last, rate)
+		stopStats()
+		<-statsDone
 		fmt.Fprintf(cmd.OutOrStdout(), "orders %d..%d placed, %d paid\n", from, last, paid)
 		return err
 	}}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/ferrydev/ferry"
@@ -17,6 +18,9 @@ import (
 // are rolled back on purpose after their event was enqueued: such an event
 // must never reach anyone.
 type OrderService struct {
+	// Paid counts the payments this service committed (as far as it knows).
+	Paid atomic.Int64
+
 	DB     *DB
 	Outbox *ferry.Outbox[*sql.Tx]
 	// PoisonPct of the paid orders get an undecodable OrderPaid payload;
@@ -62,6 +66,7 @@ func (s *OrderService) Place(ctx context.Context, first, last int64, rate int) (
 		}
 		if ok {
 			paid++
+			s.Paid.Add(1)
 		}
 	}
 	return paid, nil

@@ -183,6 +183,8 @@ func (p *Proc) Total() Stats {
 		t.Fenced += s.Fenced
 		t.Swept += s.Swept
 		t.Dupes += s.Dupes
+		t.Paid += s.Paid
+		t.UnknownCommits += s.UnknownCommits
 	}
 	return t
 }

@@ -41,6 +41,9 @@ type Stats struct {
 	Fenced    int64 `json:"fenced,omitempty"`
 	Swept     int64 `json:"swept,omitempty"`
 	Dupes     int64 `json:"broker_duplicates,omitempty"`
+	// Order service: payments committed, commits cut off by the fault.
+	Paid           int64 `json:"paid,omitempty"`
+	UnknownCommits int64 `json:"unknown_commits,omitempty"`
 }
 
 // ReportStats writes a STATS line to w every interval until ctx ends, and

@@ -23,7 +23,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
@@ -67,16 +72,33 @@ type DB struct {
 func Open(ctx context.Context, url string) (*DB, error) {
 	switch {
 	case strings.HasPrefix(url, "mysql:") || strings.HasPrefix(url, "mariadb:"):
-		s, err := ferrymysql.Open(ctx, url, nil)
+		cfg, err := ferrymysql.ParseURL(url)
 		if err != nil {
 			return nil, err
 		}
-		return &DB{DB: s.DB(), Dialect: "mysql", close: s.Close}, nil
+		if pct := commitResetPct(); pct > 0 {
+			cfg.DialFunc = commitResetDial(pct, (&net.Dialer{}).DialContext)
+		}
+		conn, err := mysql.NewConnector(cfg)
+		if err != nil {
+			return nil, err
+		}
+		db := sql.OpenDB(conn)
+		if err := db.PingContext(ctx); err != nil {
+			db.Close()
+			return nil, err
+		}
+		db.SetMaxOpenConns(16)
+		return &DB{DB: db, Dialect: "mysql", close: db.Close}, nil
 	case strings.HasPrefix(url, "postgres:") || strings.HasPrefix(url, "postgresql:"):
-		db, err := sql.Open("pgx", url)
+		cfg, err := pgx.ParseConfig(url)
 		if err != nil {
 			return nil, err
 		}
+		if pct := commitResetPct(); pct > 0 {
+			cfg.DialFunc = commitResetDial(pct, cfg.DialFunc)
+		}
+		db := stdlib.OpenDB(*cfg)
 		if err := db.PingContext(ctx); err != nil {
 			db.Close()
 			return nil, err

@@ -47,12 +47,18 @@ type Config struct {
 	// MaxPending caps asynchronous publishes awaiting their acks. Default
 	// 4096.
 	MaxPending int
+	// FaultPoint, when set, is called at
+	// ferrybroker.FaultPublishBeforeConfirm; a non-nil error makes every
+	// message of the batch an unknown outcome, as a crash there would. For
+	// fault-injection tests only.
+	FaultPoint func(ctx context.Context, point string) error
 }
 
 // Publisher publishes to JetStream. It implements ferrybroker.Publisher.
 type Publisher struct {
-	js jetstream.JetStream
-	nc *nats.Conn // set when the publisher owns the connection
+	js    jetstream.JetStream
+	nc    *nats.Conn // set when the publisher owns the connection
+	fault func(ctx context.Context, point string) error
 }
 
 var (
@@ -80,7 +86,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg *Config) (*Publisher, error) {
 	if err := setupStream(ctx, js, cfg); err != nil {
 		return nil, err
 	}
-	return &Publisher{js: js}, nil
+	return &Publisher{js: js, fault: cfg.FaultPoint}, nil
 }
 
 // DialConfig configures Dial.
@@ -179,6 +185,16 @@ func (p *Publisher) Publish(ctx context.Context, msgs []ferrytype.Message) []fer
 			continue
 		}
 		futs[i] = f
+	}
+	if p.fault != nil {
+		if err := p.fault(ctx, ferrybroker.FaultPublishBeforeConfirm); err != nil {
+			for i, f := range futs {
+				if f != nil {
+					res[i] = ferrytype.Unknown(fmt.Errorf("fault before confirm: %w", err))
+				}
+			}
+			return res
+		}
 	}
 	for i, f := range futs {
 		if f == nil {
