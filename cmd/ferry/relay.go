@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -35,6 +36,7 @@ type relayFlags struct {
 	drainTimeout    time.Duration
 	shutdownTimeout time.Duration
 	statsInterval   time.Duration
+	loseConfirmPct  int
 }
 
 func newRelay(g *globals) *cobra.Command {
@@ -87,6 +89,8 @@ lists --subjects); with --declare it creates or updates it.`,
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a stop waits for batches in flight")
 	fl.DurationVar(&f.statsInterval, "stats-interval", 0, "print the relay's counters as STATS lines on stdout this often (for harnesses)")
 	_ = fl.MarkHidden("stats-interval")
+	fl.IntVar(&f.loseConfirmPct, "lose-confirm-pct", 0, "treat this percent of broker confirms as lost (fault injection)")
+	_ = fl.MarkHidden("lose-confirm-pct")
 	bindEnv(fl, "shutdown-timeout", "FERRY_SHUTDOWN_TIMEOUT")
 	return cmd
 }
@@ -112,9 +116,21 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 			return usageError{fmt.Errorf("%s must be positive", c.name)}
 		}
 	}
-	faults, err := fault.FromEnv()
+	crash, err := fault.FromEnv()
 	if err != nil {
 		return usageError{err}
+	}
+	faults := crash
+	if f.loseConfirmPct > 0 {
+		faults = func(ctx context.Context, point string) error {
+			if point == ferry.FaultLoseConfirm && rand.IntN(100) < f.loseConfirmPct {
+				return errors.New("confirm lost (injected)")
+			}
+			if crash != nil {
+				return crash(ctx, point)
+			}
+			return nil
+		}
 	}
 	store, err := open.Store(ctx, g.databaseURL, g.table)
 	if err != nil {

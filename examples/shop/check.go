@@ -21,7 +21,7 @@ type Report struct {
 	DuplicateEffects  int `json:"duplicate_effects"`  // orders with more than one points effect
 	Unexpected        int `json:"unexpected"`         // effects for orders that never paid (rolled back)
 	WrongEffects      int `json:"wrong_effects"`      // effects with another user or amount than the order's
-	BalanceMismatches int `json:"balance_mismatches"` // accounts whose balance is not the sum of their awards
+	BalanceMismatches int `json:"balance_mismatches"` // accounts whose balance is not the sum of their applied awards
 	SMSLost           int `json:"sms_lost"`           // paid orders never texted
 	SMSDuplicates     int `json:"sms_duplicates"`     // keys executed more than once
 	SMSUnexpected     int `json:"sms_unexpected"`     // texts for orders that never paid
@@ -103,14 +103,23 @@ func Check(ctx context.Context, orders, points *DB, gw GatewayStats) (*Report, e
 			}
 			continue
 		}
-		want[o.user] += o.amount
-		switch es := effects[id]; {
+		es := effects[id]
+		switch {
 		case len(es) == 0:
 			r.Lost++
+			continue
 		case len(es) > 1:
 			r.DuplicateEffects++
-		case es[0] != o:
+		}
+		// A payment announced twice with different amounts: whichever
+		// announcement arrived first was applied, the other recorded as
+		// the conflict. Without an ordered relay either may be first.
+		conflicting := order{o.user, o.amount + ConflictExtra}
+		if es[0] != o && !(injected["conflict"][id] && es[0] == conflicting) {
 			r.WrongEffects++
+		}
+		for _, e := range es {
+			want[e.user] += e.amount
 		}
 	}
 	for id := range effects {

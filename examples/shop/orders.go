@@ -34,6 +34,9 @@ type OrderService struct {
 	FaultPoint func(ctx context.Context, point string) error
 }
 
+// ConflictExtra is what a conflicting announcement adds to the amount.
+const ConflictExtra = 1000
+
 // FaultOrderAfterCommit is reached after an order's payment committed.
 const FaultOrderAfterCommit = "order.after-commit"
 
@@ -113,7 +116,7 @@ func (s *OrderService) placeOne(ctx context.Context, id int64) (bool, error) {
 		if conflict {
 			// A bug upstream: the payment is announced again, with another
 			// amount. Same business key, different fields.
-			bad, _ := json.Marshal(PaidPayload{OrderID: id, UserID: user, Amount: amount + 1000})
+			bad, _ := json.Marshal(PaidPayload{OrderID: id, UserID: user, Amount: amount + ConflictExtra})
 			events = append(events, ferry.Event{AggregateType: "order", AggregateID: agg, Type: OrderPaid, Payload: bad, Destination: RoutePaid})
 		}
 		if _, err := s.Outbox.EnqueueTx(ctx, tx, events...); err != nil {

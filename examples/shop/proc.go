@@ -22,13 +22,14 @@ type Proc struct {
 	// Log receives the process's other output lines, prefixed by its name.
 	Log io.Writer
 
-	mu    sync.Mutex
-	cmd   *exec.Cmd
-	done  chan struct{}
-	state *os.ProcessState
-	runs  int
-	past  []Stats // the last STATS of each finished run
-	cur   Stats
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{}
+	state  *os.ProcessState
+	runs   int
+	past   []Stats // the last STATS of each finished run
+	cur    Stats
+	deaths int // runs ended by SIGKILL
 }
 
 // Start starts a new run with extra environment variables.
@@ -75,10 +76,12 @@ func (p *Proc) Start(extraEnv ...string) error {
 				fmt.Fprintf(p.Log, "  %s | %s\n", p.Name, line)
 			}
 		}
-		err := cmd.Wait()
-		_ = err
+		_ = cmd.Wait()
 		p.mu.Lock()
 		p.state = cmd.ProcessState
+		if ws, ok := p.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			p.deaths++
+		}
 		p.mu.Unlock()
 		close(done)
 	}()
@@ -155,6 +158,13 @@ func (p *Proc) Killed() bool {
 	}
 	ws, ok := p.state.Sys().(syscall.WaitStatus)
 	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
+// Deaths returns how many runs ended by SIGKILL.
+func (p *Proc) Deaths() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.deaths
 }
 
 // Runs returns how many times the process was started.

@@ -1,0 +1,75 @@
+package chaos_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrydev/ferry/chaos"
+	"github.com/ferrydev/ferry/internal/testsvc"
+)
+
+var ferryBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ferry-chaos-test-")
+	if err != nil {
+		panic(err)
+	}
+	ferryBin, err = chaos.BuildFerry(context.Background(), dir)
+	if err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// combos are the (database, broker) pairs every scenario runs on, where it
+// applies.
+var combos = []struct{ db, broker string }{
+	{"mysql", "nats"},
+	{"postgres", "nats"},
+	{"sqlite", "nats"},
+}
+
+// TestScenarios runs every scenario at a reduced size (400 orders over
+// about ten seconds of faults) with the same checker as the full run.
+func TestScenarios(t *testing.T) {
+	for _, sc := range chaos.Scenarios {
+		for _, c := range combos {
+			if !sc.Applies(c.db, c.broker) {
+				continue
+			}
+			t.Run(sc.Name+"/"+c.db+"+"+c.broker, func(t *testing.T) {
+				switch c.db {
+				case "mysql":
+					testsvc.MySQL(t)
+				case "postgres":
+					testsvc.Postgres(t)
+				}
+				testsvc.NATS(t)
+				ctx := testsvc.Context(t, 4*time.Minute)
+				res, err := chaos.Run(ctx, chaos.Options{
+					DB: c.db, Broker: c.broker, Orders: 400, Rate: 20, Bin: ferryBin, Out: testWriter{t},
+					MinFaults: 10 * time.Second, Settle: 2 * time.Minute,
+					MySQLURL: testsvc.URL(testsvc.EnvMySQL), PostgresURL: testsvc.URL(testsvc.EnvPostgres),
+					NATSURL: testsvc.URL(testsvc.EnvNATS), AMQPURL: testsvc.URL(testsvc.EnvAMQP),
+				}, sc)
+				require.NoError(t, err)
+				t.Log("\n" + res.String())
+				require.True(t, res.OK(), "violations: %v", res.Violations)
+			})
+		}
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p[:len(p)-1]))
+	return len(p), nil
+}

@@ -1,0 +1,230 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/ferrydev/ferry/examples/shop"
+	"github.com/ferrydev/ferry/internal/fault"
+)
+
+// Counters are what a run absorbed: the evidence that its faults bit.
+type Counters struct {
+	UnknownConfirms    int64          `json:"unknown_confirms"`    // relay publishes whose outcome was unknown
+	BrokerDuplicates   int64          `json:"broker_duplicates"`   // republished events the broker dropped (JetStream)
+	DuplicatesAbsorbed int64          `json:"duplicates_absorbed"` // deliveries the inbox found already applied
+	CrashPointsHit     int            `json:"crash_points_hit"`
+	Kills              int            `json:"kills"`
+	Pauses             int            `json:"pauses"`
+	Toxics             int            `json:"toxics"`
+	BrokerRestarts     int            `json:"broker_restarts"`
+	Restarts           int            `json:"restarts"`
+	Fenced             int64          `json:"fenced_marks"` // late marks that changed nothing
+	Swept              int64          `json:"leases_swept"`
+	UnknownCommits     int64          `json:"unknown_commits"` // COMMITs cut off on the wire
+	Parked             map[string]int `json:"parked"`
+}
+
+// Result is one scenario's run.
+type Result struct {
+	Scenario   string       `json:"scenario"`
+	DB         string       `json:"db"`
+	Broker     string       `json:"broker"`
+	Orders     int          `json:"orders"`
+	Duration   string       `json:"duration"`
+	Report     *shop.Report `json:"report"`
+	Counters   Counters     `json:"counters"`
+	Violations []string     `json:"violations"`
+	Events     []string     `json:"events,omitempty"`
+}
+
+// OK reports a run without violations.
+func (r *Result) OK() bool { return len(r.Violations) == 0 }
+
+// Run runs one scenario and checks the result.
+func Run(ctx context.Context, o Options, sc *Scenario) (*Result, error) {
+	if o.Settle == 0 {
+		o.Settle = 3 * time.Minute
+	}
+	if o.MinFaults == 0 {
+		o.MinFaults = 10 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	s, err := newSystem(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	s.say("scenario %s on %s + %s: %d orders", sc.Name, o.DB, o.Broker, o.Orders)
+
+	// Every scenario arms one crash point in a relay and one in a
+	// consumer at their first start: no run is without a crash.
+	baseline := map[string]string{
+		"relay-1":  fault.EnvCrashPoint + "=relay.after-publish:" + fmt.Sprint(3+o.Orders/400),
+		"points-1": fault.EnvCrashPoint + "=consumer.after-handle:" + fmt.Sprint(10+o.Orders/20),
+	}
+	if sc.setup != nil {
+		if err := sc.setup(s); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range s.procs {
+		env := []string{}
+		if sc.env != nil {
+			env = sc.env(s, p)
+		}
+		if b, ok := baseline[p.Name]; ok && !hasCrash(env) {
+			env = append(env, b)
+		}
+		if err := p.Start(env...); err != nil {
+			return nil, err
+		}
+	}
+
+	loadCtx, stopLoad := context.WithTimeout(ctx, time.Duration(o.Orders/max(o.Rate, 1))*time.Second+2*time.Minute+o.MinFaults)
+	defer stopLoad()
+	supErr := make(chan error, 1)
+	go func() { supErr <- s.supervise(loadCtx, sc.arm) }()
+	faultsDone := make(chan struct{})
+	go func() {
+		defer close(faultsDone)
+		if sc.faults != nil {
+			sc.faults(loadCtx, s)
+		}
+	}()
+	if sc.storm != nil {
+		if err := sc.storm(loadCtx, s); err != nil {
+			stopLoad()
+			return nil, fmt.Errorf("storm: %w", err)
+		}
+		s.say("storm published")
+	}
+	for !s.ordersDone() {
+		select {
+		case err := <-supErr:
+			stopLoad()
+			return nil, err
+		case <-loadCtx.Done():
+			return nil, fmt.Errorf("the order services did not finish: %w", loadCtx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	s.say("orders placed")
+	if rest := o.MinFaults - time.Since(s.start); rest > 0 {
+		select {
+		case <-time.After(rest):
+		case err := <-supErr:
+			stopLoad()
+			return nil, err
+		}
+	}
+	stopLoad()
+	<-faultsDone
+	if err := <-supErr; err != nil {
+		return nil, err
+	}
+	s.say("faults stopped; healing and waiting for the system to go quiet")
+	if err := s.settle(ctx); err != nil {
+		return nil, err
+	}
+	s.say("quiet; stopping the processes")
+	for _, p := range s.procs {
+		p.Stop(20 * time.Second)
+	}
+	return s.check(ctx, sc)
+}
+
+func hasCrash(env []string) bool {
+	for _, e := range env {
+		if strings.HasPrefix(e, fault.EnvCrashPoint+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *system) check(ctx context.Context, sc *Scenario) (*Result, error) {
+	r := &Result{Scenario: sc.Name, DB: s.o.DB, Broker: s.o.Broker, Orders: s.o.Orders,
+		Duration: time.Since(s.start).Round(100 * time.Millisecond).String()}
+	odb, err := shop.Open(ctx, s.ordersDirect)
+	if err != nil {
+		return nil, err
+	}
+	defer odb.Close()
+	pdb, err := shop.Open(ctx, s.pointsDirect)
+	if err != nil {
+		return nil, err
+	}
+	defer pdb.Close()
+	if r.Report, err = shop.Check(ctx, odb, pdb, s.gateway.Stats()); err != nil {
+		return nil, err
+	}
+	c := &r.Counters
+	deaths := 0
+	for _, p := range s.procs {
+		t := p.Total()
+		c.UnknownConfirms += t.Unknown
+		c.BrokerDuplicates += t.Dupes
+		c.DuplicatesAbsorbed += t.Duplicate
+		c.Fenced += t.Fenced
+		c.Swept += t.Swept
+		c.UnknownCommits += t.UnknownCommits
+		deaths += p.Deaths()
+	}
+	s.mu.Lock()
+	c.Kills, c.Pauses, c.Toxics, c.BrokerRestarts, c.Restarts = s.kills, s.pauses, s.toxics, s.brokerRestarts, s.restarts
+	r.Events = append([]string{}, s.events...)
+	s.mu.Unlock()
+	c.CrashPointsHit = deaths - c.Kills
+	if c.Parked, err = s.broker.parked(ctx); err != nil {
+		return nil, err
+	}
+	r.Violations = append(r.Violations, r.Report.Violations...)
+	want := r.Report.PoisonInjected + r.Report.ConflictsInjected
+	for _, group := range []string{"points", "sms"} {
+		if c.Parked[group] != want {
+			r.Violations = append(r.Violations, fmt.Sprintf("%s parked %d messages, want %d (the poison and conflicts injected, nothing else)",
+				group, c.Parked[group], want))
+		}
+	}
+	if c.UnknownConfirms == 0 {
+		r.Violations = append(r.Violations, "vacuous: no unknown confirm")
+	}
+	if c.DuplicatesAbsorbed == 0 {
+		r.Violations = append(r.Violations, "vacuous: no duplicate delivery absorbed")
+	}
+	if c.CrashPointsHit == 0 {
+		r.Violations = append(r.Violations, "vacuous: no crash point hit")
+	}
+	if sc.expect != nil {
+		r.Violations = append(r.Violations, sc.expect(r)...)
+	}
+	return r, nil
+}
+
+// String renders a result for people.
+func (r *Result) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "== %s on %s + %s, %d orders, %s\n", r.Scenario, r.DB, r.Broker, r.Orders, r.Duration)
+	b.WriteString(r.Report.String())
+	c := r.Counters
+	fmt.Fprintf(&b, "counters: unknown confirms %d, broker duplicates %d, duplicates absorbed by the inbox %d, crash points hit %d,\n"+
+		"          kills %d, pauses %d, toxics %d, broker restarts %d, restarts %d, fenced marks %d, leases swept %d, COMMITs cut off %d, parked %v\n",
+		c.UnknownConfirms, c.BrokerDuplicates, c.DuplicatesAbsorbed, c.CrashPointsHit, c.Kills, c.Pauses, c.Toxics,
+		c.BrokerRestarts, c.Restarts, c.Fenced, c.Swept, c.UnknownCommits, c.Parked)
+	if r.OK() {
+		b.WriteString("RESULT: PASS\n")
+	} else {
+		fmt.Fprintf(&b, "RESULT: FAIL: %s\n", strings.Join(r.Violations, "; "))
+	}
+	return b.String()
+}
+
+// JSON renders results as a JSON report.
+func JSON(results []*Result) ([]byte, error) { return json.MarshalIndent(results, "", "  ") }

@@ -1,0 +1,281 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ferrydev/ferry/examples/shop"
+)
+
+// Scenario is one kind of fault, applied while the order services place
+// their orders.
+type Scenario struct {
+	Name  string
+	About string
+	// DBs and Brokers the fault applies to; empty means all.
+	DBs, Brokers []string
+	// env gives a process its extra environment at its first start.
+	env func(s *system, p *shop.Proc) []string
+	// arm gives a process its extra environment at each restart.
+	arm func(p *shop.Proc) []string
+	// setup runs before the processes start.
+	setup func(s *system) error
+	// faults runs during the load, until ctx ends.
+	faults func(ctx context.Context, s *system)
+	// storm runs next to the order services' load (the duplicate storm).
+	storm func(ctx context.Context, s *system) error
+	// expect adds the scenario's own non-vacuity conditions.
+	expect func(r *Result) []string
+}
+
+// Applies reports whether the scenario runs on db and broker.
+func (sc *Scenario) Applies(db, broker string) bool {
+	return (len(sc.DBs) == 0 || slices.Contains(sc.DBs, db)) && (len(sc.Brokers) == 0 || slices.Contains(sc.Brokers, broker))
+}
+
+// every runs fn at random intervals around d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d/2 + rand.N(d)):
+		}
+		fn()
+	}
+}
+
+func (s *system) kill(p *shop.Proc, why string) {
+	if !p.Running() {
+		return
+	}
+	s.mu.Lock()
+	s.kills++
+	s.mu.Unlock()
+	_ = p.Signal(syscall.SIGKILL)
+	s.say("SIGKILL %s (%s)", p.Name, why)
+}
+
+func pick(ps []*shop.Proc) *shop.Proc { return ps[rand.IntN(len(ps))] }
+
+// stormBase offsets the storm's order ids from the order services'.
+const stormBase = 1_000_000
+
+// Scenarios are the suite, in the order the issue lists the faults.
+var Scenarios = []*Scenario{
+	{
+		Name:  "kill",
+		About: "SIGKILL a random relay every ~2 s and a random consumer every ~5 s; each is started again after a short pause",
+		faults: func(ctx context.Context, s *system) {
+			var wg sync.WaitGroup
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				every(ctx, 2*time.Second, func() { s.kill(pick(s.byPrefix("relay")), "every ~2s") })
+			}()
+			go func() {
+				defer wg.Done()
+				every(ctx, 5*time.Second, func() {
+					s.kill(pick(append(s.byPrefix("points"), s.byPrefix("sms")...)), "every ~5s")
+				})
+			}()
+			wg.Wait()
+		},
+		expect: func(r *Result) []string {
+			if r.Counters.Kills == 0 {
+				return []string{"vacuous: no process was killed"}
+			}
+			return nil
+		},
+	},
+	{
+		Name:  "crashpoints",
+		About: "every process start draws a named crash point (order committed; claim done; published, not confirmed; confirmed, not marked; consumer committed, not acked; inside the consumer transaction) and is killed there",
+		env:   func(_ *system, p *shop.Proc) []string { return []string{randomCrash(p)} },
+		arm:   func(p *shop.Proc) []string { return []string{randomCrash(p)} },
+	},
+	{
+		Name:  "pause",
+		About: "SIGSTOP a relay past its 3 s lease, then SIGCONT it: its late marks change nothing (the broker link is slowed by 150 ms so that a pause lands inside a publish)",
+		setup: func(s *system) error { return s.px.toxic("broker", "latency", `{"latency":150,"jitter":50}`) },
+		faults: func(ctx context.Context, s *system) {
+			every(ctx, 3*time.Second, func() {
+				p := pick(s.byPrefix("relay"))
+				if !p.Running() {
+					return
+				}
+				_ = p.Signal(syscall.SIGSTOP)
+				s.mu.Lock()
+				s.pauses++
+				s.mu.Unlock()
+				s.say("SIGSTOP %s for 4s", p.Name)
+				select {
+				case <-ctx.Done():
+				case <-time.After(4 * time.Second):
+				}
+				_ = p.Signal(syscall.SIGCONT)
+			})
+		},
+		expect: func(r *Result) []string {
+			if r.Counters.Fenced == 0 {
+				return []string{fmt.Sprintf("vacuous: %d pauses, but no late mark was fenced", r.Counters.Pauses)}
+			}
+			return nil
+		},
+	},
+	{
+		Name:  "network",
+		About: "toxiproxy between the processes and the databases and broker: connection resets, black holes, latency",
+		faults: func(ctx context.Context, s *system) {
+			toxics := []struct{ kind, attrs string }{
+				{"reset_peer", `{"timeout":0}`},
+				{"timeout", `{"timeout":0}`},
+				{"latency", `{"latency":80,"jitter":40}`},
+			}
+			i := 0
+			every(ctx, 2*time.Second, func() {
+				t := toxics[i%len(toxics)]
+				target := []string{"db", "broker"}[rand.IntN(2)]
+				if s.o.DB == "sqlite" {
+					target = "broker"
+				}
+				i++
+				if err := s.px.toxic(target, t.kind, t.attrs); err != nil {
+					s.say("toxic failed: %v", err)
+					return
+				}
+				s.mu.Lock()
+				s.toxics++
+				s.mu.Unlock()
+				s.say("toxic %s on %s for 1.5s", t.kind, target)
+				select {
+				case <-ctx.Done():
+				case <-time.After(1500 * time.Millisecond):
+				}
+				s.px.heal()
+			})
+		},
+		expect: func(r *Result) []string {
+			if r.Counters.Toxics == 0 {
+				return []string{"vacuous: no toxic was applied"}
+			}
+			return nil
+		},
+	},
+	{
+		Name:    "broker-restart",
+		About:   "the broker is stopped and started mid-run (rabbitmqctl stop_app / start_app)",
+		Brokers: []string{"amqp"},
+		faults: func(ctx context.Context, s *system) {
+			every(ctx, 6*time.Second, func() {
+				s.say("broker: stop_app")
+				if err := s.broker.restart(ctx, 2*time.Second); err != nil {
+					s.say("broker restart failed: %v", err)
+					return
+				}
+				s.mu.Lock()
+				s.brokerRestarts++
+				s.mu.Unlock()
+				s.say("broker: start_app done")
+			})
+		},
+		expect: func(r *Result) []string {
+			if r.Counters.BrokerRestarts == 0 {
+				return []string{"vacuous: the broker was never restarted"}
+			}
+			return nil
+		},
+	},
+	{
+		Name:  "commit-reset",
+		About: "5% of the database COMMITs of the order services and consumers lose their connection before the answer: outcome unknown to the client",
+		DBs:   []string{"mysql", "postgres"},
+		env: func(_ *system, p *shop.Proc) []string {
+			if role(p) == "relay" {
+				return nil
+			}
+			return []string{shop.EnvCommitResetPct + "=5"}
+		},
+		arm: func(p *shop.Proc) []string {
+			if role(p) == "relay" {
+				return nil
+			}
+			return []string{shop.EnvCommitResetPct + "=5"}
+		},
+		expect: func(r *Result) []string {
+			if r.Counters.UnknownCommits == 0 {
+				return []string{"vacuous: no COMMIT was cut off"}
+			}
+			return nil
+		},
+	},
+	{
+		Name:  "duplicate-storm",
+		About: "each paid order is published three times at once, under three message ids, to two points consumers",
+		storm: func(ctx context.Context, s *system) error {
+			db, err := shop.Open(ctx, s.ordersDirect)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			// The storm's payments: committed orders (the ground truth), in
+			// an id range of their own, announced by the storm only.
+			for id := stormBase + 1; id <= stormBase+s.o.Orders; id++ {
+				if _, err := db.ExecContext(ctx, db.Q("INSERT INTO shop_order (id, user_id, amount, status) VALUES (?, ?, ?, 'PAID')"),
+					id, id%shop.Users+1, id%97+1); err != nil {
+					return err
+				}
+			}
+			var wg sync.WaitGroup
+			errs := make(chan error, 3)
+			for copy := 0; copy < 3; copy++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for id := stormBase + 1; id <= stormBase+s.o.Orders; id++ {
+						body, _ := json.Marshal(shop.PaidPayload{OrderID: int64(id), UserID: int64(id%shop.Users + 1), Amount: int64(id%97 + 1)})
+						if err := s.broker.publishPaid(ctx, "storm-"+strconv.Itoa(copy)+"-"+strconv.Itoa(id), body); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			return <-errs
+		},
+		expect: func(r *Result) []string {
+			// Two copies of each storm operation are duplicates for each of
+			// the two consumer groups: 4 per operation. The counters of a
+			// killed consumer lose their last interval, so they are lower
+			// bounds; half is certain. The storm's real test is the
+			// checker's: one effect per operation.
+			if want := int64(2 * r.Orders); r.Counters.DuplicatesAbsorbed < want {
+				return []string{fmt.Sprintf("storm: %d duplicates absorbed, want at least %d", r.Counters.DuplicatesAbsorbed, want)}
+			}
+			return nil
+		},
+	},
+	{
+		Name:  "poison",
+		About: "1% of the payments carry an undecodable payload and 1% are announced twice with another amount: only those are parked",
+	},
+}
+
+// ScenarioByName returns the named scenario.
+func ScenarioByName(name string) *Scenario {
+	for _, sc := range Scenarios {
+		if sc.Name == name {
+			return sc
+		}
+	}
+	return nil
+}

@@ -1,0 +1,401 @@
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+
+	"github.com/ferrydev/ferry/examples/shop"
+	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
+	"github.com/ferrydev/ferry/internal/fault"
+)
+
+// Options configure one run of one scenario.
+type Options struct {
+	// DB is "mysql", "postgres" or "sqlite"; Broker is "amqp" or "nats".
+	DB, Broker string
+	// Orders is the number of orders the order services place in all;
+	// Rate the orders per second of each of the two order services.
+	Orders, Rate int
+	// Bin is the ferry binary the processes run.
+	Bin string
+	// Dir holds SQLite files and the like. Default: a temporary directory.
+	Dir string
+	// Out receives progress lines; Log the processes' own output.
+	Out, Log io.Writer
+	// Service addresses (direct, not proxied).
+	MySQLURL, PostgresURL, NATSURL, AMQPURL string
+	// Settle bounds the wait for the system to go quiet after the faults.
+	Settle time.Duration
+	// MinFaults is the shortest time faults are injected, however fast
+	// the orders are placed. Default 10s.
+	MinFaults time.Duration
+}
+
+// system is the shop running as processes for one scenario.
+type system struct {
+	o       Options
+	start   time.Time
+	px      *proxies
+	broker  broker
+	gateway *shop.Gateway
+	http    *http.Server
+
+	ordersURL, pointsURL            string // through the proxy
+	ordersDirect, pointsDirect      string
+	dropDBs                         func()
+	procs                           []*shop.Proc
+	mu                              sync.Mutex
+	kills, pauses, restarts, toxics int
+	brokerRestarts                  int
+	events                          []string
+}
+
+func (s *system) say(format string, args ...any) {
+	line := fmt.Sprintf("[%6.1fs] %s", time.Since(s.start).Seconds(), fmt.Sprintf(format, args...))
+	s.mu.Lock()
+	s.events = append(s.events, line)
+	s.mu.Unlock()
+	if s.o.Out != nil {
+		fmt.Fprintln(s.o.Out, line)
+	}
+}
+
+func newSystem(ctx context.Context, o Options) (_ *system, err error) {
+	s := &system{o: o, start: time.Now(), px: newProxies(), gateway: shop.NewGateway(5)}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	if o.Dir == "" {
+		if s.o.Dir, err = os.MkdirTemp("", "ferry-chaos-"); err != nil {
+			return nil, err
+		}
+	}
+	suffix := strconv.FormatUint(rand.Uint64()%1e10, 36)
+	if err := s.setupDatabases(ctx, suffix); err != nil {
+		return nil, err
+	}
+	switch o.Broker {
+	case "nats":
+		s.broker, err = newNATSBroker(ctx, o.NATSURL, s.px)
+	case "amqp":
+		s.broker, err = newAMQPBroker(ctx, o.AMQPURL, s.px, suffix)
+	default:
+		err = fmt.Errorf("unknown broker %q", o.Broker)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s.http = &http.Server{Handler: s.gateway, ReadHeaderTimeout: 5 * time.Second}
+	go s.http.Serve(ln)
+	gatewayURL := "http://" + ln.Addr().String()
+
+	for _, db := range []struct {
+		url string
+		fn  func(context.Context, *shop.DB) error
+	}{{s.ordersDirect, shop.SetupOrders}, {s.pointsDirect, shop.SetupPoints}} {
+		sdb, err := shop.Open(ctx, db.url)
+		if err != nil {
+			return nil, err
+		}
+		err = db.fn(ctx, sdb)
+		sdb.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	per := (o.Orders + 1) / 2
+	for i := 0; i < 2; i++ {
+		first, last := i*per+1, min((i+1)*per, o.Orders)
+		s.procs = append(s.procs, &shop.Proc{Name: fmt.Sprintf("orders-%d", i+1), Args: []string{"shop", "orders",
+			"--orders-db", s.ordersURL, "--first", strconv.Itoa(first), "--last", strconv.Itoa(last),
+			"--rate", strconv.Itoa(o.Rate), "--poison-pct", "1", "--conflict-pct", "1", "--rollback-pct", "3"}})
+	}
+	for i := 0; i < 2; i++ {
+		args := append([]string{"relay", "--database-url", s.ordersURL, "--broker-url", s.broker.url(),
+			"--poll-interval", "50ms", "--lease", "3s", "--publish-timeout", "2s", "--sweep-interval", "500ms",
+			"--retry-initial", "50ms", "--retry-max", "1s", "--max-attempts", "1000", "--lose-confirm-pct", "1",
+			"--stats-interval", "200ms", "--log-level", "error"}, s.broker.relayArgs()...)
+		s.procs = append(s.procs, &shop.Proc{Name: fmt.Sprintf("relay-%d", i+1), Args: args})
+	}
+	for i := 0; i < 2; i++ {
+		s.procs = append(s.procs, &shop.Proc{Name: fmt.Sprintf("points-%d", i+1), Args: []string{"shop", "points",
+			"--points-db", s.pointsURL, "--broker-url", s.broker.url()}})
+	}
+	s.procs = append(s.procs, &shop.Proc{Name: "sms-1", Args: []string{"shop", "sms", "--points-db", s.pointsURL,
+		"--broker-url", s.broker.url(), "--gateway", gatewayURL}})
+	for _, p := range s.procs {
+		p.Bin, p.Log = o.Bin, o.Log
+	}
+	return s, nil
+}
+
+// setupDatabases creates fresh orders and points databases and proxies
+// them.
+func (s *system) setupDatabases(ctx context.Context, suffix string) error {
+	switch s.o.DB {
+	case "sqlite":
+		s.ordersDirect = "sqlite://" + filepath.Join(s.o.Dir, "orders.db")
+		s.pointsDirect = "sqlite://" + filepath.Join(s.o.Dir, "points.db")
+		s.ordersURL, s.pointsURL = s.ordersDirect, s.pointsDirect
+		return nil
+	case "mysql":
+		admin, err := ferrymysql.Open(ctx, s.o.MySQLURL, nil)
+		if err != nil {
+			return err
+		}
+		defer admin.Close()
+		return s.createDBs(ctx, admin.DB(), s.o.MySQLURL, suffix, "`")
+	case "postgres":
+		admin, err := sql.Open("pgx", s.o.PostgresURL)
+		if err != nil {
+			return err
+		}
+		defer admin.Close()
+		return s.createDBs(ctx, admin, s.o.PostgresURL, suffix, `"`)
+	}
+	return fmt.Errorf("unknown database %q", s.o.DB)
+}
+
+func (s *system) createDBs(ctx context.Context, admin *sql.DB, adminURL, suffix, q string) error {
+	u, err := url.Parse(adminURL)
+	if err != nil {
+		return err
+	}
+	proxied, err := s.px.add("db", u.Host)
+	if err != nil {
+		return err
+	}
+	names := []string{"chaos_orders_" + suffix, "chaos_points_" + suffix}
+	for _, n := range names {
+		if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+q+n+q); err != nil {
+			return fmt.Errorf("create database %s: %w", n, err)
+		}
+	}
+	s.dropDBs = func() {
+		a, err := sql.Open(map[string]string{"`": "mysql", `"`: "pgx"}[q], dsnFor(adminURL))
+		if err != nil {
+			return
+		}
+		defer a.Close()
+		for _, n := range names {
+			force := ""
+			if q == `"` {
+				force = " WITH (FORCE)"
+			}
+			_, _ = a.Exec("DROP DATABASE IF EXISTS " + q + n + q + force)
+		}
+	}
+	with := func(host, db string) string {
+		v := *u
+		v.Host, v.Path = host, "/"+db
+		return v.String()
+	}
+	s.ordersDirect, s.pointsDirect = with(u.Host, names[0]), with(u.Host, names[1])
+	s.ordersURL, s.pointsURL = with(proxied, names[0]), with(proxied, names[1])
+	return nil
+}
+
+// dsnFor turns a service URL into something sql.Open takes.
+func dsnFor(raw string) string {
+	if strings.HasPrefix(raw, "mysql:") {
+		cfg, err := ferrymysql.ParseURL(raw)
+		if err == nil {
+			return cfg.FormatDSN()
+		}
+	}
+	return raw
+}
+
+func (s *system) close() {
+	for _, p := range s.procs {
+		if p.Running() {
+			p.Signal(syscall.SIGCONT)
+			p.Stop(15 * time.Second)
+		}
+	}
+	if s.http != nil {
+		s.http.Close()
+	}
+	if s.broker != nil {
+		s.broker.close()
+	}
+	s.px.close()
+	if s.dropDBs != nil {
+		s.dropDBs()
+	}
+}
+
+func (s *system) byPrefix(prefix string) []*shop.Proc {
+	var out []*shop.Proc
+	for _, p := range s.procs {
+		if strings.HasPrefix(p.Name, prefix) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// crashPoints are the named points each role can be killed at.
+var crashPoints = map[string][]string{
+	"orders": {shop.FaultOrderAfterCommit},
+	"relay":  {"relay.after-claim", "publish.before-confirm", "relay.after-publish"},
+	"points": {"consumer.after-handle", "inbox.before-commit"},
+	"sms":    {"consumer.after-handle", "inbox.before-commit", "relay.after-claim", "relay.after-publish"},
+}
+
+func role(p *shop.Proc) string { return p.Name[:strings.IndexByte(p.Name, '-')] }
+
+// randomCrash draws a crash point for p and a hit count.
+func randomCrash(p *shop.Proc) string {
+	pts := crashPoints[role(p)]
+	return fmt.Sprintf("%s=%s:%d", fault.EnvCrashPoint, pts[rand.IntN(len(pts))], 1+rand.IntN(40))
+}
+
+// supervise restarts processes that died (SIGKILL from the harness or a
+// crash point), after a short pause, until ctx ends. Order services that
+// finished are left alone. arm, when set, gives each restart's extra
+// environment.
+func (s *system) supervise(ctx context.Context, arm func(p *shop.Proc) []string) error {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	down := map[*shop.Proc]time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		for _, p := range s.procs {
+			if p.Running() {
+				continue
+			}
+			if !p.Killed() {
+				if role(p) == "orders" {
+					continue // done
+				}
+				return fmt.Errorf("%s exited by itself", p.Name)
+			}
+			since, ok := down[p]
+			if !ok {
+				down[p] = time.Now()
+				continue
+			}
+			if time.Since(since) < 300*time.Millisecond {
+				continue
+			}
+			delete(down, p)
+			var env []string
+			if arm != nil {
+				env = arm(p)
+			}
+			if err := p.Start(env...); err != nil {
+				return err
+			}
+			s.mu.Lock()
+			s.restarts++
+			s.mu.Unlock()
+		}
+	}
+}
+
+// ordersDone reports whether both order services finished.
+func (s *system) ordersDone() bool {
+	for _, p := range s.byPrefix("orders") {
+		if p.Running() || p.Killed() {
+			return false
+		}
+	}
+	return true
+}
+
+// quiet reports whether nothing is left to do: outbox and task table
+// drained, consumer queues empty.
+func (s *system) quiet(ctx context.Context) (bool, error) {
+	for _, t := range []struct{ url, table string }{{s.ordersDirect, ""}, {s.pointsDirect, shop.TaskTable}} {
+		db, err := shop.Open(ctx, t.url)
+		if err != nil {
+			return false, err
+		}
+		st, err := func() (int64, error) {
+			defer db.Close()
+			ob, err := db.Outbox(t.table)
+			if err != nil {
+				return 0, err
+			}
+			stats, err := ob.Stats(ctx)
+			return stats.New + stats.Sending, err
+		}()
+		if err != nil || st > 0 {
+			return false, err
+		}
+	}
+	return s.broker.quiet(ctx)
+}
+
+// settle heals every fault, restarts what is down without crash points,
+// and waits until the system is quiet for a second.
+func (s *system) settle(ctx context.Context) error {
+	s.px.heal()
+	if err := s.broker.heal(ctx); err != nil {
+		return err
+	}
+	for _, p := range s.procs {
+		_ = p.Signal(syscall.SIGCONT)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.o.Settle)
+	defer cancel()
+	supErr := make(chan error, 1)
+	supCtx, stopSup := context.WithCancel(ctx)
+	defer stopSup()
+	go func() { supErr <- s.supervise(supCtx, nil) }()
+	var since time.Time
+	for {
+		select {
+		case err := <-supErr:
+			return err
+		case <-ctx.Done():
+			return errors.New("the system did not go quiet within the settle time")
+		case <-time.After(100 * time.Millisecond):
+		}
+		if !s.ordersDone() {
+			since = time.Time{}
+			continue
+		}
+		q, err := s.quiet(ctx)
+		if err != nil {
+			// A database or the broker may still be coming back.
+			since = time.Time{}
+			continue
+		}
+		switch {
+		case !q:
+			since = time.Time{}
+		case since.IsZero():
+			since = time.Now()
+		case time.Since(since) > time.Second:
+			return nil
+		}
+	}
+}
