@@ -33,13 +33,17 @@ type HookFenced interface {
 	OnFenced(table string, events int64)
 }
 
-// HookSweep is called when the sweeper returned expired leases.
+// HookSweep is called when the sweeper returned expired leases, with the
+// number of rows it changed. The same rows are reported to HookSettle as
+// retried or dead.
 type HookSweep interface {
 	OnSweep(table string, events int64)
 }
 
-// HookSettle is called after a batch's outcomes were written: sent events
-// marked SENT, retried events back to NEW, dead events DEAD.
+// HookSettle is called after outcomes were written, by a batch or by the
+// sweeper: sent events marked SENT, retried events back to NEW, dead events
+// DEAD. Every transition out of SENDING that the relay wrote is reported
+// here exactly once.
 type HookSettle interface {
 	OnSettle(table string, sent, retried, dead int64)
 }

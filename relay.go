@@ -150,8 +150,8 @@ type RelayStats struct {
 	Returned   int64 // unroutable outcomes
 	Rejected   int64 // rejected outcomes
 	Unknown    int64 // unknown outcomes
-	Retried    int64 // events put back to NEW with a delay
-	Dead       int64 // events moved to DEAD
+	Retried    int64 // events put back to NEW with a delay, by settle or sweep
+	Dead       int64 // events moved to DEAD, by settle or sweep
 	Fenced     int64 // outcome marks that found the lease gone (0 rows)
 	Swept      int64 // expired leases the sweeper returned or killed
 	Purged     int64 // SENT rows deleted by retention
@@ -707,9 +707,21 @@ func (r *Relay) sweep() {
 			r.log.Error("sweep failed", "error", err)
 			return
 		}
+		var dead int64
+		for _, f := range fails {
+			if f.Dead {
+				dead++
+			}
+		}
+		// As in settle: rows another sweeper took first are not told apart
+		// by kind.
+		dead = min(dead, n)
 		r.c.swept.Add(n)
+		r.c.dead.Add(dead)
+		r.c.retried.Add(n - dead)
 		r.hooks.sweep(n)
-		r.log.Warn("returned expired leases", "events", n)
+		r.hooks.settle(0, n-dead, dead)
+		r.log.Warn("returned expired leases", "events", n, "dead", dead)
 		if len(leases) < r.cfg.SweepBatch {
 			return
 		}
