@@ -102,8 +102,8 @@ type ClaimParams struct {
 	// return them.
 	Lease time.Duration
 	// Ordered claims only rows whose every earlier row of the same
-	// aggregate is SENT, so an aggregate's next event is never published
-	// before its previous one was confirmed.
+	// aggregate is SENT (or DISCARDED by a person), so an aggregate's next
+	// event is never published before its previous one was confirmed.
 	Ordered bool
 }
 
@@ -147,4 +147,8 @@ type Row struct {
 	LockedUntil time.Time // zero when NULL
 	SentAt      time.Time // zero when NULL
 	LastError   string
+	// DiscardedAt and DiscardReason record when and why a person discarded
+	// a DEAD event (status DISCARDED); zero otherwise.
+	DiscardedAt   time.Time
+	DiscardReason string
 }

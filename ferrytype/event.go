@@ -11,13 +11,28 @@ type Status string
 // The states an outbox row moves through. NEW rows wait to be claimed;
 // SENDING rows are leased to one relay; SENT rows were confirmed by the broker
 // (which says nothing of downstream processing); DEAD rows exhausted their
-// retries and wait for a person (or `ferry dead retry`).
+// retries and wait for a person: `ferry dead retry` makes them NEW again,
+// `ferry dead discard` makes them DISCARDED. A DISCARDED row is never
+// published; it stays as the record of that decision (when, and why), and
+// in ordered mode it no longer holds back the later events of its
+// aggregate.
 const (
-	StatusNew     Status = "NEW"
-	StatusSending Status = "SENDING"
-	StatusSent    Status = "SENT"
-	StatusDead    Status = "DEAD"
+	StatusNew       Status = "NEW"
+	StatusSending   Status = "SENDING"
+	StatusSent      Status = "SENT"
+	StatusDead      Status = "DEAD"
+	StatusDiscarded Status = "DISCARDED"
 )
+
+// Valid reports whether s is one of the statuses.
+func (s Status) Valid() bool {
+	for _, v := range [...]Status{StatusNew, StatusSending, StatusSent, StatusDead, StatusDiscarded} {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
 
 // Event is a business event written to the outbox inside the caller's
 // transaction.

@@ -100,11 +100,11 @@ func buildQueries(table string) queries {
 	q.claimSelectOrdered = "SELECT " + claimCols + " FROM " + t + " e" +
 		" WHERE e.status = 'NEW' AND e.available_at <= NOW(6)" +
 		" AND NOT EXISTS (SELECT 1 FROM " + t + " p WHERE p.aggregate_type = e.aggregate_type" +
-		" AND p.aggregate_id = e.aggregate_id AND p.aggregate_seq < e.aggregate_seq AND p.status <> 'SENT')" +
+		" AND p.aggregate_id = e.aggregate_id AND p.aggregate_seq < e.aggregate_seq AND p.status NOT IN ('SENT', 'DISCARDED'))" +
 		" ORDER BY e.available_at, e.event_id LIMIT ? FOR UPDATE SKIP LOCKED"
 	q.orderCheck = "SELECT DISTINCT e.event_id FROM " + t + " e JOIN " + t + " p" +
 		" ON p.aggregate_type = e.aggregate_type AND p.aggregate_id = e.aggregate_id" +
-		" AND p.aggregate_seq < e.aggregate_seq AND p.status <> 'SENT'" +
+		" AND p.aggregate_seq < e.aggregate_seq AND p.status NOT IN ('SENT', 'DISCARDED')" +
 		" WHERE e.event_id IN (%s)"
 	q.claimUpdate = "UPDATE " + t + " SET status = 'SENDING', lease_token = ?," +
 		" locked_until = NOW(6) + INTERVAL ? MICROSECOND, attempts = attempts + 1" +

@@ -31,6 +31,10 @@ func TestConformance(t *testing.T) {
 			require.NoError(t, tx.QueryRowContext(ctx, "SELECT event_id FROM `"+s.Table()+"` WHERE event_id = ? FOR UPDATE", id).Scan(&got))
 			return func() { require.NoError(t, tx.Rollback()) }
 		},
+		Exec: func(ctx context.Context, t *testing.T, s ferrystore.Store, query string) {
+			_, err := s.(*ferrymysql.Store).DB().ExecContext(ctx, query)
+			require.NoError(t, err, query)
+		},
 	})
 }
 

@@ -158,7 +158,7 @@ func buildQueries(table string) queries {
 	// whose claim is not yet committed still shows as NEW: conservative.
 	q.claimOrdered = "WITH c AS (SELECT e.event_id FROM " + t + " e WHERE e.status = 'NEW' AND e.available_at <= now()" +
 		" AND NOT EXISTS (SELECT 1 FROM " + t + " p WHERE p.aggregate_type = e.aggregate_type" +
-		" AND p.aggregate_id = e.aggregate_id AND p.aggregate_seq < e.aggregate_seq AND p.status <> 'SENT')" +
+		" AND p.aggregate_id = e.aggregate_id AND p.aggregate_seq < e.aggregate_seq AND p.status NOT IN ('SENT', 'DISCARDED'))" +
 		" ORDER BY e.available_at, e.event_id LIMIT $1 FOR UPDATE OF e SKIP LOCKED)" + update
 	q.markSent = "UPDATE " + t + " SET status = 'SENT', lease_token = NULL, locked_until = NULL, sent_at = now()" +
 		" WHERE status = 'SENDING' AND lease_token = $1 AND event_id = ANY($2::text[])"

@@ -23,6 +23,11 @@ func lockRow(ctx context.Context, t *testing.T, s ferrystore.Store, id string) f
 	return func() { require.NoError(t, tx.Rollback(ctx)) }
 }
 
+func exec(ctx context.Context, t *testing.T, _ ferrystore.Store, query string) {
+	_, err := testsvc.Postgres(t).Exec(ctx, query)
+	require.NoError(t, err, query)
+}
+
 func TestConformancePgx(t *testing.T) {
 	ferrystoretest.Exercise(t, ferrystoretest.Harness[pgx.Tx]{
 		New: func(t *testing.T) ferrystore.Driver[pgx.Tx] {
@@ -41,6 +46,7 @@ func TestConformancePgx(t *testing.T) {
 			return tx, func() error { return tx.Commit(ctx) }, func() error { return tx.Rollback(ctx) }
 		},
 		LockRow: lockRow,
+		Exec:    exec,
 	})
 }
 
@@ -56,6 +62,7 @@ func TestConformanceStdlib(t *testing.T) {
 			return tx, tx.Commit, tx.Rollback
 		},
 		LockRow: lockRow,
+		Exec:    exec,
 	})
 }
 

@@ -93,7 +93,7 @@ func buildQueries(table string) queries {
 		" ORDER BY available_at, event_id LIMIT ?)" + returning
 	q.claimOrdered = update + "SELECT e.event_id FROM " + t + " e WHERE e.status = 'NEW' AND e.available_at <= " + now +
 		" AND NOT EXISTS (SELECT 1 FROM " + t + " p WHERE p.aggregate_type = e.aggregate_type" +
-		" AND p.aggregate_id = e.aggregate_id AND p.aggregate_seq < e.aggregate_seq AND p.status <> 'SENT')" +
+		" AND p.aggregate_id = e.aggregate_id AND p.aggregate_seq < e.aggregate_seq AND p.status NOT IN ('SENT', 'DISCARDED'))" +
 		" ORDER BY e.available_at, e.event_id LIMIT ?)" + returning
 	q.markSent = "UPDATE " + t + " SET status = 'SENT', lease_token = NULL, locked_until = NULL, sent_at = " + now +
 		" WHERE status = 'SENDING' AND lease_token = ? AND event_id IN ({ids})"

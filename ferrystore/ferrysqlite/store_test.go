@@ -24,6 +24,10 @@ func TestConformance(t *testing.T) {
 			require.NoError(t, err)
 			return tx, tx.Commit, tx.Rollback
 		},
+		Exec: func(ctx context.Context, t *testing.T, s ferrystore.Store, query string) {
+			_, err := s.(*ferrysqlite.Store).DB().ExecContext(ctx, query)
+			require.NoError(t, err, query)
+		},
 	})
 }
 

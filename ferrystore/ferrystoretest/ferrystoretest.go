@@ -36,6 +36,10 @@ type Harness[TTx any] struct {
 	// claim in progress does, and returns a function that ends it. Nil for
 	// databases without row locks (SQLite).
 	LockRow func(ctx context.Context, t *testing.T, s ferrystore.Store, id string) (release func())
+	// Exec runs one statement on the database of s, outside the outbox
+	// (the reconciliation cases create a business table with it). Nil
+	// skips those cases.
+	Exec func(ctx context.Context, t *testing.T, s ferrystore.Store, query string)
 }
 
 type bundle[TTx any] struct {
@@ -548,6 +552,8 @@ func Exercise[TTx any](t *testing.T, h Harness[TTx]) {
 		_, err := b.store.Get(b.ctx, "no-such-event")
 		require.ErrorIs(t, err, ferrytype.ErrNotFound)
 	})
+
+	t.Run("Admin", func(t *testing.T) { exerciseAdmin(t, h) })
 }
 
 // waitFor polls cond until it holds or d passes.

@@ -1,0 +1,195 @@
+package ferrystore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+// Admin is implemented by stores that support the operator's commands:
+// ferry status, dead, reconcile and purge. Its operations run on the
+// store's own connections, outside any caller transaction; every listing
+// is bounded by a limit, and every change is conditional on the row's
+// status, so that an operator's command never races a relay into a state
+// the relay did not expect.
+//
+// The stores in this module implement it; the conformance suite
+// (ferrystoretest) checks it.
+type Admin interface {
+	Store
+
+	// Ping checks that the database answers, with one round trip.
+	Ping(ctx context.Context) error
+
+	// CountByStatus counts the rows in each of statuses. Counts of NEW,
+	// SENDING, DEAD and DISCARDED rows read only those rows' index
+	// entries; a count of SENT rows reads every retained SENT row's, so its
+	// cost grows with retention.
+	CountByStatus(ctx context.Context, statuses ...ferrytype.Status) (map[ferrytype.Status]int64, error)
+
+	// PendingByDestination groups NEW and SENDING rows by the destination
+	// they are published to (the event type when the destination is empty)
+	// and returns at most limit groups, the one with the oldest pending
+	// event first.
+	PendingByDestination(ctx context.Context, limit int) ([]DestinationStats, error)
+
+	// Attempts counts NEW, SENDING and DEAD rows by status and attempts
+	// (at most MaxListLimit groups).
+	Attempts(ctx context.Context) ([]AttemptCount, error)
+
+	// List returns the rows matching f, oldest first (created_at, then
+	// event id), at most f.Limit of them.
+	List(ctx context.Context, f Filter) ([]Row, error)
+
+	// Retry moves the DEAD rows among ids back to NEW, available at once,
+	// with attempts reset to 0 and the same event id; their last error
+	// stays until the next attempt replaces it. Rows among ids that are
+	// not DEAD are left alone. It returns how many rows it changed.
+	Retry(ctx context.Context, ids []string) (int64, error)
+
+	// Discard moves the DEAD rows among ids to DISCARDED, recording the
+	// time and reason. A DISCARDED row is never published, is kept as the
+	// audit trail, and no longer holds back its aggregate in ordered mode.
+	// Rows that are not DEAD are left alone. It returns how many rows it
+	// changed.
+	Discard(ctx context.Context, ids []string, reason string) (int64, error)
+
+	// PurgeDiscarded deletes up to limit DISCARDED rows discarded more than
+	// olderThan ago and returns how many it deleted.
+	PurgeDiscarded(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
+
+	// MissingEvents returns up to q.Limit rows of a business table, in the
+	// outbox's database, that have no outbox event of q.EventType whose
+	// aggregate id is the row's key: business changes that committed
+	// without their event.
+	MissingEvents(ctx context.Context, q MissingEventsQuery) ([]MissingEvent, error)
+}
+
+// MaxListLimit bounds every listing of Admin.
+const MaxListLimit = 1000
+
+// DestinationStats describes the pending events of one destination.
+type DestinationStats struct {
+	// Destination is the events' destination, or their type when they
+	// have none: where the relay publishes them.
+	Destination string
+	// Counts of NEW and SENDING rows.
+	New, Sending int64
+	// OldestPending is the age of the oldest of them, by created_at.
+	OldestPending time.Duration
+}
+
+// AttemptCount is the number of rows of one status with one attempt count.
+type AttemptCount struct {
+	Status   ferrytype.Status
+	Attempts int
+	Events   int64
+}
+
+// Filter selects outbox rows for Admin.List. Empty fields do not filter.
+type Filter struct {
+	// Statuses the rows must have. Required.
+	Statuses []ferrytype.Status
+	// IDs restricts the rows to these event ids (at most MaxListLimit).
+	IDs []string
+	// AggregateType and AggregateID match exactly.
+	AggregateType string
+	AggregateID   string
+	// Type matches the event type exactly.
+	Type string
+	// Destination matches where the event is published: its destination,
+	// or its type when it has none.
+	Destination string
+	// MinAge keeps rows created at least this long ago, MaxAge rows created
+	// at most this long ago, both by the database clock. Zero: no bound.
+	MinAge, MaxAge time.Duration
+	// Limit is the most rows returned, 1 to MaxListLimit. Required.
+	Limit int
+}
+
+// Validate checks f, naming the offending field.
+func (f Filter) Validate() error {
+	switch {
+	case len(f.Statuses) == 0:
+		return fmt.Errorf("%w: Filter.Statuses is empty", ferrytype.ErrInvalidConfig)
+	case f.Limit < 1 || f.Limit > MaxListLimit:
+		return fmt.Errorf("%w: Filter.Limit %d must be within 1..%d", ferrytype.ErrInvalidConfig, f.Limit, MaxListLimit)
+	case len(f.IDs) > MaxListLimit:
+		return fmt.Errorf("%w: Filter.IDs has %d ids, at most %d are allowed", ferrytype.ErrInvalidConfig, len(f.IDs), MaxListLimit)
+	case f.MinAge < 0 || f.MaxAge < 0:
+		return fmt.Errorf("%w: Filter.MinAge and MaxAge must not be negative", ferrytype.ErrInvalidConfig)
+	case f.MaxAge > 0 && f.MaxAge < f.MinAge:
+		return fmt.Errorf("%w: Filter.MaxAge %s is below MinAge %s", ferrytype.ErrInvalidConfig, f.MaxAge, f.MinAge)
+	}
+	for _, s := range f.Statuses {
+		if !s.Valid() {
+			return fmt.Errorf("%w: Filter.Statuses: unknown status %q", ferrytype.ErrInvalidConfig, s)
+		}
+	}
+	return nil
+}
+
+// ValidateIDs checks an id list given to Retry or Discard.
+func ValidateIDs(ids []string) error {
+	if len(ids) > MaxListLimit {
+		return fmt.Errorf("%w: %d ids, at most %d per call", ferrytype.ErrInvalidConfig, len(ids), MaxListLimit)
+	}
+	return nil
+}
+
+// MissingEventsQuery describes one reconciliation check: rows of Table
+// whose TimeColumn lies between Window and Grace ago should each have an
+// outbox event of EventType and AggregateType whose aggregate id is the
+// row's KeyColumn, as text.
+type MissingEventsQuery struct {
+	// Table, KeyColumn and TimeColumn name the business table and its
+	// columns; each must match ^[A-Za-z_][A-Za-z0-9_]{0,62}$ and is quoted.
+	Table, KeyColumn, TimeColumn string
+	// AggregateType is the events' aggregate type ("" for events written
+	// without one). It is part of the outbox's aggregate index, so the
+	// check is one index lookup per business row.
+	AggregateType string
+	// EventType is the type of event every row must have. Required.
+	EventType string
+	// Window is how far back rows are checked. Keep it shorter than the
+	// retention of SENT events, or rows whose events were purged show up.
+	Window time.Duration
+	// Grace skips rows younger than this, so that a clock skew between the
+	// application writing TimeColumn and the database is not a finding.
+	Grace time.Duration
+	// Limit is the most rows returned, 1 to MaxListLimit.
+	Limit int
+}
+
+// Validate checks q, naming the offending field.
+func (q MissingEventsQuery) Validate() error {
+	for _, id := range []struct{ what, name string }{
+		{"MissingEventsQuery.Table", q.Table}, {"MissingEventsQuery.KeyColumn", q.KeyColumn},
+		{"MissingEventsQuery.TimeColumn", q.TimeColumn},
+	} {
+		if err := ferrytype.ValidateIdentifier(id.what, id.name, 63); err != nil {
+			return err
+		}
+	}
+	switch {
+	case q.EventType == "":
+		return fmt.Errorf("%w: MissingEventsQuery.EventType is empty", ferrytype.ErrInvalidConfig)
+	case q.Window <= 0:
+		return fmt.Errorf("%w: MissingEventsQuery.Window must be positive", ferrytype.ErrInvalidConfig)
+	case q.Grace < 0 || q.Grace >= q.Window:
+		return fmt.Errorf("%w: MissingEventsQuery.Grace %s must be within 0..Window (%s)", ferrytype.ErrInvalidConfig, q.Grace, q.Window)
+	case q.Limit < 1 || q.Limit > MaxListLimit:
+		return fmt.Errorf("%w: MissingEventsQuery.Limit %d must be within 1..%d", ferrytype.ErrInvalidConfig, q.Limit, MaxListLimit)
+	}
+	return nil
+}
+
+// MissingEvent is a business row without its event.
+type MissingEvent struct {
+	// Key is the row's key column, as text.
+	Key string
+	// Time is the row's time column.
+	Time time.Time
+}

@@ -1,0 +1,1 @@
+ALTER TABLE {{.Table}} DROP COLUMN discarded_at, DROP COLUMN discard_reason;

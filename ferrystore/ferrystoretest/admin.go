@@ -1,0 +1,328 @@
+package ferrystoretest
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+func (b *bundle[TTx]) admin(t *testing.T) ferrystore.Admin {
+	t.Helper()
+	a, ok := b.store.(ferrystore.Admin)
+	require.True(t, ok, "%T does not implement ferrystore.Admin", b.store)
+	return a
+}
+
+// enqueueDead writes events in one transaction and takes them to DEAD, as
+// a relay does after the last failed attempt. No other event may be ready.
+func (b *bundle[TTx]) enqueueDead(t *testing.T, events ...ferry.Event) []string {
+	t.Helper()
+	ids := b.enqueue(t, events...)
+	msgs, token := b.claim(t, len(ids)+10, false)
+	require.ElementsMatch(t, ids, idsOf(msgs), "enqueueDead: another event was ready")
+	fails := make([]ferrystore.Failure, len(msgs))
+	for i, m := range msgs {
+		fails[i] = ferrystore.Failure{ID: m.ID, Token: token, Dead: true, Error: "attempt 1: rejected: no"}
+	}
+	n, err := b.store.MarkFailed(b.ctx, fails)
+	require.NoError(t, err)
+	require.Equal(t, int64(len(fails)), n)
+	return ids
+}
+
+func dest(typ, aggID, destination string) ferry.Event {
+	e := ev(typ, aggID, `{}`)
+	e.Destination = destination
+	return e
+}
+
+func exerciseAdmin[TTx any](t *testing.T, h Harness[TTx]) {
+	t.Run("PingAnswers", func(t *testing.T) {
+		b := setup(t, h)
+		require.NoError(t, b.admin(t).Ping(b.ctx))
+	})
+
+	t.Run("CountByStatus", func(t *testing.T) {
+		b := setup(t, h)
+		a := b.admin(t)
+		b.enqueueDead(t, ev("A", "1", `{}`))
+		b.enqueue(t, ev("A", "2", `{}`), ev("A", "3", `{}`), ev("A", "4", `{}`))
+		msgs, token := b.claim(t, 2, false)
+		_, err := b.store.MarkSent(b.ctx, token, ids(msgs[:1]))
+		require.NoError(t, err)
+		got, err := a.CountByStatus(b.ctx, ferrytype.StatusNew, ferrytype.StatusSending, ferrytype.StatusSent,
+			ferrytype.StatusDead, ferrytype.StatusDiscarded)
+		require.NoError(t, err)
+		require.Equal(t, map[ferrytype.Status]int64{ferrytype.StatusNew: 1, ferrytype.StatusSending: 1,
+			ferrytype.StatusSent: 1, ferrytype.StatusDead: 1, ferrytype.StatusDiscarded: 0}, got)
+	})
+
+	t.Run("ListFiltersEvents", func(t *testing.T) {
+		b := setup(t, h)
+		a := b.admin(t)
+		dead := b.enqueueDead(t, dest("Paid", "1", "orders.paid"), dest("Paid", "2", ""), dest("Shipped", "1", "orders.shipped"))
+		pending := b.enqueue(t, dest("Paid", "3", "orders.paid"))
+		list := func(f ferrystore.Filter) []string {
+			t.Helper()
+			if f.Statuses == nil {
+				f.Statuses = []ferrytype.Status{ferrytype.StatusDead}
+			}
+			if f.Limit == 0 {
+				f.Limit = 100
+			}
+			rows, err := a.List(b.ctx, f)
+			require.NoError(t, err)
+			out := make([]string, len(rows))
+			for i, r := range rows {
+				out[i] = r.ID
+			}
+			return out
+		}
+		require.Equal(t, dead, list(ferrystore.Filter{}), "oldest first")
+		require.Equal(t, []string{dead[1]}, list(ferrystore.Filter{IDs: []string{dead[1], pending[0], "nope"}}))
+		require.Equal(t, []string{dead[0], dead[2]}, list(ferrystore.Filter{AggregateType: "order", AggregateID: "1"}))
+		require.Empty(t, list(ferrystore.Filter{AggregateType: "invoice"}))
+		require.Equal(t, []string{dead[0], dead[1]}, list(ferrystore.Filter{Type: "Paid"}))
+		require.Equal(t, []string{dead[0]}, list(ferrystore.Filter{Destination: "orders.paid"}))
+		require.Equal(t, []string{dead[1]}, list(ferrystore.Filter{Destination: "Paid"}), "no destination: the type is the route")
+		require.Equal(t, dead[:2], list(ferrystore.Filter{Limit: 2}))
+		require.Equal(t, append(append([]string{}, dead...), pending...),
+			list(ferrystore.Filter{Statuses: []ferrytype.Status{ferrytype.StatusDead, ferrytype.StatusNew}}))
+		require.Empty(t, list(ferrystore.Filter{MinAge: time.Hour}), "created just now")
+		require.Equal(t, dead, list(ferrystore.Filter{MaxAge: time.Hour}))
+		waitFor(t, 10*time.Second, func() bool { return len(list(ferrystore.Filter{MinAge: time.Millisecond})) == 3 })
+
+		rows, err := a.List(b.ctx, ferrystore.Filter{Statuses: []ferrytype.Status{ferrytype.StatusDead}, IDs: dead[:1], Limit: 1})
+		require.NoError(t, err)
+		require.Len(t, rows, 1)
+		r := rows[0]
+		require.Equal(t, ferrytype.StatusDead, r.Status)
+		require.Equal(t, "attempt 1: rejected: no", r.LastError)
+		require.Equal(t, 1, r.Attempt)
+		require.Equal(t, "orders.paid", r.Destination)
+		require.JSONEq(t, `{}`, string(r.Payload))
+	})
+
+	t.Run("ListIsBounded", func(t *testing.T) {
+		b := setup(t, h)
+		a := b.admin(t)
+		for _, f := range []ferrystore.Filter{
+			{Limit: 10},
+			{Statuses: []ferrytype.Status{ferrytype.StatusDead}},
+			{Statuses: []ferrytype.Status{ferrytype.StatusDead}, Limit: ferrystore.MaxListLimit + 1},
+			{Statuses: []ferrytype.Status{"GONE"}, Limit: 10},
+			{Statuses: []ferrytype.Status{ferrytype.StatusDead}, Limit: 10, MinAge: time.Hour, MaxAge: time.Minute},
+		} {
+			_, err := a.List(b.ctx, f)
+			require.ErrorIs(t, err, ferrytype.ErrInvalidConfig, "%+v", f)
+		}
+		_, err := a.Retry(b.ctx, make([]string, ferrystore.MaxListLimit+1))
+		require.ErrorIs(t, err, ferrytype.ErrInvalidConfig)
+	})
+
+	t.Run("RetryMakesADeadEventNewWithTheSameID", func(t *testing.T) {
+		b := setup(t, h)
+		a := b.admin(t)
+		id := b.enqueueDead(t, ev("A", "1", `{}`))[0]
+		sent := b.enqueue(t, ev("A", "2", `{}`))[0]
+		msgs, token := b.claim(t, 10, false)
+		_, err := b.store.MarkSent(b.ctx, token, ids(msgs))
+		require.NoError(t, err)
+
+		n, err := a.Retry(b.ctx, []string{id, sent, "no-such-event"})
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n, "only the DEAD event changes")
+		require.Equal(t, ferrytype.StatusSent, b.get(t, sent).Status)
+		row := b.get(t, id)
+		require.Equal(t, ferrytype.StatusNew, row.Status)
+		require.Zero(t, row.Attempt, "attempts start over")
+		require.Equal(t, "attempt 1: rejected: no", row.LastError, "the last error stays until the next attempt")
+		msgs, _ = b.claim(t, 10, false)
+		require.Equal(t, []string{id}, ids(msgs), "claimable at once, same id")
+		require.Equal(t, 1, msgs[0].Attempt)
+		n, err = a.Retry(b.ctx, []string{id})
+		require.NoError(t, err)
+		require.Zero(t, n, "a SENDING event is not touched")
+	})
+
+	t.Run("DiscardKeepsTheRowAndUnblocksItsAggregate", func(t *testing.T) {
+		b := setup(t, h)
+		a := b.admin(t)
+		first := b.enqueueDead(t, ev("Created", "A", `{}`))[0]
+		later := b.enqueue(t, ev("Paid", "A", `{}`), ev("Shipped", "A", `{}`))
+		blocked, _ := b.claim(t, 10, true)
+		require.Empty(t, blocked, "the DEAD event holds back its aggregate")
+
+		n, err := a.Discard(b.ctx, []string{first, later[0]}, "bad payload; fixed by hand in ticket 7")
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n, "only DEAD events are discarded")
+		row := b.get(t, first)
+		require.Equal(t, ferrytype.StatusDiscarded, row.Status)
+		require.Equal(t, "bad payload; fixed by hand in ticket 7", row.DiscardReason)
+		require.False(t, row.DiscardedAt.IsZero())
+		require.WithinDuration(t, row.CreatedAt, row.DiscardedAt, time.Hour)
+		require.Equal(t, "attempt 1: rejected: no", row.LastError, "the history stays")
+
+		msgs, _ := b.claim(t, 10, true)
+		require.Equal(t, []string{later[0]}, ids(msgs), "the aggregate moves on; the discarded event is never claimed")
+		st, err := b.store.Stats(b.ctx)
+		require.NoError(t, err)
+		require.Zero(t, st.Dead)
+		n, err = a.Retry(b.ctx, []string{first})
+		require.NoError(t, err)
+		require.Zero(t, n, "a discarded event cannot be retried")
+	})
+
+	t.Run("PurgeDiscardedDeletesOnlyOldDiscardedRows", func(t *testing.T) {
+		b := setup(t, h)
+		a := b.admin(t)
+		gone := b.enqueueDead(t, ev("A", "1", `{}`), ev("A", "2", `{}`), ev("A", "3", `{}`))
+		kept := b.enqueueDead(t, ev("A", "4", `{}`))
+		b.enqueue(t, ev("A", "5", `{}`))
+		n, err := a.Discard(b.ctx, gone, "test")
+		require.NoError(t, err)
+		require.Equal(t, int64(3), n)
+		n, err = a.PurgeDiscarded(b.ctx, time.Hour, 10)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		waitFor(t, 10*time.Second, func() bool {
+			n, err = a.PurgeDiscarded(b.ctx, time.Millisecond, 2)
+			require.NoError(t, err)
+			return n > 0
+		})
+		require.Equal(t, int64(2), n, "one batch deletes at most its limit")
+		n, err = a.PurgeDiscarded(b.ctx, time.Millisecond, 10)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
+		require.Equal(t, ferrytype.StatusDead, b.get(t, kept[0]).Status)
+		st, err := b.store.Stats(b.ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), st.New)
+	})
+
+	t.Run("PendingByDestination", func(t *testing.T) {
+		b := setup(t, h)
+		a := b.admin(t)
+		b.enqueueDead(t, dest("Paid", "0", "orders.dead"))
+		b.enqueue(t, dest("Paid", "1", "orders.paid"))
+		b.enqueue(t, dest("Paid", "2", "orders.paid"), dest("Shipped", "3", ""))
+		_, _ = b.claim(t, 1, false) // the oldest orders.paid event is SENDING
+		var got []ferrystore.DestinationStats
+		waitFor(t, 10*time.Second, func() bool {
+			var err error
+			got, err = a.PendingByDestination(b.ctx, 10)
+			require.NoError(t, err)
+			return len(got) == 2 && got[0].OldestPending > 0
+		})
+		require.Equal(t, "orders.paid", got[0].Destination, "oldest first")
+		require.Equal(t, [2]int64{1, 1}, [2]int64{got[0].New, got[0].Sending})
+		require.Equal(t, "Shipped", got[1].Destination, "no destination: the type")
+		require.Equal(t, [2]int64{1, 0}, [2]int64{got[1].New, got[1].Sending})
+		require.GreaterOrEqual(t, got[0].OldestPending, got[1].OldestPending)
+		require.Less(t, got[0].OldestPending, time.Hour)
+		got, err := a.PendingByDestination(b.ctx, 1)
+		require.NoError(t, err)
+		require.Len(t, got, 1, "bounded")
+	})
+
+	t.Run("AttemptsDistribution", func(t *testing.T) {
+		b := setup(t, h)
+		a := b.admin(t)
+		b.enqueueDead(t, ev("A", "1", `{}`))
+		id := b.enqueue(t, ev("A", "2", `{}`))[0]
+		for i := 0; i < 2; i++ { // event 2 fails twice and waits
+			msgs, token := b.claim(t, 1, false)
+			require.Equal(t, []string{id}, ids(msgs))
+			_, err := b.store.MarkFailed(b.ctx, []ferrystore.Failure{{ID: id, Token: token, Error: "x"}})
+			require.NoError(t, err)
+		}
+		b.enqueue(t, ev("A", "3", `{}`))
+		got, err := a.Attempts(b.ctx)
+		require.NoError(t, err)
+		sort.Slice(got, func(i, j int) bool {
+			if got[i].Status != got[j].Status {
+				return got[i].Status < got[j].Status
+			}
+			return got[i].Attempts < got[j].Attempts
+		})
+		require.Equal(t, []ferrystore.AttemptCount{
+			{Status: ferrytype.StatusDead, Attempts: 1, Events: 1},
+			{Status: ferrytype.StatusNew, Attempts: 0, Events: 1},
+			{Status: ferrytype.StatusNew, Attempts: 2, Events: 1},
+		}, got)
+	})
+
+	if h.Exec != nil {
+		t.Run("MissingEventsFindsBusinessRowsWithoutTheirEvent", func(t *testing.T) {
+			b := setup(t, h)
+			a := b.admin(t)
+			table := b.store.Table() + "_biz"
+			var ddl, recent, old string
+			switch d := b.store.Dialect(); d {
+			case "mysql":
+				ddl, recent, old = "DATETIME(6)", "NOW(6) - INTERVAL 1 MINUTE", "NOW(6) - INTERVAL 2 DAY"
+			case "postgres":
+				ddl, recent, old = "timestamptz", "now() - interval '1 minute'", "now() - interval '2 days'"
+			case "sqlite":
+				ddl, recent, old = "TEXT", "strftime('%Y-%m-%d %H:%M:%f', 'now', '-1 minutes')", "strftime('%Y-%m-%d %H:%M:%f', 'now', '-2 days')"
+			default:
+				t.Fatalf("no business table DDL for dialect %q", d)
+			}
+			h.Exec(b.ctx, t, b.store, "CREATE TABLE "+table+" (id BIGINT NOT NULL PRIMARY KEY, placed_at "+ddl+" NOT NULL)")
+			t.Cleanup(func() { h.Exec(context.Background(), t, b.store, "DROP TABLE "+table) })
+			// 1 has its event; 2 has none; 3 has an event of another type;
+			// 4 has none but is older than the window; 5 is an event of
+			// another aggregate type.
+			for _, row := range []string{"1, " + recent, "2, " + recent, "3, " + recent, "4, " + old, "5, " + recent} {
+				h.Exec(b.ctx, t, b.store, "INSERT INTO "+table+" (id, placed_at) VALUES ("+row+")")
+			}
+			b.enqueue(t, ev("OrderPlaced", "1", `{}`), ev("OrderPaid", "3", `{}`),
+				ferry.Event{AggregateType: "invoice", AggregateID: "5", Type: "OrderPlaced", Payload: json.RawMessage(`{}`)})
+			q := ferrystore.MissingEventsQuery{Table: table, KeyColumn: "id", TimeColumn: "placed_at",
+				AggregateType: "order", EventType: "OrderPlaced", Window: time.Hour, Grace: time.Second, Limit: 10}
+			got, err := a.MissingEvents(b.ctx, q)
+			require.NoError(t, err)
+			keys := make([]string, len(got))
+			for i, m := range got {
+				keys[i] = m.Key
+				require.WithinDuration(t, time.Now(), m.Time, 30*time.Minute, "the row's time, as stored")
+			}
+			require.ElementsMatch(t, []string{"2", "3", "5"}, keys)
+
+			q.Limit = 1
+			got, err = a.MissingEvents(b.ctx, q)
+			require.NoError(t, err)
+			require.Len(t, got, 1, "bounded")
+			q.Limit, q.Window = 10, 72*time.Hour
+			got, err = a.MissingEvents(b.ctx, q)
+			require.NoError(t, err)
+			require.Len(t, got, 4, "a wider window reaches row 4")
+			q.Grace = 2 * time.Minute
+			got, err = a.MissingEvents(b.ctx, q)
+			require.NoError(t, err)
+			require.Len(t, got, 1, "rows younger than the grace are skipped")
+
+			for _, bad := range []ferrystore.MissingEventsQuery{
+				{Table: table + "; DROP TABLE x", KeyColumn: "id", TimeColumn: "placed_at", EventType: "E", Window: time.Hour, Limit: 1},
+				{Table: table, KeyColumn: `id"`, TimeColumn: "placed_at", EventType: "E", Window: time.Hour, Limit: 1},
+				{Table: table, KeyColumn: "id", TimeColumn: "placed at", EventType: "E", Window: time.Hour, Limit: 1},
+			} {
+				_, err := a.MissingEvents(b.ctx, bad)
+				require.ErrorIs(t, err, ferrytype.ErrInvalidIdentifier)
+				require.True(t, strings.Contains(err.Error(), "MissingEventsQuery."), "the error names the field: %v", err)
+			}
+			_, err = a.MissingEvents(b.ctx, ferrystore.MissingEventsQuery{Table: table, KeyColumn: "id", TimeColumn: "placed_at",
+				Window: time.Hour, Limit: 1})
+			require.ErrorIs(t, err, ferrytype.ErrInvalidConfig, "no event type")
+		})
+	}
+}
