@@ -1,0 +1,58 @@
+// Package ferryprom exports ferry's metrics to Prometheus. It is a plugin:
+// the core never imports Prometheus; Metrics attaches to relays through
+// the hook interfaces of package ferry, and OutboxCollector reads the
+// outbox tables through their stores. Both register with the
+// prometheus.Registerer they are given, never with the global one.
+//
+// # Relay metrics (Metrics, from the relay's hooks)
+//
+// Every series has the label table (the outbox table).
+//
+//	ferry_relay_claims_total                    counter    claim statements that returned events
+//	ferry_relay_claimed_events_total            counter    events claimed (one per publish attempt)
+//	ferry_relay_claim_duration_seconds          histogram  claim transactions that returned events
+//	ferry_relay_publish_outcomes_total          counter    publish attempts by outcome: confirmed, returned, rejected, unknown
+//	ferry_relay_publish_duplicates_total        counter    confirms the broker flagged as duplicates (a republished event)
+//	ferry_relay_publish_batch_duration_seconds  histogram  one batch's publish, until every message had an outcome
+//	ferry_relay_commit_to_confirm_seconds       histogram  event created_at (database clock) to the broker's confirm
+//	ferry_relay_confirm_attempts                histogram  attempts an event needed until it was confirmed
+//	ferry_relay_sent_total                      counter    events marked SENT
+//	ferry_relay_retries_total                   counter    events put back to NEW (failed attempt or expired lease)
+//	ferry_relay_dead_total                      counter    events moved to DEAD
+//	ferry_relay_lease_expiries_total            counter    leases returned by the sweeper
+//	ferry_relay_fenced_total                    counter    outcome marks that found the lease gone (0 rows)
+//
+// # Outbox metrics (OutboxCollector, from the database)
+//
+//	ferry_outbox_oldest_pending_age_seconds               gauge    age of the oldest NEW or SENDING event: the SLO
+//	ferry_outbox_events{status}                           gauge    rows by status: new, sending, dead
+//	ferry_outbox_ready_events                             gauge    NEW rows available now
+//	ferry_outbox_destination_pending_events{destination}  gauge    pending rows per destination (opt-in)
+//	ferry_outbox_destination_oldest_pending_age_seconds   gauge    oldest pending age per destination (opt-in)
+//	ferry_outbox_up                                       gauge    1 if the table's last poll succeeded
+//	ferry_outbox_last_poll_timestamp_seconds              gauge    time of the last successful poll
+//	ferry_outbox_poll_errors_total                        counter  failed polls
+//
+// The age of the oldest pending event is the one number that says whether
+// the outbox keeps its promise: it grows when the broker is down, when the
+// relays are stopped or too slow, when events keep failing, and whatever
+// the cause, consumers see the delay. Alert on it; see the README's
+// Operations section for a rule.
+//
+// # Cost
+//
+// The hooks run on the relay's goroutines; each does a few atomic
+// additions and histogram observations per event and takes no lock once
+// its table was seen. OutboxCollector polls each table every Interval in
+// the background and a scrape only reads the last snapshot; see its
+// documentation for the query's cost.
+//
+// # Adding metrics
+//
+// Each group of hooks lives in its own file and registers its own
+// families in its constructor: relay.go for the relay's hooks, outbox.go
+// for the tables. Metrics for the consumer side (inbox outcomes, handler
+// latency, task executions) belong in a new file implementing the inbox's
+// hook interfaces the same way, labelled by consumer name instead of
+// table.
+package ferryprom

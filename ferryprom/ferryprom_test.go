@@ -1,0 +1,389 @@
+package ferryprom_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
+	"github.com/ferrydev/ferry/ferryprom"
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrystore/ferrypg"
+	"github.com/ferrydev/ferry/internal/testsvc"
+)
+
+// series finds the series of name whose labels include labels (name,
+// value pairs) in g.
+func series(t *testing.T, g prometheus.Gatherer, name string, labels ...string) (*dto.Metric, bool) {
+	t.Helper()
+	families, err := g.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue next
+				}
+			}
+			return m, true
+		}
+	}
+	return nil, false
+}
+
+// value returns a counter's or gauge's value, or a histogram's sample
+// count; -1 when the series is absent.
+func value(t *testing.T, g prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	m, ok := series(t, g, name, labels...)
+	switch {
+	case !ok:
+		return -1
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Histogram != nil:
+		return float64(m.Histogram.GetSampleCount())
+	}
+	t.Fatalf("%s: unexpected metric type", name)
+	return 0
+}
+
+func histSum(t *testing.T, g prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	m, ok := series(t, g, name, labels...)
+	require.True(t, ok, "%s %v is absent", name, labels)
+	return m.Histogram.GetSampleSum()
+}
+
+func waitFor(t *testing.T, d time.Duration, cond func() bool, why func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not reached within %s: %s", d, why())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// bundle is one outbox table on a real database, a JetStream stream on the
+// real NATS server, and a registry with ferry's metrics.
+type bundle struct {
+	ctx     context.Context
+	st      testsvc.SQLStore
+	ob      *ferry.Outbox[*sql.Tx]
+	stream  string
+	subject string
+	reg     *prometheus.Registry
+	m       *ferryprom.Metrics
+	table   string
+}
+
+func setup(t *testing.T, kind string) *bundle {
+	t.Helper()
+	b := &bundle{ctx: testsvc.Context(t, 3*time.Minute), st: testsvc.Store(t, kind), reg: prometheus.NewRegistry()}
+	var prefix string
+	b.stream, prefix = testsvc.JetStreamStream(t, testsvc.NATS(t))
+	b.subject = prefix + ".events"
+	b.table = b.st.Driver.Table()
+	var err error
+	b.ob, err = ferry.NewOutbox(b.st.Driver, nil)
+	require.NoError(t, err)
+	b.m, err = ferryprom.New(b.reg, nil)
+	require.NoError(t, err)
+	return b
+}
+
+func (b *bundle) enqueue(t *testing.T, events ...ferry.Event) []string {
+	t.Helper()
+	tx, err := b.st.DB.BeginTx(b.ctx, nil)
+	require.NoError(t, err)
+	ids, err := b.ob.EnqueueTx(b.ctx, tx, events...)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	return ids
+}
+
+func (b *bundle) event(i int) ferry.Event {
+	return ferry.Event{AggregateType: "order", AggregateID: fmt.Sprint(i), Type: "OrderPaid",
+		Payload: json.RawMessage(`{}`), Destination: b.subject}
+}
+
+func (b *bundle) relay(t *testing.T, url string, cfg ferry.RelayConfig) *ferry.Relay {
+	t.Helper()
+	pub, err := ferrynats.Dial(b.ctx, url, &ferrynats.DialConfig{Config: ferrynats.Config{Stream: b.stream}})
+	require.NoError(t, err)
+	t.Cleanup(func() { pub.Close() })
+	cfg.Hooks = append(cfg.Hooks, b.m)
+	r, err := ferry.NewRelay(b.st.Driver, pub, &cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Start(b.ctx))
+	t.Cleanup(func() { _ = r.Stop(context.Background()) })
+	return r
+}
+
+func (b *bundle) collector(t *testing.T, cfg *ferryprom.OutboxConfig) *ferryprom.OutboxCollector {
+	t.Helper()
+	c, err := ferryprom.NewOutboxCollector(b.reg, []ferrystore.Store{b.st.Driver}, cfg)
+	require.NoError(t, err)
+	require.NoError(t, c.Start(b.ctx))
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	return c
+}
+
+func (b *bundle) dump(t *testing.T) func() string {
+	return func() string {
+		families, err := b.reg.Gather()
+		require.NoError(t, err)
+		var s strings.Builder
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				fmt.Fprintf(&s, "%s %v\n", f.GetName(), m.String())
+			}
+		}
+		return s.String()
+	}
+}
+
+// The key SLO: while the broker is unreachable the age of the oldest
+// pending event grows, attempts end unknown and are retried; once the
+// broker is back, every event is confirmed and the age falls to zero.
+func TestOldestPendingAgeGrowsWhileTheBrokerIsDownAndFallsAfter(t *testing.T) {
+	for _, kind := range testsvc.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			b := setup(t, kind)
+			natsURL, proxy := testsvc.Proxy(t, testsvc.URL(testsvc.EnvNATS))
+			r := b.relay(t, natsURL, ferry.RelayConfig{
+				PollInterval: 20 * time.Millisecond, Lease: 2 * time.Second, PublishTimeout: 150 * time.Millisecond,
+				Retry: ferry.ExponentialBackoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond, MaxAttempts: 1000},
+			})
+			b.collector(t, &ferryprom.OutboxConfig{Interval: 25 * time.Millisecond, Destinations: 10})
+			g, tbl := b.reg, []string{"table", b.table}
+			v := func(name string, labels ...string) float64 { return value(t, g, name, append(labels, tbl...)...) }
+
+			proxy.Cut()
+			const n = 5
+			events := make([]ferry.Event, n)
+			for i := range events {
+				events[i] = b.event(i)
+			}
+			ids := b.enqueue(t, events...)
+
+			// Down: the age grows, attempts end unknown and go back to NEW.
+			waitFor(t, 30*time.Second, func() bool {
+				return v("ferry_outbox_oldest_pending_age_seconds") > 0 && v("ferry_relay_retries_total") >= 2*n
+			}, b.dump(t))
+			first := v("ferry_outbox_oldest_pending_age_seconds")
+			waitFor(t, 30*time.Second, func() bool { return v("ferry_outbox_oldest_pending_age_seconds") >= first+0.3 }, b.dump(t))
+			require.Equal(t, float64(n), v("ferry_outbox_events", "status", "new")+v("ferry_outbox_events", "status", "sending"))
+			require.Equal(t, float64(n), v("ferry_outbox_destination_pending_events", "destination", b.subject))
+			require.Greater(t, v("ferry_outbox_destination_oldest_pending_age_seconds", "destination", b.subject), 0.0)
+			require.Zero(t, v("ferry_outbox_events", "status", "dead"))
+			require.Equal(t, 1.0, v("ferry_outbox_up"))
+			require.GreaterOrEqual(t, v("ferry_relay_publish_outcomes_total", "outcome", "unknown"), float64(2*n))
+			require.Zero(t, v("ferry_relay_publish_outcomes_total", "outcome", "confirmed"))
+			require.Zero(t, v("ferry_relay_sent_total"))
+			require.Zero(t, v("ferry_relay_commit_to_confirm_seconds"))
+			require.Zero(t, v("ferry_relay_dead_total"))
+
+			// Back: everything is confirmed, nothing is pending.
+			downFor := time.Duration(v("ferry_outbox_oldest_pending_age_seconds") * float64(time.Second))
+			proxy.Restore()
+			waitFor(t, 60*time.Second, func() bool {
+				return v("ferry_relay_sent_total") == n && v("ferry_outbox_oldest_pending_age_seconds") == 0
+			}, b.dump(t))
+			require.Zero(t, v("ferry_outbox_events", "status", "new")+v("ferry_outbox_events", "status", "sending"))
+			require.Equal(t, -1.0, v("ferry_outbox_destination_pending_events", "destination", b.subject), "no pending destination left")
+			require.Equal(t, float64(n), v("ferry_relay_publish_outcomes_total", "outcome", "confirmed"))
+			require.Equal(t, float64(n), v("ferry_relay_commit_to_confirm_seconds"))
+			require.GreaterOrEqual(t, histSum(t, g, "ferry_relay_commit_to_confirm_seconds", tbl...), n*downFor.Seconds(),
+				"every event waited at least as long as the outage was measured")
+			require.Equal(t, float64(n), v("ferry_relay_confirm_attempts"))
+			require.Greater(t, histSum(t, g, "ferry_relay_confirm_attempts", tbl...), float64(2*n), "each needed several attempts")
+			st := r.Stats()
+			require.Equal(t, float64(st.Claims), v("ferry_relay_claims_total"))
+			require.Equal(t, float64(st.Claims), v("ferry_relay_claim_duration_seconds"))
+			require.Equal(t, float64(st.Claimed), v("ferry_relay_claimed_events_total"))
+			require.Equal(t, float64(st.Retried), v("ferry_relay_retries_total"))
+			require.Equal(t, float64(st.Claims), v("ferry_relay_publish_batch_duration_seconds"), "one publish per claim")
+			require.Len(t, testsvc.ReadStream(t, testsvc.NATS(t), b.stream, n, 30*time.Second), n)
+			for _, id := range ids {
+				row, err := b.st.Driver.Get(b.ctx, id)
+				require.NoError(t, err)
+				require.EqualValues(t, "SENT", row.Status)
+			}
+		})
+	}
+}
+
+// Every other outcome and transition moves its own counter.
+func TestMetricsCountEachOutcomeAndTransition(t *testing.T) {
+	t.Run("ReturnedThenDead", func(t *testing.T) {
+		b := setup(t, "postgres")
+		ev := b.event(1)
+		ev.Destination = testsvc.Name("nowhere") + ".x" // no stream listens
+		b.enqueue(t, ev)
+		b.relay(t, testsvc.URL(testsvc.EnvNATS), ferry.RelayConfig{PollInterval: 10 * time.Millisecond,
+			Retry: ferry.ExponentialBackoff{Initial: time.Millisecond, MaxAttempts: 2}})
+		b.collector(t, &ferryprom.OutboxConfig{Interval: 20 * time.Millisecond})
+		g, tbl := b.reg, []string{"table", b.table}
+		v := func(name string, labels ...string) float64 { return value(t, g, name, append(labels, tbl...)...) }
+		waitFor(t, 30*time.Second, func() bool { return v("ferry_outbox_events", "status", "dead") == 1 }, b.dump(t))
+		require.Equal(t, 2.0, v("ferry_relay_publish_outcomes_total", "outcome", "returned"))
+		require.Equal(t, 1.0, v("ferry_relay_retries_total"))
+		require.Equal(t, 1.0, v("ferry_relay_dead_total"))
+		require.Zero(t, v("ferry_outbox_oldest_pending_age_seconds"), "a DEAD event is not pending")
+	})
+
+	t.Run("Rejected", func(t *testing.T) {
+		b := setup(t, "postgres")
+		// A stream that refuses messages over 64 bytes.
+		js, err := jetstream.New(testsvc.NATS(t))
+		require.NoError(t, err)
+		subject := testsvc.Name("small") + ".x"
+		stream := testsvc.Name("SMALL_")
+		_, err = js.CreateStream(b.ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subject}, MaxMsgSize: 64})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
+		ev := b.event(1)
+		ev.Destination, ev.Payload = subject, json.RawMessage(`{"pad":"`+strings.Repeat("x", 200)+`"}`)
+		b.enqueue(t, ev)
+		b.relay(t, testsvc.URL(testsvc.EnvNATS), ferry.RelayConfig{PollInterval: 10 * time.Millisecond,
+			Retry: ferry.ExponentialBackoff{Initial: time.Millisecond, MaxAttempts: 1}})
+		v := func(name string, labels ...string) float64 {
+			return value(t, b.reg, name, append(labels, "table", b.table)...)
+		}
+		waitFor(t, 30*time.Second, func() bool { return v("ferry_relay_dead_total") == 1 }, b.dump(t))
+		require.Equal(t, 1.0, v("ferry_relay_publish_outcomes_total", "outcome", "rejected"))
+		require.Zero(t, v("ferry_relay_publish_outcomes_total", "outcome", "unknown"))
+	})
+
+	// A relay stalls after publishing past its lease; the sweeper returns
+	// the lease, another relay republishes (the broker reports the
+	// duplicate) and marks it SENT; the stalled relay's late mark is
+	// fenced.
+	t.Run("LeaseExpiryDuplicateAndFence", func(t *testing.T) {
+		b := setup(t, "postgres")
+		b.enqueue(t, b.event(1))
+		paused, resume := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		b.relay(t, testsvc.URL(testsvc.EnvNATS), ferry.RelayConfig{
+			Lease: 500 * time.Millisecond, PublishTimeout: 400 * time.Millisecond, SweepInterval: -1,
+			FaultPoint: func(ctx context.Context, point string) error {
+				if point == ferry.FaultAfterPublish {
+					once.Do(func() { close(paused); <-resume })
+				}
+				return nil
+			},
+		})
+		<-paused
+		b.relay(t, testsvc.URL(testsvc.EnvNATS), ferry.RelayConfig{SweepInterval: 20 * time.Millisecond,
+			PollInterval: 20 * time.Millisecond, Retry: ferry.ExponentialBackoff{Initial: 5 * time.Millisecond}})
+		v := func(name string, labels ...string) float64 {
+			return value(t, b.reg, name, append(labels, "table", b.table)...)
+		}
+		waitFor(t, 30*time.Second, func() bool { return v("ferry_relay_sent_total") == 1 }, b.dump(t))
+		require.Equal(t, 1.0, v("ferry_relay_lease_expiries_total"))
+		require.Equal(t, 1.0, v("ferry_relay_retries_total"), "the expired lease went back to NEW")
+		require.Equal(t, 1.0, v("ferry_relay_publish_duplicates_total"))
+		require.Equal(t, 2.0, v("ferry_relay_publish_outcomes_total", "outcome", "confirmed"))
+		require.Zero(t, v("ferry_relay_fenced_total"))
+		close(resume)
+		waitFor(t, 10*time.Second, func() bool { return v("ferry_relay_fenced_total") == 1 }, b.dump(t))
+		require.Equal(t, 1.0, v("ferry_relay_sent_total"), "the fenced mark is not a second SENT")
+	})
+}
+
+// When the database cannot be reached, the collector says so instead of
+// reporting a stale age, and recovers when it is back; a scrape never
+// waits for the database.
+func TestOutboxCollectorReportsAnUnreachableDatabase(t *testing.T) {
+	st := testsvc.Store(t, "postgres")
+	ctx := testsvc.Context(t, time.Minute)
+	dbURL, proxy := testsvc.Proxy(t, testsvc.URL(testsvc.EnvPostgres))
+	sep := "?"
+	if strings.Contains(dbURL, "?") {
+		sep = "&"
+	}
+	store, err := ferrypg.Open(ctx, dbURL+sep+"connect_timeout=2", &ferrypg.Config{Table: st.Driver.Table()})
+	require.NoError(t, err)
+	t.Cleanup(func() { store.Close() })
+	reg := prometheus.NewRegistry()
+	c, err := ferryprom.NewOutboxCollector(reg, []ferrystore.Store{store}, &ferryprom.OutboxConfig{Interval: time.Hour, Timeout: 3 * time.Second})
+	require.NoError(t, err)
+	tbl := []string{"table", store.Table()}
+	v := func(name string, labels ...string) float64 { return value(t, reg, name, append(labels, tbl...)...) }
+
+	require.Equal(t, 0.0, v("ferry_outbox_up"), "never polled")
+	require.Equal(t, -1.0, v("ferry_outbox_oldest_pending_age_seconds"))
+	require.NoError(t, c.Poll(ctx))
+	require.Equal(t, 1.0, v("ferry_outbox_up"))
+	require.Equal(t, 0.0, v("ferry_outbox_oldest_pending_age_seconds"))
+	polled := v("ferry_outbox_last_poll_timestamp_seconds")
+	require.InDelta(t, float64(time.Now().Unix()), polled, 60)
+
+	proxy.Cut()
+	err = c.Poll(ctx)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "poll outbox "+store.Table())
+	start := time.Now()
+	require.Equal(t, 0.0, v("ferry_outbox_up"))
+	require.Less(t, time.Since(start), time.Second, "a scrape does not wait for the database")
+	require.Equal(t, -1.0, v("ferry_outbox_oldest_pending_age_seconds"), "no stale age")
+	require.Equal(t, -1.0, v("ferry_outbox_events", "status", "new"))
+	require.Equal(t, 1.0, v("ferry_outbox_poll_errors_total"))
+	require.Equal(t, polled, v("ferry_outbox_last_poll_timestamp_seconds"), "the last success stays visible")
+
+	proxy.Restore()
+	require.NoError(t, c.Poll(ctx))
+	require.Equal(t, 1.0, v("ferry_outbox_up"))
+	require.Equal(t, 0.0, v("ferry_outbox_events", "status", "new"))
+}
+
+func TestConfigValidationNamesTheField(t *testing.T) {
+	_, err := ferryprom.New(nil, nil)
+	require.ErrorContains(t, err, "Registerer is nil")
+	_, err = ferryprom.New(prometheus.NewRegistry(), &ferryprom.Config{LatencyBuckets: []float64{}})
+	require.ErrorContains(t, err, "Config.LatencyBuckets")
+	reg := prometheus.NewRegistry()
+	_, err = ferryprom.New(reg, nil)
+	require.NoError(t, err)
+	_, err = ferryprom.New(reg, nil)
+	require.ErrorContains(t, err, "create it once")
+
+	st := testsvc.Store(t, "sqlite")
+	for _, c := range []struct {
+		cfg  ferryprom.OutboxConfig
+		want string
+	}{
+		{ferryprom.OutboxConfig{Interval: time.Millisecond}, "OutboxConfig.Interval"},
+		{ferryprom.OutboxConfig{Interval: time.Second, Timeout: 2 * time.Second}, "OutboxConfig.Timeout"},
+		{ferryprom.OutboxConfig{Destinations: 5000}, "OutboxConfig.Destinations"},
+	} {
+		_, err := ferryprom.NewOutboxCollector(prometheus.NewRegistry(), []ferrystore.Store{st.Driver}, &c.cfg)
+		require.ErrorContains(t, err, c.want)
+	}
+	_, err = ferryprom.NewOutboxCollector(prometheus.NewRegistry(), []ferrystore.Store{st.Driver, st.Driver}, nil)
+	require.ErrorContains(t, err, "given twice")
+}
