@@ -102,6 +102,9 @@ type Filter struct {
 	// Destination matches where the event is published: its destination,
 	// or its type when it has none.
 	Destination string
+	// Failed keeps rows that recorded an error (last_error set): failed
+	// attempts, whatever their status now.
+	Failed bool
 	// MinAge keeps rows created at least this long ago, MaxAge rows created
 	// at most this long ago, both by the database clock. Zero: no bound.
 	MinAge, MaxAge time.Duration

@@ -129,6 +129,9 @@ func (s *Store) List(ctx context.Context, f ferrystore.Filter) ([]ferrystore.Row
 		where = append(where, "(destination = ? OR (destination = '' AND event_type = ?))")
 		args = append(args, f.Destination, f.Destination)
 	}
+	if f.Failed {
+		where = append(where, "last_error IS NOT NULL AND last_error <> ''")
+	}
 	if f.MinAge > 0 {
 		where = append(where, "created_at <= NOW(6) - INTERVAL ? MICROSECOND")
 		args = append(args, sqlutil.Micros(f.MinAge))

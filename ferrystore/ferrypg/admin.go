@@ -132,6 +132,9 @@ func (s *core) List(ctx context.Context, f ferrystore.Filter) ([]ferrystore.Row,
 		p := arg(f.Destination)
 		where = append(where, "(destination = "+p+" OR (destination = '' AND event_type = "+p+"))")
 	}
+	if f.Failed {
+		where = append(where, "last_error IS NOT NULL AND last_error <> ''")
+	}
 	if f.MinAge > 0 {
 		where = append(where, "created_at <= now() - "+arg(sqlutil.Micros(f.MinAge))+"::bigint * interval '1 microsecond'")
 	}

@@ -97,6 +97,8 @@ func exerciseAdmin[TTx any](t *testing.T, h Harness[TTx]) {
 		require.Equal(t, dead[:2], list(ferrystore.Filter{Limit: 2}))
 		require.Equal(t, append(append([]string{}, dead...), pending...),
 			list(ferrystore.Filter{Statuses: []ferrytype.Status{ferrytype.StatusDead, ferrytype.StatusNew}}))
+		require.Equal(t, dead, list(ferrystore.Filter{Failed: true,
+			Statuses: []ferrytype.Status{ferrytype.StatusDead, ferrytype.StatusNew}}), "the pending event never failed")
 		require.Empty(t, list(ferrystore.Filter{MinAge: time.Hour}), "created just now")
 		require.Equal(t, dead, list(ferrystore.Filter{MaxAge: time.Hour}))
 		waitFor(t, 10*time.Second, func() bool { return len(list(ferrystore.Filter{MinAge: time.Millisecond})) == 3 })
