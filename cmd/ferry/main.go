@@ -1,12 +1,20 @@
 // Command ferry is the ferry daemon and CLI: it migrates outbox tables,
-// relays events to the broker, and runs a self-contained demo.
+// relays events to the broker, shows the outbox's state, handles dead
+// events, reconciles business tables with the outbox, purges old events,
+// and runs a self-contained demo.
 //
 //	ferry demo                                   # SQLite + embedded NATS, no setup
 //	ferry migrate --database-url mysql://root@127.0.0.1:3306/app
-//	ferry relay   --database-url postgres://... --broker-url nats://127.0.0.1:4222
+//	ferry relay   --database-url postgres://... --broker-url nats://127.0.0.1:4222 --http-addr :9090
+//	ferry status  --database-url postgres://...
+//	ferry dead list|show|retry|discard
+//	ferry reconcile --config ferry.yaml
+//	ferry purge --older-than 168h
 //
-// Every flag has an environment variable (FERRY_DATABASE_URL,
-// FERRY_BROKER_URL, ...) named in its help.
+// Settings come from the command line, then the environment (every
+// configurable flag names its FERRY_* variable in its help), then the
+// config file (--config or FERRY_CONFIG; see ferry.example.yaml), then the
+// defaults. --print-config shows each setting and where it came from.
 package main
 
 import (
@@ -15,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -33,6 +42,12 @@ const (
 	exitUsage  = 2 // bad flags or configuration
 	// exitIncomplete: relay --drain ran out of time with events pending.
 	exitIncomplete = 3
+	// exitFindings: the command worked and found something a person must
+	// look at: reconcile found discrepancies, status --check found DEAD
+	// events or a pending event older than --max-pending-age.
+	exitFindings = 4
+	// exitNoMatch: dead show/retry/discard matched no event.
+	exitNoMatch = 5
 )
 
 func main() {
@@ -48,6 +63,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
+		return exitOK
+	}
+	if errors.Is(err, errPrinted) {
 		return exitOK
 	}
 	fmt.Fprintln(stderr, "ferry:", ferrytype.RedactURL(err.Error()))
@@ -83,6 +101,11 @@ type globals struct {
 	table       string
 	logLevel    string
 	logFormat   string
+	configPath  string
+	printConfig bool
+
+	file     *configFile // the config file, nil when none
+	settings []setting   // the command's settings and their sources
 }
 
 func newRoot() *cobra.Command {
@@ -94,14 +117,16 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return applyEnv(cmd) }
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return resolve(cmd, g) }
 	pf := root.PersistentFlags()
+	envString(pf, &g.configPath, "config", envConfig, "", "YAML config file (see ferry.example.yaml); flags and FERRY_* variables override it")
+	pf.BoolVar(&g.printConfig, "print-config", false, "print the command's settings, each with where it came from, and exit")
 	envString(pf, &g.databaseURL, "database-url", "FERRY_DATABASE_URL", "",
 		"database URL: mysql://user:pass@host:3306/db, postgres://user:pass@host:5432/db, sqlite:///path/file.db")
 	envString(pf, &g.table, "table", "FERRY_TABLE", "outbox_event", "outbox table name")
 	envString(pf, &g.logLevel, "log-level", "FERRY_LOG_LEVEL", "info", "log level: debug, info, warn, error")
 	envString(pf, &g.logFormat, "log-format", "FERRY_LOG_FORMAT", "text", "log format: text or json")
-	root.AddCommand(newMigrate(g), newRelay(g), newDemo(), newShop())
+	root.AddCommand(newMigrate(g), newRelay(g), newStatus(g), newDead(g), newReconcile(g), newPurge(g), newDemo(), newShop())
 	return root
 }
 
@@ -112,8 +137,8 @@ func envString(fs *pflag.FlagSet, p *string, name, env, def, usage string) {
 	bindEnv(fs, name, env)
 }
 
-// bindEnv makes env a fallback for flag name: applyEnv sets the flag from
-// it when the command line did not.
+// bindEnv makes env a fallback for flag name, and the flag a config file
+// setting: resolve sets the flag from them when the command line did not.
 func bindEnv(fs *pflag.FlagSet, name, env string) {
 	f := fs.Lookup(name)
 	f.Usage += " (env " + env + ")"
@@ -121,24 +146,6 @@ func bindEnv(fs *pflag.FlagSet, name, env string) {
 		f.Annotations = map[string][]string{}
 	}
 	f.Annotations["env"] = []string{env}
-}
-
-// applyEnv sets every unset flag of cmd bound to a present environment
-// variable.
-func applyEnv(cmd *cobra.Command) error {
-	var err error
-	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		envs := f.Annotations["env"]
-		if err != nil || f.Changed || len(envs) == 0 {
-			return
-		}
-		if v, ok := os.LookupEnv(envs[0]); ok {
-			if serr := f.Value.Set(v); serr != nil {
-				err = usageError{fmt.Errorf("%s=%q: %v", envs[0], ferrytype.RedactURL(v), serr)}
-			}
-		}
-	})
-	return err
 }
 
 func (g *globals) logger(w io.Writer) (*slog.Logger, error) {
@@ -156,13 +163,24 @@ func (g *globals) logger(w io.Writer) (*slog.Logger, error) {
 	return nil, usageError{fmt.Errorf("--log-format %q: want text or json", g.logFormat)}
 }
 
-// redactAttr removes passwords from every logged string and error.
+// redactAttr removes passwords from every logged string, error and
+// stringer (the message included), whatever the library or the driver put
+// in them.
 func redactAttr(_ []string, a slog.Attr) slog.Attr {
-	switch v := a.Value.Any().(type) {
-	case string:
-		return slog.String(a.Key, ferrytype.RedactURL(v))
-	case error:
-		return slog.String(a.Key, ferrytype.RedactURL(v.Error()))
+	switch a.Value.Kind() {
+	case slog.KindString:
+		return slog.String(a.Key, ferrytype.RedactURL(a.Value.String()))
+	case slog.KindAny:
+		switch v := a.Value.Any().(type) {
+		case *url.URL:
+			if v != nil {
+				return slog.String(a.Key, v.Redacted())
+			}
+		case error:
+			return slog.String(a.Key, ferrytype.RedactURL(v.Error()))
+		case fmt.Stringer:
+			return slog.String(a.Key, ferrytype.RedactURL(v.String()))
+		}
 	}
 	return a
 }

@@ -1,0 +1,483 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/testsvc"
+)
+
+// opsBundle is an outbox table on a real database, reachable by the CLI.
+type opsBundle struct {
+	ctx  context.Context
+	st   testsvc.SQLStore
+	ob   *ferry.Outbox[*sql.Tx]
+	url  string // the database URL the CLI uses
+	args []string
+}
+
+func setupOps(t *testing.T, kind string) *opsBundle {
+	t.Helper()
+	b := &opsBundle{ctx: testsvc.Context(t, 3*time.Minute), st: testsvc.Store(t, kind)}
+	switch kind {
+	case "mysql":
+		b.url = testsvc.URL(testsvc.EnvMySQL)
+	case "postgres":
+		b.url = testsvc.URL(testsvc.EnvPostgres)
+	case "sqlite":
+		var file string
+		require.NoError(t, b.st.DB.QueryRow("SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&file))
+		b.url = "sqlite://" + file
+	}
+	var err error
+	b.ob, err = ferry.NewOutbox(b.st.Driver, nil)
+	require.NoError(t, err)
+	b.args = []string{"--database-url", b.url, "--table", b.st.Driver.Table()}
+	return b
+}
+
+// cli runs a ferry command on the bundle's table.
+func (b *opsBundle) cli(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	return ferryCLI(t, append(args, b.args...)...)
+}
+
+func (b *opsBundle) enqueue(t *testing.T, events ...ferry.Event) []string {
+	t.Helper()
+	tx, err := b.st.DB.BeginTx(b.ctx, nil)
+	require.NoError(t, err)
+	ids, err := b.ob.EnqueueTx(b.ctx, tx, events...)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	return ids
+}
+
+func (b *opsBundle) relay(t *testing.T, natsURL, stream string, cfg ferry.RelayConfig) *ferry.Relay {
+	t.Helper()
+	pub, err := ferrynats.Dial(b.ctx, natsURL, &ferrynats.DialConfig{Config: ferrynats.Config{Stream: stream}})
+	require.NoError(t, err)
+	t.Cleanup(func() { pub.Close() })
+	r, err := ferry.NewRelay(b.st.Driver, pub, &cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Start(b.ctx))
+	t.Cleanup(func() { _ = r.Stop(context.Background()) })
+	return r
+}
+
+func (b *opsBundle) status(t *testing.T, id string) ferrytype.Status {
+	t.Helper()
+	row, err := b.st.Driver.Get(b.ctx, id)
+	require.NoError(t, err)
+	return row.Status
+}
+
+func orderPaid(agg, dest string) ferry.Event {
+	return ferry.Event{AggregateType: "order", AggregateID: agg, Type: "OrderPaid", Payload: json.RawMessage(`{}`), Destination: dest}
+}
+
+func waitUntil(t *testing.T, d time.Duration, cond func() bool, why string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not reached within %s: %s", d, why)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
+	return path
+}
+
+// Flags beat the environment, which beats the config file, which beats the
+// defaults; --print-config says where each value came from.
+func TestConfigPrecedence(t *testing.T) {
+	cfg := writeFile(t, "ferry.yaml", `
+database_url: postgres://app:filepw@db.example:5432/app
+table: from_file
+log_level: debug
+relay:
+  batch_size: 7
+  lanes: 3
+  subjects: [orders.>, invoices.>]
+  http_addr: 127.0.0.1:9999
+`)
+	t.Setenv("FERRY_LANES", "5")
+	t.Setenv("FERRY_TABLE", "from_env")
+	code, out, errOut := ferryCLI(t, "relay", "--config", cfg, "--table", "from_flag", "--print-config")
+	require.Equal(t, exitOK, code, errOut)
+	line := func(key string) string {
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) > 0 && f[0] == key {
+				return strings.Join(f[1:], " ")
+			}
+		}
+		t.Fatalf("%s not printed:\n%s", key, out)
+		return ""
+	}
+	require.Equal(t, "from_flag flag --table", line("table"))
+	require.Equal(t, "5 env FERRY_LANES", line("relay.lanes"))
+	require.Equal(t, "7 file "+cfg+":6", line("relay.batch_size"))
+	require.Equal(t, "debug file "+cfg+":4", line("log_level"))
+	require.Equal(t, "orders.>,invoices.> file "+cfg+":8", line("relay.subjects"))
+	require.Equal(t, "127.0.0.1:9999 file "+cfg+":9", line("relay.http_addr"))
+	require.Equal(t, "30s default", line("relay.lease"))
+	require.Contains(t, line("database_url"), "postgres://app:xxxxx@db.example:5432/app")
+	require.NotContains(t, out, "filepw", "passwords from the file are redacted")
+
+	// FERRY_CONFIG names the file when --config does not.
+	t.Setenv(envConfig, cfg)
+	code, out, errOut = ferryCLI(t, "status", "--print-config")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "from_env")
+
+	t.Run("Errors", func(t *testing.T) {
+		t.Setenv(envConfig, "")
+		for _, c := range []struct{ name, yaml, want string }{
+			{"UnknownSetting", "relay:\n  batchsize: 7\n", "line 2: unknown setting relay.batchsize (relay settings: batch_size,"},
+			{"UnknownSection", "relais:\n  batch_size: 7\n", "line 1: unknown section relais"},
+			{"BadValue", "relay:\n  batch_size: many\n", "line 2: relay.batch_size: \"many\""},
+			{"NotYAML", "relay: [\n", "config"},
+			{"BadCheckIdentifier", "reconcile:\n  checks:\n    - {table: \"orders; drop\", key_column: id, time_column: t, event_type: E}\n",
+				"reconcile.checks[0].table"},
+			{"CheckMissingField", "reconcile:\n  checks:\n    - {table: orders, key_column: id, event_type: E}\n",
+				"reconcile.checks[0].time_column is required"},
+			{"CheckUnknownField", "reconcile:\n  checks:\n    - {table: orders, key: id}\n", "unknown field key"},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				code, _, errOut := ferryCLI(t, "relay", "--config", writeFile(t, "f.yaml", c.yaml), "--print-config")
+				require.Equal(t, exitUsage, code, errOut)
+				require.Contains(t, errOut, c.want)
+			})
+		}
+		code, _, errOut := ferryCLI(t, "status", "--config", filepath.Join(t.TempDir(), "missing.yaml"))
+		require.Equal(t, exitUsage, code)
+		require.Contains(t, errOut, "missing.yaml")
+	})
+}
+
+// What ferry status shows for a relay whose broker is down: the events
+// wait, the oldest one's age and attempts grow, and its last error says
+// why.
+func TestStatusShowsABrokerOutage(t *testing.T) {
+	for _, kind := range testsvc.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			b := setupOps(t, kind)
+			nc := testsvc.NATS(t)
+			stream, prefix := testsvc.JetStreamStream(t, nc)
+			natsURL, proxy := testsvc.Proxy(t, testsvc.URL(testsvc.EnvNATS))
+			r := b.relay(t, natsURL, stream, ferry.RelayConfig{PollInterval: 20 * time.Millisecond,
+				Lease: 2 * time.Second, PublishTimeout: 100 * time.Millisecond,
+				Retry: ferry.ExponentialBackoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond, MaxAttempts: 1000}})
+			proxy.Cut()
+			b.enqueue(t, orderPaid("1", prefix+".paid"), orderPaid("2", prefix+".paid"), orderPaid("3", prefix+".shipped"))
+			waitUntil(t, 30*time.Second, func() bool { return r.Stats().Unknown >= 9 }, "three failed attempts each")
+
+			code, out, errOut := b.cli(t, "status")
+			require.Equal(t, exitOK, code, errOut)
+			t.Logf("ferry status, broker down:\n%s", out)
+			require.Regexp(t, `NEW\s+3 \(\d ready now\)|SENDING\s+[1-3]`, out)
+			require.Contains(t, out, "oldest pending event: ")
+			require.Contains(t, out, "last error: attempt ")
+			require.Contains(t, out, ": unknown: ")
+			require.Contains(t, out, prefix+".paid")
+			require.Contains(t, out, "attempts of unsent events:")
+			require.Contains(t, out, "events that failed, oldest first:")
+
+			code, out, errOut = b.cli(t, "status", "--json")
+			require.Equal(t, exitOK, code, errOut)
+			var rep statusReport
+			require.NoError(t, json.Unmarshal([]byte(out), &rep))
+			require.Equal(t, int64(3), rep.Counts["NEW"]+rep.Counts["SENDING"])
+			require.Greater(t, rep.OldestPendingSeconds, 0.0)
+			require.NotNil(t, rep.OldestPending)
+			require.GreaterOrEqual(t, rep.OldestPending.Attempts, 1)
+			require.Len(t, rep.Destinations, 2)
+			require.Equal(t, prefix+".paid", rep.Destinations[0].Destination)
+			require.Equal(t, int64(2), rep.Destinations[0].New+rep.Destinations[0].Sending)
+			require.Len(t, rep.Failed, 3)
+
+			// As a check: the oldest event is older than 1ms.
+			code, _, errOut = b.cli(t, "status", "--check", "--max-pending-age", "1ms")
+			require.Equal(t, exitFindings, code, errOut)
+			require.Contains(t, errOut, "status check: 0 DEAD")
+
+			proxy.Restore()
+			waitUntil(t, 60*time.Second, func() bool { return r.Stats().Confirmed == 3 }, "delivered once the broker is back")
+			code, out, errOut = b.cli(t, "status", "--check", "--count-sent")
+			require.Equal(t, exitOK, code, errOut)
+			require.Contains(t, out, "none pending")
+			require.Regexp(t, `SENT\s+3`, out)
+			require.Contains(t, out, "nothing needs attention")
+		})
+	}
+}
+
+// A DEAD event, retried with ferry dead retry after its cause was fixed,
+// is delivered to the real broker with its original id.
+func TestDeadRetryDeliversTheSameEventID(t *testing.T) {
+	for _, kind := range testsvc.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			b := setupOps(t, kind)
+			nc := testsvc.NATS(t)
+			subject := testsvc.Name("late") + ".paid"
+			id := b.enqueue(t, orderPaid("42", subject))[0]
+			r := b.relay(t, testsvc.URL(testsvc.EnvNATS), "", ferry.RelayConfig{PollInterval: 20 * time.Millisecond,
+				Retry: ferry.ExponentialBackoff{Initial: time.Millisecond, MaxAttempts: 2}})
+			waitUntil(t, 30*time.Second, func() bool { return b.status(t, id) == ferrytype.StatusDead }, "the event dies: no stream")
+
+			code, out, errOut := b.cli(t, "dead", "list", "--json")
+			require.Equal(t, exitOK, code, errOut)
+			var list struct {
+				Events []eventJSON `json:"events"`
+				More   bool        `json:"more"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(out), &list))
+			require.Len(t, list.Events, 1)
+			require.Equal(t, id, list.Events[0].ID)
+			require.Equal(t, 2, list.Events[0].Attempts)
+			require.Contains(t, list.Events[0].LastError, "attempt 2: returned")
+
+			code, out, errOut = b.cli(t, "dead", "show", id)
+			require.Equal(t, exitOK, code, errOut)
+			require.Contains(t, out, "status:         DEAD")
+			require.Contains(t, out, "no stream for the subject")
+			require.Contains(t, out, "holds back:     0 later events of order:42")
+
+			// The fix: the stream now exists. Then the retry.
+			js, err := jetstream.New(nc)
+			require.NoError(t, err)
+			stream := testsvc.Name("LATE_")
+			_, err = js.CreateStream(b.ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subject}})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
+			code, out, errOut = b.cli(t, "dead", "retry", "--id", id)
+			require.Equal(t, exitOK, code, errOut)
+			require.Contains(t, out, "retried 1 events")
+
+			waitUntil(t, 30*time.Second, func() bool { return r.Stats().Confirmed == 1 }, "the retried event is published")
+			got := testsvc.ReadStream(t, nc, stream, 1, 30*time.Second)
+			require.Len(t, got, 1)
+			require.Equal(t, id, got[0].ID, "the broker message id is the original event id")
+			require.Equal(t, id, got[0].Header.Get("Ferry-Event-Id"))
+			row, err := b.st.Driver.Get(b.ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, ferrytype.StatusSent, row.Status)
+			require.Equal(t, 1, row.Attempt, "attempts started over")
+
+			code, _, errOut = b.cli(t, "dead", "retry", "--id", id)
+			require.Equal(t, exitNoMatch, code, "the event is not DEAD any more: %s", errOut)
+			code, _, _ = b.cli(t, "dead", "show", "no-such-event")
+			require.Equal(t, exitNoMatch, code)
+			code, _, errOut = b.cli(t, "dead", "retry")
+			require.Equal(t, exitUsage, code)
+			require.Contains(t, errOut, "or pass --all")
+		})
+	}
+}
+
+// In ordered mode a DEAD event holds back its aggregate; discarding it
+// (with a reason, kept in the row) lets the next event go.
+func TestDeadDiscardUnblocksAnOrderedAggregate(t *testing.T) {
+	b := setupOps(t, "postgres")
+	nc := testsvc.NATS(t)
+	stream, prefix := testsvc.JetStreamStream(t, nc)
+	ids := b.enqueue(t, orderPaid("7", testsvc.Name("nowhere")+".x"), orderPaid("7", prefix+".paid"))
+	b.relay(t, testsvc.URL(testsvc.EnvNATS), "", ferry.RelayConfig{PollInterval: 20 * time.Millisecond, Ordered: true,
+		Retry: ferry.ExponentialBackoff{Initial: time.Millisecond, MaxAttempts: 1}})
+	waitUntil(t, 30*time.Second, func() bool { return b.status(t, ids[0]) == ferrytype.StatusDead }, "the first event dies")
+	require.Equal(t, ferrytype.StatusNew, b.status(t, ids[1]), "held back by the DEAD event")
+
+	code, out, errOut := b.cli(t, "dead", "show", ids[0], "--json")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, `"holds_back": 1`)
+	code, _, errOut = b.cli(t, "dead", "discard", "--aggregate", "order:7")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "--reason is required")
+	code, out, errOut = b.cli(t, "dead", "discard", "--aggregate", "order:7", "--dry-run")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, ids[0])
+	require.Equal(t, ferrytype.StatusDead, b.status(t, ids[0]), "a dry run changes nothing")
+
+	code, out, errOut = b.cli(t, "dead", "discard", "--aggregate", "order:7", "--reason", "test event, ticket OPS-1")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "discarded 1 events")
+	got := testsvc.ReadStream(t, nc, stream, 1, 30*time.Second)
+	require.Equal(t, ids[1], got[0].ID, "the aggregate moved on")
+	row, err := b.st.Driver.Get(b.ctx, ids[0])
+	require.NoError(t, err)
+	require.Equal(t, ferrytype.StatusDiscarded, row.Status)
+	require.Contains(t, row.DiscardReason, "test event, ticket OPS-1 (by ")
+	require.NotEmpty(t, row.LastError, "the failure stays on record")
+}
+
+// A business row committed without its event is found, and the command
+// exits non-zero; rows with their event are not.
+func TestReconcileFindsABusinessRowWithoutItsEvent(t *testing.T) {
+	for _, kind := range testsvc.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			b := setupOps(t, kind)
+			biz := b.st.Driver.Table() + "_orders"
+			timeType, now := map[string]string{"mysql": "DATETIME(6)", "postgres": "timestamptz", "sqlite": "TEXT"}[kind],
+				map[string]string{"mysql": "NOW(6) - INTERVAL 5 MINUTE", "postgres": "now() - interval '5 minutes'",
+					"sqlite": "strftime('%Y-%m-%d %H:%M:%f', 'now', '-5 minutes')"}[kind]
+			_, err := b.st.DB.Exec("CREATE TABLE " + biz + " (id BIGINT NOT NULL PRIMARY KEY, status VARCHAR(16) NOT NULL, placed_at " +
+				timeType + " NOT NULL)")
+			require.NoError(t, err)
+			t.Cleanup(func() { _, _ = b.st.DB.Exec("DROP TABLE " + biz) })
+			place := func(id int, withEvent bool) {
+				tx, err := b.st.DB.BeginTx(b.ctx, nil)
+				require.NoError(t, err)
+				_, err = tx.Exec(fmt.Sprintf("INSERT INTO %s (id, status, placed_at) VALUES (%d, 'NEW', %s)", biz, id, now))
+				require.NoError(t, err)
+				if withEvent {
+					_, err = b.ob.EnqueueTx(b.ctx, tx, ferry.Event{AggregateType: "order", AggregateID: fmt.Sprint(id),
+						Type: "OrderPlaced", Payload: json.RawMessage(`{}`)})
+					require.NoError(t, err)
+				}
+				require.NoError(t, tx.Commit())
+			}
+			place(1, true)
+			place(2, false) // a code path that skipped the outbox
+			place(3, true)
+			cfg := writeFile(t, "ferry.yaml", fmt.Sprintf(`
+reconcile:
+  window: 1h
+  checks:
+    - name: orders-placed
+      table: %s
+      key_column: id
+      time_column: placed_at
+      aggregate_type: order
+      event_type: OrderPlaced
+`, biz))
+			code, out, errOut := b.cli(t, "reconcile", "--config", cfg, "--pending-older-than", "0")
+			require.Equal(t, exitFindings, code, "%s\n%s", out, errOut)
+			t.Logf("ferry reconcile:\n%s", out)
+			require.Regexp(t, `check orders-placed: .* 1 rows without a OrderPlaced event`, out)
+			require.Contains(t, errOut, "reconcile: 1 findings")
+
+			code, out, errOut = b.cli(t, "reconcile", "--config", cfg, "--json", "--pending-older-than", "1ms")
+			require.Equal(t, exitFindings, code, errOut)
+			var rep reconcileReport
+			require.NoError(t, json.Unmarshal([]byte(out), &rep))
+			require.Len(t, rep.Checks, 1)
+			require.Equal(t, []string{"2"}, keysOf(rep.Checks[0].Missing))
+			require.NotNil(t, rep.Stuck)
+			require.Len(t, rep.Stuck.Events, 2, "no relay runs: both events are pending")
+			require.Equal(t, 3, rep.Findings)
+
+			// Once the missing event exists, and nothing is stuck, the run is clean.
+			tx, err := b.st.DB.BeginTx(b.ctx, nil)
+			require.NoError(t, err)
+			_, err = b.ob.EnqueueTx(b.ctx, tx, ferry.Event{AggregateType: "order", AggregateID: "2", Type: "OrderPlaced",
+				Payload: json.RawMessage(`{}`)})
+			require.NoError(t, err)
+			require.NoError(t, tx.Commit())
+			code, out, errOut = b.cli(t, "reconcile", "--config", cfg, "--pending-older-than", "1h")
+			require.Equal(t, exitOK, code, "%s\n%s", out, errOut)
+			require.Contains(t, out, "nothing found")
+
+			// A window longer than the relay's retention would report purged events.
+			t.Setenv("FERRY_RETENTION", "30m")
+			code, _, errOut = b.cli(t, "reconcile", "--config", cfg)
+			require.Equal(t, exitUsage, code)
+			require.Contains(t, errOut, "longer than the relay's retention")
+		})
+	}
+}
+
+func keysOf(m []missingJSON) []string {
+	out := make([]string, len(m))
+	for i := range m {
+		out[i] = m[i].Key
+	}
+	return out
+}
+
+// Purge deletes old SENT (and, asked, DISCARDED) events in batches and
+// never a NEW, SENDING or DEAD one, however old.
+func TestPurgeLeavesPendingEventsAlone(t *testing.T) {
+	for _, kind := range testsvc.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			b := setupOps(t, kind)
+			a := b.st.Driver
+			claim := func(n int) ([]string, string) {
+				tok := testsvc.Name("tok-")
+				msgs, err := a.Claim(b.ctx, ferrystore.ClaimParams{Limit: n, Token: tok, Lease: time.Minute})
+				require.NoError(t, err)
+				require.Len(t, msgs, n)
+				ids := make([]string, n)
+				for i, m := range msgs {
+					ids[i] = m.ID
+				}
+				return ids, tok
+			}
+			dead := b.enqueue(t, orderPaid("d1", "x"), orderPaid("d2", "x"))
+			ids, tok := claim(2)
+			_, err := a.MarkFailed(b.ctx, []ferrystore.Failure{{ID: ids[0], Token: tok, Dead: true, Error: "x"},
+				{ID: ids[1], Token: tok, Dead: true, Error: "x"}})
+			require.NoError(t, err)
+			code, _, errOut := b.cli(t, "dead", "discard", "--id", dead[0], "--reason", "test")
+			require.Equal(t, exitOK, code, errOut)
+			sent := b.enqueue(t, orderPaid("s1", "x"), orderPaid("s2", "x"), orderPaid("s3", "x"))
+			ids, tok = claim(3)
+			_, err = a.MarkSent(b.ctx, tok, ids)
+			require.NoError(t, err)
+			sending := b.enqueue(t, orderPaid("p1", "x"))
+			claim(1)
+			pending := b.enqueue(t, orderPaid("n1", "x"))
+
+			code, _, errOut = b.cli(t, "purge")
+			require.Equal(t, exitUsage, code)
+			require.Contains(t, errOut, "--older-than is required")
+			code, out, errOut := b.cli(t, "purge", "--older-than", "1h")
+			require.Equal(t, exitOK, code, errOut)
+			require.Contains(t, out, "deleted 0 SENT events")
+
+			var res struct {
+				Results []struct {
+					Kind       string `json:"kind"`
+					Deleted    int64  `json:"deleted"`
+					Statements int    `json:"statements"`
+				} `json:"results"`
+			}
+			waitUntil(t, 10*time.Second, func() bool {
+				code, out, errOut = b.cli(t, "purge", "--older-than", "1ms", "--batch", "2", "--discarded", "--json")
+				require.Equal(t, exitOK, code, errOut)
+				require.NoError(t, json.Unmarshal([]byte(out), &res))
+				return res.Results[0].Deleted > 0
+			}, "sent_at falls behind the database clock")
+			require.Equal(t, int64(3), res.Results[0].Deleted)
+			require.Equal(t, 2, res.Results[0].Statements, "batches of 2")
+			require.Equal(t, "discarded", res.Results[1].Kind)
+			require.Equal(t, int64(1), res.Results[1].Deleted)
+			for _, id := range sent {
+				_, err := a.Get(b.ctx, id)
+				require.ErrorIs(t, err, ferrytype.ErrNotFound)
+			}
+			require.Equal(t, ferrytype.StatusDead, b.status(t, dead[1]))
+			require.Equal(t, ferrytype.StatusSending, b.status(t, sending[0]))
+			require.Equal(t, ferrytype.StatusNew, b.status(t, pending[0]))
+		})
+	}
+}
+

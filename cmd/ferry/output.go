@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/open"
+)
+
+// openAdmin opens the outbox table of g for the operator's commands.
+func openAdmin(ctx context.Context, g *globals) (ferrystore.Admin, error) {
+	store, err := open.Store(ctx, g.databaseURL, g.table)
+	if err != nil {
+		return nil, err
+	}
+	a, ok := store.(ferrystore.Admin)
+	if !ok {
+		store.Close()
+		return nil, fmt.Errorf("the %s store does not support this command", store.Dialect())
+	}
+	return a, nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// table writes aligned columns; rows are tab-separated.
+func table(w io.Writer, indent string, header string, rows []string) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, indent+header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, indent+r)
+	}
+	tw.Flush()
+}
+
+// human formats an age for people: milliseconds under a second, tenths
+// under a minute, seconds above.
+func human(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0s"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// oneLine shortens s to one line of at most n bytes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		s = s[:n-1] + "…"
+	}
+	return s
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// eventJSON is an outbox row as the commands print it.
+type eventJSON struct {
+	ID            string            `json:"id"`
+	Status        ferrytype.Status  `json:"status"`
+	Type          string            `json:"type"`
+	AggregateType string            `json:"aggregate_type"`
+	AggregateID   string            `json:"aggregate_id"`
+	Sequence      int64             `json:"sequence"`
+	Destination   string            `json:"destination"`
+	Exchange      string            `json:"exchange,omitempty"`
+	Attempts      int               `json:"attempts"`
+	CreatedAt     time.Time         `json:"created_at"`
+	AvailableAt   time.Time         `json:"available_at"`
+	SentAt        *time.Time        `json:"sent_at,omitempty"`
+	LastError     string            `json:"last_error,omitempty"`
+	DiscardedAt   *time.Time        `json:"discarded_at,omitempty"`
+	DiscardReason string            `json:"discard_reason,omitempty"`
+	Headers       map[string]string `json:"headers,omitempty"`
+	Payload       json.RawMessage   `json:"payload,omitempty"`
+}
+
+func toJSON(r ferrystore.Row, full bool) eventJSON {
+	e := eventJSON{ID: r.ID, Status: r.Status, Type: r.Type, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
+		Sequence: r.Sequence, Destination: r.Route(), Exchange: r.Exchange, Attempts: r.Attempt, CreatedAt: r.CreatedAt,
+		AvailableAt: r.AvailableAt, LastError: r.LastError, DiscardReason: r.DiscardReason}
+	if !r.SentAt.IsZero() {
+		e.SentAt = &r.SentAt
+	}
+	if !r.DiscardedAt.IsZero() {
+		e.DiscardedAt = &r.DiscardedAt
+	}
+	if full {
+		e.Headers = r.Headers
+		if json.Valid(r.Payload) {
+			e.Payload = r.Payload
+		}
+	}
+	return e
+}
+
+func aggregate(r ferrystore.Row) string {
+	if r.AggregateID == "" {
+		return "-"
+	}
+	return fmt.Sprintf("%s:%s#%d", r.AggregateType, r.AggregateID, r.Sequence)
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+type reconcileFlags struct {
+	window, grace, pendingOlderThan time.Duration
+	limit                           int
+	json                            bool
+}
+
+func newReconcile(g *globals) *cobra.Command {
+	f := &reconcileFlags{}
+	cmd := &cobra.Command{
+		Use:   "reconcile",
+		Short: "Find business rows committed without their event, and events pending too long",
+		Long: `Checks what compensation alone can miss:
+
+  missing events   for each check in the config file's reconcile.checks, the
+                   rows of a business table (created within --window, older
+                   than --grace) that have no outbox event of the expected
+                   type whose aggregate id is the row's key: a change that
+                   committed without its event (a code path that skipped the
+                   outbox, a hand-written fix, a restored backup);
+  stuck events     NEW or SENDING events created longer than
+                   --pending-older-than ago (0 skips this check).
+
+A check names a table, its key and time columns, and the event's aggregate
+type and type:
+
+  reconcile:
+    checks:
+      - name: orders-placed
+        table: purchase_order
+        key_column: id
+        time_column: created_at
+        aggregate_type: order
+        event_type: OrderPlaced
+
+The business table must be in the outbox's database. Names are validated and
+quoted. Keep --window shorter than the relay's --retention, or rows whose SENT
+events were purged are reported as missing.
+
+SENT means the broker took the event, never that a consumer applied it: this
+command does not check downstream effects.
+
+Exit code 4 when anything is found.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runReconcile(cmd, g, f) },
+	}
+	fl := cmd.Flags()
+	fl.DurationVar(&f.window, "window", 24*time.Hour, "how far back business rows are checked")
+	bindEnv(fl, "window", "FERRY_RECONCILE_WINDOW")
+	fl.DurationVar(&f.grace, "grace", time.Minute, "skip business rows younger than this (clock skew between the application and the database)")
+	bindEnv(fl, "grace", "FERRY_RECONCILE_GRACE")
+	fl.DurationVar(&f.pendingOlderThan, "pending-older-than", 15*time.Minute, "report NEW or SENDING events older than this (0: skip)")
+	bindEnv(fl, "pending-older-than", "FERRY_RECONCILE_PENDING_OLDER_THAN")
+	fl.IntVar(&f.limit, "limit", 100, fmt.Sprintf("most findings listed per check (at most %d)", ferrystore.MaxListLimit))
+	bindEnv(fl, "limit", "FERRY_RECONCILE_LIMIT")
+	fl.BoolVar(&f.json, "json", false, "print JSON")
+	return cmd
+}
+
+type missingJSON struct {
+	Key  string    `json:"key"`
+	Time time.Time `json:"time"`
+}
+
+type checkJSON struct {
+	reconcileCheck
+	Missing []missingJSON `json:"missing"`
+	More    bool          `json:"more"`
+}
+
+type reconcileReport struct {
+	Table   string      `json:"table"`
+	Dialect string      `json:"dialect"`
+	Checks  []checkJSON `json:"checks"`
+	Stuck   *struct {
+		OlderThanSeconds float64     `json:"older_than_seconds"`
+		Events           []eventJSON `json:"events"`
+		More             bool        `json:"more"`
+	} `json:"stuck,omitempty"`
+	Findings int `json:"findings"`
+}
+
+func runReconcile(cmd *cobra.Command, g *globals, f *reconcileFlags) error {
+	ctx := cmd.Context()
+	var checks []reconcileCheck
+	if g.file != nil {
+		checks = g.file.checks
+	}
+	switch {
+	case f.limit < 1 || f.limit >= ferrystore.MaxListLimit:
+		return usageError{fmt.Errorf("--limit must be within 1..%d", ferrystore.MaxListLimit-1)}
+	case f.pendingOlderThan < 0:
+		return usageError{fmt.Errorf("--pending-older-than must not be negative")}
+	case len(checks) == 0 && f.pendingOlderThan == 0:
+		return usageError{fmt.Errorf("nothing to check: add reconcile.checks to the config file (--config), or set --pending-older-than")}
+	case len(checks) > 0 && (f.window <= 0 || f.grace < 0 || f.grace >= f.window):
+		return usageError{fmt.Errorf("--grace %s must be within 0..--window (%s)", f.grace, f.window)}
+	}
+	if len(checks) > 0 {
+		if v := g.fileSetting("relay.retention", "FERRY_RETENTION"); v != "" {
+			if ret, err := time.ParseDuration(v); err == nil && ret > 0 && f.window > ret {
+				return usageError{fmt.Errorf("--window %s is longer than the relay's retention %s: rows whose SENT "+
+					"events were purged would be reported missing", f.window, ret)}
+			}
+		}
+	}
+	a, err := openAdmin(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	rep := reconcileReport{Table: a.Table(), Dialect: a.Dialect(), Checks: []checkJSON{}}
+	for _, c := range checks {
+		found, err := a.MissingEvents(ctx, ferrystore.MissingEventsQuery{Table: c.Table, KeyColumn: c.KeyColumn,
+			TimeColumn: c.TimeColumn, AggregateType: c.AggregateType, EventType: c.EventType,
+			Window: f.window, Grace: f.grace, Limit: f.limit + 1})
+		if err != nil {
+			return fmt.Errorf("reconcile check %s: %w", c.Name, err)
+		}
+		cj := checkJSON{reconcileCheck: c, Missing: []missingJSON{}, More: len(found) > f.limit}
+		for i, m := range found {
+			if i == f.limit {
+				break
+			}
+			cj.Missing = append(cj.Missing, missingJSON{Key: m.Key, Time: m.Time})
+		}
+		rep.Findings += len(cj.Missing)
+		rep.Checks = append(rep.Checks, cj)
+	}
+	if f.pendingOlderThan > 0 {
+		rows, err := a.List(ctx, ferrystore.Filter{Statuses: []ferrytype.Status{ferrytype.StatusNew, ferrytype.StatusSending},
+			MinAge: f.pendingOlderThan, Limit: f.limit + 1})
+		if err != nil {
+			return fmt.Errorf("reconcile stuck events: %w", err)
+		}
+		rep.Stuck = &struct {
+			OlderThanSeconds float64     `json:"older_than_seconds"`
+			Events           []eventJSON `json:"events"`
+			More             bool        `json:"more"`
+		}{OlderThanSeconds: f.pendingOlderThan.Seconds(), Events: []eventJSON{}, More: len(rows) > f.limit}
+		for i, r := range rows {
+			if i == f.limit {
+				break
+			}
+			rep.Stuck.Events = append(rep.Stuck.Events, toJSON(r, false))
+		}
+		rep.Findings += len(rep.Stuck.Events)
+	}
+
+	out := cmd.OutOrStdout()
+	if f.json {
+		if err := writeJSON(out, rep); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(out, "reconcile outbox %s (%s)\n", rep.Table, rep.Dialect)
+		for _, c := range rep.Checks {
+			more := ""
+			if c.More {
+				more = fmt.Sprintf(" (first %d shown)", f.limit)
+			}
+			fmt.Fprintf(out, "\ncheck %s: %s.%s by %s, created %s to %s ago: %d rows without a %s event (aggregate type %q)%s\n",
+				c.Name, c.Table, c.KeyColumn, c.TimeColumn, human(f.grace), human(f.window), len(c.Missing), c.EventType,
+				c.AggregateType, more)
+			if len(c.Missing) > 0 {
+				rows := make([]string, len(c.Missing))
+				for i, m := range c.Missing {
+					rows[i] = fmt.Sprintf("%s\t%s", m.Key, m.Time.UTC().Format(time.RFC3339))
+				}
+				table(out, "  ", "KEY\t"+c.TimeColumn, rows)
+			}
+		}
+		if s := rep.Stuck; s != nil {
+			more := ""
+			if s.More {
+				more = fmt.Sprintf(" (first %d shown)", f.limit)
+			}
+			fmt.Fprintf(out, "\nevents pending longer than %s: %d%s\n", human(f.pendingOlderThan), len(s.Events), more)
+			if len(s.Events) > 0 {
+				rows := make([]string, len(s.Events))
+				for i, e := range s.Events {
+					rows[i] = fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s", e.ID, e.Status, e.Type, e.Attempts,
+						e.CreatedAt.UTC().Format(time.RFC3339), oneLine(e.LastError, 100))
+				}
+				table(out, "  ", "EVENT\tSTATUS\tTYPE\tATTEMPTS\tCREATED\tLAST ERROR", rows)
+			}
+		}
+		if rep.Findings == 0 {
+			fmt.Fprintln(out, "\nnothing found")
+		} else {
+			fmt.Fprintf(out, "\n%d findings\n", rep.Findings)
+		}
+	}
+	if rep.Findings > 0 {
+		return exitError{exitFindings, fmt.Errorf("reconcile: %d findings", rep.Findings)}
+	}
+	return nil
+}

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+type statusFlags struct {
+	json          bool
+	destinations  int
+	errors        int
+	countSent     bool
+	check         bool
+	maxPendingAge time.Duration
+}
+
+func newStatus(g *globals) *cobra.Command {
+	f := &statusFlags{}
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the outbox table: counts by status, oldest pending event, destinations, attempts, errors",
+		Long: `Shows what an on-call engineer asks first: how many events wait (NEW, and how
+many of them are ready now), how many are being sent, DEAD or DISCARDED; how old
+the oldest pending event is, and what happened to it; the pending events per
+destination; how many attempts the unsent events took; and the errors of the
+oldest events that failed. Then it says what needs attention.
+
+All numbers come from the database, so status works while every relay is down.
+Counting SENT events reads every retained SENT row's index entry, so it is
+off unless --count-sent.
+
+With --check, the exit code is 4 when there are DEAD events or the oldest
+pending event is older than --max-pending-age: usable as a cron or probe check.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runStatus(cmd, g, f) },
+	}
+	fl := cmd.Flags()
+	fl.BoolVar(&f.json, "json", false, "print JSON")
+	fl.IntVar(&f.destinations, "destinations", 20, "pending destinations to show, oldest first (0: none)")
+	fl.IntVar(&f.errors, "errors", 5, "failed events to show, oldest first (0: none)")
+	fl.BoolVar(&f.countSent, "count-sent", false, "count SENT events too (cost grows with retention)")
+	fl.BoolVar(&f.check, "check", false, "exit 4 if there are DEAD events or the oldest pending event is older than --max-pending-age")
+	fl.DurationVar(&f.maxPendingAge, "max-pending-age", 5*time.Minute, "age of the oldest pending event that needs attention")
+	bindEnv(fl, "max-pending-age", "FERRY_MAX_PENDING_AGE")
+	return cmd
+}
+
+// statusReport is what ferry status prints; its JSON form is stable.
+type statusReport struct {
+	Table                string                    `json:"table"`
+	Dialect              string                    `json:"dialect"`
+	Counts               map[string]int64          `json:"counts"`
+	Ready                int64                     `json:"ready"`
+	OldestPendingSeconds float64                   `json:"oldest_pending_seconds"`
+	OldestPending        *eventJSON                `json:"oldest_pending_event,omitempty"`
+	Destinations         []destinationJSON         `json:"destinations"`
+	Attempts             []ferrystore.AttemptCount `json:"attempts"`
+	Failed               []eventJSON               `json:"failed"`
+	Attention            []string                  `json:"attention"`
+}
+
+type destinationJSON struct {
+	Destination          string  `json:"destination"`
+	New                  int64   `json:"new"`
+	Sending              int64   `json:"sending"`
+	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
+}
+
+func runStatus(cmd *cobra.Command, g *globals, f *statusFlags) error {
+	ctx := cmd.Context()
+	switch {
+	case f.destinations < 0 || f.destinations > ferrystore.MaxListLimit:
+		return usageError{fmt.Errorf("--destinations must be within 0..%d", ferrystore.MaxListLimit)}
+	case f.errors < 0 || f.errors > ferrystore.MaxListLimit:
+		return usageError{fmt.Errorf("--errors must be within 0..%d", ferrystore.MaxListLimit)}
+	case f.maxPendingAge <= 0:
+		return usageError{fmt.Errorf("--max-pending-age must be positive")}
+	}
+	a, err := openAdmin(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	st, err := a.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	count := []ferrytype.Status{ferrytype.StatusDiscarded}
+	if f.countSent {
+		count = append(count, ferrytype.StatusSent)
+	}
+	counts, err := a.CountByStatus(ctx, count...)
+	if err != nil {
+		return err
+	}
+	rep := statusReport{Table: a.Table(), Dialect: a.Dialect(), Ready: st.Ready,
+		OldestPendingSeconds: st.OldestPending.Seconds(),
+		Counts: map[string]int64{"NEW": st.New, "SENDING": st.Sending, "DEAD": st.Dead,
+			"DISCARDED": counts[ferrytype.StatusDiscarded]},
+		Destinations: []destinationJSON{}, Failed: []eventJSON{}, Attention: []string{}}
+	if f.countSent {
+		rep.Counts["SENT"] = counts[ferrytype.StatusSent]
+	}
+	pending := []ferrytype.Status{ferrytype.StatusNew, ferrytype.StatusSending}
+	if st.New+st.Sending > 0 {
+		rows, err := a.List(ctx, ferrystore.Filter{Statuses: pending, Limit: 1})
+		if err != nil {
+			return err
+		}
+		if len(rows) == 1 {
+			e := toJSON(rows[0], false)
+			rep.OldestPending = &e
+		}
+	}
+	if f.destinations > 0 {
+		dests, err := a.PendingByDestination(ctx, f.destinations)
+		if err != nil {
+			return err
+		}
+		for _, d := range dests {
+			rep.Destinations = append(rep.Destinations, destinationJSON{Destination: d.Destination, New: d.New,
+				Sending: d.Sending, OldestPendingSeconds: d.OldestPending.Seconds()})
+		}
+	}
+	if rep.Attempts, err = a.Attempts(ctx); err != nil {
+		return err
+	}
+	if rep.Attempts == nil {
+		rep.Attempts = []ferrystore.AttemptCount{}
+	}
+	if f.errors > 0 {
+		rows, err := a.List(ctx, ferrystore.Filter{Failed: true, Limit: f.errors,
+			Statuses: []ferrytype.Status{ferrytype.StatusNew, ferrytype.StatusSending, ferrytype.StatusDead}})
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			rep.Failed = append(rep.Failed, toJSON(r, false))
+		}
+	}
+	rep.Attention = attention(st, rep.OldestPending, f.maxPendingAge)
+
+	out := cmd.OutOrStdout()
+	if f.json {
+		if err := writeJSON(out, rep); err != nil {
+			return err
+		}
+	} else {
+		printStatus(out, &rep, st, f)
+	}
+	if f.check && (st.Dead > 0 || st.OldestPending > f.maxPendingAge) {
+		return exitError{exitFindings, fmt.Errorf("status check: %d DEAD, oldest pending %s (limit %s)",
+			st.Dead, human(st.OldestPending), f.maxPendingAge)}
+	}
+	return nil
+}
+
+// attention says, in words, what needs a person.
+func attention(st ferrystore.Stats, oldest *eventJSON, maxAge time.Duration) []string {
+	out := []string{}
+	if st.Dead > 0 {
+		out = append(out, fmt.Sprintf("%d DEAD events wait for a decision (ferry dead list; then retry or discard). "+
+			"With --ordered relays each holds back the later events of its aggregate.", st.Dead))
+	}
+	if oldest != nil && st.OldestPending <= maxAge && oldest.LastError != "" {
+		out = append(out, fmt.Sprintf("publishing fails: the oldest pending event (%s, %s old) failed %d attempts; its last error: %s",
+			oldest.ID, human(st.OldestPending), oldest.Attempts, oneLine(oldest.LastError, 300)))
+	}
+	if oldest != nil && st.OldestPending > maxAge {
+		switch {
+		case oldest.Attempts == 0 && oldest.LastError == "" && oldest.AvailableAt.Before(time.Now().Add(-maxAge)):
+			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s old and was never attempted: "+
+				"is a relay running on this table, or is an ordered aggregate held back by a DEAD event?",
+				oldest.ID, human(st.OldestPending)))
+		case oldest.LastError != "":
+			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s old after %d attempts; its last error: %s",
+				oldest.ID, human(st.OldestPending), oldest.Attempts, oneLine(oldest.LastError, 300)))
+		default:
+			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s old (more than %s)",
+				oldest.ID, human(st.OldestPending), maxAge))
+		}
+	}
+	return out
+}
+
+func printStatus(w io.Writer, rep *statusReport, st ferrystore.Stats, f *statusFlags) {
+	fmt.Fprintf(w, "outbox %s (%s)\n\n", rep.Table, rep.Dialect)
+	sent := "not counted (--count-sent)"
+	if f.countSent {
+		sent = fmt.Sprint(rep.Counts["SENT"])
+	}
+	table(w, "  ", "STATUS\tEVENTS", []string{
+		fmt.Sprintf("NEW\t%d (%d ready now)", st.New, st.Ready),
+		fmt.Sprintf("SENDING\t%d", st.Sending),
+		fmt.Sprintf("DEAD\t%d", st.Dead),
+		fmt.Sprintf("DISCARDED\t%d", rep.Counts["DISCARDED"]),
+		"SENT\t" + sent,
+	})
+	fmt.Fprintln(w)
+	if o := rep.OldestPending; o != nil {
+		fmt.Fprintf(w, "oldest pending event: %s old\n", human(st.OldestPending))
+		fmt.Fprintf(w, "  %s %s %s → %s, %s, attempts %d\n", o.ID, o.Type, orDash(aggregateOf(o)), o.Destination, o.Status, o.Attempts)
+		if o.LastError != "" {
+			fmt.Fprintf(w, "  last error: %s\n", oneLine(o.LastError, 300))
+		}
+	} else {
+		fmt.Fprintln(w, "oldest pending event: none pending")
+	}
+	if len(rep.Destinations) > 0 {
+		fmt.Fprintln(w, "\npending by destination, oldest first:")
+		rows := make([]string, len(rep.Destinations))
+		for i, d := range rep.Destinations {
+			rows[i] = fmt.Sprintf("%s\t%d\t%d\t%s", d.Destination, d.New, d.Sending,
+				human(time.Duration(d.OldestPendingSeconds*float64(time.Second))))
+		}
+		table(w, "  ", "DESTINATION\tNEW\tSENDING\tOLDEST", rows)
+	}
+	if len(rep.Attempts) > 0 {
+		fmt.Fprintln(w, "\nattempts of unsent events:")
+		byAttempts := map[int]map[ferrytype.Status]int64{}
+		var keys []int
+		for _, a := range rep.Attempts {
+			if byAttempts[a.Attempts] == nil {
+				byAttempts[a.Attempts] = map[ferrytype.Status]int64{}
+				keys = append(keys, a.Attempts)
+			}
+			byAttempts[a.Attempts][a.Status] = a.Events
+		}
+		sort.Ints(keys)
+		rows := make([]string, len(keys))
+		for i, k := range keys {
+			m := byAttempts[k]
+			rows[i] = fmt.Sprintf("%d\t%d\t%d\t%d", k, m[ferrytype.StatusNew], m[ferrytype.StatusSending], m[ferrytype.StatusDead])
+		}
+		table(w, "  ", "ATTEMPTS\tNEW\tSENDING\tDEAD", rows)
+	}
+	if len(rep.Failed) > 0 {
+		fmt.Fprintln(w, "\nevents that failed, oldest first:")
+		rows := make([]string, len(rep.Failed))
+		for i, e := range rep.Failed {
+			rows[i] = fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s", e.ID, e.Status, e.Attempts, e.Type, e.Destination, oneLine(e.LastError, 120))
+		}
+		table(w, "  ", "EVENT\tSTATUS\tATTEMPTS\tTYPE\tDESTINATION\tLAST ERROR", rows)
+	}
+	if len(rep.Attention) > 0 {
+		fmt.Fprintln(w, "\nattention:")
+		for _, a := range rep.Attention {
+			fmt.Fprintf(w, "  - %s\n", a)
+		}
+	} else {
+		fmt.Fprintln(w, "\nnothing needs attention")
+	}
+}
+
+func aggregateOf(e *eventJSON) string {
+	if e.AggregateID == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s:%s#%d", e.AggregateType, e.AggregateID, e.Sequence)
+}
