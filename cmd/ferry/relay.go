@@ -8,13 +8,31 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/examples/shop"
+	"github.com/ferrydev/ferry/ferryprom"
+	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/internal/fault"
 	"github.com/ferrydev/ferry/internal/open"
 )
+
+// brokerSystem names the broker of a URL for messaging.system.
+func brokerSystem(rawURL string) string {
+	scheme, _, _ := strings.Cut(strings.ToLower(rawURL), "://")
+	switch scheme {
+	case "nats", "tls":
+		return "nats"
+	case "amqp", "amqps":
+		return "rabbitmq"
+	case "kafka":
+		return "kafka"
+	}
+	return ""
+}
 
 type relayFlags struct {
 	brokerURL       string
@@ -37,6 +55,10 @@ type relayFlags struct {
 	shutdownTimeout time.Duration
 	statsInterval   time.Duration
 	loseConfirmPct  int
+	httpAddr        string
+	metricsInterval time.Duration
+	metricsDests    int
+	readyTimeout    time.Duration
 }
 
 func newRelay(g *globals) *cobra.Command {
@@ -52,7 +74,14 @@ exits by itself once no event is ready and none is being sent.
 
 An event goes to its destination, or to its event type when it has none (NATS
 subject). With --stream the relay checks that the JetStream stream exists (and
-lists --subjects); with --declare it creates or updates it.`,
+lists --subjects); with --declare it creates or updates it.
+
+With --http-addr (off by default) the relay serves /metrics (Prometheus),
+/healthz (the process runs) and /readyz (the database and the broker answer).
+The outbox gauges, the age of the oldest pending event above all, are read
+from the database every --metrics-interval. With OTEL_EXPORTER_OTLP_ENDPOINT
+set, it exports a span per publish attempt over OTLP/HTTP, in the trace the
+event was enqueued in.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runRelay(cmd, g, f) },
 	}
@@ -92,6 +121,13 @@ lists --subjects); with --declare it creates or updates it.`,
 	fl.IntVar(&f.loseConfirmPct, "lose-confirm-pct", 0, "treat this percent of broker confirms as lost (fault injection)")
 	_ = fl.MarkHidden("lose-confirm-pct")
 	bindEnv(fl, "shutdown-timeout", "FERRY_SHUTDOWN_TIMEOUT")
+	envString(fl, &f.httpAddr, "http-addr", "FERRY_HTTP_ADDR", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9090 (default off)")
+	fl.DurationVar(&f.metricsInterval, "metrics-interval", 15*time.Second, "how often the outbox gauges are read from the database")
+	bindEnv(fl, "metrics-interval", "FERRY_METRICS_INTERVAL")
+	fl.IntVar(&f.metricsDests, "metrics-destinations", 0, "also export pending counts and age per destination, for this many destinations (one more query per interval)")
+	bindEnv(fl, "metrics-destinations", "FERRY_METRICS_DESTINATIONS")
+	fl.DurationVar(&f.readyTimeout, "ready-timeout", 2*time.Second, "how long /readyz waits for the database and the broker")
+	bindEnv(fl, "ready-timeout", "FERRY_READY_TIMEOUT")
 	return cmd
 }
 
@@ -111,6 +147,8 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 		{"--poll-interval", f.pollInterval > 0}, {"--lease", f.lease > 0}, {"--publish-timeout", f.publishTimeout > 0},
 		{"--retry-initial", f.retryInitial > 0}, {"--retry-max", f.retryMax > 0}, {"--retention", f.retention >= 0},
 		{"--sweep-interval", f.sweepInterval > 0},
+		{"--metrics-interval", f.metricsInterval > 0}, {"--ready-timeout", f.readyTimeout > 0},
+		{"--metrics-destinations", f.metricsDests >= 0},
 	} {
 		if !c.ok {
 			return usageError{fmt.Errorf("%s must be positive", c.name)}
@@ -149,11 +187,55 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 		return err
 	}
 	defer pub.Close()
+	var hooks []ferry.Hook
+	tracing, stopTracing, err := setupTracing(ctx, brokerSystem(f.brokerURL), log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(sctx); err != nil {
+			log.Warn("tracing: flush at exit failed", "error", err)
+		}
+	}()
+	if tracing != nil {
+		hooks = append(hooks, tracing)
+	}
+	if f.httpAddr != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		metrics, err := ferryprom.New(reg, nil)
+		if err != nil {
+			return err
+		}
+		metrics.Table(store.Table())
+		hooks = append(hooks, metrics)
+		tables, err := ferryprom.NewOutboxCollector(reg, []ferrystore.Store{store}, &ferryprom.OutboxConfig{
+			Interval: f.metricsInterval, Timeout: min(5*time.Second, f.metricsInterval/2), Destinations: f.metricsDests,
+			Logger: log})
+		if err != nil {
+			return usageError{err}
+		}
+		srv, err := startOps(f.httpAddr, opsHandler(reg, store, pub, f.readyTimeout), log)
+		if err != nil {
+			return err
+		}
+		if err := tables.Start(ctx); err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = tables.Stop(sctx)
+			_ = srv.Stop(sctx)
+		}()
+	}
 	relay, err := ferry.NewRelay(store, pub, &ferry.RelayConfig{
 		BatchSize: f.batchSize, Lanes: f.lanes, Ordered: f.ordered, PollInterval: f.pollInterval,
 		Lease: f.lease, PublishTimeout: f.publishTimeout, Retention: f.retention, SweepInterval: f.sweepInterval,
 		Retry:  ferry.ExponentialBackoff{Initial: f.retryInitial, Max: f.retryMax, MaxAttempts: f.maxAttempts},
-		Logger: log, FaultPoint: faults,
+		Logger: log, FaultPoint: faults, Hooks: hooks,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bytes"
+	"encoding/hex"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrydev/ferry/internal/testsvc"
+)
+
+// freePort returns a loopback address nobody listens on right now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// The daemon serves /healthz, /metrics and /readyz; /readyz turns 503
+// while the database or the broker is unreachable and 200 again after.
+// Passwords in the URLs never reach its output.
+func TestRelayServesMetricsAndReadiness(t *testing.T) {
+	b := setupOps(t, "postgres")
+	_, prefix := testsvc.JetStreamStream(t, testsvc.NATS(t))
+	b.enqueue(t, orderPaid("1", prefix+".paid"))
+	dbURL, dbProxy := testsvc.Proxy(t, testsvc.URL(testsvc.EnvPostgres))
+	dbURL = strings.Replace(dbURL, "postgres@", "postgres:s3cr3tpw@", 1) + "&connect_timeout=2"
+	natsURL, natsProxy := testsvc.Proxy(t, testsvc.URL(testsvc.EnvNATS))
+	natsURL = strings.Replace(natsURL, "nats://", "nats://ferry:s3cr3tpw@", 1)
+	addr := freePort(t)
+	cmd, out := child(t, nil, "relay", "--database-url", dbURL, "--table", b.st.Driver.Table(), "--broker-url", natsURL,
+		"--http-addr", addr, "--metrics-interval", "50ms", "--ready-timeout", "1s", "--poll-interval", "20ms",
+		"--log-format", "json", "--log-level", "debug")
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	base := "http://" + addr
+
+	waitUntil(t, 30*time.Second, func() bool { code, _ := get(t, base+"/healthz"); return code == 200 }, "healthz")
+	waitUntil(t, 30*time.Second, func() bool {
+		_, body := get(t, base+"/metrics")
+		return strings.Contains(body, `ferry_relay_sent_total{table="`+b.st.Driver.Table()+`"} 1`)
+	}, "the event is sent and counted")
+	_, metrics := get(t, base+"/metrics")
+	for _, name := range []string{"ferry_outbox_oldest_pending_age_seconds", "ferry_outbox_events", "ferry_outbox_up",
+		"ferry_relay_publish_outcomes_total", "ferry_relay_commit_to_confirm_seconds_bucket", "go_goroutines"} {
+		require.Contains(t, metrics, name)
+	}
+	code, body := get(t, base+"/readyz")
+	require.Equal(t, 200, code, body)
+	require.JSONEq(t, `{"status":"ready","checks":{"database":{"ok":true},"broker":{"ok":true}}}`, body)
+
+	dbProxy.Cut()
+	waitUntil(t, 30*time.Second, func() bool { code, _ := get(t, base+"/readyz"); return code == 503 }, "unready without the database")
+	_, body = get(t, base+"/readyz")
+	require.Contains(t, body, `"database":{"ok":false,"error":`)
+	require.Contains(t, body, `"broker":{"ok":true}`)
+	require.NotContains(t, body, "s3cr3tpw")
+	waitUntil(t, 30*time.Second, func() bool {
+		_, m := get(t, base+"/metrics")
+		return strings.Contains(m, `ferry_outbox_up{table="`+b.st.Driver.Table()+`"} 0`)
+	}, "the outbox gauges say the database is unreachable")
+	dbProxy.Restore()
+	waitUntil(t, 30*time.Second, func() bool { code, _ := get(t, base+"/readyz"); return code == 200 }, "ready again")
+
+	natsProxy.Cut()
+	waitUntil(t, 30*time.Second, func() bool { code, _ := get(t, base+"/readyz"); return code == 503 }, "unready without the broker")
+	_, body = get(t, base+"/readyz")
+	require.Contains(t, body, `"broker":{"ok":false,"error":`)
+	natsProxy.Restore()
+	waitUntil(t, 30*time.Second, func() bool { code, _ := get(t, base+"/readyz"); return code == 200 }, "ready again")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait(), out.String())
+	logs := out.String()
+	require.Contains(t, logs, "serving /metrics")
+	require.NotContains(t, logs, "s3cr3tpw", "no password in the daemon's logs")
+}
+
+// With the standard OTEL_EXPORTER_OTLP_ENDPOINT set, the daemon exports
+// its publish spans over OTLP/HTTP, in the trace stored with the event.
+func TestRelayExportsSpansOverOTLP(t *testing.T) {
+	b := setupOps(t, "sqlite")
+	stream, prefix := testsvc.JetStreamStream(t, testsvc.NATS(t))
+	ev := orderPaid("1", prefix+".paid")
+	ev.Headers = map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+	b.enqueue(t, ev)
+	got := make(chan []byte, 16)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/v1/traces" {
+			got <- body
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	cmd, out := child(t, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + srv.URL, "OTEL_SERVICE_NAME=ferry-test-relay"},
+		append([]string{"relay", "--drain", "--broker-url", testsvc.URL(testsvc.EnvNATS), "--stream", stream,
+			"--poll-interval", "20ms"}, b.args...)...)
+	require.NoError(t, cmd.Wait(), out.String())
+	require.Contains(t, out.String(), "tracing: exporting publish spans")
+	select {
+	case body := <-got:
+		// The protobuf carries the trace id of the stored traceparent,
+		// the span name and the service name as plain bytes.
+		traceID, _ := hex.DecodeString("4bf92f3577b34da6a3ce929d0e0e4736")
+		require.True(t, bytes.Contains(body, traceID), "the span continues the stored trace")
+		require.Contains(t, string(body), "send "+prefix+".paid")
+		require.Contains(t, string(body), "ferry-test-relay")
+	case <-time.After(10 * time.Second):
+		t.Fatal("no OTLP export received")
+	}
+}
