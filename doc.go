@@ -88,6 +88,20 @@
 // and, on PostgreSQL, on the NOTIFY that EnqueueTx sends inside the
 // transaction (delivered at commit).
 //
+// # Operations
+//
+// The core emits through small hook interfaces (HookEnqueue on the Outbox;
+// HookClaim, HookPublish, HookFenced, HookSweep and HookSettle on the
+// Relay), detected by type assertion, and never imports Prometheus or
+// OpenTelemetry. Package ferryprom implements the relay hooks as
+// Prometheus metrics and exports each table's state, above all the age of
+// its oldest pending event; package ferryotel carries the trace context
+// from the enqueuing transaction, through every publish attempt, to the
+// consumer. Stores also implement ferrystore.Admin, on which the ferry
+// command builds status, dead-event handling (retry with the same id, or
+// discard with an audit trail), reconciliation and retention. The README's
+// Operations section is the runbook.
+//
 // # Testing
 //
 // Every store runs ferrystore/ferrystoretest and every publisher

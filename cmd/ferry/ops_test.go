@@ -481,3 +481,23 @@ func TestPurgeLeavesPendingEventsAlone(t *testing.T) {
 	}
 }
 
+// ferry.example.yaml documents every setting a config file can hold, and
+// every command accepts it.
+func TestExampleConfigIsCompleteAndValid(t *testing.T) {
+	const path = "../../ferry.example.yaml"
+	root := newRoot()
+	cf, err := loadConfig(root, path)
+	require.NoError(t, err)
+	for key := range knownKeys(root) {
+		if key == "reconcile.checks" {
+			require.NotEmpty(t, cf.checks, "ferry.example.yaml shows a reconcile check")
+			continue
+		}
+		require.Contains(t, cf.values, key, "ferry.example.yaml documents %s", key)
+	}
+	for _, c := range []string{"relay", "status", "reconcile", "purge", "migrate"} {
+		code, out, errOut := ferryCLI(t, c, "--config", path, "--print-config")
+		require.Equal(t, exitOK, code, "%s: %s", c, errOut)
+		require.NotContains(t, out, " default\n", "%s: every setting comes from the file", c)
+	}
+}

@@ -54,16 +54,22 @@ pending event is older than --max-pending-age: usable as a cron or probe check.`
 
 // statusReport is what ferry status prints; its JSON form is stable.
 type statusReport struct {
-	Table                string                    `json:"table"`
-	Dialect              string                    `json:"dialect"`
-	Counts               map[string]int64          `json:"counts"`
-	Ready                int64                     `json:"ready"`
-	OldestPendingSeconds float64                   `json:"oldest_pending_seconds"`
-	OldestPending        *eventJSON                `json:"oldest_pending_event,omitempty"`
-	Destinations         []destinationJSON         `json:"destinations"`
-	Attempts             []ferrystore.AttemptCount `json:"attempts"`
-	Failed               []eventJSON               `json:"failed"`
-	Attention            []string                  `json:"attention"`
+	Table                string            `json:"table"`
+	Dialect              string            `json:"dialect"`
+	Counts               map[string]int64  `json:"counts"`
+	Ready                int64             `json:"ready"`
+	OldestPendingSeconds float64           `json:"oldest_pending_seconds"`
+	OldestPending        *eventJSON        `json:"oldest_pending_event,omitempty"`
+	Destinations         []destinationJSON `json:"destinations"`
+	Attempts             []attemptJSON     `json:"attempts"`
+	Failed               []eventJSON       `json:"failed"`
+	Attention            []string          `json:"attention"`
+}
+
+type attemptJSON struct {
+	Status   ferrytype.Status `json:"status"`
+	Attempts int              `json:"attempts"`
+	Events   int64            `json:"events"`
 }
 
 type destinationJSON struct {
@@ -129,11 +135,13 @@ func runStatus(cmd *cobra.Command, g *globals, f *statusFlags) error {
 				Sending: d.Sending, OldestPendingSeconds: d.OldestPending.Seconds()})
 		}
 	}
-	if rep.Attempts, err = a.Attempts(ctx); err != nil {
+	attempts, err := a.Attempts(ctx)
+	if err != nil {
 		return err
 	}
-	if rep.Attempts == nil {
-		rep.Attempts = []ferrystore.AttemptCount{}
+	rep.Attempts = make([]attemptJSON, len(attempts))
+	for i, x := range attempts {
+		rep.Attempts[i] = attemptJSON{Status: x.Status, Attempts: x.Attempts, Events: x.Events}
 	}
 	if f.errors > 0 {
 		rows, err := a.List(ctx, ferrystore.Filter{Failed: true, Limit: f.errors,
