@@ -357,6 +357,7 @@ lists what would change. Exit code 5 when no DEAD event matched.`,
 				changed   []string // ids selected and acted on
 				count     int64    // rows the store changed
 				lastBatch []ferrystore.Row
+				seen      = map[string]bool{}
 			)
 			for len(changed) < maxN {
 				f.Limit = min(batch, maxN-len(changed))
@@ -367,9 +368,15 @@ lists what would change. Exit code 5 when no DEAD event matched.`,
 				if len(rows) == 0 {
 					break
 				}
-				ids := make([]string, len(rows))
-				for i, r := range rows {
-					ids[i] = r.ID
+				ids := make([]string, 0, len(rows))
+				for _, r := range rows {
+					if !seen[r.ID] {
+						seen[r.ID] = true
+						ids = append(ids, r.ID)
+					}
+				}
+				if len(ids) == 0 {
+					break // only events this run already changed, dead again: stop
 				}
 				if dryRun {
 					changed = append(changed, ids...)

@@ -131,3 +131,19 @@ func TestRelayExportsSpansOverOTLP(t *testing.T) {
 		t.Fatal("no OTLP export received")
 	}
 }
+
+// A taken --http-addr fails the start, before any event is claimed.
+func TestRelayFailsOnATakenHTTPAddr(t *testing.T) {
+	b := setupOps(t, "sqlite")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	id := b.enqueue(t, orderPaid("1", "x"))[0]
+	code, _, errOut := ferryCLI(t, append([]string{"relay", "--broker-url", testsvc.EmbeddedNATS(t).ConnectedUrl(),
+		"--http-addr", ln.Addr().String()}, b.args...)...)
+	require.Equal(t, exitFailed, code, errOut)
+	require.Contains(t, errOut, "--http-addr "+ln.Addr().String())
+	row, err := b.st.Driver.Get(b.ctx, id)
+	require.NoError(t, err)
+	require.Zero(t, row.Attempt, "nothing was claimed")
+}

@@ -501,3 +501,41 @@ func TestExampleConfigIsCompleteAndValid(t *testing.T) {
 		require.NotContains(t, out, " default\n", "%s: every setting comes from the file", c)
 	}
 }
+
+// Retry by filter works through every matching DEAD event in bounded
+// batches and leaves the others alone.
+func TestDeadRetryByFilterInBatches(t *testing.T) {
+	b := setupOps(t, "mysql")
+	events := []ferry.Event{}
+	for i := 0; i < 5; i++ {
+		events = append(events, orderPaid(fmt.Sprint(i), "orders.paid"))
+	}
+	other := orderPaid("9", "orders.refunded")
+	other.Type = "OrderRefunded"
+	ids := b.enqueue(t, append(events, other)...)
+	msgs, err := b.st.Driver.Claim(b.ctx, ferrystore.ClaimParams{Limit: 10, Token: "tok", Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, msgs, 6)
+	fails := make([]ferrystore.Failure, len(msgs))
+	for i, m := range msgs {
+		fails[i] = ferrystore.Failure{ID: m.ID, Token: "tok", Dead: true, Error: "attempt 1: rejected"}
+	}
+	_, err = b.st.Driver.MarkFailed(b.ctx, fails)
+	require.NoError(t, err)
+
+	code, out, errOut := b.cli(t, "dead", "retry", "--type", "OrderPaid", "--since", "1h", "--batch", "2", "--json")
+	require.Equal(t, exitOK, code, errOut)
+	var res struct {
+		Changed int64    `json:"changed"`
+		IDs     []string `json:"ids"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.Equal(t, int64(5), res.Changed)
+	require.ElementsMatch(t, ids[:5], res.IDs)
+	for _, id := range ids[:5] {
+		require.Equal(t, ferrytype.StatusNew, b.status(t, id))
+	}
+	require.Equal(t, ferrytype.StatusDead, b.status(t, ids[5]), "another type is left alone")
+	code, _, _ = b.cli(t, "dead", "retry", "--type", "OrderPaid")
+	require.Equal(t, exitNoMatch, code)
+}
