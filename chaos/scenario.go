@@ -106,8 +106,12 @@ var Scenarios = []*Scenario{
 		About: "SIGSTOP a relay past its 3 s lease, then SIGCONT it: its late marks change nothing (the broker link is slowed by 150 ms so that a pause lands inside a publish)",
 		setup: func(s *system) error { return s.px.toxic("broker", "latency", `{"latency":150,"jitter":50}`) },
 		faults: func(ctx context.Context, s *system) {
-			every(ctx, 3*time.Second, func() {
-				p := pick(s.byPrefix("relay"))
+			// Each relay in turn, so that one is always working.
+			relays := s.byPrefix("relay")
+			n := 0
+			every(ctx, 1500*time.Millisecond, func() {
+				p := relays[n%len(relays)]
+				n++
 				if !p.Running() {
 					return
 				}

@@ -135,7 +135,7 @@ func newSystem(ctx context.Context, o Options) (_ *system, err error) {
 	for i := 0; i < 2; i++ {
 		args := append([]string{"relay", "--database-url", s.ordersURL, "--broker-url", s.broker.url(),
 			"--poll-interval", "50ms", "--lease", "3s", "--publish-timeout", "2s", "--sweep-interval", "500ms",
-			"--retry-initial", "50ms", "--retry-max", "1s", "--max-attempts", "1000", "--lose-confirm-pct", "1",
+			"--retry-initial", "50ms", "--retry-max", "1s", "--max-attempts", "1000", "--lose-confirm-pct", "3",
 			"--stats-interval", "200ms", "--log-level", "error"}, s.broker.relayArgs()...)
 		s.procs = append(s.procs, &shop.Proc{Name: fmt.Sprintf("relay-%d", i+1), Args: args})
 	}
