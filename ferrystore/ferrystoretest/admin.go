@@ -216,6 +216,13 @@ func exerciseAdmin[TTx any](t *testing.T, h Harness[TTx]) {
 		a := b.admin(t)
 		b.enqueueDead(t, dest("Paid", "0", "orders.dead"))
 		b.enqueue(t, dest("Paid", "1", "orders.paid"))
+		// Let the database clock move past the first event's created_at
+		// (SQLite keeps milliseconds), so that "oldest" is not a tie.
+		waitFor(t, 10*time.Second, func() bool {
+			st, err := b.store.Stats(b.ctx)
+			require.NoError(t, err)
+			return st.OldestPending > 5*time.Millisecond
+		})
 		b.enqueue(t, dest("Paid", "2", "orders.paid"), dest("Shipped", "3", ""))
 		_, _ = b.claim(t, 1, false) // the oldest orders.paid event is SENDING
 		var got []ferrystore.DestinationStats
