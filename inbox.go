@@ -136,7 +136,7 @@ type InboxConfig struct {
 	// ReplayWindow is the longest time after which an event may be
 	// delivered again (broker redelivery, replay from a stream, a relay
 	// republishing). Marker retention may not be shorter: PurgeMarkers
-	// refuses. Default 7 days.
+	// refuses. Default DefaultReplayWindow (7 days).
 	ReplayWindow time.Duration
 	// Filter is an optional fast filter; FilterTTL its entries' lifetime
 	// (default ReplayWindow).
@@ -151,6 +151,11 @@ type InboxConfig struct {
 	// tests only.
 	FaultPoint func(ctx context.Context, point string) error
 }
+
+// DefaultReplayWindow is InboxConfig.ReplayWindow's default: markers are
+// kept at least this long. Tools that purge markers without an Inbox (the
+// ferry CLI) refuse shorter retentions by the same rule.
+const DefaultReplayWindow = 7 * 24 * time.Hour
 
 // FaultInboxBeforeCommit is reached inside an operation's transaction,
 // after the marker and the business function, before the commit. A crash
@@ -190,7 +195,7 @@ func NewInbox[TTx any](driver ferrystore.InboxDriver[TTx], cfg *InboxConfig) (*I
 		c.MaxRetries = 8
 	}
 	if c.ReplayWindow == 0 {
-		c.ReplayWindow = 7 * 24 * time.Hour
+		c.ReplayWindow = DefaultReplayWindow
 	}
 	if c.FilterTTL == 0 {
 		c.FilterTTL = c.ReplayWindow
