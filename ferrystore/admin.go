@@ -65,6 +65,15 @@ type Admin interface {
 	// aggregate id is the row's key: business changes that committed
 	// without their event.
 	MissingEvents(ctx context.Context, q MissingEventsQuery) ([]MissingEvent, error)
+
+	// SentEvents returns up to q.Limit SENT rows of q.EventType, sent at
+	// least q.OlderThan ago and made available within q.Window, in the
+	// order (available_at, event_id), starting after q.After: a page of
+	// the events whose downstream effect reconciliation checks. Each call
+	// walks the index on (status, available_at, event_id) from the cursor;
+	// its cost is the page plus the SENT rows of other types in between,
+	// never the whole retention.
+	SentEvents(ctx context.Context, q SentEventsQuery) ([]Row, error)
 }
 
 // MaxListLimit bounds every listing of Admin.
@@ -195,4 +204,49 @@ type MissingEvent struct {
 	Key string
 	// Time is the row's time column.
 	Time time.Time
+}
+
+// SentEventsQuery selects a page of SENT events for Admin.SentEvents.
+type SentEventsQuery struct {
+	// EventType is the events' type. Required.
+	EventType string
+	// AggregateType, when not empty, keeps events of that aggregate type
+	// only.
+	AggregateType string
+	// Window bounds how far back events are read, by available_at (when
+	// an event was enqueued for, or last retried; never after it was
+	// sent). Keep it shorter than the retention of SENT events. Required.
+	Window time.Duration
+	// OlderThan keeps events sent at least this long ago: the consumers
+	// had that long to apply them. Must be below Window.
+	OlderThan time.Duration
+	// After is where the previous page ended (SentCursorOf its last row);
+	// the zero value starts at the oldest event.
+	After SentCursor
+	// Limit is the most rows returned, 1 to MaxListLimit.
+	Limit int
+}
+
+// SentCursor is a position in the order of Admin.SentEvents.
+type SentCursor struct {
+	AvailableAt time.Time
+	ID          string
+}
+
+// SentCursorOf returns the position just after r.
+func SentCursorOf(r Row) SentCursor { return SentCursor{AvailableAt: r.AvailableAt, ID: r.ID} }
+
+// Validate checks q, naming the offending field.
+func (q SentEventsQuery) Validate() error {
+	switch {
+	case q.EventType == "":
+		return fmt.Errorf("%w: SentEventsQuery.EventType is empty", ferrytype.ErrInvalidConfig)
+	case q.Window <= 0:
+		return fmt.Errorf("%w: SentEventsQuery.Window must be positive", ferrytype.ErrInvalidConfig)
+	case q.OlderThan < 0 || q.OlderThan >= q.Window:
+		return fmt.Errorf("%w: SentEventsQuery.OlderThan %s must be within 0..Window (%s)", ferrytype.ErrInvalidConfig, q.OlderThan, q.Window)
+	case q.Limit < 1 || q.Limit > MaxListLimit:
+		return fmt.Errorf("%w: SentEventsQuery.Limit %d must be within 1..%d", ferrytype.ErrInvalidConfig, q.Limit, MaxListLimit)
+	}
+	return nil
 }

@@ -53,6 +53,11 @@ type InboxStore interface {
 	ResolveConflict(ctx context.Context, id int64, r Resolution) error
 	// MarkerCount counts the markers of consumer, all consumers when empty.
 	MarkerCount(ctx context.Context, consumer string) (int64, error)
+	// ExistingMarkers returns the keys among keys (at most MaxListLimit)
+	// for which consumer has a committed marker, in one statement that
+	// looks each key up by the markers' primary key. Reconciliation uses
+	// it to find events whose effect a consumer never applied.
+	ExistingMarkers(ctx context.Context, consumer string, keys []string) (map[string]bool, error)
 
 	Close() error
 }

@@ -205,3 +205,31 @@ func (s *core) MissingEvents(ctx context.Context, q ferrystore.MissingEventsQuer
 	}
 	return sqlutil.ScanMissing(rows)
 }
+
+// SentEvents returns a page of SENT events for reconciliation. It walks
+// the pending index (status, available_at, event_id) from the cursor;
+// event type and sent_at are checked on each row it reaches.
+func (s *core) SentEvents(ctx context.Context, q ferrystore.SentEventsQuery) ([]ferrystore.Row, error) {
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	args := []any{sqlutil.Micros(q.Window), sqlutil.Micros(q.OlderThan), q.EventType}
+	where := "status = 'SENT' AND available_at >= now() - $1::bigint * interval '1 microsecond'" +
+		" AND available_at < now() - $2::bigint * interval '1 microsecond'" +
+		" AND sent_at < now() - $2::bigint * interval '1 microsecond' AND event_type = $3"
+	if q.AggregateType != "" {
+		args = append(args, q.AggregateType)
+		where += fmt.Sprintf(" AND aggregate_type = $%d", len(args))
+	}
+	if q.After.ID != "" {
+		args = append(args, q.After.AvailableAt, q.After.ID)
+		where += fmt.Sprintf(" AND (available_at, event_id) > ($%d::timestamptz, $%d::text)", len(args)-1, len(args))
+	}
+	args = append(args, q.Limit)
+	rows, err := s.c.Query(ctx, "SELECT "+pgRowColumns+" FROM "+s.q.t+" WHERE "+where+
+		fmt.Sprintf(" ORDER BY available_at, event_id LIMIT $%d", len(args)), args...)
+	if err != nil {
+		return nil, fmt.Errorf("sent events: %w", err)
+	}
+	return sqlutil.ScanRows(rows)
+}

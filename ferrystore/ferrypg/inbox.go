@@ -283,3 +283,20 @@ func (s *inboxCore) MarkerCount(ctx context.Context, consumer string) (int64, er
 	}
 	return n, err
 }
+
+// ExistingMarkers returns the keys among keys that consumer has markers
+// for, looked up by the primary key (consumer_name, business_key).
+func (s *inboxCore) ExistingMarkers(ctx context.Context, consumer string, keys []string) (map[string]bool, error) {
+	if err := sqlutil.CheckMarkerKeys(keys); err != nil {
+		return nil, err
+	}
+	if len(keys) == 0 {
+		return map[string]bool{}, nil
+	}
+	rows, err := s.c.Query(ctx, "SELECT business_key FROM "+s.m+" WHERE consumer_name = $1 AND business_key = ANY($2::text[])",
+		consumer, keys)
+	if err != nil {
+		return nil, fmt.Errorf("existing markers: %w", err)
+	}
+	return sqlutil.ScanKeys(rows)
+}

@@ -220,3 +220,33 @@ func (s *Store) MissingEvents(ctx context.Context, q ferrystore.MissingEventsQue
 	}
 	return sqlutil.ScanMissing(rows)
 }
+
+// SentEvents returns a page of SENT events for reconciliation. It walks
+// the pending index (status, available_at, event_id) from the cursor;
+// event type and sent_at are checked on each row it reaches.
+func (s *Store) SentEvents(ctx context.Context, q ferrystore.SentEventsQuery) ([]ferrystore.Row, error) {
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	older := modifier(-q.OlderThan)
+	where := "status = 'SENT' AND available_at >= " + nowPlus + " AND available_at < " + nowPlus +
+		" AND sent_at < " + nowPlus + " AND event_type = ?"
+	args := []any{modifier(-q.Window), older, older, q.EventType}
+	if q.AggregateType != "" {
+		where += " AND aggregate_type = ?"
+		args = append(args, q.AggregateType)
+	}
+	if q.After.ID != "" {
+		// Times are stored as UTC text with milliseconds: compare as such.
+		at := q.After.AvailableAt.UTC().Format("2006-01-02 15:04:05.000")
+		where += " AND (available_at > ? OR (available_at = ? AND event_id > ?))"
+		args = append(args, at, at, q.After.ID)
+	}
+	args = append(args, q.Limit)
+	rows, err := ferrystore.SQL(s.db).Query(ctx, "SELECT "+sqlutil.RowColumns+" FROM "+s.q.t+" WHERE "+where+
+		" ORDER BY available_at, event_id LIMIT ?", args...)
+	if err != nil {
+		return nil, fmt.Errorf("sent events: %w", err)
+	}
+	return sqlutil.ScanRows(rows)
+}

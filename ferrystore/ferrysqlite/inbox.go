@@ -224,3 +224,25 @@ func (s *Inbox) MarkerCount(ctx context.Context, consumer string) (int64, error)
 	}
 	return n, nil
 }
+
+// ExistingMarkers returns the keys among keys that consumer has markers
+// for, looked up by the primary key (consumer_name, business_key).
+func (s *Inbox) ExistingMarkers(ctx context.Context, consumer string, keys []string) (map[string]bool, error) {
+	if err := sqlutil.CheckMarkerKeys(keys); err != nil {
+		return nil, err
+	}
+	if len(keys) == 0 {
+		return map[string]bool{}, nil
+	}
+	args := make([]any, 0, len(keys)+1)
+	args = append(args, consumer)
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	rows, err := ferrystore.SQL(s.db).Query(ctx, "SELECT business_key FROM "+s.m+" WHERE consumer_name = ? AND business_key IN ("+
+		sqlutil.Placeholders(len(keys), false, 0)+")", args...)
+	if err != nil {
+		return nil, fmt.Errorf("existing markers: %w", err)
+	}
+	return sqlutil.ScanKeys(rows)
+}

@@ -270,6 +270,74 @@ func exerciseAdmin[TTx any](t *testing.T, h Harness[TTx]) {
 		}, got)
 	})
 
+	t.Run("SentEventsPagesThroughOneTypeOfSentEvents", func(t *testing.T) {
+		b := setup(t, h)
+		a := b.admin(t)
+		// Two transactions: events of one share available_at, so pages
+		// must break ties by event id.
+		paid := b.enqueue(t, ev("OrderPaid", "1", `{}`), ev("OrderPaid", "2", `{}`), ev("OrderPaid", "3", `{}`),
+			ev("OrderCreated", "4", `{}`))
+		paid = append(paid[:3], b.enqueue(t, ev("OrderPaid", "5", `{}`), ev("OrderPaid", "6", `{}`),
+			ferry.Event{AggregateType: "invoice", AggregateID: "7", Type: "OrderPaid", Payload: json.RawMessage(`{}`)})...)
+		msgs, token := b.claim(t, 100, false)
+		require.Len(t, msgs, 7)
+		n, err := b.store.MarkSent(b.ctx, token, ids(msgs))
+		require.NoError(t, err)
+		require.Equal(t, int64(7), n)
+		dead := b.enqueueDead(t, ev("OrderPaid", "9", `{}`))
+		pending := b.enqueue(t, ev("OrderPaid", "8", `{}`))
+
+		all := func(q ferrystore.SentEventsQuery) []ferrystore.Row {
+			var out []ferrystore.Row
+			for page := 0; ; page++ {
+				require.Less(t, page, 20, "pages must end")
+				rows, err := a.SentEvents(b.ctx, q)
+				require.NoError(t, err)
+				require.LessOrEqual(t, len(rows), q.Limit, "bounded")
+				out = append(out, rows...)
+				if len(rows) < q.Limit {
+					return out
+				}
+				q.After = ferrystore.SentCursorOf(rows[len(rows)-1])
+			}
+		}
+		q := ferrystore.SentEventsQuery{EventType: "OrderPaid", Window: time.Hour, Limit: 2}
+		var got []ferrystore.Row
+		waitFor(t, 10*time.Second, func() bool { // sent_at falls behind the database clock
+			got = all(q)
+			return len(got) == 6
+		})
+		gotIDs := make([]string, len(got))
+		for i, r := range got {
+			gotIDs[i] = r.ID
+			require.Equal(t, ferrytype.StatusSent, r.Status)
+			if i > 0 {
+				prev := got[i-1]
+				require.True(t, prev.AvailableAt.Before(r.AvailableAt) || (prev.AvailableAt.Equal(r.AvailableAt) && prev.ID < r.ID),
+					"ordered by (available_at, event_id)")
+			}
+		}
+		require.ElementsMatch(t, paid, gotIDs, "each SENT OrderPaid event once; not OrderCreated, NEW %v or DEAD %v", pending, dead)
+
+		q.AggregateType = "order"
+		require.Len(t, all(q), 5, "the invoice's event is of another aggregate type")
+		q.AggregateType, q.Limit = "", 1000
+		require.Len(t, all(q), 6, "one page")
+		q.OlderThan, q.Window = time.Hour, 2*time.Hour
+		require.Empty(t, all(q), "none was sent an hour ago")
+
+		for _, bad := range []ferrystore.SentEventsQuery{
+			{Window: time.Hour, Limit: 1},
+			{EventType: "E", Limit: 1},
+			{EventType: "E", Window: time.Hour, OlderThan: time.Hour, Limit: 1},
+			{EventType: "E", Window: time.Hour, Limit: ferrystore.MaxListLimit + 1},
+		} {
+			_, err := a.SentEvents(b.ctx, bad)
+			require.ErrorIs(t, err, ferrytype.ErrInvalidConfig)
+			require.Contains(t, err.Error(), "SentEventsQuery.")
+		}
+	})
+
 	if h.Exec != nil {
 		t.Run("MissingEventsFindsBusinessRowsWithoutTheirEvent", func(t *testing.T) {
 			b := setup(t, h)

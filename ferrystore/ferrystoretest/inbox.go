@@ -413,6 +413,39 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 		require.Zero(t, n)
 	})
 
+	t.Run("ExistingMarkersFindsCommittedMarkersOfOneConsumer", func(t *testing.T) {
+		b := setupInbox(t, h)
+		require.NoError(t, b.exec("INSERT INTO "+b.table+" VALUES (7, 0)"))
+		points, sms := b.inbox(t, "points-award"), b.inbox(t, "sms")
+		for _, k := range []string{"order:1:paid", "order:2:paid"} {
+			_, err := points.Process(b.ctx, ferry.Operation{Key: k, EventID: k, Fields: award{7, 1}}, b.award(7, 1))
+			require.NoError(t, err)
+		}
+		_, err := sms.Process(b.ctx, ferry.Operation{Key: "order:3:paid", EventID: "e3", Fields: award{7, 1}}, b.award(7, 1))
+		require.NoError(t, err)
+		// A rolled-back operation leaves no marker.
+		_, err = points.Process(b.ctx, ferry.Operation{Key: "order:4:paid", EventID: "e4", Fields: award{8, 1}}, b.award(8, 1))
+		require.ErrorIs(t, err, ferry.ErrNoEffect)
+
+		got, err := b.store.ExistingMarkers(b.ctx, "points-award",
+			[]string{"order:1:paid", "order:2:paid", "order:3:paid", "order:4:paid", "order:5:paid", "order:1:paid"})
+		require.NoError(t, err)
+		require.Equal(t, map[string]bool{"order:1:paid": true, "order:2:paid": true}, got,
+			"another consumer's marker and a rolled-back operation do not count")
+		got, err = b.store.ExistingMarkers(b.ctx, "points-award", nil)
+		require.NoError(t, err)
+		require.Empty(t, got)
+		many := make([]string, ferrystore.MaxListLimit)
+		for i := range many {
+			many[i] = fmt.Sprintf("order:%d:paid", i)
+		}
+		got, err = b.store.ExistingMarkers(b.ctx, "points-award", many)
+		require.NoError(t, err)
+		require.Len(t, got, 2, "a full batch in one statement")
+		_, err = b.store.ExistingMarkers(b.ctx, "points-award", append(many, "one more"))
+		require.ErrorIs(t, err, ferrytype.ErrInvalidConfig, "bounded")
+	})
+
 	t.Run("FilterIsNeverAuthoritative", func(t *testing.T) {
 		b := setupInbox(t, h)
 		require.NoError(t, b.exec("INSERT INTO "+b.table+" VALUES (7, 0)"))

@@ -130,3 +130,26 @@ func AdvanceVersion(ctx context.Context, ex ferrystore.Executor, sel, upd, consu
 	}
 	return prev, true, nil
 }
+
+// CheckMarkerKeys validates the key list of ExistingMarkers.
+func CheckMarkerKeys(keys []string) error {
+	if len(keys) > ferrystore.MaxListLimit {
+		return fmt.Errorf("%w: existing markers: %d keys, at most %d per call", ferrytype.ErrInvalidConfig, len(keys),
+			ferrystore.MaxListLimit)
+	}
+	return nil
+}
+
+// ScanKeys reads rows of one string column into a set and closes them.
+func ScanKeys(rows ferrystore.Rows) (map[string]bool, error) {
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, fmt.Errorf("scan marker key: %w", err)
+		}
+		out[k] = true
+	}
+	return out, rows.Err()
+}
