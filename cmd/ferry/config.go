@@ -22,8 +22,10 @@ import (
 // FERRY_CONFIG, YAML), the flag's default. Every flag bound to an
 // environment variable (bindEnv) is also a config file key: a global flag
 // by its own name (--database-url: database_url), a command's flag under
-// the command's name (ferry relay --batch-size: relay.batch_size). The
-// file may also hold reconcile.checks, which has no flag.
+// the command's name (ferry relay --batch-size: relay.batch_size), a flag
+// several commands share under the key it was bound to (bindShared:
+// inbox.marker_table for conflicts and purge). The file may also hold
+// reconcile.checks and reconcile.effects, which have no flag.
 
 // envConfig names the variable that points at the config file.
 const envConfig = "FERRY_CONFIG"
@@ -39,9 +41,10 @@ type fileValue struct {
 
 // configFile is a parsed config file.
 type configFile struct {
-	path   string
-	values map[string]fileValue
-	checks []reconcileCheck
+	path    string
+	values  map[string]fileValue
+	checks  []reconcileCheck
+	effects []reconcileEffect
 }
 
 // reconcileCheck is one entry of reconcile.checks.
@@ -62,6 +65,9 @@ type setting struct {
 
 // configKey is the config file key of flag f of cmd.
 func configKey(cmd *cobra.Command, f *pflag.Flag) string {
+	if k := f.Annotations["key"]; len(k) > 0 {
+		return k[0] // a setting several commands share (bindShared)
+	}
 	snake := strings.ReplaceAll(f.Name, "-", "_")
 	if cmd.Root().PersistentFlags().Lookup(f.Name) != nil {
 		return snake
@@ -72,7 +78,7 @@ func configKey(cmd *cobra.Command, f *pflag.Flag) string {
 
 // knownKeys lists every key a config file may hold, for every command.
 func knownKeys(root *cobra.Command) map[string]bool {
-	keys := map[string]bool{"reconcile.checks": true}
+	keys := map[string]bool{"reconcile.checks": true, "reconcile.effects": true}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
@@ -129,6 +135,12 @@ func (cf *configFile) flatten(n *yaml.Node, prefix string, known map[string]bool
 				return err
 			}
 			cf.checks = checks
+		case key == "reconcile.effects":
+			effects, err := parseEffects(v)
+			if err != nil {
+				return err
+			}
+			cf.effects = effects
 		case v.Kind == yaml.MappingNode:
 			if known[key] {
 				return fmt.Errorf("line %d: %s takes a value, not a mapping", v.Line, key)

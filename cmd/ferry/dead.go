@@ -444,12 +444,17 @@ lists what would change. Exit code 5 when no DEAD event matched.`,
 	return cmd
 }
 
-// who names the person acting, for the audit trail.
+// who names the person acting and the time, for the audit trail.
 func who() string {
+	return "by " + actor() + " at " + time.Now().UTC().Format(time.RFC3339)
+}
+
+// actor names the person acting: user@host of this process.
+func actor() string {
 	name := "unknown"
 	if u, err := user.Current(); err == nil {
 		name = u.Username
 	}
 	host, _ := os.Hostname()
-	return "by " + name + "@" + host + " at " + time.Now().UTC().Format(time.RFC3339)
+	return name + "@" + host
 }

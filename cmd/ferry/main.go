@@ -1,15 +1,18 @@
 // Command ferry is the ferry daemon and CLI: it migrates outbox tables,
 // relays events to the broker, shows the outbox's state, handles dead
-// events, reconciles business tables with the outbox, purges old events,
-// and runs a self-contained demo.
+// events, lists and resolves inbox conflicts, reconciles business tables and
+// consumers' inboxes with the outbox, purges old events and markers, and
+// runs a self-contained demo.
 //
 //	ferry demo                                   # SQLite + embedded NATS, no setup
 //	ferry migrate --database-url mysql://root@127.0.0.1:3306/app
 //	ferry relay   --database-url postgres://... --broker-url nats://127.0.0.1:4222 --http-addr :9090
 //	ferry status  --database-url postgres://...
 //	ferry dead list|show|retry|discard
+//	ferry conflicts list|show|resolve --database-url mysql://.../points   # the consumer's database
 //	ferry reconcile --config ferry.yaml
 //	ferry purge --older-than 168h
+//	ferry purge --markers --older-than 720h --database-url mysql://.../points
 //
 // Settings come from the command line, then the environment (every
 // configurable flag names its FERRY_* variable in its help), then the
@@ -44,9 +47,11 @@ const (
 	exitIncomplete = 3
 	// exitFindings: the command worked and found something a person must
 	// look at: reconcile found discrepancies, status --check found DEAD
-	// events or a pending event older than --max-pending-age.
+	// events or a pending event older than --max-pending-age, conflicts
+	// list --check found open conflicts.
 	exitFindings = 4
-	// exitNoMatch: dead show/retry/discard matched no event.
+	// exitNoMatch: dead show/retry/discard matched no event; conflicts
+	// show/resolve named no conflict (resolve: no open one).
 	exitNoMatch = 5
 )
 
@@ -126,7 +131,7 @@ func newRoot() *cobra.Command {
 	envString(pf, &g.table, "table", "FERRY_TABLE", "outbox_event", "outbox table name")
 	envString(pf, &g.logLevel, "log-level", "FERRY_LOG_LEVEL", "info", "log level: debug, info, warn, error")
 	envString(pf, &g.logFormat, "log-format", "FERRY_LOG_FORMAT", "text", "log format: text or json")
-	root.AddCommand(newMigrate(g), newRelay(g), newStatus(g), newDead(g), newReconcile(g), newPurge(g), newDemo(), newShop())
+	root.AddCommand(newMigrate(g), newRelay(g), newStatus(g), newDead(g), newReconcile(g), newPurge(g), newConflicts(g), newDemo(), newShop())
 	return root
 }
 
@@ -146,6 +151,13 @@ func bindEnv(fs *pflag.FlagSet, name, env string) {
 		f.Annotations = map[string][]string{}
 	}
 	f.Annotations["env"] = []string{env}
+}
+
+// bindShared is bindEnv for a setting several commands share: its config
+// file key is key (inbox.marker_table) whichever command reads it.
+func bindShared(fs *pflag.FlagSet, name, env, key string) {
+	bindEnv(fs, name, env)
+	fs.Lookup(name).Annotations["key"] = []string{key}
 }
 
 func (g *globals) logger(w io.Writer) (*slog.Logger, error) {

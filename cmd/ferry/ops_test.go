@@ -489,14 +489,18 @@ func TestExampleConfigIsCompleteAndValid(t *testing.T) {
 	cf, err := loadConfig(root, path)
 	require.NoError(t, err)
 	for key := range knownKeys(root) {
-		if key == "reconcile.checks" {
+		switch key {
+		case "reconcile.checks":
 			require.NotEmpty(t, cf.checks, "ferry.example.yaml shows a reconcile check")
+			continue
+		case "reconcile.effects":
+			require.NotEmpty(t, cf.effects, "ferry.example.yaml shows a reconcile effect")
 			continue
 		}
 		require.Contains(t, cf.values, key, "ferry.example.yaml documents %s", key)
 	}
-	for _, c := range []string{"relay", "status", "reconcile", "purge", "migrate"} {
-		code, out, errOut := ferryCLI(t, c, "--config", path, "--print-config")
+	for _, c := range []string{"relay", "status", "reconcile", "purge", "migrate", "conflicts list", "conflicts show 1"} {
+		code, out, errOut := ferryCLI(t, append(strings.Fields(c), "--config", path, "--print-config")...)
 		require.Equal(t, exitOK, code, "%s: %s", c, errOut)
 		require.NotContains(t, out, " default\n", "%s: every setting comes from the file", c)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -34,14 +35,21 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// table writes aligned columns; rows are tab-separated.
+// table writes aligned columns; rows are tab-separated. Lines carry no
+// trailing blanks when their last columns are empty.
 func table(w io.Writer, indent string, header string, rows []string) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, indent+header)
 	for _, r := range rows {
 		fmt.Fprintln(tw, indent+r)
 	}
 	tw.Flush()
+	for _, line := range strings.SplitAfter(b.String(), "\n") {
+		if line != "" {
+			fmt.Fprintln(w, strings.TrimRight(line, " \n"))
+		}
+	}
 }
 
 // human formats an age for people: milliseconds under a second, tenths

@@ -7,20 +7,25 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ferrydev/ferry"
 )
 
 type purgeFlags struct {
-	olderThan  time.Duration
-	batch      int
-	maxBatches int
-	pause      time.Duration
-	discarded  bool
-	json       bool
+	olderThan    time.Duration
+	batch        int
+	maxBatches   int
+	pause        time.Duration
+	discarded    bool
+	markers      bool
+	replayWindow time.Duration
+	inbox        inboxTables
+	json         bool
 }
 
 // purgeTarget is one kind of row retention deletes. Each deletes only rows
-// in a final state (SENT, DISCARDED), never a pending one, at most limit
-// per call. The consumer inbox adds its processed markers here.
+// in a final state (SENT, DISCARDED) or markers older than the replay
+// window, never a pending event, at most limit per call.
 type purgeTarget struct {
 	name string
 	run  func(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
@@ -30,7 +35,7 @@ func newPurge(g *globals) *cobra.Command {
 	f := &purgeFlags{}
 	cmd := &cobra.Command{
 		Use:   "purge",
-		Short: "Delete SENT events older than --older-than, in bounded batches",
+		Short: "Delete SENT events (or, with --markers, inbox markers) older than --older-than, in bounded batches",
 		Long: `Deletes SENT events sent more than --older-than ago, --batch rows per
 statement, so that no statement holds many row locks for long; with
 --discarded, DISCARDED events discarded that long ago too. NEW, SENDING and DEAD
@@ -38,7 +43,16 @@ events are never deleted, however old.
 
 The relay can do the same continuously (--retention); this command is for a
 cron job or a one-off clean-up. Keep --older-than longer than the broker's
-duplicate window and than reconcile's --window.`,
+duplicate window and than reconcile's --window.
+
+With --markers, it deletes a consumer database's inbox markers instead
+(--database-url is then the consumer's database, --marker-table its marker
+table), for every consumer in that table. A marker is what makes a redelivered
+event a duplicate: once it is gone, the same event delivered again is applied
+again. So --older-than must be at least --replay-window (168h, like the
+library's InboxConfig.ReplayWindow; set it to the longest time after which any
+of your consumers may see an event again: broker redelivery, a stream replay,
+a DEAD event retried), and the command refuses anything shorter.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runPurge(cmd, g, f) },
 	}
@@ -51,6 +65,11 @@ duplicate window and than reconcile's --window.`,
 	fl.DurationVar(&f.pause, "pause", 0, "wait between statements, to spare a busy database")
 	bindEnv(fl, "pause", "FERRY_PURGE_PAUSE")
 	fl.BoolVar(&f.discarded, "discarded", false, "also delete DISCARDED events discarded longer ago than --older-than")
+	fl.BoolVar(&f.markers, "markers", false, "delete inbox markers of the consumer database at --database-url instead of events")
+	fl.DurationVar(&f.replayWindow, "replay-window", ferry.DefaultReplayWindow,
+		"with --markers: the longest time after which an event may be delivered again; --older-than may not be shorter")
+	bindShared(fl, "replay-window", "FERRY_REPLAY_WINDOW", "inbox.replay_window")
+	f.inbox.flags(fl, true)
 	fl.BoolVar(&f.json, "json", false, "print JSON")
 	return cmd
 }
@@ -64,15 +83,39 @@ func runPurge(cmd *cobra.Command, g *globals, f *purgeFlags) error {
 		return usageError{fmt.Errorf("--batch must be within 1..100000")}
 	case f.maxBatches < 0 || f.pause < 0:
 		return usageError{fmt.Errorf("--max-batches and --pause must not be negative")}
+	case f.markers && f.discarded:
+		return usageError{fmt.Errorf("--markers and --discarded purge different databases: run them separately")}
+	case f.markers && f.replayWindow <= 0:
+		return usageError{fmt.Errorf("--replay-window must be positive")}
+	case f.markers && f.olderThan < f.replayWindow:
+		// Inbox.PurgeMarkers refuses the same, for the same reason.
+		return usageError{fmt.Errorf("--older-than %s is shorter than the replay window %s: an event delivered again "+
+			"after its marker is gone would be applied again (raise --older-than, or --replay-window if your "+
+			"consumers truly never see an event again after that long)", f.olderThan, f.replayWindow)}
 	}
-	a, err := openAdmin(ctx, g)
-	if err != nil {
-		return err
-	}
-	defer a.Close()
-	targets := []purgeTarget{{"sent", a.PurgeSent}}
-	if f.discarded {
-		targets = append(targets, purgeTarget{"discarded", a.PurgeDiscarded})
+	var (
+		table   string
+		targets []purgeTarget
+	)
+	if f.markers {
+		s, err := f.inbox.open(cmd, g)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		table = f.inbox.markers
+		targets = []purgeTarget{{"markers", s.PurgeMarkers}}
+	} else {
+		a, err := openAdmin(ctx, g)
+		if err != nil {
+			return err
+		}
+		defer a.Close()
+		table = a.Table()
+		targets = []purgeTarget{{"sent", a.PurgeSent}}
+		if f.discarded {
+			targets = append(targets, purgeTarget{"discarded", a.PurgeDiscarded})
+		}
 	}
 	type result struct {
 		Kind       string `json:"kind"`
@@ -113,15 +156,19 @@ func runPurge(cmd *cobra.Command, g *globals, f *purgeFlags) error {
 			Table            string   `json:"table"`
 			OlderThanSeconds float64  `json:"older_than_seconds"`
 			Results          []result `json:"results"`
-		}{a.Table(), f.olderThan.Seconds(), results})
+		}{table, f.olderThan.Seconds(), results})
 	}
 	for _, r := range results {
 		left := ""
 		if !r.Complete {
 			left = " (stopped at --max-batches; more may be left)"
 		}
-		fmt.Fprintf(out, "%s: deleted %d %s events older than %s in %d statements%s\n",
-			a.Table(), r.Deleted, strings.ToUpper(r.Kind), f.olderThan, r.Statements, left)
+		what := strings.ToUpper(r.Kind) + " events"
+		if r.Kind == "markers" {
+			what = "inbox markers"
+		}
+		fmt.Fprintf(out, "%s: deleted %d %s older than %s in %d statements%s\n",
+			table, r.Deleted, what, f.olderThan, r.Statements, left)
 	}
 	return nil
 }

@@ -2,17 +2,19 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
 type reconcileFlags struct {
 	window, grace, pendingOlderThan time.Duration
-	limit                           int
+	limit, batch, scanLimit         int
 	json                            bool
 }
 
@@ -20,7 +22,7 @@ func newReconcile(g *globals) *cobra.Command {
 	f := &reconcileFlags{}
 	cmd := &cobra.Command{
 		Use:   "reconcile",
-		Short: "Find business rows committed without their event, and events pending too long",
+		Short: "Find business rows without their event, SENT events without their effect, and events pending too long",
 		Long: `Checks what compensation alone can miss:
 
   missing events   for each check in the config file's reconcile.checks, the
@@ -29,6 +31,12 @@ func newReconcile(g *globals) *cobra.Command {
                    type whose aggregate id is the row's key: a change that
                    committed without its event (a code path that skipped the
                    outbox, a hand-written fix, a restored backup);
+  missing effects  for each mapping in reconcile.effects, the SENT events of
+                   a type, sent older_than ago (and within --window), for
+                   which the consumer's inbox has no marker under the
+                   event's business key: an event the broker took that the
+                   consumer never applied (parked as poison or conflicting,
+                   lost to a misrouted queue, a consumer not deployed);
   stuck events     NEW or SENDING events created longer than
                    --pending-older-than ago (0 skips this check).
 
@@ -48,8 +56,34 @@ The business table must be in the outbox's database. Names are validated and
 quoted. Keep --window shorter than the relay's --retention, or rows whose SENT
 events were purged are reported as missing.
 
-SENT means the broker took the event, never that a consumer applied it: this
-command does not check downstream effects.
+An effect mapping names the consumer, its database, the event type and the
+business key the consumer records, built from the event like the consumer
+builds it:
+
+  reconcile:
+    effects:
+      - name: points-awarded
+        consumer: points-award
+        inbox_database_url_env: POINTS_DATABASE_URL   # or inbox_database_url: mysql://...
+        marker_table: consumed_operation
+        event_type: OrderPaid
+        aggregate_type: order
+        key: "order:{aggregate_id}:paid"
+        older_than: 5m
+
+Key placeholders: {event_id}, {aggregate_type}, {aggregate_id},
+{aggregate_seq}, {event_type}, {destination}, {payload.member} (nested:
+{payload.order.id}; numbers as written in the payload), {header.Name}; {{ and
+}} are literal braces. The outbox and the consumer's database may differ, even
+in dialect: each page of --batch SENT events is read from the outbox, then
+their keys are looked up in the inbox, one query each; nothing is joined. At
+most --scan-limit events are read per mapping. --window may not exceed the
+inbox's replay window (inbox.replay_window, 168h): markers younger than it
+are never purged, so a missing one is a finding, not retention.
+
+SENT means the broker took the event, never that a consumer applied it: only
+an effect mapping checks the consumer's side, and only for the consumers it
+names.
 
 Exit code 4 when anything is found.`,
 		Args: cobra.NoArgs,
@@ -64,6 +98,11 @@ Exit code 4 when anything is found.`,
 	bindEnv(fl, "pending-older-than", "FERRY_RECONCILE_PENDING_OLDER_THAN")
 	fl.IntVar(&f.limit, "limit", 100, fmt.Sprintf("most findings listed per check (at most %d)", ferrystore.MaxListLimit))
 	bindEnv(fl, "limit", "FERRY_RECONCILE_LIMIT")
+	fl.IntVar(&f.batch, "batch", 500, fmt.Sprintf("effects: SENT events read per page, and keys looked up per inbox query (at most %d)",
+		ferrystore.MaxListLimit))
+	bindEnv(fl, "batch", "FERRY_RECONCILE_BATCH")
+	fl.IntVar(&f.scanLimit, "scan-limit", 100000, "effects: most SENT events read per mapping in one run (0: no bound)")
+	bindEnv(fl, "scan-limit", "FERRY_RECONCILE_SCAN_LIMIT")
 	fl.BoolVar(&f.json, "json", false, "print JSON")
 	return cmd
 }
@@ -80,9 +119,10 @@ type checkJSON struct {
 }
 
 type reconcileReport struct {
-	Table   string      `json:"table"`
-	Dialect string      `json:"dialect"`
-	Checks  []checkJSON `json:"checks"`
+	Table   string       `json:"table"`
+	Dialect string       `json:"dialect"`
+	Checks  []checkJSON  `json:"checks"`
+	Effects []effectJSON `json:"effects"`
 	Stuck   *struct {
 		OlderThanSeconds float64     `json:"older_than_seconds"`
 		Events           []eventJSON `json:"events"`
@@ -93,19 +133,30 @@ type reconcileReport struct {
 
 func runReconcile(cmd *cobra.Command, g *globals, f *reconcileFlags) error {
 	ctx := cmd.Context()
-	var checks []reconcileCheck
+	var (
+		checks  []reconcileCheck
+		effects []reconcileEffect
+	)
 	if g.file != nil {
-		checks = g.file.checks
+		checks, effects = g.file.checks, g.file.effects
 	}
 	switch {
 	case f.limit < 1 || f.limit >= ferrystore.MaxListLimit:
 		return usageError{fmt.Errorf("--limit must be within 1..%d", ferrystore.MaxListLimit-1)}
 	case f.pendingOlderThan < 0:
 		return usageError{fmt.Errorf("--pending-older-than must not be negative")}
-	case len(checks) == 0 && f.pendingOlderThan == 0:
-		return usageError{fmt.Errorf("nothing to check: add reconcile.checks to the config file (--config), or set --pending-older-than")}
+	case len(checks) == 0 && len(effects) == 0 && f.pendingOlderThan == 0:
+		return usageError{fmt.Errorf("nothing to check: add reconcile.checks or reconcile.effects to the config file (--config), " +
+			"or set --pending-older-than")}
 	case len(checks) > 0 && (f.window <= 0 || f.grace < 0 || f.grace >= f.window):
 		return usageError{fmt.Errorf("--grace %s must be within 0..--window (%s)", f.grace, f.window)}
+	case f.batch < 1 || f.batch > ferrystore.MaxListLimit:
+		return usageError{fmt.Errorf("--batch must be within 1..%d", ferrystore.MaxListLimit)}
+	case f.scanLimit < 0:
+		return usageError{fmt.Errorf("--scan-limit must not be negative")}
+	}
+	if err := checkEffectWindow(g, effects, f.window); err != nil {
+		return err
 	}
 	if len(checks) > 0 {
 		if v := g.fileSetting("relay.retention", "FERRY_RETENTION"); v != "" {
@@ -120,7 +171,7 @@ func runReconcile(cmd *cobra.Command, g *globals, f *reconcileFlags) error {
 		return err
 	}
 	defer a.Close()
-	rep := reconcileReport{Table: a.Table(), Dialect: a.Dialect(), Checks: []checkJSON{}}
+	rep := reconcileReport{Table: a.Table(), Dialect: a.Dialect(), Checks: []checkJSON{}, Effects: []effectJSON{}}
 	for _, c := range checks {
 		found, err := a.MissingEvents(ctx, ferrystore.MissingEventsQuery{Table: c.Table, KeyColumn: c.KeyColumn,
 			TimeColumn: c.TimeColumn, AggregateType: c.AggregateType, EventType: c.EventType,
@@ -137,6 +188,15 @@ func runReconcile(cmd *cobra.Command, g *globals, f *reconcileFlags) error {
 		}
 		rep.Findings += len(cj.Missing)
 		rep.Checks = append(rep.Checks, cj)
+	}
+	if len(effects) > 0 {
+		if rep.Effects, err = runEffects(ctx, a, effects, effectScan{window: f.window, batch: f.batch,
+			scanLimit: f.scanLimit, limit: f.limit}); err != nil {
+			return err
+		}
+		for _, e := range rep.Effects {
+			rep.Findings += len(e.Missing)
+		}
 	}
 	if f.pendingOlderThan > 0 {
 		rows, err := a.List(ctx, ferrystore.Filter{Statuses: []ferrytype.Status{ferrytype.StatusNew, ferrytype.StatusSending},
@@ -181,6 +241,9 @@ func runReconcile(cmd *cobra.Command, g *globals, f *reconcileFlags) error {
 				table(out, "  ", "KEY\t"+c.TimeColumn, rows)
 			}
 		}
+		for _, e := range rep.Effects {
+			printEffect(out, &e, f)
+		}
 		if s := rep.Stuck; s != nil {
 			more := ""
 			if s.More {
@@ -206,4 +269,60 @@ func runReconcile(cmd *cobra.Command, g *globals, f *reconcileFlags) error {
 		return exitError{exitFindings, fmt.Errorf("reconcile: %d findings", rep.Findings)}
 	}
 	return nil
+}
+
+// checkEffectWindow refuses a --window longer than the inbox's replay
+// window when effects are checked: markers are kept at least that long
+// (ferry purge --markers refuses less), so within it a missing marker is a
+// finding, never retention.
+func checkEffectWindow(g *globals, effects []reconcileEffect, window time.Duration) error {
+	if len(effects) == 0 {
+		return nil
+	}
+	replay := ferry.DefaultReplayWindow
+	if v := g.fileSetting("inbox.replay_window", "FERRY_REPLAY_WINDOW"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return usageError{fmt.Errorf("inbox.replay_window %q: want a positive duration", v)}
+		}
+		replay = d
+	}
+	if window > replay {
+		return usageError{fmt.Errorf("--window %s is longer than the inbox's replay window %s: markers older than that "+
+			"may have been purged, and their events would be reported without effect", window, replay)}
+	}
+	for _, e := range effects {
+		if e.OlderThan >= window {
+			return usageError{fmt.Errorf("reconcile effect %s: older_than %s must be shorter than --window %s", e.Name, e.OlderThan, window)}
+		}
+	}
+	return nil
+}
+
+func printEffect(out io.Writer, e *effectJSON, f *reconcileFlags) {
+	agg := ""
+	if e.AggregateType != "" {
+		agg = fmt.Sprintf(" (aggregate type %q)", e.AggregateType)
+	}
+	fmt.Fprintf(out, "\neffect %s: %s events%s sent %s to %s ago, consumer %s in %s, marker key %s\n",
+		e.Name, e.EventType, agg, human(e.OlderThan), human(f.window), e.Consumer, e.InboxDatabase, e.Key)
+	scope := "all of them"
+	if !e.Complete {
+		scope = "stopped there"
+		if !e.More {
+			scope += fmt.Sprintf(" (--scan-limit %d)", f.scanLimit)
+		}
+	}
+	more := ""
+	if e.More {
+		more = fmt.Sprintf(", first %d shown", f.limit)
+	}
+	fmt.Fprintf(out, "  read %d SENT events (%s): %d without the consumer's marker%s\n", e.Scanned, scope, len(e.Missing), more)
+	if len(e.Missing) > 0 {
+		rows := make([]string, len(e.Missing))
+		for i, m := range e.Missing {
+			rows[i] = fmt.Sprintf("%s\t%s\t%s\t%s", m.EventID, orDash(m.Key), m.SentAt.UTC().Format(time.RFC3339), m.Problem)
+		}
+		table(out, "  ", "EVENT\tKEY\tSENT\tPROBLEM", rows)
+	}
 }
