@@ -51,6 +51,10 @@ type InboxStore interface {
 	// changes no business data. ferrytype.ErrNotFound when the conflict
 	// does not exist or is already resolved.
 	ResolveConflict(ctx context.Context, id int64, r Resolution) error
+	// OpenConflicts counts the open conflicts of each consumer that has
+	// any. It reads the conflicts' (status, id) index and each open row:
+	// its cost grows with the open conflicts, never with resolved ones.
+	OpenConflicts(ctx context.Context) (map[string]int64, error)
 	// MarkerCount counts the markers of consumer, all consumers when empty.
 	MarkerCount(ctx context.Context, consumer string) (int64, error)
 	// ExistingMarkers returns the keys among keys (at most MaxListLimit)

@@ -230,3 +230,13 @@ func (s *Inbox) ExistingMarkers(ctx context.Context, consumer string, keys []str
 	}
 	return sqlutil.ScanKeys(rows)
 }
+
+// OpenConflicts counts open conflicts by consumer, through the (status, id)
+// index.
+func (s *Inbox) OpenConflicts(ctx context.Context) (map[string]int64, error) {
+	rows, err := ferrystore.SQL(s.db).Query(ctx, "SELECT consumer_name, COUNT(*) FROM "+s.c+" WHERE status = 'OPEN' GROUP BY consumer_name")
+	if err != nil {
+		return nil, fmt.Errorf("count open conflicts: %w", err)
+	}
+	return sqlutil.ScanCounts(rows)
+}

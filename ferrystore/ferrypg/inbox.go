@@ -300,3 +300,13 @@ func (s *inboxCore) ExistingMarkers(ctx context.Context, consumer string, keys [
 	}
 	return sqlutil.ScanKeys(rows)
 }
+
+// OpenConflicts counts open conflicts by consumer, through the (status, id)
+// index.
+func (s *inboxCore) OpenConflicts(ctx context.Context) (map[string]int64, error) {
+	rows, err := s.c.Query(ctx, "SELECT consumer_name, COUNT(*) FROM "+s.cf+" WHERE status = 'OPEN' GROUP BY consumer_name")
+	if err != nil {
+		return nil, fmt.Errorf("count open conflicts: %w", err)
+	}
+	return sqlutil.ScanCounts(rows)
+}

@@ -153,3 +153,20 @@ func ScanKeys(rows ferrystore.Rows) (map[string]bool, error) {
 	}
 	return out, rows.Err()
 }
+
+// ScanCounts reads (name, count) rows into a map and closes them.
+func ScanCounts(rows ferrystore.Rows) (map[string]int64, error) {
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var (
+			k string
+			n int64
+		)
+		if err := rows.Scan(&k, &n); err != nil {
+			return nil, fmt.Errorf("scan count: %w", err)
+		}
+		out[k] = n
+	}
+	return out, rows.Err()
+}
