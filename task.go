@@ -56,6 +56,12 @@ type TaskWorkerConfig struct {
 // outbox table of tasks) with handlers, by task type, instead of
 // publishing them. Start, Stop, Drain and Stats work as for any relay. A
 // task of a type without handler is DEAD at once.
+//
+// The relay hooks in cfg.Hooks see tasks as they see events, with the task
+// table as the table: a done task is sent, a failed execution a rejected
+// publish followed by a retry, a task given up DEAD (ferryprom.Metrics
+// counts them). To time each execution by task type, wrap the handlers
+// (ferryprom.ConsumerMetrics.Tasks).
 func NewTaskWorker(store ferrystore.Store, handlers map[string]TaskHandler, cfg *TaskWorkerConfig) (*Relay, error) {
 	if len(handlers) == 0 {
 		return nil, fmt.Errorf("%w: NewTaskWorker needs handlers", ErrInvalidConfig)

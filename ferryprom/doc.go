@@ -1,8 +1,10 @@
 // Package ferryprom exports ferry's metrics to Prometheus. It is a plugin:
-// the core never imports Prometheus; Metrics attaches to relays through
-// the hook interfaces of package ferry, and OutboxCollector reads the
-// outbox tables through their stores. Both register with the
-// prometheus.Registerer they are given, never with the global one.
+// the core never imports Prometheus; Metrics attaches to relays and
+// ConsumerMetrics to inboxes through the hook interfaces of package ferry,
+// ConsumerMetrics also wraps broker and task handlers, and OutboxCollector
+// and ConflictCollector read the outbox and conflict tables through their
+// stores. Each registers with the prometheus.Registerer it is given, never
+// with the global one.
 //
 // # Relay metrics (Metrics, from the relay's hooks)
 //
@@ -33,6 +35,36 @@
 //	ferry_outbox_last_poll_timestamp_seconds              gauge    time of the last successful poll
 //	ferry_outbox_poll_errors_total                        counter  failed polls
 //
+// # Consumer metrics (ConsumerMetrics: inbox hook, handler and task wrappers)
+//
+// Inbox and handler series have the label consumer (the inbox's consumer
+// name); task series the label type (the task type).
+//
+//	ferry_inbox_operations_total{outcome}             counter    operations by outcome: applied, duplicate, conflict, stale
+//	ferry_inbox_operation_duration_seconds{outcome}   histogram  Inbox.Process of operations that reached an outcome
+//	ferry_consumer_deliveries_total{result}           counter    handler calls by result: ok, transient, poison, canceled
+//	ferry_consumer_handle_duration_seconds{result}    histogram  one handler call
+//	ferry_consumer_in_flight_deliveries               gauge      handler calls running now
+//	ferry_task_executions_total{result}               counter    task handler executions by result: ok, transient, poison, canceled
+//	ferry_task_duration_seconds{result}               histogram  one task handler execution
+//
+// # Open conflicts (ConflictCollector, from a consumer's database)
+//
+//	ferry_inbox_open_conflicts{consumer}               gauge    open conflicts: they wait for a person
+//	ferry_inbox_conflicts_up                           gauge    1 if the last poll succeeded
+//	ferry_inbox_conflicts_last_poll_timestamp_seconds  gauge    time of the last successful poll
+//	ferry_inbox_conflicts_poll_errors_total            counter  failed polls
+//
+// A conflict is the outcome that needs a person: the inbox recorded it and
+// the delivery was parked (ferry conflicts list shows it). The counter
+// says when conflicts happen; the open-conflicts gauge stays up until each
+// is resolved, which is what an alert wants. An operation
+// that ended in an error was rolled back and has no outcome; the wrapped
+// handler counts it as transient. Tasks also run through a relay (a task
+// worker is one), so Metrics in the worker's RelayConfig.Hooks counts them
+// by task table like events, and OutboxCollector on the task table gives
+// the age of the oldest pending task.
+//
 // The age of the oldest pending event is the one number that says whether
 // the outbox keeps its promise: it grows when the broker is down, when the
 // relays are stopped or too slow, when events keep failing, and whatever
@@ -41,9 +73,9 @@
 //
 // # Cost
 //
-// The hooks run on the relay's goroutines; each does a few atomic
-// additions and histogram observations per event and takes no lock once
-// its table was seen. OutboxCollector polls each table every Interval in
+// The hooks run on the relay's (or the consumer's) goroutines; each does a
+// few atomic additions and histogram observations per event and takes no
+// lock once its table, consumer or task type was seen. OutboxCollector polls each table every Interval in
 // the background and a scrape only reads the last snapshot; see its
 // documentation for the query's cost.
 //
@@ -51,8 +83,6 @@
 //
 // Each group of hooks lives in its own file and registers its own
 // families in its constructor: relay.go for the relay's hooks, outbox.go
-// for the tables. Metrics for the consumer side (inbox outcomes, handler
-// latency, task executions) belong in a new file implementing the inbox's
-// hook interfaces the same way, labelled by consumer name instead of
-// table.
+// for the tables, inbox.go for the consumer side (labelled by consumer
+// name instead of table).
 package ferryprom

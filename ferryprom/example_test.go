@@ -46,7 +46,7 @@ func printMetrics(reg prometheus.Gatherer, when string, names ...string) {
 			for _, m := range f.GetMetric() {
 				label := ""
 				for _, l := range m.GetLabel() {
-					if l.GetName() != "table" {
+					if l.GetName() != "table" && l.GetName() != "consumer" {
 						label = fmt.Sprintf("{%s=%q}", l.GetName(), l.GetValue())
 					}
 				}
