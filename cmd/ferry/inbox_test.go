@@ -489,3 +489,19 @@ func TestInboxCommandsOnABadDatabaseURL(t *testing.T) {
 		require.Contains(t, errOut, "invalid identifier")
 	}
 }
+
+// The consumer's database URL of an effect mapping may hold a password: it
+// never appears in an error.
+func TestReconcileEffectHidesTheInboxPassword(t *testing.T) {
+	cfg := writeFile(t, "ferry.yaml", `
+reconcile:
+  effects:
+    - {consumer: points-award, inbox_database_url: "mysql://root:s3cr3tpw@127.0.0.1:1/test?timeout=2s",
+       event_type: OrderPaid, key: "order:{aggregate_id}:paid"}
+`)
+	code, out, errOut := ferryCLI(t, "reconcile", "--config", cfg, "--database-url", "sqlite://"+filepath.Join(t.TempDir(), "x.db"))
+	require.Equal(t, exitFailed, code, errOut)
+	require.Contains(t, errOut, "reconcile effect points-award.OrderPaid")
+	require.Contains(t, errOut, "127.0.0.1:1")
+	require.NotContains(t, out+errOut, "s3cr3tpw")
+}
