@@ -92,15 +92,20 @@
 //
 // The core emits through small hook interfaces (HookEnqueue on the Outbox;
 // HookClaim, HookPublish, HookFenced, HookSweep and HookSettle on the
-// Relay), detected by type assertion, and never imports Prometheus or
-// OpenTelemetry. Package ferryprom implements the relay hooks as
-// Prometheus metrics and exports each table's state, above all the age of
-// its oldest pending event; package ferryotel carries the trace context
-// from the enqueuing transaction, through every publish attempt, to the
-// consumer. Stores also implement ferrystore.Admin, on which the ferry
-// command builds status, dead-event handling (retry with the same id, or
-// discard with an audit trail), reconciliation and retention. The README's
-// Operations section is the runbook.
+// Relay; HookInbox on the Inbox), detected by type assertion, and never
+// imports Prometheus or OpenTelemetry. Package ferryprom implements the
+// relay hooks as Prometheus metrics and exports each table's state, above
+// all the age of its oldest pending event, and on the consumer side the
+// inbox outcomes, handler and task results, and the open conflicts;
+// package ferryotel carries the trace context from the enqueuing
+// transaction, through every publish attempt, to the consumer. Stores also
+// implement ferrystore.Admin, on which the ferry command builds status,
+// dead-event handling (retry with the same id, or discard with an audit
+// trail), reconciliation and retention; on a consumer's inbox tables it
+// lists conflicts and records a person's decision on them (a record only:
+// nothing is applied), checks that SENT events had their downstream effect
+// (a marker under their business key), and purges markers no sooner than
+// the replay window. The README's Operations section is the runbook.
 //
 // # Testing
 //
