@@ -364,21 +364,21 @@ func checkEffect(ctx context.Context, a ferrystore.Admin, inbox ferrystore.Inbox
 		res.Scanned += len(rows)
 		keys := make([]string, 0, len(rows))
 		built := make([]string, len(rows))
+		unkeyed := make([]error, len(rows))
 		for i, r := range rows {
-			k, err := e.key.build(r)
-			if err != nil {
-				res.add(r, "", "no key: "+err.Error(), sc.limit)
-				continue
+			if built[i], unkeyed[i] = e.key.build(r); unkeyed[i] == nil {
+				keys = append(keys, built[i])
 			}
-			built[i] = k
-			keys = append(keys, k)
 		}
 		found, err := inbox.ExistingMarkers(ctx, e.Consumer, keys)
 		if err != nil {
 			return res, fmt.Errorf("reconcile effect %s: look up markers of %s: %w", e.Name, e.Consumer, err)
 		}
-		for i, r := range rows {
-			if built[i] != "" && !found[built[i]] {
+		for i, r := range rows { // in the outbox's order
+			switch {
+			case unkeyed[i] != nil:
+				res.add(r, "", "no key: "+unkeyed[i].Error(), sc.limit)
+			case !found[built[i]]:
 				res.add(r, built[i], "no marker", sc.limit)
 			}
 		}
