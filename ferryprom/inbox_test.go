@@ -272,6 +272,8 @@ func TestConflictCollectorKeepsOpenConflictsUntilResolved(t *testing.T) {
 			waitFor(t, 10*time.Second, func() bool { return open("points-award") == 0 && open("sms") == 0 },
 				func() string { return "the configured consumers at 0" })
 			require.Equal(t, 1.0, value(t, b.reg, "ferry_inbox_conflicts_up"))
+			require.InDelta(t, float64(time.Now().Unix()), value(t, b.reg, "ferry_inbox_conflicts_last_poll_timestamp_seconds"), 60)
+			require.Zero(t, value(t, b.reg, "ferry_inbox_conflicts_poll_errors_total"))
 
 			in, err := ferry.NewInbox(b.store, &ferry.InboxConfig{Consumer: "points-award", Hooks: []ferry.Hook{b.m}})
 			require.NoError(t, err)
