@@ -1,14 +1,24 @@
 package testsvc
 
 import (
+	"context"
+	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
+
+// EnvRabbitMQCtl names the rabbitmqctl command tests use to stop and start
+// the RabbitMQ application; default "rabbitmqctl".
+const EnvRabbitMQCtl = "FERRY_TEST_RABBITMQCTL"
 
 // Tests that stop or restart a shared service must not run while another
 // test package uses it (go test runs packages in parallel processes). A
@@ -31,14 +41,53 @@ func lockService(t testing.TB, name string, how int) {
 	})
 }
 
+// disruptors holds the names of the tests of this process that hold the
+// exclusive RabbitMQ lock: they and their subtests use the server without
+// taking the shared lock (which would wait for their own exclusive one).
+var (
+	disruptMu  sync.Mutex
+	disruptors = map[string]bool{}
+)
+
+func disrupting(t testing.TB) bool {
+	disruptMu.Lock()
+	defer disruptMu.Unlock()
+	for name := t.Name(); ; {
+		if disruptors[name] {
+			return true
+		}
+		i := strings.LastIndex(name, "/")
+		if i < 0 {
+			return false
+		}
+		name = name[:i]
+	}
+}
+
 // UseRabbitMQ declares that the test uses the shared RabbitMQ server: a
 // test of another package that restarts it waits until this one ends.
-func UseRabbitMQ(t testing.TB) { lockService(t, "rabbitmq", syscall.LOCK_SH) }
+func UseRabbitMQ(t testing.TB) {
+	if disrupting(t) {
+		return
+	}
+	lockService(t, "rabbitmq", syscall.LOCK_SH)
+}
 
-// DisruptRabbitMQ declares that the test stops or restarts RabbitMQ: it
-// waits until no other test uses the server, and keeps them out until it
-// ends.
-func DisruptRabbitMQ(t testing.TB) { lockService(t, "rabbitmq", syscall.LOCK_EX) }
+// DisruptRabbitMQ declares that the test stops or restarts RabbitMQ, or
+// sets an alarm on it: it waits until no other test uses the server, and
+// keeps them out until it ends. Call it before anything else touches
+// RabbitMQ in the test.
+func DisruptRabbitMQ(t testing.TB) {
+	lockService(t, "rabbitmq", syscall.LOCK_EX)
+	disruptMu.Lock()
+	disruptors[t.Name()] = true
+	disruptMu.Unlock()
+	t.Cleanup(func() {
+		disruptMu.Lock()
+		delete(disruptors, t.Name())
+		disruptMu.Unlock()
+	})
+}
 
 // RabbitMQ returns a connection to the test RabbitMQ server, closed when
 // the test ends, and marks the test as using the server (UseRabbitMQ).
@@ -51,4 +100,182 @@ func RabbitMQ(t testing.TB) *amqp.Connection {
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn
+}
+
+// RabbitQueue is a fresh durable queue bound to amq.topic.
+type RabbitQueue struct {
+	Name       string
+	RoutingKey string // bound to the queue on amq.topic
+}
+
+// RabbitMQQueue declares a fresh durable queue of type typ ("quorum" or
+// "classic") with extra arguments args, bound to amq.topic with a fresh
+// routing key, and deletes it when the test ends.
+func RabbitMQQueue(t testing.TB, conn *amqp.Connection, typ string, args amqp.Table) RabbitQueue {
+	t.Helper()
+	q := RabbitQueue{Name: Name("ferry_q_"), RoutingKey: Name("ferry.rk.")}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("open channel: %v", err)
+	}
+	defer ch.Close()
+	a := amqp.Table{"x-queue-type": typ}
+	for k, v := range args {
+		a[k] = v
+	}
+	if _, err := ch.QueueDeclare(q.Name, true, false, false, false, a); err != nil {
+		t.Fatalf("declare queue %s: %v", q.Name, err)
+	}
+	DeleteRabbitMQQueue(t, q.Name)
+	if err := ch.QueueBind(q.Name, q.RoutingKey, "amq.topic", false, nil); err != nil {
+		t.Fatalf("bind queue %s: %v", q.Name, err)
+	}
+	return q
+}
+
+// DeleteRabbitMQQueue deletes the queue named name when the test ends, on
+// a connection of its own (the test's may be closed by then).
+func DeleteRabbitMQQueue(t testing.TB, name string) {
+	t.Cleanup(func() {
+		deleteRabbit(t, func(ch *amqp.Channel) error { _, err := ch.QueueDelete(name, false, false, false); return err })
+	})
+}
+
+// DeleteRabbitMQExchange deletes the exchange named name when the test
+// ends.
+func DeleteRabbitMQExchange(t testing.TB, name string) {
+	t.Cleanup(func() { deleteRabbit(t, func(ch *amqp.Channel) error { return ch.ExchangeDelete(name, false, false) }) })
+}
+
+func deleteRabbit(t testing.TB, op func(ch *amqp.Channel) error) {
+	conn, err := amqp.DialConfig(URL(EnvAMQP), amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	if err != nil {
+		t.Logf("cleanup: connect to RabbitMQ: %v", err)
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Logf("cleanup: %v", err)
+		return
+	}
+	if err := op(ch); err != nil {
+		t.Logf("cleanup: %v", err)
+	}
+}
+
+// ReadRabbitMQQueue takes every message of queue (basic.get, one at a
+// time, so that none is in flight when the queue reads empty), waiting up
+// to d for at least want of them, and returns them all: it keeps reading
+// until it has want and the queue is empty.
+func ReadRabbitMQQueue(t testing.TB, conn *amqp.Connection, queue string, want int, d time.Duration) []amqp.Delivery {
+	t.Helper()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("open channel: %v", err)
+	}
+	defer ch.Close()
+	deadline := time.Now().Add(d)
+	var out []amqp.Delivery
+	for {
+		m, ok, err := ch.Get(queue, true)
+		if err != nil {
+			t.Fatalf("get from %s: %v", queue, err)
+		}
+		if ok {
+			out = append(out, m)
+			continue
+		}
+		if len(out) >= want {
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("read %d of %d messages from %s within %s", len(out), want, queue, d)
+		}
+		time.Sleep(20 * time.Millisecond) // the queue is empty: poll
+	}
+}
+
+// RabbitMQCtl runs rabbitmqctl with args and returns its output. It skips
+// (or fails) the test when rabbitmqctl is not available.
+func RabbitMQCtl(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := rabbitmqctl(args...)
+	if err != nil {
+		if _, lerr := exec.LookPath(rabbitmqctlPath()); lerr != nil {
+			Unavailable(t, "rabbitmqctl", lerr)
+		}
+		t.Fatalf("rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func rabbitmqctlPath() string {
+	if v := os.Getenv(EnvRabbitMQCtl); v != "" {
+		return v
+	}
+	return "rabbitmqctl"
+}
+
+func rabbitmqctl(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, rabbitmqctlPath(), args...).CombinedOutput()
+	return string(out), err
+}
+
+// StopRabbitMQ stops the RabbitMQ application (rabbitmqctl stop_app): every
+// connection closes and the port stops answering. The test must hold
+// DisruptRabbitMQ. Whatever happens next, the application is started again
+// when the test ends.
+func StopRabbitMQ(t testing.TB) {
+	t.Helper()
+	if !disrupting(t) {
+		t.Fatal("StopRabbitMQ needs DisruptRabbitMQ first")
+	}
+	t.Cleanup(func() {
+		if out, err := rabbitmqctl("start_app"); err != nil {
+			t.Errorf("cleanup: rabbitmqctl start_app: %v\n%s", err, out)
+			return
+		}
+		if err := waitRabbitMQ(2 * time.Minute); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	RabbitMQCtl(t, "stop_app")
+}
+
+// StartRabbitMQ starts the RabbitMQ application again and waits until it
+// accepts AMQP connections.
+func StartRabbitMQ(t testing.TB) {
+	t.Helper()
+	RabbitMQCtl(t, "start_app")
+	if err := waitRabbitMQ(2 * time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitRabbitMQ waits until an AMQP connection to the test server opens.
+func waitRabbitMQ(d time.Duration) error {
+	deadline := time.Now().Add(d)
+	u, err := amqp.ParseURI(URL(EnvAMQP))
+	if err != nil {
+		return err
+	}
+	addr := net.JoinHostPort(u.Host, fmt.Sprint(u.Port))
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			conn, err := amqp.DialConfig(URL(EnvAMQP), amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+			if err == nil {
+				conn.Close()
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("RabbitMQ did not accept connections on %s within %s: %v", addr, d, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
