@@ -1,0 +1,2 @@
+// Package ferryamqp publishes outbox events to RabbitMQ and consumes them.
+package ferryamqp

@@ -1,0 +1,370 @@
+package ferryamqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+// Publisher publishes outbox events to RabbitMQ with publisher confirms.
+// It implements ferrybroker.Publisher and ferrybroker.Checker. It is safe
+// for concurrent use; each Publish call goes to one of Config.Channels
+// channels, the least busy.
+type Publisher struct {
+	cfg       Config
+	log       *slog.Logger
+	link      *link[*pubSession]
+	published atomic.Int64
+}
+
+var (
+	_ ferrybroker.Publisher = (*Publisher)(nil)
+	_ ferrybroker.Checker   = (*Publisher)(nil)
+)
+
+// New returns a publisher on conn, a connection the caller opened and
+// keeps owning: Close leaves it open, and when it closes the publisher
+// reports every later publish unknown without reconnecting (use Dial for
+// that). The topology is declared or checked as cfg says before New
+// returns. conn must not have amqp091-go's automatic recovery enabled.
+func New(ctx context.Context, conn *amqp.Connection, cfg *Config) (*Publisher, error) {
+	p, err := newPublisher(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkBorrowed(conn); err != nil {
+		return nil, fmt.Errorf("ferryamqp.New: %w", err)
+	}
+	if err := p.link.start(ctx, conn, nil); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Dial connects to the RabbitMQ server at url
+// (amqp://user:password@host:5672/vhost, or amqps:// for TLS; see
+// ConnectionConfig.TLS) and returns a publisher that owns the connection:
+// it reconnects with backoff after a loss, declaring or checking the
+// topology again, and closes the connection on Close. Publishes made while
+// the connection is down wait up to Config.ReconnectWait, then end as
+// unknown outcomes, which the relay retries. The first connection must
+// succeed. Errors never contain the password.
+func Dial(ctx context.Context, url string, cfg *Config) (*Publisher, error) {
+	p, err := newPublisher(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := amqp.ParseURI(url); err != nil {
+		return nil, fmt.Errorf("%w: broker URL %s: %v", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(url), err)
+	}
+	if err := p.link.start(ctx, nil, dialer(url, p.cfg.Connection)); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func newPublisher(cfg *Config) (*Publisher, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	p := &Publisher{cfg: c, log: c.Logger}
+	p.link = newLink(c.Logger, c.Connection, p.openSession)
+	return p, nil
+}
+
+// pubSession is the publisher's state on one connection.
+type pubSession struct {
+	p     *Publisher
+	conn  *amqp.Connection
+	block *blockState
+	stop  chan struct{}
+
+	mu    sync.Mutex
+	chans []*pubChannel
+	known map[string]bool // exchanges known to exist
+
+	checkMu sync.Mutex // one exchange check at a time
+}
+
+func (p *Publisher) openSession(ctx context.Context, conn *amqp.Connection) (*pubSession, error) {
+	known, err := setup(ctx, conn, p.cfg.Topology, p.cfg.Declare, p.cfg.Exchange, p.cfg.ExchangeKind, p.log)
+	if err != nil {
+		return nil, err
+	}
+	s := &pubSession{p: p, conn: conn, stop: make(chan struct{}), known: known, chans: make([]*pubChannel, p.cfg.Channels)}
+	s.block = watchBlocked(conn, s.stop, p.log)
+	for i := range s.chans {
+		if s.chans[i], err = s.openChannel(); err != nil {
+			s.close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// done is never closed: the link watches the connection itself, and a
+// closed channel is reopened by pick.
+func (s *pubSession) done() <-chan struct{} { return nil }
+
+func (s *pubSession) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.stop:
+		return
+	default:
+	}
+	close(s.stop)
+	for _, pc := range s.chans {
+		if pc != nil {
+			pc.close()
+		}
+	}
+}
+
+func (s *pubSession) openChannel() (*pubChannel, error) {
+	onPub := func() {
+		n := s.p.published.Add(1)
+		if s.p.cfg.testAfterPublish != nil {
+			s.p.cfg.testAfterPublish(n)
+		}
+	}
+	onClose := func(e *amqp.Error) {
+		if e.Code == amqp.NotFound {
+			// Most likely an exchange deleted since it was checked.
+			s.mu.Lock()
+			s.known = map[string]bool{"": true}
+			s.mu.Unlock()
+		}
+	}
+	return openPubChannel(s.conn, s.p.cfg.Window, s.block, s.p.log, onPub, onClose)
+}
+
+// pick returns the least busy live channel, reopening closed ones.
+func (s *pubSession) pick() (*pubChannel, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.stop:
+		return nil, fmt.Errorf("%w: publisher closed", ErrNotConnected)
+	default:
+	}
+	var best *pubChannel
+	var openErr error
+	for i, pc := range s.chans {
+		if pc == nil || pc.isDead() {
+			npc, err := s.openChannel()
+			if err != nil {
+				openErr = err
+				continue
+			}
+			s.chans[i], pc = npc, npc
+		}
+		if best == nil || pc.load() < best.load() {
+			best = pc
+		}
+	}
+	if best == nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotConnected, openErr)
+	}
+	return best, nil
+}
+
+// exchangeExists reports whether the exchange exists, checking it with a
+// passive declare on a throwaway channel the first time: publishing to a
+// missing exchange would make RabbitMQ close the channel, turning every
+// publish in flight on it into an unknown outcome.
+func (s *pubSession) exchangeExists(name string) (bool, error) {
+	s.mu.Lock()
+	ok := s.known[name]
+	s.mu.Unlock()
+	if ok {
+		return true, nil
+	}
+	s.checkMu.Lock()
+	defer s.checkMu.Unlock()
+	s.mu.Lock()
+	ok = s.known[name]
+	s.mu.Unlock()
+	if ok {
+		return true, nil
+	}
+	ch, err := s.conn.Channel()
+	if err != nil {
+		return false, fmt.Errorf("open channel: %w", err)
+	}
+	err = ch.ExchangeDeclarePassive(name, amqp.ExchangeTopic, true, false, false, false, nil)
+	_ = ch.Close()
+	switch code(err) {
+	case 0:
+		s.mu.Lock()
+		s.known[name] = true
+		s.mu.Unlock()
+		return true, nil
+	case amqp.NotFound:
+		return false, nil
+	}
+	return false, fmt.Errorf("check exchange %s: %w", name, err)
+}
+
+// Publish publishes msgs as persistent, mandatory messages and waits for
+// each one's own confirm. Outcomes:
+//
+//   - confirmed: RabbitMQ acked that very message (basic.ack) and did not
+//     return it.
+//   - returned: RabbitMQ returned it as unroutable (basic.return; it acks
+//     such a message too), or its exchange does not exist.
+//   - rejected: RabbitMQ nacked it on a live channel (basic.nack: e.g. a
+//     quorum queue at its length limit with overflow=reject-publish), or
+//     it breaks an AMQP limit and was never sent.
+//   - unknown: everything else that may have reached RabbitMQ: the
+//     context ended first, the channel or connection closed with the
+//     confirm pending, the connection was down or blocked.
+func (p *Publisher) Publish(ctx context.Context, msgs []ferrytype.Message) []ferrytype.PublishResult {
+	if len(msgs) == 0 {
+		return []ferrytype.PublishResult{}
+	}
+	if err := ctx.Err(); err != nil {
+		return ferrybroker.AllUnknown(len(msgs), fmt.Errorf("not sent: %w", err))
+	}
+	s, err := p.link.current(ctx, p.cfg.ReconnectWait)
+	if err != nil {
+		return ferrybroker.AllUnknown(len(msgs), fmt.Errorf("not sent: %w", err))
+	}
+	j := newJob(ctx, len(msgs))
+	checked := map[string]bool{}
+	for i := range msgs {
+		m := &msgs[i]
+		ex := m.Exchange
+		if ex == "" {
+			ex = p.cfg.Exchange
+		}
+		if err := validate(m, ex); err != nil {
+			j.resolve(i, ferrytype.Rejected(fmt.Errorf("not sent: %w", err)))
+			continue
+		}
+		exists, seen := checked[ex]
+		if !seen {
+			exists, err = s.exchangeExists(ex)
+			if err != nil {
+				j.resolve(i, ferrytype.Unknown(fmt.Errorf("not sent: %w", err)))
+				continue
+			}
+			checked[ex] = exists
+		}
+		if !exists {
+			j.resolve(i, ferrytype.Returned(fmt.Errorf("unroutable: exchange %s does not exist", ex)))
+			continue
+		}
+		j.out[i] = outgoing{exchange: ex, key: m.Route(), pub: publishing(m)}
+	}
+	p.dispatch(s, j)
+	select {
+	case <-j.done:
+	case <-ctx.Done():
+	}
+	return j.finish(fmt.Errorf("waiting for the confirm: %w", ctx.Err()))
+}
+
+func (p *Publisher) dispatch(s *pubSession, j *job) {
+	select {
+	case <-j.done:
+		return // every message already has its outcome
+	default:
+	}
+	for attempt := 0; attempt < 3; attempt++ {
+		pc, err := s.pick()
+		if err != nil {
+			j.failFrom(0, ferrytype.Unknown(fmt.Errorf("not sent: %w", err)))
+			return
+		}
+		if pc.submit(j) {
+			return
+		}
+	}
+	j.failFrom(0, ferrytype.Unknown(errors.New("not sent: RabbitMQ keeps closing the channels")))
+}
+
+func validate(m *ferrytype.Message, exchange string) error {
+	const limit = 255 // AMQP short strings
+	switch {
+	case len(m.Route()) > limit:
+		return fmt.Errorf("routing key is longer than %d bytes", limit)
+	case len(exchange) > limit:
+		return fmt.Errorf("exchange name is longer than %d bytes", limit)
+	case len(m.ID) > limit:
+		return fmt.Errorf("event id is longer than %d bytes", limit)
+	case len(m.Type) > limit:
+		return fmt.Errorf("event type is longer than %d bytes", limit)
+	}
+	for k := range m.Headers {
+		if len(k) > limit {
+			return fmt.Errorf("header name %.20q... is longer than %d bytes", k, limit)
+		}
+	}
+	return nil
+}
+
+// publishing builds the AMQP message of m: persistent, JSON, message_id
+// the event id, type the event type, timestamp its creation, and in the
+// headers the event's own headers (the trace context) overlaid with
+// ferry's metadata headers.
+func publishing(m *ferrytype.Message) amqp.Publishing {
+	h := make(amqp.Table, len(m.Headers)+8)
+	for k, v := range m.Headers {
+		h[k] = v
+	}
+	for _, kv := range ferrybroker.MetadataHeaders(m) {
+		h[kv[0]] = kv[1]
+	}
+	return amqp.Publishing{
+		Headers:      h,
+		ContentType:  "application/json",
+		DeliveryMode: amqp.Persistent,
+		MessageId:    m.ID,
+		Type:         m.Type,
+		Timestamp:    m.CreatedAt,
+		AppId:        "ferry",
+		Body:         m.Payload,
+	}
+}
+
+// Check reports whether the publisher is connected and RabbitMQ accepts
+// publishes: it fails while the connection is down or blocked by a
+// resource alarm.
+func (p *Publisher) Check(ctx context.Context) error {
+	s, err := p.link.current(ctx, -1)
+	if err != nil {
+		return err
+	}
+	if blocked, reason := s.block.wait(); blocked != nil {
+		return fmt.Errorf("RabbitMQ blocked the connection (%s): publishes wait until the alarm clears", reason)
+	}
+	ch, err := s.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNotConnected, err)
+	}
+	_ = ch.Close()
+	return nil
+}
+
+// Published returns the number of messages the publisher handed to
+// RabbitMQ since it was created, republished ones included.
+func (p *Publisher) Published() int64 { return p.published.Load() }
+
+// Close closes the publisher's channels, and its connection if Dial opened
+// it. Publishes still waiting for confirms end as unknown. Closing twice
+// is safe.
+func (p *Publisher) Close() error {
+	p.link.shutdown()
+	return nil
+}

@@ -1,0 +1,264 @@
+package ferryamqp_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/testsvc"
+)
+
+// relayBundle is one outbox table on a real database and one fresh
+// quorum queue on the real RabbitMQ, bound to amq.topic.
+type relayBundle struct {
+	ctx context.Context
+	st  testsvc.SQLStore
+	ob  *ferry.Outbox[*sql.Tx]
+	q   testsvc.RabbitQueue
+}
+
+func setupRelay(t testing.TB, kind string) *relayBundle {
+	t.Helper()
+	conn := testsvc.RabbitMQ(t)
+	b := &relayBundle{ctx: testsvc.Context(t, 10*time.Minute), st: testsvc.Store(t, kind)}
+	b.q = testsvc.RabbitMQQueue(t, conn, "quorum", nil)
+	var err error
+	b.ob, err = ferry.NewOutbox(b.st.Driver, nil)
+	require.NoError(t, err)
+	return b
+}
+
+// enqueue writes n events, 100 per transaction, and returns their ids.
+func (b *relayBundle) enqueue(t testing.TB, n int) []string {
+	t.Helper()
+	ids := make([]string, 0, n)
+	for start := 0; start < n; start += 100 {
+		tx, err := b.st.DB.BeginTx(b.ctx, nil)
+		require.NoError(t, err)
+		batch := make([]ferry.Event, 0, 100)
+		for i := start; i < min(start+100, n); i++ {
+			batch = append(batch, ferry.Event{
+				AggregateType: "order", AggregateID: fmt.Sprint(i % 997), Type: "OrderPaid",
+				Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), Destination: b.q.RoutingKey,
+			})
+		}
+		got, err := b.ob.EnqueueTx(b.ctx, tx, batch...)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit())
+		ids = append(ids, got...)
+	}
+	return ids
+}
+
+func (b *relayBundle) publisher(t testing.TB, cfg *ferryamqp.Config) *recordingPublisher {
+	t.Helper()
+	p, err := ferryamqp.Dial(b.ctx, testsvc.URL(testsvc.EnvAMQP), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	return &recordingPublisher{inner: p, outcomes: map[string][]ferrytype.Outcome{}}
+}
+
+func (b *relayBundle) relay(t testing.TB, pub ferrybroker.Publisher, cfg *ferry.RelayConfig) *ferry.Relay {
+	t.Helper()
+	r, err := ferry.NewRelay(b.st.Driver, pub, cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Start(b.ctx))
+	t.Cleanup(func() { _ = r.Stop(context.Background()) })
+	return r
+}
+
+func (b *relayBundle) waitSettled(t testing.TB, d time.Duration) ferrystore.Stats {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		st, err := b.st.Driver.Stats(b.ctx)
+		require.NoError(t, err)
+		if st.New == 0 && st.Sending == 0 {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("events still pending after %s: %+v", d, st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (b *relayBundle) countSent(t testing.TB) int {
+	t.Helper()
+	var n int
+	q := "SELECT COUNT(*) FROM `" + b.st.Driver.Table() + "` WHERE status = 'SENT'"
+	require.NoError(t, b.st.DB.QueryRowContext(b.ctx, q).Scan(&n))
+	return n
+}
+
+// recordingPublisher records every outcome of every event id.
+type recordingPublisher struct {
+	inner    *ferryamqp.Publisher
+	mu       sync.Mutex
+	outcomes map[string][]ferrytype.Outcome
+}
+
+func (p *recordingPublisher) Publish(ctx context.Context, msgs []ferrytype.Message) []ferrytype.PublishResult {
+	res := p.inner.Publish(ctx, msgs)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, r := range res {
+		p.outcomes[msgs[i].ID] = append(p.outcomes[msgs[i].ID], r.Outcome)
+	}
+	return res
+}
+
+func (p *recordingPublisher) Close() error { return p.inner.Close() }
+
+func (p *recordingPublisher) count(o ferrytype.Outcome) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, os := range p.outcomes {
+		for _, x := range os {
+			if x == o {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// readAll reads the whole queue on a connection of its own.
+func readAll(t testing.TB, queue string, want int) map[string]int {
+	t.Helper()
+	conn, err := amqp.Dial(testsvc.URL(testsvc.EnvAMQP))
+	require.NoError(t, err)
+	defer conn.Close()
+	got := map[string]int{}
+	for _, d := range testsvc.ReadRabbitMQQueue(t, conn, queue, want, 2*time.Minute) {
+		got[d.MessageId]++
+	}
+	return got
+}
+
+// Two relays drain 20,000 events from MariaDB into one quorum queue:
+// every event is confirmed once and marked SENT, and the queue holds each
+// exactly once.
+func TestRelayTwoRelaysTwentyThousandToQuorumQueue(t *testing.T) {
+	b := setupRelay(t, "mysql")
+	const total = 20000
+	ids := b.enqueue(t, total)
+	pubs := make([]*recordingPublisher, 2)
+	relays := make([]*ferry.Relay, 2)
+	for i := range relays {
+		pubs[i] = b.publisher(t, nil)
+		relays[i] = b.relay(t, pubs[i], &ferry.RelayConfig{BatchSize: 100, PollInterval: 20 * time.Millisecond})
+	}
+	st := b.waitSettled(t, 5*time.Minute)
+	require.Zero(t, st.Dead)
+	var confirmed int64
+	for i, r := range relays {
+		require.NoError(t, r.Stop(b.ctx))
+		s := r.Stats()
+		confirmed += s.Confirmed
+		require.Zero(t, s.Unknown+s.Returned+s.Rejected+s.Fenced, "no fault, no retry: relay %d: %+v", i, s)
+	}
+	require.Equal(t, int64(total), confirmed)
+	require.Equal(t, total, b.countSent(t))
+	got := readAll(t, b.q.Name, total)
+	require.Len(t, got, total)
+	for _, id := range ids {
+		require.Equal(t, 1, got[id], "event %s", id)
+	}
+}
+
+// RabbitMQ stops (rabbitmqctl stop_app) while two relays publish, and
+// starts again: the relays reconnect and finish; no event is lost, every
+// event is confirmed exactly once, and an event is in the queue twice only
+// if one of its publishes ended unknown.
+func TestRelaySurvivesRabbitMQRestart(t *testing.T) {
+	testsvc.DisruptRabbitMQ(t)
+	b := setupRelay(t, "mysql")
+	const total = 20000
+	ids := b.enqueue(t, total)
+	retry := ferry.ExponentialBackoff{Initial: 50 * time.Millisecond, Max: time.Second, MaxAttempts: 1000}
+	cfg := &ferryamqp.Config{ReconnectWait: 200 * time.Millisecond,
+		Connection: ferryamqp.ConnectionConfig{ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond}}
+	pubs := []*recordingPublisher{b.publisher(t, cfg), b.publisher(t, cfg)}
+	relays := make([]*ferry.Relay, len(pubs))
+	for i := range relays {
+		relays[i] = b.relay(t, pubs[i], &ferry.RelayConfig{BatchSize: 50, PollInterval: 20 * time.Millisecond,
+			PublishTimeout: 5 * time.Second, Retry: retry})
+	}
+	confirmed := func() int64 {
+		var n int64
+		for _, r := range relays {
+			n += r.Stats().Confirmed
+		}
+		return n
+	}
+	waitFor(t, time.Minute, func() bool { return confirmed() >= 1000 })
+	beforeStop := confirmed()
+	testsvc.StopRabbitMQ(t)
+	atStop := confirmed()
+	waitFor(t, time.Minute, func() bool {
+		return pubs[0].count(ferrytype.OutcomeUnknown)+pubs[1].count(ferrytype.OutcomeUnknown) > 0
+	})
+	testsvc.StartRabbitMQ(t)
+	st := b.waitSettled(t, 5*time.Minute)
+	require.Zero(t, st.Dead)
+	require.Equal(t, total, b.countSent(t))
+	require.Less(t, atStop, int64(total), "the restart happened mid-run")
+
+	got := readAll(t, b.q.Name, total)
+	twice := 0
+	for _, id := range ids {
+		require.GreaterOrEqual(t, got[id], 1, "event %s lost", id)
+		var outcomes []ferrytype.Outcome
+		for _, p := range pubs {
+			outcomes = append(outcomes, p.outcomes[id]...)
+		}
+		nConfirmed, nUnknown := 0, 0
+		for _, o := range outcomes {
+			switch o {
+			case ferrytype.OutcomeConfirmed:
+				nConfirmed++
+			case ferrytype.OutcomeUnknown:
+				nUnknown++
+			}
+		}
+		require.Equal(t, 1, nConfirmed, "event %s: outcomes %v", id, outcomes)
+		if got[id] > 1 {
+			twice++
+			require.Positive(t, nUnknown, "event %s stored %d times without an unknown outcome: %v", id, got[id], outcomes)
+		}
+	}
+	var s ferry.RelayStats
+	for _, r := range relays {
+		x := r.Stats()
+		s.Unknown += x.Unknown
+		s.Rejected += x.Rejected
+		s.Returned += x.Returned
+	}
+	t.Logf("confirmed before the stop: %d, when stopped: %d; unknown outcomes %d, rejected %d, returned %d; events stored twice %d",
+		beforeStop, atStop, s.Unknown, s.Rejected, s.Returned, twice)
+}
+
+func waitFor(t testing.TB, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not reached within %s", d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
