@@ -1,0 +1,774 @@
+package ferryamqp
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+// Headers a Consumer sets on a parked copy, next to the original's
+// headers and properties.
+const (
+	// HeaderReason says why the message was parked: the handler's error,
+	// the validation error, or the delivery limit with the last error.
+	HeaderReason = "x-ferry-reason"
+	// HeaderFailedAt is when it was parked (RFC 3339, UTC).
+	HeaderFailedAt = "x-ferry-failed-at"
+	// HeaderOriginalExchange, HeaderOriginalRoutingKey and
+	// HeaderOriginalQueue say where it came from: republish it there once
+	// the cause is fixed.
+	HeaderOriginalExchange   = "x-ferry-original-exchange"
+	HeaderOriginalRoutingKey = "x-ferry-original-routing-key"
+	HeaderOriginalQueue      = "x-ferry-original-queue"
+	// HeaderDeliveryCount is the delivery count when it was parked (0:
+	// unknown).
+	HeaderDeliveryCount = "x-ferry-delivery-count"
+)
+
+// ConsumerConfig configures a Consumer. A nil config uses the defaults;
+// zero fields take the default named in their comment.
+type ConsumerConfig struct {
+	// Concurrency is the number of handlers running at once. Default 4.
+	Concurrency int
+	// Prefetch is how many unacked deliveries RabbitMQ sends ahead
+	// (basic.qos), at least Concurrency. Default 4×Concurrency. Keep it
+	// small: on RabbitMQ 3.x every delivery returned to the queue, also by
+	// a clean stop, counts as a delivery attempt.
+	Prefetch int
+	// MaxDeliveries parks a delivery whose handler failed with a transient
+	// error once its DeliveryCount reached this. Default 10. Quorum queues
+	// count deliveries (x-delivery-count) across consumers and restarts;
+	// on classic queues the count is kept in memory, per message id, and
+	// lost on restart.
+	MaxDeliveries int
+	// RetryDelay is how long a delivery whose handler failed waits before
+	// it is returned to the queue (basic.nack with requeue), doubling with
+	// each delivery up to MaxRetryDelay, with jitter: no hot loop.
+	// Defaults 200ms and 30s. The delivery keeps its prefetch slot while
+	// it waits.
+	RetryDelay, MaxRetryDelay time.Duration
+	// HandlerTimeout bounds one handler call through its context. Default
+	// 0: no bound.
+	HandlerTimeout time.Duration
+	// Queue holds the settings of the consumed queue for Declare (its
+	// Name is ignored: it is the queue the consumer consumes) and names
+	// its parking queue, which must exist: a Consumer never acks a message
+	// it could not handle unless a confirmed copy sits in the parking
+	// queue. Default: a quorum queue, parking queue queue+".parking".
+	Queue Queue
+	// Declare declares the queue and its parking queue (and Topology)
+	// instead of checking that they exist. Default false.
+	Declare bool
+	// Topology lists further topology to declare or check (bindings of
+	// the queue, say).
+	Topology Topology
+	// Validate, when set, checks each delivery before the handler runs; an
+	// error parks the delivery as invalid. A JSON content type (or none)
+	// is always checked to hold valid JSON.
+	Validate func(d *ferrybroker.Delivery) error
+	// ParkTimeout bounds the publish and confirm of a parked copy. Default
+	// 30s.
+	ParkTimeout time.Duration
+	// ShutdownTimeout bounds the stop at the end of Run. Default 30s.
+	ShutdownTimeout time.Duration
+	// Tag is the consumer tag prefix. Default "ferry".
+	Tag string
+	// Connection configures the connection DialConsumer opens.
+	Connection ConnectionConfig
+	// OnSettle, when set, is called after each delivery was settled, with
+	// what was done. It runs on the handler's goroutine: keep it fast.
+	OnSettle func(d *ferrybroker.Delivery, s Settlement)
+	// Logger receives the consumer's logs. Default: discarded.
+	Logger *slog.Logger
+}
+
+// Action is what a Consumer did with a delivery.
+type Action int
+
+// The ways a delivery is settled.
+const (
+	// ActionAcked: the handler returned nil (its effect is committed) and
+	// the ack was sent.
+	ActionAcked Action = iota + 1
+	// ActionRequeued: the handler failed transiently; after a delay the
+	// delivery went back to the queue (basic.nack, requeue).
+	ActionRequeued
+	// ActionParked: a copy went to the parking queue with the reason,
+	// RabbitMQ confirmed it, and then the original was acked.
+	ActionParked
+	// ActionLeft: left unacked (the consumer is stopping, the channel
+	// closed, or the ack could not be sent): RabbitMQ delivers it again.
+	ActionLeft
+)
+
+// String returns the action's name in lower case.
+func (a Action) String() string {
+	switch a {
+	case ActionAcked:
+		return "acked"
+	case ActionRequeued:
+		return "requeued"
+	case ActionParked:
+		return "parked"
+	case ActionLeft:
+		return "left"
+	}
+	return fmt.Sprintf("action(%d)", int(a))
+}
+
+// Settlement reports how one delivery was settled.
+type Settlement struct {
+	Action Action
+	// Err is the handler's (or validation's) error for requeued and parked
+	// deliveries, the broker's error for a left one; nil when acked.
+	Err error
+}
+
+// ConsumerStats counts what a consumer did since it was created.
+type ConsumerStats struct {
+	Received int64 // deliveries handed to a handler or to validation
+	Acked    int64
+	Requeued int64
+	Parked   int64
+	Left     int64
+}
+
+// Consumer consumes one queue with manual acks and runs a Handler for each
+// delivery, acking only after the handler returned nil, on the channel the
+// delivery came on. See the package documentation for the order of work,
+// retries and parking.
+type Consumer struct {
+	queue string
+	h     ferrybroker.Handler
+	cfg   ConsumerConfig
+	park  string // the parking queue
+	log   *slog.Logger
+	link  *link[*consSession]
+	conn  *amqp.Connection                 // borrowed
+	dial  func() (*amqp.Connection, error) // owned
+	sem   chan struct{}
+	fails *failCounts
+
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	stopping chan struct{}
+	hctx     context.Context
+	hcancel  context.CancelFunc
+	inflight sync.WaitGroup
+	timers   map[uint64]*retryTimer
+	timerSeq uint64
+
+	running                                 atomic.Int64
+	received, acked, requeued, parked, left atomic.Int64
+}
+
+// retryTimer is a failed delivery waiting to be requeued.
+type retryTimer struct {
+	t  *time.Timer
+	fd *ferrybroker.Delivery
+}
+
+// NewConsumer returns a consumer of queue on conn, a connection the caller
+// opened and keeps owning: when it closes, the consumer stops consuming
+// and does not reconnect (use DialConsumer for that). Call Start or Run.
+// conn must not have amqp091-go's automatic recovery enabled.
+func NewConsumer(conn *amqp.Connection, queue string, h ferrybroker.Handler, cfg *ConsumerConfig) (*Consumer, error) {
+	if err := checkBorrowed(conn); err != nil {
+		return nil, fmt.Errorf("ferryamqp.NewConsumer: %w", err)
+	}
+	c, err := newConsumer(queue, h, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.conn = conn
+	return c, nil
+}
+
+// DialConsumer returns a consumer of queue that connects to the RabbitMQ
+// server at url when started, and reconnects with backoff after a loss.
+// Deliveries in progress when a connection is lost are never acked on the
+// new one: RabbitMQ redelivers them.
+func DialConsumer(url, queue string, h ferrybroker.Handler, cfg *ConsumerConfig) (*Consumer, error) {
+	c, err := newConsumer(queue, h, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := amqp.ParseURI(url); err != nil {
+		return nil, fmt.Errorf("%w: broker URL %s: %v", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(url), err)
+	}
+	c.dial = dialer(url, c.cfg.Connection)
+	return c, nil
+}
+
+func newConsumer(queue string, h ferrybroker.Handler, cfg *ConsumerConfig) (*Consumer, error) {
+	var c ConsumerConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 4
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = 4 * c.Concurrency
+	}
+	if c.MaxDeliveries == 0 {
+		c.MaxDeliveries = 10
+	}
+	if c.RetryDelay == 0 {
+		c.RetryDelay = 200 * time.Millisecond
+	}
+	if c.MaxRetryDelay == 0 {
+		c.MaxRetryDelay = 30 * time.Second
+	}
+	if c.ParkTimeout == 0 {
+		c.ParkTimeout = 30 * time.Second
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.Tag == "" {
+		c.Tag = "ferry"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Queue.Name = queue
+	c.Queue.NoParking = false
+	q := c.Queue.withDefaults()
+	var err error
+	if c.Connection, err = c.Connection.withDefaults("ferry-consumer"); err != nil {
+		return nil, err
+	}
+	switch {
+	case h == nil:
+		return nil, fmt.Errorf("%w: NewConsumer: handler is nil", ferrytype.ErrInvalidConfig)
+	case c.Concurrency < 1 || c.Concurrency > 4096:
+		return nil, fmt.Errorf("%w: ConsumerConfig.Concurrency %d must be within 1..4096", ferrytype.ErrInvalidConfig, c.Concurrency)
+	case c.Prefetch < c.Concurrency || c.Prefetch > 65535:
+		return nil, fmt.Errorf("%w: ConsumerConfig.Prefetch %d must be within Concurrency (%d)..65535",
+			ferrytype.ErrInvalidConfig, c.Prefetch, c.Concurrency)
+	case c.MaxDeliveries < 1:
+		return nil, fmt.Errorf("%w: ConsumerConfig.MaxDeliveries %d must be positive", ferrytype.ErrInvalidConfig, c.MaxDeliveries)
+	case c.RetryDelay < 0 || c.MaxRetryDelay < c.RetryDelay:
+		return nil, fmt.Errorf("%w: ConsumerConfig.RetryDelay %s must be within 0..MaxRetryDelay (%s)",
+			ferrytype.ErrInvalidConfig, c.RetryDelay, c.MaxRetryDelay)
+	case c.HandlerTimeout < 0 || c.ParkTimeout < 0 || c.ShutdownTimeout < 0:
+		return nil, fmt.Errorf("%w: ConsumerConfig timeouts must not be negative", ferrytype.ErrInvalidConfig)
+	case c.Declare && q.Type == QueueQuorum && q.DeliveryLimit > 0 && c.MaxDeliveries > q.DeliveryLimit:
+		return nil, fmt.Errorf("%w: ConsumerConfig.MaxDeliveries %d exceeds the queue's DeliveryLimit %d: "+
+			"RabbitMQ would dead-letter failing messages before the consumer parks them with their reason",
+			ferrytype.ErrInvalidConfig, c.MaxDeliveries, q.DeliveryLimit)
+	}
+	if err := q.validate(); err != nil {
+		return nil, err
+	}
+	if err := c.Topology.validate(""); err != nil {
+		return nil, err
+	}
+	co := &Consumer{queue: queue, h: h, cfg: c, park: q.ParkingQueue, log: c.Logger.With("queue", queue),
+		sem: make(chan struct{}, c.Concurrency), fails: newFailCounts(10000), timers: map[uint64]*retryTimer{}}
+	co.link = newLink(co.log, c.Connection, co.openSession)
+	return co, nil
+}
+
+// Stats returns the consumer's counters.
+func (c *Consumer) Stats() ConsumerStats {
+	return ConsumerStats{Received: c.received.Load(), Acked: c.acked.Load(), Requeued: c.requeued.Load(),
+		Parked: c.parked.Load(), Left: c.left.Load()}
+}
+
+// ParkingQueue returns the name of the queue the consumer parks messages
+// in.
+func (c *Consumer) ParkingQueue() string { return c.park }
+
+// consSession is the consumer's state on one connection: the consuming
+// channel and a confirm-mode channel for parked copies.
+type consSession struct {
+	c          *Consumer
+	ch         *amqp.Channel
+	park       *pubChannel
+	tag        string
+	deliveries <-chan amqp.Delivery
+	dead       chan struct{}
+	stop       chan struct{}
+	closeOnce  sync.Once
+}
+
+func (c *Consumer) openSession(ctx context.Context, conn *amqp.Connection) (*consSession, error) {
+	topo := c.cfg.Topology
+	q := c.cfg.Queue
+	q.ParkingQueue = c.park // named: checked as well as declared
+	topo.Queues = append([]Queue{q}, topo.Queues...)
+	if _, err := setup(ctx, conn, topo, c.cfg.Declare, "", "", c.log); err != nil {
+		return nil, err
+	}
+	s := &consSession{c: c, tag: c.cfg.Tag + "-" + randomHex(), dead: make(chan struct{}), stop: make(chan struct{})}
+	var err error
+	if s.ch, err = conn.Channel(); err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	if err := s.ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
+		_ = s.ch.Close()
+		return nil, fmt.Errorf("set prefetch: %w", err)
+	}
+	block := watchBlocked(conn, s.stop, c.log)
+	if s.park, err = openPubChannel(conn, c.cfg.Concurrency+1, block, c.log, nil, nil); err != nil {
+		s.close()
+		return nil, fmt.Errorf("parking channel: %w", err)
+	}
+	closes := s.ch.NotifyClose(make(chan *amqp.Error, 1))
+	cancels := s.ch.NotifyCancel(make(chan string, 1))
+	if s.deliveries, err = s.ch.Consume(c.queue, s.tag, false, false, false, false, nil); err != nil {
+		s.close()
+		return nil, fmt.Errorf("consume queue %s: %w", c.queue, err)
+	}
+	go func() {
+		select {
+		case e := <-closes:
+			if e != nil {
+				c.log.Warn("consuming channel closed", "error", e)
+			}
+		case tag := <-cancels:
+			c.log.Warn("RabbitMQ cancelled the consumer (queue deleted?)", "consumer_tag", tag)
+		case <-s.park.dead:
+		case <-s.stop:
+		}
+		close(s.dead)
+	}()
+	for i := 0; i < c.cfg.Concurrency; i++ {
+		go c.work(s)
+	}
+	c.log.Info("consuming", "consumer_tag", s.tag, "prefetch", c.cfg.Prefetch, "concurrency", c.cfg.Concurrency)
+	return s, nil
+}
+
+func (s *consSession) done() <-chan struct{} { return s.dead }
+
+// cancel stops RabbitMQ sending deliveries (basic.cancel); the channel
+// stays open so that deliveries in progress can still be acked.
+func (s *consSession) cancel() {
+	if err := s.ch.Cancel(s.tag, false); err != nil {
+		s.c.log.Warn("cancel consumer", "error", err)
+	}
+}
+
+func (s *consSession) close() {
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		_ = s.ch.Close()
+		if s.park != nil {
+			s.park.close()
+		}
+	})
+}
+
+// Start connects (DialConsumer), declares or checks the queues and starts
+// consuming; ctx bounds the start only. A consumer runs until Stop.
+func (c *Consumer) Start(ctx context.Context) error {
+	c.mu.Lock()
+	switch {
+	case c.stopped:
+		c.mu.Unlock()
+		return ferrytype.ErrClosed
+	case c.started:
+		c.mu.Unlock()
+		return errors.New("ferryamqp: consumer already started")
+	}
+	c.started = true
+	c.stopping = make(chan struct{})
+	c.hctx, c.hcancel = context.WithCancel(context.WithoutCancel(ctx))
+	c.mu.Unlock()
+	if err := c.link.start(ctx, c.conn, c.dial); err != nil {
+		c.mu.Lock()
+		c.stopped = true
+		c.mu.Unlock()
+		c.hcancel()
+		return err
+	}
+	return nil
+}
+
+// Stop stops taking deliveries (basic.cancel), lets the handlers in
+// progress finish and acks those that succeed, then closes the channels:
+// every delivery not acked by then (prefetched but not started, waiting
+// for a retry, still running) goes back to the queue. If ctx ends before
+// the handlers finish, their contexts are cancelled and the channels
+// closed at once; a handler that ignores its context may still run when
+// Stop returns, and its ack fails. Stopping twice is safe.
+func (c *Consumer) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	if !c.started || c.stopped {
+		c.stopped = true
+		c.mu.Unlock()
+		return nil
+	}
+	c.stopped = true
+	close(c.stopping)
+	timers := c.timers
+	c.timers = map[uint64]*retryTimer{}
+	c.mu.Unlock()
+	for _, rt := range timers {
+		if rt.t.Stop() {
+			c.settle(rt.fd, Settlement{Action: ActionLeft, Err: errors.New("consumer stopping")})
+		}
+	}
+	if s, err := c.link.current(ctx, -1); err == nil {
+		s.cancel()
+	}
+	c.log.Info("consumer cancelled; finishing the handlers in progress", "in_progress", c.running.Load())
+	done := make(chan struct{})
+	go func() {
+		c.inflight.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("stop: handlers still running: %w", ctx.Err())
+		c.hcancel()
+	}
+	c.link.shutdown()
+	c.hcancel()
+	c.log.Info("consumer stopped", "acked", c.acked.Load(), "parked", c.parked.Load())
+	return err
+}
+
+// Run starts the consumer and runs it until ctx ends, then stops it,
+// giving handlers in progress up to ShutdownTimeout to finish.
+func (c *Consumer) Run(ctx context.Context) error {
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ShutdownTimeout)
+	defer cancel()
+	return c.Stop(stopCtx)
+}
+
+// work takes deliveries of session s while a handler slot is free.
+func (c *Consumer) work(s *consSession) {
+	for {
+		select {
+		case c.sem <- struct{}{}:
+		case <-c.stopping:
+			return
+		case <-s.dead:
+			return
+		}
+		var (
+			d  amqp.Delivery
+			ok bool
+		)
+		select {
+		case d, ok = <-s.deliveries:
+		case <-c.stopping:
+		case <-s.dead:
+		}
+		if !ok {
+			<-c.sem
+			return
+		}
+		c.mu.Lock()
+		if c.stopped {
+			c.mu.Unlock()
+			<-c.sem
+			// Not started: it goes back to the queue with the channel.
+			c.settle(c.delivery(&d), Settlement{Action: ActionLeft, Err: errors.New("consumer stopping")})
+			return
+		}
+		c.inflight.Add(1)
+		c.running.Add(1)
+		c.mu.Unlock()
+		c.handle(s, d)
+		c.running.Add(-1)
+		c.inflight.Done()
+		<-c.sem
+	}
+}
+
+// handle runs the order of work of one delivery: validate, run the
+// handler (which commits), then ack; or park, or requeue after a delay.
+func (c *Consumer) handle(s *consSession, d amqp.Delivery) {
+	c.received.Add(1)
+	fd := c.delivery(&d)
+	if err := c.validate(&d, fd); err != nil {
+		c.parkOrRetry(s, d, fd, fmt.Errorf("invalid message: %w", err))
+		return
+	}
+	ctx := c.hctx
+	if c.cfg.HandlerTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.HandlerTimeout)
+		defer cancel()
+	}
+	err := c.call(ctx, fd)
+	switch {
+	case err == nil:
+		// The effect is committed: only now may RabbitMQ forget the
+		// message. A single ack (multiple=false) on the delivery's own
+		// channel: it covers this delivery and nothing else.
+		if aerr := d.Ack(false); aerr != nil {
+			c.log.Warn("ack after commit failed; RabbitMQ will redeliver and the handler must find the effect done",
+				"message_id", fd.MessageID, "error", aerr)
+			c.settle(fd, Settlement{Action: ActionLeft, Err: aerr})
+			return
+		}
+		c.settle(fd, Settlement{Action: ActionAcked})
+	case c.hctx.Err() != nil:
+		// Stop gave up waiting: not a failure of the message.
+		c.settle(fd, Settlement{Action: ActionLeft, Err: err})
+	case errors.Is(err, ferrytype.ErrPoison):
+		c.parkOrRetry(s, d, fd, err)
+	case fd.DeliveryCount >= c.cfg.MaxDeliveries:
+		c.parkOrRetry(s, d, fd, fmt.Errorf("failed on delivery %d of at most %d: %w", fd.DeliveryCount, c.cfg.MaxDeliveries, err))
+	default:
+		c.log.Debug("handler failed; requeueing after a delay", "message_id", fd.MessageID,
+			"delivery_count", fd.DeliveryCount, "error", err)
+		c.requeueLater(d, fd, err)
+	}
+}
+
+// call runs the handler, turning a panic into an error.
+func (c *Consumer) call(ctx context.Context, fd *ferrybroker.Delivery) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error("handler panicked", "message_id", fd.MessageID, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			err = fmt.Errorf("handler panicked: %v", r)
+		}
+	}()
+	return c.h(ctx, fd)
+}
+
+func (c *Consumer) validate(d *amqp.Delivery, fd *ferrybroker.Delivery) error {
+	ct := strings.ToLower(strings.TrimSpace(strings.Split(d.ContentType, ";")[0]))
+	if (ct == "" || ct == "application/json" || strings.HasSuffix(ct, "+json")) && !json.Valid(d.Body) {
+		return errors.New("payload is not valid JSON")
+	}
+	if c.cfg.Validate != nil {
+		return c.cfg.Validate(fd)
+	}
+	return nil
+}
+
+// delivery converts d.
+func (c *Consumer) delivery(d *amqp.Delivery) *ferrybroker.Delivery {
+	fd := &ferrybroker.Delivery{MessageID: d.MessageId, Type: d.Type, Route: d.RoutingKey, Payload: d.Body,
+		Headers: make(map[string]string, len(d.Headers)), Redelivered: d.Redelivered}
+	for k, v := range d.Headers {
+		switch v := v.(type) {
+		case string:
+			fd.Headers[k] = v
+		case []byte:
+			fd.Headers[k] = string(v)
+		}
+	}
+	fd.FillFromHeaders()
+	switch n, ok := intValue(d.Headers["x-delivery-count"]); {
+	case ok:
+		// Quorum queues: the number of earlier deliveries.
+		fd.DeliveryCount = int(n) + 1
+	case !d.Redelivered:
+		fd.DeliveryCount = 1
+	case fd.MessageID != "":
+		fd.DeliveryCount = c.fails.get(fd.MessageID) + 1
+	}
+	return fd
+}
+
+func intValue(v any) (int64, bool) {
+	switch v := v.(type) {
+	case int64:
+		return v, true
+	case int32:
+		return int64(v), true
+	case int16:
+		return int64(v), true
+	case int8:
+		return int64(v), true
+	case int:
+		return int64(v), true
+	case uint64:
+		return int64(v), true
+	case uint32:
+		return int64(v), true
+	case uint16:
+		return int64(v), true
+	case uint8:
+		return int64(v), true
+	}
+	return 0, false
+}
+
+// requeueLater returns d to the queue after a delay growing with its
+// delivery count.
+func (c *Consumer) requeueLater(d amqp.Delivery, fd *ferrybroker.Delivery, cause error) {
+	if fd.MessageID != "" {
+		c.fails.inc(fd.MessageID)
+	}
+	n := max(fd.DeliveryCount, 1)
+	delay := c.cfg.RetryDelay
+	for i := 1; i < n && delay < c.cfg.MaxRetryDelay; i++ {
+		delay *= 2
+	}
+	delay = time.Duration(float64(min(delay, c.cfg.MaxRetryDelay)) * (0.8 + 0.4*rand.Float64()))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		c.settle(fd, Settlement{Action: ActionLeft, Err: cause})
+		return
+	}
+	c.timerSeq++
+	id := c.timerSeq
+	c.timers[id] = &retryTimer{fd: fd, t: time.AfterFunc(delay, func() {
+		c.mu.Lock()
+		_, mine := c.timers[id]
+		delete(c.timers, id)
+		c.mu.Unlock()
+		if !mine {
+			return // Stop took it
+		}
+		if err := d.Nack(false, true); err != nil {
+			c.settle(fd, Settlement{Action: ActionLeft, Err: err})
+			return
+		}
+		c.settle(fd, Settlement{Action: ActionRequeued, Err: cause})
+	})}
+}
+
+// parkOrRetry parks d with reason; if parking fails, d is requeued after a
+// delay instead: it is never acked without a confirmed parked copy.
+func (c *Consumer) parkOrRetry(s *consSession, d amqp.Delivery, fd *ferrybroker.Delivery, reason error) {
+	if err := c.parkCopy(s, &d, fd, reason); err != nil {
+		c.log.Error("could not park a message; it goes back to the queue", "message_id", fd.MessageID,
+			"parking_queue", c.park, "reason", reason, "error", err)
+		c.requeueLater(d, fd, reason)
+		return
+	}
+	if err := d.Ack(false); err != nil {
+		// The copy is parked; the original comes back and is parked
+		// again: a duplicate in the parking queue, nothing lost.
+		c.log.Warn("ack of a parked message failed; it will be delivered and parked again", "message_id", fd.MessageID, "error", err)
+		c.settle(fd, Settlement{Action: ActionLeft, Err: err})
+		return
+	}
+	c.log.Warn("message parked", "message_id", fd.MessageID, "parking_queue", c.park, "reason", reason)
+	c.settle(fd, Settlement{Action: ActionParked, Err: reason})
+}
+
+// parkCopy publishes a copy of d to the parking queue, with the reason in
+// its headers, and waits for RabbitMQ to confirm it.
+func (c *Consumer) parkCopy(s *consSession, d *amqp.Delivery, fd *ferrybroker.Delivery, reason error) error {
+	h := make(amqp.Table, len(d.Headers)+8)
+	for k, v := range d.Headers {
+		h[k] = v
+	}
+	delete(h, "x-delivery-count")
+	msg := reason.Error()
+	if len(msg) > 4096 {
+		msg = msg[:4096] + "..."
+	}
+	h[HeaderReason] = msg
+	h[HeaderFailedAt] = time.Now().UTC().Format(time.RFC3339Nano)
+	h[HeaderOriginalExchange] = d.Exchange
+	h[HeaderOriginalRoutingKey] = d.RoutingKey
+	h[HeaderOriginalQueue] = c.queue
+	h[HeaderDeliveryCount] = int64(fd.DeliveryCount)
+	pub := amqp.Publishing{
+		Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding, DeliveryMode: amqp.Persistent,
+		Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo, MessageId: d.MessageId,
+		Timestamp: d.Timestamp, Type: d.Type, AppId: d.AppId, Body: d.Body,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ParkTimeout)
+	defer cancel()
+	j := newJob(ctx, 1)
+	j.out[0] = outgoing{exchange: "", key: c.park, pub: pub}
+	if !s.park.submit(j) {
+		return fmt.Errorf("parking channel closed: %w", s.park.err())
+	}
+	select {
+	case <-j.done:
+	case <-ctx.Done():
+	}
+	r := j.finish(fmt.Errorf("waiting for the confirm: %w", ctx.Err()))[0]
+	if r.Outcome != ferrytype.OutcomeConfirmed {
+		return fmt.Errorf("parked copy %s: %w", r.Outcome, r.Err)
+	}
+	return nil
+}
+
+func (c *Consumer) settle(fd *ferrybroker.Delivery, s Settlement) {
+	switch s.Action {
+	case ActionAcked:
+		c.acked.Add(1)
+		if fd.MessageID != "" {
+			c.fails.forget(fd.MessageID)
+		}
+	case ActionRequeued:
+		c.requeued.Add(1)
+	case ActionParked:
+		c.parked.Add(1)
+		if fd.MessageID != "" {
+			c.fails.forget(fd.MessageID)
+		}
+	case ActionLeft:
+		c.left.Add(1)
+	}
+	if c.cfg.OnSettle != nil {
+		c.cfg.OnSettle(fd, s)
+	}
+}
+
+// failCounts counts transient failures per message id, for queues that
+// keep no delivery count (classic queues). Bounded: when full it starts
+// over, which only delays parking.
+type failCounts struct {
+	mu  sync.Mutex
+	max int
+	m   map[string]int
+}
+
+func newFailCounts(n int) *failCounts { return &failCounts{max: n, m: map[string]int{}} }
+
+func (f *failCounts) get(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.m[id]
+}
+
+func (f *failCounts) inc(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.m) >= f.max {
+		clear(f.m)
+	}
+	f.m[id]++
+}
+
+func (f *failCounts) forget(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.m, id)
+}
+
+func randomHex() string {
+	var b [6]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
