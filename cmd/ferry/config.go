@@ -286,13 +286,14 @@ func resolve(cmd *cobra.Command, g *globals) error {
 		switch {
 		case f.Changed:
 			s.source = "flag --" + f.Name
-		case lookupEnv(envs[0]):
-			v, _ := os.LookupEnv(envs[0])
+		case firstEnv(envs) != "":
+			env := firstEnv(envs)
+			v, _ := os.LookupEnv(env)
 			if serr := f.Value.Set(v); serr != nil {
-				err = usageError{fmt.Errorf("%s=%q: %v", envs[0], ferrytype.RedactURL(v), serr)}
+				err = usageError{fmt.Errorf("%s=%q: %v", env, ferrytype.RedactURL(v), serr)}
 				return
 			}
-			s.source = "env " + envs[0]
+			s.source = "env " + env
 		case cf != nil && cf.values[key] != (fileValue{}):
 			fv := cf.values[key]
 			if serr := f.Value.Set(fv.value); serr != nil {
@@ -346,4 +347,15 @@ func printSettings(w io.Writer, settings []setting) {
 	}
 	tw.Flush()
 	_, _ = w.Write(b.Bytes())
+}
+
+// firstEnv returns the first of envs (a setting's variable, then its older
+// spellings) that is set, or "".
+func firstEnv(envs []string) string {
+	for _, e := range envs {
+		if lookupEnv(e) {
+			return e
+		}
+	}
+	return ""
 }

@@ -13,6 +13,7 @@
 //	ferry reconcile --config ferry.yaml
 //	ferry purge --older-than 168h
 //	ferry purge --markers --older-than 720h --database-url mysql://.../points
+//	ferry relay   --database-url mysql://... --broker-url amqp://user:pass@127.0.0.1:5672/ --queue orders --routing-key 'orders.#' --declare
 //
 // Settings come from the command line, then the environment (every
 // configurable flag names its FERRY_* variable in its help), then the
@@ -144,13 +145,14 @@ func envString(fs *pflag.FlagSet, p *string, name, env, def, usage string) {
 
 // bindEnv makes env a fallback for flag name, and the flag a config file
 // setting: resolve sets the flag from them when the command line did not.
-func bindEnv(fs *pflag.FlagSet, name, env string) {
+// Further names (older spellings) are read when env is unset.
+func bindEnv(fs *pflag.FlagSet, name, env string, older ...string) {
 	f := fs.Lookup(name)
 	f.Usage += " (env " + env + ")"
 	if f.Annotations == nil {
 		f.Annotations = map[string][]string{}
 	}
-	f.Annotations["env"] = []string{env}
+	f.Annotations["env"] = append([]string{env}, older...)
 }
 
 // bindShared is bindEnv for a setting several commands share: its config

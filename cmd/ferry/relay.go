@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/examples/shop"
+	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
 	"github.com/ferrydev/ferry/ferryprom"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/internal/fault"
@@ -50,6 +52,12 @@ type relayFlags struct {
 	stream          string
 	subjects        string
 	declare         bool
+	exchange        string
+	exchangeType    string
+	queue           string
+	queueType       string
+	routingKeys     []string
+	confirmWindow   int
 	drain           bool
 	drainTimeout    time.Duration
 	shutdownTimeout time.Duration
@@ -72,9 +80,19 @@ like on one table. SIGTERM or SIGINT stops taking new batches, finishes the
 batches in flight (publish and outcome), and exits. With --drain the relay
 exits by itself once no event is ready and none is being sent.
 
-An event goes to its destination, or to its event type when it has none (NATS
-subject). With --stream the relay checks that the JetStream stream exists (and
-lists --subjects); with --declare it creates or updates it.
+An event goes to its destination, or to its event type when it has none: the
+NATS subject, or the AMQP routing key.
+
+NATS JetStream (nats://, tls://): with --stream the relay checks that the
+stream exists (and lists --subjects); with --declare it creates or updates it.
+
+RabbitMQ (amqp://, amqps://): events go to --exchange (default amq.topic; an
+event's own exchange wins), as persistent mandatory messages with publisher
+confirms; an unroutable event is not SENT but retried. With --queue the relay
+checks that the queue exists; with --declare it declares --exchange (a durable
+--exchange-type exchange), --queue (a durable --queue-type queue, quorum by
+default, with the parking queue <queue>.parking as its at-least-once
+dead-letter target) and binds the queue with each --routing-key.
 
 With --http-addr (off by default) the relay serves /metrics (Prometheus),
 /healthz (the process runs) and /readyz (the database and the broker answer).
@@ -86,7 +104,8 @@ event was enqueued in.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runRelay(cmd, g, f) },
 	}
 	fl := cmd.Flags()
-	envString(fl, &f.brokerURL, "broker-url", "FERRY_BROKER_URL", "", "broker URL: nats://user:pass@host:4222")
+	envString(fl, &f.brokerURL, "broker-url", "FERRY_BROKER_URL", "",
+		"broker URL: nats://user:pass@host:4222, amqp://user:pass@host:5672/vhost (amqps:// for TLS)")
 	fl.IntVar(&f.batchSize, "batch-size", 100, "events per claim")
 	bindEnv(fl, "batch-size", "FERRY_BATCH_SIZE")
 	fl.IntVar(&f.lanes, "lanes", 2, "concurrent claim→publish→mark loops")
@@ -111,8 +130,17 @@ event was enqueued in.`,
 	bindEnv(fl, "retention", "FERRY_RETENTION")
 	envString(fl, &f.stream, "stream", "FERRY_NATS_STREAM", "", "JetStream stream to verify (or declare)")
 	envString(fl, &f.subjects, "subjects", "FERRY_NATS_SUBJECTS", "", "comma-separated subjects of --stream")
-	fl.BoolVar(&f.declare, "declare", false, "create or update --stream with --subjects at start")
-	bindEnv(fl, "declare", "FERRY_NATS_DECLARE")
+	fl.BoolVar(&f.declare, "declare", false,
+		"declare the broker topology at start: --stream with --subjects (NATS); --exchange, --queue, --routing-key (RabbitMQ)")
+	bindEnv(fl, "declare", "FERRY_DECLARE", "FERRY_NATS_DECLARE")
+	envString(fl, &f.exchange, "exchange", "FERRY_AMQP_EXCHANGE", "", "RabbitMQ exchange for events that name none (default amq.topic)")
+	envString(fl, &f.exchangeType, "exchange-type", "FERRY_AMQP_EXCHANGE_TYPE", "topic", "kind of a declared --exchange: topic, direct, fanout, headers")
+	envString(fl, &f.queue, "queue", "FERRY_AMQP_QUEUE", "", "RabbitMQ queue to verify (or declare, bound with --routing-key)")
+	envString(fl, &f.queueType, "queue-type", "FERRY_AMQP_QUEUE_TYPE", "quorum", "type of a declared --queue: quorum or classic")
+	fl.StringSliceVar(&f.routingKeys, "routing-key", nil, "binding of --queue to --exchange (repeatable; topic patterns allowed)")
+	bindEnv(fl, "routing-key", "FERRY_AMQP_ROUTING_KEYS")
+	fl.IntVar(&f.confirmWindow, "confirm-window", 1000, "RabbitMQ publishes awaiting their confirms, per channel")
+	bindEnv(fl, "confirm-window", "FERRY_AMQP_CONFIRM_WINDOW")
 	fl.BoolVar(&f.drain, "drain", false, "exit once no event is NEW or SENDING (exit code 3 if --drain-timeout passes first)")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 5*time.Minute, "longest a --drain run waits")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a stop waits for batches in flight")
@@ -170,19 +198,23 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 			return nil
 		}
 	}
-	store, err := open.Store(ctx, g.databaseURL, g.table)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
 	var subjects []string
 	for _, s := range strings.Split(f.subjects, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			subjects = append(subjects, s)
 		}
 	}
-	pub, err := open.Publisher(ctx, f.brokerURL, &open.NATSConfig{Stream: f.stream, Subjects: subjects, Declare: f.declare,
-		FaultPoint: faults})
+	bc, err := brokerConfig(f, subjects, log)
+	if err != nil {
+		return err
+	}
+	store, err := open.Store(ctx, g.databaseURL, g.table)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	bc.NATS.FaultPoint = faults
+	pub, err := open.Publisher(ctx, f.brokerURL, bc)
 	if err != nil {
 		return err
 	}
@@ -278,4 +310,48 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 	st := relay.Stats()
 	log.Info("relay stopped", "confirmed", st.Confirmed, "retried", st.Retried, "dead", st.Dead, "fenced", st.Fenced)
 	return nil
+}
+
+// brokerConfig turns the broker flags into the publisher settings of the
+// broker --broker-url names, refusing flags of the other broker.
+func brokerConfig(f *relayFlags, subjects []string, log *slog.Logger) (*open.BrokerConfig, error) {
+	if !open.IsAMQP(f.brokerURL) {
+		for _, c := range []struct {
+			name string
+			set  bool
+		}{
+			{"--exchange", f.exchange != ""}, {"--queue", f.queue != ""}, {"--routing-key", len(f.routingKeys) > 0},
+		} {
+			if c.set {
+				return nil, usageError{fmt.Errorf("%s applies to RabbitMQ (amqp:// broker URLs)", c.name)}
+			}
+		}
+		return &open.BrokerConfig{NATS: open.NATSConfig{Stream: f.stream, Subjects: subjects, Declare: f.declare}}, nil
+	}
+	if f.stream != "" || len(subjects) > 0 {
+		return nil, usageError{errors.New("--stream and --subjects apply to NATS (nats:// broker URLs)")}
+	}
+	if f.confirmWindow < 1 {
+		return nil, usageError{errors.New("--confirm-window must be positive")}
+	}
+	cfg := open.AMQPConfig{Exchange: f.exchange, ExchangeKind: f.exchangeType, Declare: f.declare,
+		Window: f.confirmWindow, Logger: log}
+	if f.queue == "" {
+		if len(f.routingKeys) > 0 {
+			return nil, usageError{errors.New("--routing-key needs --queue")}
+		}
+		return &open.BrokerConfig{AMQP: cfg}, nil
+	}
+	qt := ferryamqp.QueueType(f.queueType)
+	if qt != ferryamqp.QueueQuorum && qt != ferryamqp.QueueClassic {
+		return nil, usageError{fmt.Errorf("--queue-type %q: want quorum or classic", f.queueType)}
+	}
+	if f.declare && len(f.routingKeys) == 0 {
+		return nil, usageError{errors.New("--declare with --queue needs at least one --routing-key: an unbound queue receives nothing")}
+	}
+	cfg.Topology.Queues = []ferryamqp.Queue{{Name: f.queue, Type: qt}}
+	for _, rk := range f.routingKeys {
+		cfg.Topology.Bindings = append(cfg.Topology.Bindings, ferryamqp.Binding{Queue: f.queue, RoutingKey: rk})
+	}
+	return &open.BrokerConfig{AMQP: cfg}, nil
 }

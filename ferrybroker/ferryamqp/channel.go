@@ -236,20 +236,24 @@ func (pc *pubChannel) load() int64 {
 	return pc.queued.Load()*100000 + int64(len(pc.slots))
 }
 
-// submit hands j to the writer. It reports false when the channel died
-// first; j is untouched then.
-func (pc *pubChannel) submit(j *job) bool {
+// errChannelClosed is returned by submit when the channel closed before
+// the writer took the job.
+var errChannelClosed = errors.New("channel closed")
+
+// submit hands j to the writer. Once it returns nil the writer owns j and
+// resolves every message; on an error j is untouched.
+func (pc *pubChannel) submit(j *job) error {
 	pc.queued.Add(1)
 	select {
 	case pc.jobs <- j:
-		return true
+		return nil
 	case <-pc.dead:
+		pc.queued.Add(-1)
+		return errChannelClosed
 	case <-j.ctx.Done():
-		// The caller returns; its messages were never handed over.
-		j.failFrom(0, ferrytype.Unknown(fmt.Errorf("not sent: %w", j.ctx.Err())))
+		pc.queued.Add(-1)
+		return j.ctx.Err()
 	}
-	pc.queued.Add(-1)
-	return j.ctx.Err() != nil
 }
 
 func (pc *pubChannel) close() { _ = pc.ch.Close() }

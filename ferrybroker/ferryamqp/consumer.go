@@ -210,7 +210,7 @@ func DialConsumer(url, queue string, h ferrybroker.Handler, cfg *ConsumerConfig)
 		return nil, err
 	}
 	if _, err := amqp.ParseURI(url); err != nil {
-		return nil, fmt.Errorf("%w: broker URL %s: %v", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(url), err)
+		return nil, fmt.Errorf("%w: broker URL %s: %s", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(url), ferrytype.RedactURL(err.Error()))
 	}
 	c.dial = dialer(url, c.cfg.Connection)
 	return c, nil
@@ -629,8 +629,9 @@ func (c *Consumer) requeueLater(d amqp.Delivery, fd *ferrybroker.Delivery, cause
 	}
 	delay = time.Duration(float64(min(delay, c.cfg.MaxRetryDelay)) * (0.8 + 0.4*rand.Float64()))
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.stopped {
+		c.mu.Unlock()
+		// The channel closes soon and returns it to the queue.
 		c.settle(fd, Settlement{Action: ActionLeft, Err: cause})
 		return
 	}
@@ -642,7 +643,9 @@ func (c *Consumer) requeueLater(d amqp.Delivery, fd *ferrybroker.Delivery, cause
 		delete(c.timers, id)
 		c.mu.Unlock()
 		if !mine {
-			return // Stop took it
+			// Stop took it as it fired: left for the channel close.
+			c.settle(fd, Settlement{Action: ActionLeft, Err: errors.New("consumer stopping")})
+			return
 		}
 		if err := d.Nack(false, true); err != nil {
 			c.settle(fd, Settlement{Action: ActionLeft, Err: err})
@@ -650,6 +653,7 @@ func (c *Consumer) requeueLater(d amqp.Delivery, fd *ferrybroker.Delivery, cause
 		}
 		c.settle(fd, Settlement{Action: ActionRequeued, Err: cause})
 	})}
+	c.mu.Unlock()
 }
 
 // parkOrRetry parks d with reason; if parking fails, d is requeued after a
@@ -699,8 +703,10 @@ func (c *Consumer) parkCopy(s *consSession, d *amqp.Delivery, fd *ferrybroker.De
 	defer cancel()
 	j := newJob(ctx, 1)
 	j.out[0] = outgoing{exchange: "", key: c.park, pub: pub}
-	if !s.park.submit(j) {
+	if err := s.park.submit(j); errors.Is(err, errChannelClosed) {
 		return fmt.Errorf("parking channel closed: %w", s.park.err())
+	} else if err != nil {
+		return fmt.Errorf("parked copy not sent: %w", err)
 	}
 	select {
 	case <-j.done:

@@ -63,7 +63,7 @@ func Dial(ctx context.Context, url string, cfg *Config) (*Publisher, error) {
 		return nil, err
 	}
 	if _, err := amqp.ParseURI(url); err != nil {
-		return nil, fmt.Errorf("%w: broker URL %s: %v", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(url), err)
+		return nil, fmt.Errorf("%w: broker URL %s: %s", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(url), ferrytype.RedactURL(err.Error()))
 	}
 	if err := p.link.start(ctx, nil, dialer(url, p.cfg.Connection)); err != nil {
 		return nil, err
@@ -287,7 +287,11 @@ func (p *Publisher) dispatch(s *pubSession, j *job) {
 			j.failFrom(0, ferrytype.Unknown(fmt.Errorf("not sent: %w", err)))
 			return
 		}
-		if pc.submit(j) {
+		switch err := pc.submit(j); {
+		case err == nil:
+			return
+		case !errors.Is(err, errChannelClosed):
+			j.failFrom(0, ferrytype.Unknown(fmt.Errorf("not sent: %w", err)))
 			return
 		}
 	}

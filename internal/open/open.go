@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
 	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
@@ -148,21 +149,40 @@ func (o ownedInbox) Close() error { return o.closeDB() }
 // NATSConfig is the stream topology of a NATS publisher.
 type NATSConfig = ferrynats.Config
 
-// Publisher connects to the broker at rawURL: nats:// or tls://.
-func Publisher(ctx context.Context, rawURL string, natsCfg *NATSConfig) (ferrybroker.Publisher, error) {
+// AMQPConfig is the topology and settings of a RabbitMQ publisher.
+type AMQPConfig = ferryamqp.Config
+
+// BrokerConfig holds the settings of each kind of publisher; Publisher
+// uses the one the URL's scheme picks.
+type BrokerConfig struct {
+	NATS NATSConfig
+	AMQP AMQPConfig
+}
+
+// IsAMQP reports whether rawURL names a RabbitMQ server.
+func IsAMQP(rawURL string) bool {
+	s := scheme(rawURL)
+	return s == "amqp" || s == "amqps"
+}
+
+// Publisher connects to the broker at rawURL: nats:// or tls:// (NATS
+// JetStream), amqp:// or amqps:// (RabbitMQ).
+func Publisher(ctx context.Context, rawURL string, cfg *BrokerConfig) (ferrybroker.Publisher, error) {
+	if cfg == nil {
+		cfg = &BrokerConfig{}
+	}
 	switch scheme(rawURL) {
 	case "nats", "tls":
-		var dc ferrynats.DialConfig
-		if natsCfg != nil {
-			dc.Config = *natsCfg
-		}
-		return ferrynats.Dial(ctx, rawURL, &dc)
+		return ferrynats.Dial(ctx, rawURL, &ferrynats.DialConfig{Config: cfg.NATS})
+	case "amqp", "amqps":
+		return ferryamqp.Dial(ctx, rawURL, &cfg.AMQP)
 	case "":
-		return nil, fmt.Errorf("%w: no broker URL: set --broker-url or FERRY_BROKER_URL (nats://host:4222)", ferrytype.ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: no broker URL: set --broker-url or FERRY_BROKER_URL "+
+			"(nats://host:4222, amqp://user:pass@host:5672/vhost)", ferrytype.ErrInvalidConfig)
 	}
 	if _, err := url.Parse(rawURL); err != nil {
 		return nil, fmt.Errorf("%w: broker URL %s: cannot parse", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(rawURL))
 	}
-	return nil, fmt.Errorf("%w: broker URL %s: unknown scheme %q (want nats)", ferrytype.ErrInvalidConfig,
+	return nil, fmt.Errorf("%w: broker URL %s: unknown scheme %q (want nats, tls, amqp or amqps)", ferrytype.ErrInvalidConfig,
 		ferrytype.RedactURL(rawURL), scheme(rawURL))
 }
