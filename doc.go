@@ -77,9 +77,12 @@
 //
 // # Brokers
 //
-// ferrybroker/ferrynats publishes to NATS JetStream. Publishers implement
-// ferrybroker.Publisher and report one Outcome per message: confirmed,
-// returned (unroutable), rejected or unknown.
+// ferrybroker/ferryamqp publishes to RabbitMQ (persistent, mandatory
+// messages with pipelined publisher confirms; durable quorum queues by
+// default) and consumes from it, acking a delivery only after its handler
+// committed. ferrybroker/ferrynats publishes to NATS JetStream. Publishers
+// implement ferrybroker.Publisher and report one Outcome per message:
+// confirmed, returned (unroutable), rejected or unknown.
 //
 // # Wake-ups
 //

@@ -259,8 +259,11 @@ func (q Queue) validate() error {
 	return nil
 }
 
-// args returns the queue's declare arguments.
-func (q Queue) args() amqp.Table {
+// Arguments returns the arguments ferryamqp declares the queue with,
+// defaults applied: use them to declare the queue yourself (a definitions
+// file, another tool) so that ferryamqp's declare or check agrees.
+func (q Queue) Arguments() amqp.Table {
+	q = q.withDefaults()
 	a := amqp.Table{"x-queue-type": string(q.Type)}
 	if q.ParkingQueue != "" {
 		a["x-dead-letter-exchange"] = ""

@@ -181,7 +181,7 @@ func (s *setupRun) queue(raw Queue) error {
 	}
 	for _, name := range names {
 		var err error
-		args := q.args()
+		args := q.Arguments()
 		if name == q.ParkingQueue {
 			args = amqp.Table{"x-queue-type": string(q.Type)}
 		}

@@ -1,0 +1,150 @@
+package ferryamqp_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"os/signal"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
+	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+// A relay publishing a MariaDB outbox to RabbitMQ: the publisher declares
+// a quorum queue bound to amq.topic (and its parking queue) and publishes
+// each event with a confirm. Needs MariaDB and RabbitMQ, so it is not run.
+func Example_relay() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	store, err := ferrymysql.Open(ctx, "mysql://app:secret@127.0.0.1:3306/shop", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	pub, err := ferryamqp.Dial(ctx, "amqp://ferry:secret@127.0.0.1:5672/", &ferryamqp.Config{
+		Declare: true,
+		Topology: ferryamqp.Topology{
+			Queues:   []ferryamqp.Queue{{Name: "points"}},
+			Bindings: []ferryamqp.Binding{{Queue: "points", RoutingKey: "orders.*.paid"}},
+		},
+	})
+	if err != nil {
+		log.Fatal(err) // e.g. "queue points exists with other settings ..."
+	}
+	defer pub.Close()
+	relay, err := ferry.NewRelay(store, pub, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := relay.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// A consumer awarding points: the handler commits the business effect and
+// its idempotency marker in one transaction and returns nil only after the
+// commit; the consumer acks after that. A duplicate delivery finds the
+// marker and is acked without a second effect; a malformed event is
+// parked with its reason. Needs RabbitMQ and a database, so it is not run.
+func ExampleNewConsumer() {
+	var db *sql.DB // the consumer's own database
+	handler := func(ctx context.Context, d *ferrybroker.Delivery) error {
+		var ev struct {
+			UserID int64 `json:"userId"`
+			Points int64 `json:"points"`
+		}
+		if err := json.Unmarshal(d.Payload, &ev); err != nil || ev.UserID == 0 {
+			return ferrytype.Poison(fmt.Errorf("bad OrderPaid payload: %v", err))
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err // transient: retried after a delay
+		}
+		defer tx.Rollback()
+		_, err = tx.ExecContext(ctx, `INSERT INTO consumed_operation (consumer_name, business_key, event_id) VALUES (?, ?, ?)`,
+			"points-award", "order:"+d.AggregateID+":paid", d.MessageID)
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == 1062 {
+			// Already done (a real consumer also compares the stored
+			// operation with this one, as ferry's inbox does): ack.
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE points_account SET points = points + ? WHERE user_id = ?`, ev.Points, ev.UserID); err != nil {
+			return err
+		}
+		return tx.Commit() // nil only once committed: then the consumer acks
+	}
+	c, err := ferryamqp.DialConsumer("amqp://ferry:secret@127.0.0.1:5672/", "points", handler, &ferryamqp.ConsumerConfig{
+		Concurrency: 8,
+		Declare:     true,
+		Topology:    ferryamqp.Topology{Bindings: []ferryamqp.Binding{{Queue: "points", Exchange: "amq.topic", RoutingKey: "orders.*.paid"}}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	if err := c.Run(ctx); err != nil { // Stop on SIGTERM: finishes handlers in progress
+		log.Fatal(err)
+	}
+}
+
+// What ferryamqp declares for a queue: a quorum queue whose parking queue
+// receives, at least once, what RabbitMQ dead-letters, with a delivery
+// limit as the backstop against messages that crash their consumer.
+func ExampleQueue_Arguments() {
+	args := ferryamqp.Queue{Name: "points"}.Arguments()
+	keys := make([]string, 0, len(args))
+	for k := range args {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Printf("%s = %#v\n", k, args[k])
+	}
+	// Output:
+	// x-dead-letter-exchange = ""
+	// x-dead-letter-routing-key = "points.parking"
+	// x-dead-letter-strategy = "at-least-once"
+	// x-delivery-limit = 20
+	// x-overflow = "reject-publish"
+	// x-queue-type = "quorum"
+}
+
+// Publish reports one outcome per message; only confirmed ones may be
+// marked sent. Needs RabbitMQ, so it is not run.
+func ExamplePublisher_Publish() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pub, err := ferryamqp.Dial(ctx, "amqp://guest:guest@127.0.0.1:5672/", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pub.Close()
+	res := pub.Publish(ctx, []ferrytype.Message{{ID: "order-42-paid", Type: "OrderPaid",
+		Payload: []byte(`{"orderId":42}`), Destination: "orders.42.paid"}})
+	switch r := res[0]; r.Outcome {
+	case ferrytype.OutcomeConfirmed:
+		fmt.Println("RabbitMQ stored it")
+	case ferrytype.OutcomeReturned:
+		fmt.Println("no queue is bound to orders.42.paid:", r.Err)
+	case ferrytype.OutcomeUnknown:
+		fmt.Println("maybe stored: publish again with the same id", r.Err)
+	default:
+		fmt.Println("refused:", r.Err)
+	}
+}
