@@ -362,8 +362,8 @@ func (s *consSession) done() <-chan struct{} { return s.dead }
 
 // cancel stops RabbitMQ sending deliveries (basic.cancel); the channel
 // stays open so that deliveries in progress can still be acked.
-func (s *consSession) cancel() {
-	if err := s.ch.Cancel(s.tag, false); err != nil {
+func (s *consSession) cancel(ctx context.Context) {
+	if err := rpc(ctx, func() error { return s.ch.Cancel(s.tag, false) }); err != nil {
 		s.c.log.Warn("cancel consumer", "error", err)
 	}
 }
@@ -429,7 +429,7 @@ func (c *Consumer) Stop(ctx context.Context) error {
 		}
 	}
 	if s, err := c.link.current(ctx, -1); err == nil {
-		s.cancel()
+		s.cancel(ctx)
 	}
 	c.log.Info("consumer cancelled; finishing the handlers in progress", "in_progress", c.running.Load())
 	done := make(chan struct{})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -475,4 +476,38 @@ func TestConsumerConfigErrors(t *testing.T) {
 	require.ErrorContains(t, err, "does not exist: declare it")
 	_, err = DialConsumer("amqp://u:s3cr3tpw@127.0.0.1:1/", "q", h, nil)
 	require.NoError(t, err, "DialConsumer connects at Start")
+}
+
+// A publisher and a consumer that own their connections leave no
+// goroutine behind once closed.
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	b := setupConsumer(t)
+	base := runtime.NumGoroutine()
+	url := testsvc.URL(testsvc.EnvAMQP)
+	p, err := Dial(b.ctx, url, nil)
+	require.NoError(t, err)
+	msgs := testMsgs(100, func(int) string { return b.rk })
+	for _, r := range p.Publish(b.ctx, msgs) {
+		require.Equal(t, ferrytype.OutcomeConfirmed, r.Outcome)
+	}
+	var n atomic.Int64
+	c, err := DialConsumer(url, b.queue, func(ctx context.Context, d *ferrybroker.Delivery) error {
+		if n.Add(1)%10 == 0 {
+			return errors.New("transient") // some retry timers too
+		}
+		return nil
+	}, b.config(ConsumerConfig{RetryDelay: time.Millisecond}))
+	require.NoError(t, err)
+	require.NoError(t, c.Start(b.ctx))
+	waitUntil(t, time.Minute, func() bool { return c.Stats().Acked == 100 })
+	require.NoError(t, c.Stop(b.ctx))
+	require.NoError(t, p.Close())
+	deadline := time.Now().Add(30 * time.Second)
+	for runtime.NumGoroutine() > base {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -288,6 +288,22 @@ func (l *link[S]) connection() *amqp.Connection {
 	return l.conn
 }
 
+// rpc runs fn, a blocking AMQP call that takes no context, and returns
+// its error, or ctx's error when ctx ends first. fn then finishes in the
+// background; it returns at the latest when its connection closes. A call
+// can block for long on a connection RabbitMQ blocked (a resource alarm
+// stops it reading the socket).
+func rpc(ctx context.Context, fn func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // jitter spreads d by ±20%.
 func jitter(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))

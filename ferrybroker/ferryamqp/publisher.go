@@ -160,8 +160,15 @@ func (s *pubSession) pick() (*pubChannel, error) {
 	}
 	var best *pubChannel
 	var openErr error
+	blocked, _ := s.block.wait()
 	for i, pc := range s.chans {
 		if pc == nil || pc.isDead() {
+			if blocked != nil {
+				// Opening a channel is a call RabbitMQ would not answer
+				// before the alarm clears.
+				openErr = errors.New("RabbitMQ blocked the connection")
+				continue
+			}
 			npc, err := s.openChannel()
 			if err != nil {
 				openErr = err
@@ -183,7 +190,7 @@ func (s *pubSession) pick() (*pubChannel, error) {
 // passive declare on a throwaway channel the first time: publishing to a
 // missing exchange would make RabbitMQ close the channel, turning every
 // publish in flight on it into an unknown outcome.
-func (s *pubSession) exchangeExists(name string) (bool, error) {
+func (s *pubSession) exchangeExists(ctx context.Context, name string) (bool, error) {
 	s.mu.Lock()
 	ok := s.known[name]
 	s.mu.Unlock()
@@ -198,12 +205,18 @@ func (s *pubSession) exchangeExists(name string) (bool, error) {
 	if ok {
 		return true, nil
 	}
-	ch, err := s.conn.Channel()
-	if err != nil {
-		return false, fmt.Errorf("open channel: %w", err)
+	if blocked, reason := s.block.wait(); blocked != nil {
+		return false, fmt.Errorf("cannot check exchange %s: RabbitMQ blocked the connection (%s)", name, reason)
 	}
-	err = ch.ExchangeDeclarePassive(name, amqp.ExchangeTopic, true, false, false, false, nil)
-	_ = ch.Close()
+	err := rpc(ctx, func() error {
+		ch, err := s.conn.Channel()
+		if err != nil {
+			return fmt.Errorf("open channel: %w", err)
+		}
+		err = ch.ExchangeDeclarePassive(name, amqp.ExchangeTopic, true, false, false, false, nil)
+		_ = ch.Close()
+		return err
+	})
 	switch code(err) {
 	case 0:
 		s.mu.Lock()
@@ -254,7 +267,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []ferrytype.Message) []fer
 		}
 		exists, seen := checked[ex]
 		if !seen {
-			exists, err = s.exchangeExists(ex)
+			exists, err = s.exchangeExists(ctx, ex)
 			if err != nil {
 				j.resolve(i, ferrytype.Unknown(fmt.Errorf("not sent: %w", err)))
 				continue
@@ -353,11 +366,16 @@ func (p *Publisher) Check(ctx context.Context) error {
 	if blocked, reason := s.block.wait(); blocked != nil {
 		return fmt.Errorf("RabbitMQ blocked the connection (%s): publishes wait until the alarm clears", reason)
 	}
-	ch, err := s.conn.Channel()
+	err = rpc(ctx, func() error {
+		ch, err := s.conn.Channel()
+		if err != nil {
+			return err
+		}
+		return ch.Close()
+	})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNotConnected, err)
 	}
-	_ = ch.Close()
 	return nil
 }
 

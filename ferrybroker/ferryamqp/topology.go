@@ -14,7 +14,7 @@ import (
 // the names of the exchanges known to exist. defaultExchange and its kind
 // are the publisher's Config.Exchange and ExchangeKind ("" for none).
 func setup(ctx context.Context, conn *amqp.Connection, t Topology, declare bool, defaultExchange, defaultKind string, log *slog.Logger) (map[string]bool, error) {
-	s := &setupRun{conn: conn, declare: declare, known: map[string]bool{"": true}}
+	s := &setupRun{ctx: ctx, conn: conn, declare: declare, known: map[string]bool{"": true}}
 	defer s.close()
 
 	exchanges := append([]Exchange(nil), t.Exchanges...)
@@ -97,6 +97,7 @@ func setup(ctx context.Context, conn *amqp.Connection, t Topology, declare bool,
 // setupRun runs topology operations on a channel, opening a fresh one
 // after an operation failed (a failed declare closes its channel).
 type setupRun struct {
+	ctx     context.Context
 	conn    *amqp.Connection
 	ch      *amqp.Channel
 	declare bool
@@ -105,18 +106,20 @@ type setupRun struct {
 
 func (s *setupRun) do(op func(ch *amqp.Channel) error) error {
 	if s.ch == nil || s.ch.IsClosed() {
-		ch, err := s.conn.Channel()
+		var ch *amqp.Channel
+		err := rpc(s.ctx, func() (err error) { ch, err = s.conn.Channel(); return err })
 		if err != nil {
 			return fmt.Errorf("open channel: %w", err)
 		}
 		s.ch = ch
 	}
-	return op(s.ch)
+	ch := s.ch
+	return rpc(s.ctx, func() error { return op(ch) })
 }
 
 func (s *setupRun) close() {
-	if s.ch != nil {
-		_ = s.ch.Close()
+	if ch := s.ch; ch != nil {
+		_ = rpc(s.ctx, ch.Close)
 	}
 }
 

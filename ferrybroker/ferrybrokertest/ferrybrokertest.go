@@ -174,6 +174,44 @@ func Exercise(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("BreakDuringPublishConfirmsOnlyStoredMessages", func(t *testing.T) {
+		s := h.New(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		batch := make([]ferrytype.Message, 2000)
+		for i := range batch {
+			batch[i] = msg(i, s.Route)
+		}
+		done := make(chan []ferrytype.PublishResult, 1)
+		go func() { done <- s.Publisher.Publish(ctx, batch) }()
+		// Break races the publish: whatever the interleaving, a message
+		// is either confirmed, and then stored, or unknown.
+		s.Break(t)
+		res := <-done
+		require.Len(t, res, len(batch))
+		confirmed := map[string]bool{}
+		for i, r := range res {
+			switch r.Outcome {
+			case ferrytype.OutcomeConfirmed:
+				confirmed[batch[i].ID] = true
+			case ferrytype.OutcomeUnknown:
+				require.Error(t, r.Err)
+			default:
+				t.Fatalf("message %d: %s (%v): a broken connection is unknown", i, r.Outcome, r.Err)
+			}
+		}
+		if len(confirmed) == 0 {
+			return
+		}
+		got := map[string]bool{}
+		for _, g := range s.Receive(t, len(confirmed), 30*time.Second) {
+			got[g.ID] = true
+		}
+		for id := range confirmed {
+			require.True(t, got[id], "confirmed message %s is not stored", id)
+		}
+	})
+
 	t.Run("ConcurrentPublishers", func(t *testing.T) {
 		s := h.New(t)
 		ctx := ctxFor(t)
