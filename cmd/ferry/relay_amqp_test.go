@@ -84,7 +84,7 @@ func TestRelayCLIToRabbitMQ(t *testing.T) {
 }
 
 func TestRelayCLIRabbitMQErrors(t *testing.T) {
-	testsvc.UseRabbitMQ(t)
+	testsvc.RabbitMQ(t) // skips when RabbitMQ is unreachable
 	db := "sqlite:///" + t.TempDir() + "/x.db"
 	amqpURL := testsvc.URL(testsvc.EnvAMQP)
 	for _, c := range []struct {

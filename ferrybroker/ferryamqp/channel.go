@@ -177,7 +177,7 @@ func openPubChannel(conn *amqp.Connection, window int, block *blockState, log *s
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
 	if err := ch.Confirm(false); err != nil {
-		_ = ch.Close()
+		closeChannel(ch)
 		return nil, fmt.Errorf("enable publisher confirms: %w", err)
 	}
 	pc := &pubChannel{
@@ -256,7 +256,7 @@ func (pc *pubChannel) submit(j *job) error {
 	}
 }
 
-func (pc *pubChannel) close() { _ = pc.ch.Close() }
+func (pc *pubChannel) close() { closeChannel(pc.ch) }
 
 func (pc *pubChannel) writer() {
 	defer close(pc.inflight)

@@ -65,11 +65,11 @@ type ConsumerConfig struct {
 	// HandlerTimeout bounds one handler call through its context. Default
 	// 0: no bound.
 	HandlerTimeout time.Duration
-	// Queue holds the settings of the consumed queue for Declare (its
-	// Name is ignored: it is the queue the consumer consumes) and names
+	// Queue holds the settings of the consumed queue for Declare and names
 	// its parking queue, which must exist: a Consumer never acks a message
 	// it could not handle unless a confirmed copy sits in the parking
-	// queue. Default: a quorum queue, parking queue queue+".parking".
+	// queue. Its Name is ignored (it is the queue consumed), and so is
+	// NoParking. Default: a quorum queue, parking queue queue+".parking".
 	Queue Queue
 	// Declare declares the queue and its parking queue (and Topology)
 	// instead of checking that they exist. Default false.
@@ -324,7 +324,7 @@ func (c *Consumer) openSession(ctx context.Context, conn *amqp.Connection) (*con
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
 	if err := s.ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
-		_ = s.ch.Close()
+		closeChannel(s.ch)
 		return nil, fmt.Errorf("set prefetch: %w", err)
 	}
 	block := watchBlocked(conn, s.stop, c.log)
@@ -371,7 +371,7 @@ func (s *consSession) cancel(ctx context.Context) {
 func (s *consSession) close() {
 	s.closeOnce.Do(func() {
 		close(s.stop)
-		_ = s.ch.Close()
+		closeChannel(s.ch)
 		if s.park != nil {
 			s.park.close()
 		}

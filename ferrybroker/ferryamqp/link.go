@@ -104,7 +104,7 @@ func (l *link[S]) start(ctx context.Context, conn *amqp.Connection, dial func() 
 	s, err := l.open(ctx, conn)
 	if err != nil {
 		if dial != nil {
-			_ = conn.Close()
+			closeConn(conn, l.ccfg.DialTimeout)
 		}
 		return err
 	}
@@ -173,7 +173,7 @@ func (l *link[S]) supervise(conn *amqp.Connection, s S) {
 		case <-l.stop:
 			s.close()
 			if l.dial != nil {
-				_ = conn.Close()
+				closeConn(conn, l.ccfg.DialTimeout)
 			}
 			return
 		case <-s.done():
@@ -210,7 +210,7 @@ func (l *link[S]) supervise(conn *amqp.Connection, s S) {
 			select {
 			case <-l.stop:
 				if l.dial != nil && !conn.IsClosed() {
-					_ = conn.Close()
+					closeConn(conn, l.ccfg.DialTimeout)
 				}
 				return
 			case <-time.After(jitter(backoff)):
@@ -302,6 +302,23 @@ func rpc(ctx context.Context, fn func() error) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// closeTimeout bounds the wait for RabbitMQ to answer a channel close.
+const closeTimeout = 5 * time.Second
+
+// closeChannel closes ch without waiting more than closeTimeout for
+// RabbitMQ's answer (a blocked connection gives none).
+func closeChannel(ch *amqp.Channel) {
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	_ = rpc(ctx, ch.Close)
+}
+
+// closeConn closes a connection ferryamqp dialled, waiting at most d for
+// RabbitMQ's answer.
+func closeConn(conn *amqp.Connection, d time.Duration) {
+	_ = conn.CloseDeadline(time.Now().Add(d))
 }
 
 // jitter spreads d by ±20%.
