@@ -214,6 +214,7 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 	}
 	defer store.Close()
 	bc.NATS.FaultPoint = faults
+	bc.AMQP.FaultPoint = faults
 	pub, err := open.Publisher(ctx, f.brokerURL, bc)
 	if err != nil {
 		return err

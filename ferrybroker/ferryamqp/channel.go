@@ -39,12 +39,18 @@ type job struct {
 	set  []bool
 	left int
 	done chan struct{}
+	// written is closed once the channel goroutine is through the job's
+	// messages: each is published, or failed before it was.
+	written     chan struct{}
+	writtenOnce sync.Once
 }
 
 func newJob(ctx context.Context, n int) *job {
 	return &job{ctx: ctx, out: make([]outgoing, n), res: make([]ferrytype.PublishResult, n),
-		set: make([]bool, n), left: n, done: make(chan struct{})}
+		set: make([]bool, n), left: n, done: make(chan struct{}), written: make(chan struct{})}
 }
+
+func (j *job) markWritten() { j.writtenOnce.Do(func() { close(j.written) }) }
 
 func (j *job) resolve(i int, r ferrytype.PublishResult) {
 	j.mu.Lock()
@@ -272,6 +278,7 @@ func (pc *pubChannel) writer() {
 }
 
 func (pc *pubChannel) write(j *job) {
+	defer j.markWritten()
 	for i := range j.out {
 		if j.settled(i) {
 			continue

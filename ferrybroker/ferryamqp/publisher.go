@@ -281,6 +281,16 @@ func (p *Publisher) Publish(ctx context.Context, msgs []ferrytype.Message) []fer
 		j.out[i] = outgoing{exchange: ex, key: m.Route(), pub: publishing(m)}
 	}
 	p.dispatch(s, j)
+	if p.cfg.FaultPoint != nil {
+		select {
+		case <-j.written:
+		case <-j.done:
+		case <-ctx.Done():
+		}
+		if err := p.cfg.FaultPoint(ctx, ferrybroker.FaultPublishBeforeConfirm); err != nil {
+			return j.finish(fmt.Errorf("fault before confirm: %w", err))
+		}
+	}
 	select {
 	case <-j.done:
 	case <-ctx.Done():

@@ -1,14 +1,20 @@
 package ferryamqp_test
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
 	"github.com/ferrydev/ferry/ferrybroker/ferrybrokertest"
+	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
@@ -65,4 +71,43 @@ func harness(queueType string) ferrybrokertest.Harness {
 func TestConformance(t *testing.T) {
 	t.Run("Quorum", func(t *testing.T) { ferrybrokertest.Exercise(t, harness("quorum")) })
 	t.Run("Classic", func(t *testing.T) { ferrybrokertest.Exercise(t, harness("classic")) })
+}
+
+// The named fault point between writing a batch and reading its confirms:
+// an error there makes every message unknown, although RabbitMQ stores
+// them all — the window a relay crash leaves open.
+func TestFaultBeforeConfirmIsUnknownAndStored(t *testing.T) {
+	reader := testsvc.RabbitMQ(t)
+	q := testsvc.RabbitMQQueue(t, reader, "quorum", nil)
+	var hit atomic.Int64
+	p, err := ferryamqp.New(testsvc.Context(t, 10*time.Second), dial(t), &ferryamqp.Config{
+		FaultPoint: func(_ context.Context, point string) error {
+			if point == ferrybroker.FaultPublishBeforeConfirm {
+				hit.Add(1)
+				return errors.New("crash")
+			}
+			return nil
+		},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	msgs := make([]ferrytype.Message, 50)
+	for i := range msgs {
+		msgs[i] = ferrytype.Message{ID: fmt.Sprintf("fault-%d", i), Type: "T", Payload: []byte(`{}`), Destination: q.RoutingKey}
+	}
+	// Confirms of the first messages may come back while the last are
+	// written; every other outcome is unknown.
+	unknown := 0
+	for i, r := range p.Publish(testsvc.Context(t, 10*time.Second), msgs) {
+		if r.Outcome == ferrytype.OutcomeConfirmed {
+			continue
+		}
+		require.Equal(t, ferrytype.OutcomeUnknown, r.Outcome, "message %d", i)
+		require.ErrorContains(t, r.Err, "fault before confirm")
+		unknown++
+	}
+	require.Positive(t, unknown)
+	require.Equal(t, int64(1), hit.Load())
+	require.Len(t, testsvc.ReadRabbitMQQueue(t, reader, q.Name, len(msgs), 10*time.Second), len(msgs),
+		"the broker has every message whose outcome was reported unknown")
 }
