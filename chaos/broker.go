@@ -21,8 +21,8 @@ type broker interface {
 	relayArgs() []string
 	// quiet reports whether both consumer groups have nothing pending.
 	quiet(ctx context.Context) (bool, error)
-	// parked counts the messages each consumer group parked.
-	parked(ctx context.Context) (map[string]int, error)
+	// parked reads the messages each consumer group parked.
+	parked(ctx context.Context) (map[string][]parkedMsg, error)
 	// restart stops and starts the broker (where the harness may).
 	restart(ctx context.Context, down time.Duration) error
 	// heal undoes whatever fault the broker is in.
@@ -77,13 +77,36 @@ func (b *natsBroker) quiet(ctx context.Context) (bool, error) {
 	return q, err
 }
 
-func (b *natsBroker) parked(ctx context.Context) (map[string]int, error) {
-	_, p, err := shop.NATSQuiet(ctx, b.direct)
-	out := map[string]int{}
-	for k, v := range p {
-		out[k] = int(v)
+func (b *natsBroker) parked(ctx context.Context) (map[string][]parkedMsg, error) {
+	out := map[string][]parkedMsg{}
+	for _, group := range []string{"points", "sms"} {
+		cons, err := b.js.OrderedConsumer(ctx, shop.Stream, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{shop.ParkSubject(group)}})
+		if err != nil {
+			return nil, err
+		}
+		for {
+			batch, err := cons.Fetch(500, jetstream.FetchMaxWait(time.Second))
+			if err != nil {
+				return nil, err
+			}
+			n := 0
+			for m := range batch.Messages() {
+				n++
+				out[group] = append(out[group], parkedMsg{ID: m.Headers().Get("Ferry-Event-Id"), Body: m.Data()})
+			}
+			if n == 0 {
+				break
+			}
+		}
 	}
-	return out, err
+	return out, nil
+}
+
+// parkedMsg is a message a consumer parked.
+type parkedMsg struct {
+	ID   string // the event id
+	Body []byte
 }
 
 func (b *natsBroker) restart(context.Context, time.Duration) error {
@@ -105,6 +128,3 @@ func (b *natsBroker) close() {
 	b.nc.Close()
 }
 
-func newAMQPBroker(context.Context, string, *proxies, string) (broker, error) {
-	return nil, errors.New("amqp broker: not wired yet")
-}

@@ -31,8 +31,8 @@ func TestMain(m *testing.M) {
 // combos are the (database, broker) pairs every scenario runs on, where it
 // applies.
 var combos = []struct{ db, broker string }{
-	{"mysql", "nats"},
-	{"postgres", "nats"},
+	{"mysql", "amqp"},
+	{"postgres", "amqp"},
 	{"sqlite", "nats"},
 }
 
@@ -51,7 +51,17 @@ func TestScenarios(t *testing.T) {
 				case "postgres":
 					testsvc.Postgres(t)
 				}
-				testsvc.NATS(t)
+				switch {
+				case c.broker == "nats":
+					testsvc.NATS(t)
+				case sc.Name == "broker-restart":
+					// Other packages' RabbitMQ tests wait while this one
+					// stops the server.
+					testsvc.DisruptRabbitMQ(t)
+					testsvc.RabbitMQ(t)
+				default:
+					testsvc.RabbitMQ(t)
+				}
 				ctx := testsvc.Context(t, 4*time.Minute)
 				res, err := chaos.Run(ctx, chaos.Options{
 					DB: c.db, Broker: c.broker, Orders: 400, Rate: 20, Bin: ferryBin, Out: testWriter{t},

@@ -94,9 +94,17 @@ func newSystem(ctx context.Context, o Options) (_ *system, err error) {
 	}
 	switch o.Broker {
 	case "nats":
-		s.broker, err = newNATSBroker(ctx, o.NATSURL, s.px)
+		var b *natsBroker
+		b, err = newNATSBroker(ctx, o.NATSURL, s.px)
+		if err == nil {
+			s.broker = b
+		}
 	case "amqp":
-		s.broker, err = newAMQPBroker(ctx, o.AMQPURL, s.px, suffix)
+		var b *amqpBroker
+		b, err = newAMQPBroker(ctx, o.AMQPURL, s.px, suffix)
+		if err == nil {
+			s.broker = b
+		}
 	default:
 		err = fmt.Errorf("unknown broker %q", o.Broker)
 	}

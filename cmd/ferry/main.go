@@ -74,7 +74,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if errors.Is(err, errPrinted) {
 		return exitOK
 	}
-	fmt.Fprintln(stderr, "ferry:", ferrytype.RedactURL(err.Error()))
+	fmt.Fprintln(stderr, "ferry:", strings.TrimPrefix(ferrytype.RedactURL(err.Error()), "ferry: "))
 	var ee exitError
 	switch {
 	case errors.As(err, &ee):

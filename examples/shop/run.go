@@ -16,6 +16,7 @@ import (
 
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
 	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
 )
 
@@ -222,8 +223,71 @@ func consume(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler) (fun
 				s := c.Stats()
 				return Stats{Acked: s.Acked, Parked: s.Parked, Retried: s.Retried}
 			}, nil
+	case strings.HasPrefix(o.BrokerURL, "amqp:") || strings.HasPrefix(o.BrokerURL, "amqps:"):
+		topo := AMQPTopology()
+		c, err := ferryamqp.DialConsumer(o.BrokerURL, o.Role, OnlyPaid(h), &ferryamqp.ConsumerConfig{
+			Concurrency: conc, Prefetch: conc, Declare: true, Topology: topo, MaxDeliveries: 15,
+			Queue:      ferryamqp.Queue{DeliveryLimit: amqpDeliveryLimit},
+			RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second,
+			Connection: ferryamqp.ConnectionConfig{Name: "shop-" + o.Role}, FaultPoint: o.FaultPoint,
+		})
+		if err == nil {
+			err = c.Start(ctx)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		return c.Stop, func() Stats {
+			s := c.Stats()
+			return Stats{Acked: s.Acked, Parked: s.Parked, Retried: s.Requeued}
+		}, nil
 	}
 	return nil, nil, fmt.Errorf("shop: unsupported broker URL %q", o.BrokerURL)
+}
+
+// amqpDeliveryLimit is the quorum queues' x-delivery-limit. RabbitMQ 3.x
+// counts a delivery returned by a consumer that crashed or closed its
+// channel, so a message waiting in the prefetch of consumers that keep
+// crashing reaches the limit without ever failing, and the broker
+// dead-letters a good message. The limit is the backstop for a message
+// that kills its consumer; the consumer parks failing messages itself
+// after MaxDeliveries (15). Keep the limit far above that, and the
+// prefetch small.
+const amqpDeliveryLimit = 200
+
+// AMQPTopology is the shop's RabbitMQ topology: a quorum queue per consumer
+// group (each with its parking queue, name+".parking"), bound to amq.topic.
+// The points queue also takes OrderCreated events, which it acknowledges
+// without effect: every event the relay publishes reaches a queue, so none
+// comes back unroutable.
+func AMQPTopology() ferryamqp.Topology {
+	return ferryamqp.Topology{
+		Queues: []ferryamqp.Queue{{Name: "points", DeliveryLimit: amqpDeliveryLimit}, {Name: "sms", DeliveryLimit: amqpDeliveryLimit}},
+		Bindings: []ferryamqp.Binding{
+			{Queue: "points", Exchange: "amq.topic", RoutingKey: RoutePaid},
+			{Queue: "points", Exchange: "amq.topic", RoutingKey: RouteCreated},
+			{Queue: "sms", Exchange: "amq.topic", RoutingKey: RoutePaid},
+		},
+	}
+}
+
+// SetupAMQP declares the shop's topology.
+func SetupAMQP(ctx context.Context, url string) error {
+	p, err := ferryamqp.Dial(ctx, url, &ferryamqp.Config{Topology: AMQPTopology(), Declare: true})
+	if err != nil {
+		return err
+	}
+	return p.Close()
+}
+
+// OnlyPaid acknowledges every event but OrderPaid without running h.
+func OnlyPaid(h ferrybroker.Handler) ferrybroker.Handler {
+	return func(ctx context.Context, d *ferrybroker.Delivery) error {
+		if d.Type != OrderPaid {
+			return nil
+		}
+		return h(ctx, d)
+	}
 }
 
 // SetupNATS declares the shop's stream.

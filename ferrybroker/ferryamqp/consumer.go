@@ -95,6 +95,11 @@ type ConsumerConfig struct {
 	OnSettle func(d *ferrybroker.Delivery, s Settlement)
 	// Logger receives the consumer's logs. Default: discarded.
 	Logger *slog.Logger
+	// FaultPoint, when set, is called at
+	// ferrybroker.FaultConsumerAfterHandle, after the handler committed and
+	// before the ack; a non-nil error acts as a crash there: the delivery
+	// is left unacked. For fault-injection tests only.
+	FaultPoint func(ctx context.Context, point string) error
 }
 
 // Action is what a Consumer did with a delivery.
@@ -521,6 +526,13 @@ func (c *Consumer) handle(s *consSession, d amqp.Delivery) {
 	err := c.call(ctx, fd)
 	switch {
 	case err == nil:
+		if c.cfg.FaultPoint != nil {
+			if ferr := c.cfg.FaultPoint(ctx, ferrybroker.FaultConsumerAfterHandle); ferr != nil {
+				c.log.Warn("fault after handle: delivery left unacked", "message_id", fd.MessageID, "error", ferr)
+				c.settle(fd, Settlement{Action: ActionLeft, Err: ferr})
+				return
+			}
+		}
 		// The effect is committed: only now may RabbitMQ forget the
 		// message. A single ack (multiple=false) on the delivery's own
 		// channel: it covers this delivery and nothing else.

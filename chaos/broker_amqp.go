@@ -1,0 +1,206 @@
+package chaos
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/ferrydev/ferry/examples/shop"
+)
+
+// amqpBroker is RabbitMQ with a virtual host of the run's own, so that the
+// shop's fixed queue names never meet another run's.
+type amqpBroker struct {
+	vhost           string
+	direct, proxied string
+	host            string
+	conn            *amqp.Connection
+	ch              *amqp.Channel
+}
+
+func rabbitmqctl(ctx context.Context, args ...string) (string, error) {
+	path := os.Getenv("FERRY_TEST_RABBITMQCTL")
+	if path == "" {
+		path = "rabbitmqctl"
+	}
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("rabbitmqctl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+	}
+	return out.String(), nil
+}
+
+func newAMQPBroker(ctx context.Context, direct string, px *proxies, suffix string) (*amqpBroker, error) {
+	u, err := url.Parse(direct)
+	if err != nil {
+		return nil, err
+	}
+	b := &amqpBroker{vhost: "chaos_" + suffix, host: u.Host}
+	if _, err := rabbitmqctl(ctx, "add_vhost", b.vhost); err != nil {
+		return nil, err
+	}
+	user := u.User.Username()
+	if _, err := rabbitmqctl(ctx, "set_permissions", "-p", b.vhost, user, ".*", ".*", ".*"); err != nil {
+		b.close()
+		return nil, err
+	}
+	addr, err := px.add("broker", u.Host)
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	with := func(host string) string {
+		v := *u
+		v.Host, v.Path, v.RawPath = host, "/"+b.vhost, ""
+		return v.String()
+	}
+	b.direct, b.proxied = with(u.Host), with(addr)
+	if err := shop.SetupAMQP(ctx, b.direct); err != nil {
+		b.close()
+		return nil, fmt.Errorf("declare the shop's topology: %w", err)
+	}
+	return b, nil
+}
+
+func (b *amqpBroker) url() string         { return b.proxied }
+func (b *amqpBroker) relayArgs() []string { return nil }
+
+// queues returns the messages (ready and unacknowledged) of each queue.
+func (b *amqpBroker) queues(ctx context.Context) (map[string]int, error) {
+	out, err := rabbitmqctl(ctx, "list_queues", "-p", b.vhost, "--no-table-headers", "--quiet", "name", "messages")
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]int{}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 2 {
+			continue
+		}
+		n, err := strconv.Atoi(f[1])
+		if err != nil {
+			continue
+		}
+		m[f[0]] = n
+	}
+	return m, sc.Err()
+}
+
+func (b *amqpBroker) quiet(ctx context.Context) (bool, error) {
+	q, err := b.queues(ctx)
+	if err != nil {
+		return false, err
+	}
+	return q["points"] == 0 && q["sms"] == 0, nil
+}
+
+// parked drains the parking queues (the run is over).
+func (b *amqpBroker) parked(ctx context.Context) (map[string][]parkedMsg, error) {
+	conn, err := amqp.Dial(b.direct)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]parkedMsg{}
+	for _, group := range []string{"points", "sms"} {
+		for {
+			d, ok, err := ch.Get(group+".parking", true)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				break
+			}
+			out[group] = append(out[group], parkedMsg{ID: d.MessageId, Body: d.Body})
+		}
+	}
+	return out, nil
+}
+
+// restart stops RabbitMQ's application, waits, and starts it again.
+func (b *amqpBroker) restart(ctx context.Context, down time.Duration) error {
+	if _, err := rabbitmqctl(ctx, "stop_app"); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(down):
+	}
+	return b.heal(context.WithoutCancel(ctx))
+}
+
+// heal starts RabbitMQ's application if it is stopped and waits until it
+// accepts connections.
+func (b *amqpBroker) heal(ctx context.Context) error {
+	if _, err := rabbitmqctl(ctx, "start_app"); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", b.host, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("RabbitMQ did not come back: %w", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (b *amqpBroker) publishPaid(ctx context.Context, msgID string, body []byte) error {
+	if b.ch == nil || b.ch.IsClosed() {
+		conn, err := amqp.Dial(b.direct)
+		if err != nil {
+			return err
+		}
+		ch, err := conn.Channel()
+		if err == nil {
+			err = ch.Confirm(false)
+		}
+		if err != nil {
+			conn.Close()
+			return err
+		}
+		b.conn, b.ch = conn, ch
+	}
+	dc, err := b.ch.PublishWithDeferredConfirmWithContext(ctx, "amq.topic", shop.RoutePaid, true, false, amqp.Publishing{
+		MessageId: msgID, Type: shop.OrderPaid, ContentType: "application/json", DeliveryMode: amqp.Persistent,
+		Headers: amqp.Table{"Ferry-Event-Type": shop.OrderPaid}, Body: body,
+	})
+	if err != nil {
+		return err
+	}
+	ok, err := dc.WaitContext(ctx)
+	if err == nil && !ok {
+		err = fmt.Errorf("publish %s: nacked", msgID)
+	}
+	return err
+}
+
+func (b *amqpBroker) close() {
+	if b.conn != nil {
+		b.conn.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, _ = rabbitmqctl(ctx, "delete_vhost", b.vhost)
+}
