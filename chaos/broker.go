@@ -127,4 +127,3 @@ func (b *natsBroker) close() {
 	_ = b.js.DeleteStream(context.Background(), shop.Stream)
 	b.nc.Close()
 }
-

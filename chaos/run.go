@@ -14,18 +14,18 @@ import (
 
 // Counters are what a run absorbed: the evidence that its faults bit.
 type Counters struct {
-	UnknownConfirms    int64          `json:"unknown_confirms"`    // relay publishes whose outcome was unknown
-	BrokerDuplicates   int64          `json:"broker_duplicates"`   // republished events the broker dropped (JetStream)
-	DuplicatesAbsorbed int64          `json:"duplicates_absorbed"` // deliveries the inbox found already applied
-	CrashPointsHit     int            `json:"crash_points_hit"`
-	Kills              int            `json:"kills"`
-	Pauses             int            `json:"pauses"`
-	Toxics             int            `json:"toxics"`
-	BrokerRestarts     int            `json:"broker_restarts"`
-	Restarts           int            `json:"restarts"`
-	Fenced             int64          `json:"fenced_marks"` // late marks that changed nothing
-	Swept              int64          `json:"leases_swept"`
-	UnknownCommits     int64          `json:"unknown_commits"` // COMMITs cut off on the wire
+	UnknownConfirms    int64 `json:"unknown_confirms"`    // relay publishes whose outcome was unknown
+	BrokerDuplicates   int64 `json:"broker_duplicates"`   // republished events the broker dropped (JetStream)
+	DuplicatesAbsorbed int64 `json:"duplicates_absorbed"` // deliveries the inbox found already applied
+	CrashPointsHit     int   `json:"crash_points_hit"`
+	Kills              int   `json:"kills"`
+	Pauses             int   `json:"pauses"`
+	Toxics             int   `json:"toxics"`
+	BrokerRestarts     int   `json:"broker_restarts"`
+	Restarts           int   `json:"restarts"`
+	Fenced             int64 `json:"fenced_marks"` // late marks that changed nothing
+	Swept              int64 `json:"leases_swept"`
+	UnknownCommits     int64 `json:"unknown_commits"` // COMMITs cut off on the wire
 	// Parked counts, per consumer group, the distinct events parked.
 	Parked map[string]int `json:"parked"`
 }
