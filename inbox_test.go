@@ -17,10 +17,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
 	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 	"github.com/ferrydev/ferry/internal/fault"
@@ -101,42 +103,83 @@ func runPointsConsumer() int {
 	if err != nil {
 		return fail(err)
 	}
-	nc, err := nats.Connect(testsvc.URL(testsvc.EnvNATS))
-	if err != nil {
-		return fail(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	c, err := ferrynats.NewConsumer(js, ferry.InboxHandler(in, decodeOrderPaid, awardPoints(env("POINTS"))), &ferrynats.ConsumerConfig{
-		Stream: env("STREAM"), Durable: "points", FilterSubjects: []string{env("SUBJECT")}, Declare: true,
-		ParkSubject: env("PARK"), Concurrency: 4, AckWait: 2 * time.Second, RetryInitial: 20 * time.Millisecond,
-		FaultPoint: crash,
-	})
-	if err != nil {
-		return fail(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		return fail(err)
-	}
-	for {
-		cons, err := js.Consumer(ctx, env("STREAM"), "points")
+	handler := ferry.InboxHandler(in, decodeOrderPaid, awardPoints(env("POINTS")))
+	var (
+		stop   func(context.Context) error
+		parked func() int64
+		idle   func() (bool, error)
+	)
+	if queue := env("QUEUE"); queue != "" {
+		// RabbitMQ: a quorum queue the test declared.
+		c, err := ferryamqp.DialConsumer(testsvc.URL(testsvc.EnvAMQP), queue, handler, &ferryamqp.ConsumerConfig{
+			Concurrency: 4, Prefetch: 4, RetryDelay: 20 * time.Millisecond, FaultPoint: crash})
 		if err != nil {
 			return fail(err)
 		}
-		info, err := cons.Info(ctx)
+		if err := c.Start(ctx); err != nil {
+			return fail(err)
+		}
+		conn, err := amqp.Dial(testsvc.URL(testsvc.EnvAMQP))
 		if err != nil {
 			return fail(err)
 		}
-		if info.NumPending == 0 && info.NumAckPending == 0 {
-			break
+		defer conn.Close()
+		ch, err := conn.Channel()
+		if err != nil {
+			return fail(err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		stop, parked = c.Stop, func() int64 { return c.Stats().Parked }
+		idle = func() (bool, error) {
+			q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+			st := c.Stats()
+			return err == nil && q.Messages == 0 && st.Received == st.Acked+st.Parked, err
+		}
+	} else {
+		nc, err := nats.Connect(testsvc.URL(testsvc.EnvNATS))
+		if err != nil {
+			return fail(err)
+		}
+		defer nc.Close()
+		js, _ := jetstream.New(nc)
+		c, err := ferrynats.NewConsumer(js, handler, &ferrynats.ConsumerConfig{
+			Stream: env("STREAM"), Durable: "points", FilterSubjects: []string{env("SUBJECT")}, Declare: true,
+			ParkSubject: env("PARK"), Concurrency: 4, AckWait: 2 * time.Second, RetryInitial: 20 * time.Millisecond,
+			FaultPoint: crash,
+		})
+		if err != nil {
+			return fail(err)
+		}
+		if err := c.Start(ctx); err != nil {
+			return fail(err)
+		}
+		stop, parked = c.Stop, func() int64 { return c.Stats().Parked }
+		idle = func() (bool, error) {
+			cons, err := js.Consumer(ctx, env("STREAM"), "points")
+			if err != nil {
+				return false, err
+			}
+			info, err := cons.Info(ctx)
+			return err == nil && info.NumPending == 0 && info.NumAckPending == 0, err
+		}
 	}
-	if err := c.Stop(ctx); err != nil {
+	// Exit once nothing is left, seen twice in a row.
+	for quiet := 0; quiet < 2; {
+		ok, err := idle()
+		if err != nil {
+			return fail(err)
+		}
+		if ok {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := stop(ctx); err != nil {
 		return fail(err)
 	}
 	fmt.Printf("applied=%d duplicate=%d conflict=%d parked=%d\n", counts.applied.Load(), counts.duplicate.Load(),
-		counts.conflict.Load(), c.Stats().Parked)
+		counts.conflict.Load(), parked())
 	return 0
 }
 
@@ -144,8 +187,12 @@ func runPointsConsumer() int {
 // loses nothing and applies nothing twice: the redelivered messages are
 // duplicates for the inbox.
 func TestConsumerKilledBetweenCommitAndAck(t *testing.T) {
-	for _, point := range []string{ferrybroker.FaultConsumerAfterHandle, ferry.FaultInboxBeforeCommit} {
-		t.Run(point, func(t *testing.T) {
+	for _, tc := range []struct{ broker, point string }{
+		{"nats", ferrybroker.FaultConsumerAfterHandle}, {"nats", ferry.FaultInboxBeforeCommit},
+		{"amqp", ferrybroker.FaultConsumerAfterHandle}, {"amqp", ferry.FaultInboxBeforeCommit},
+	} {
+		point := tc.point
+		t.Run(tc.broker+"/"+point, func(t *testing.T) {
 			db := testsvc.MySQL(t)
 			ctx := testsvc.Context(t, 3*time.Minute)
 			m, c, v := testsvc.InboxTables()
@@ -159,20 +206,44 @@ func TestConsumerKilledBetweenCommitAndAck(t *testing.T) {
 			_, err = db.Exec("INSERT INTO " + points + " VALUES (7, 0)")
 			require.NoError(t, err)
 
-			nc := testsvc.NATS(t)
-			stream, prefix := testsvc.JetStreamStream(t, nc)
-			js, _ := jetstream.New(nc)
 			const orders = 30
-			for i := 1; i <= orders; i++ {
-				body, _ := json.Marshal(orderPaid{OrderID: int64(i), UserID: 7, Amount: 1})
-				msg := nats.NewMsg(prefix + ".paid")
-				msg.Data = body
-				_, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(fmt.Sprintf("evt-%d", i)))
-				require.NoError(t, err)
-			}
 			childEnv := []string{"FERRY_TEST_CHILD=points-consumer", "FERRY_CHILD_MARKERS=" + m, "FERRY_CHILD_CONFLICTS=" + c,
-				"FERRY_CHILD_VERSIONS=" + v, "FERRY_CHILD_POINTS=" + points, "FERRY_CHILD_STREAM=" + stream,
-				"FERRY_CHILD_SUBJECT=" + prefix + ".paid", "FERRY_CHILD_PARK=" + prefix + ".parked"}
+				"FERRY_CHILD_VERSIONS=" + v, "FERRY_CHILD_POINTS=" + points}
+			body := func(i int) []byte {
+				b, _ := json.Marshal(orderPaid{OrderID: int64(i), UserID: 7, Amount: 1})
+				return b
+			}
+			if tc.broker == "nats" {
+				nc := testsvc.NATS(t)
+				stream, prefix := testsvc.JetStreamStream(t, nc)
+				js, _ := jetstream.New(nc)
+				for i := 1; i <= orders; i++ {
+					msg := nats.NewMsg(prefix + ".paid")
+					msg.Data = body(i)
+					_, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(fmt.Sprintf("evt-%d", i)))
+					require.NoError(t, err)
+				}
+				childEnv = append(childEnv, "FERRY_CHILD_STREAM="+stream, "FERRY_CHILD_SUBJECT="+prefix+".paid",
+					"FERRY_CHILD_PARK="+prefix+".parked")
+			} else {
+				conn := testsvc.RabbitMQ(t)
+				q := testsvc.RabbitMQQueue(t, conn, "quorum", nil)
+				ch, err := conn.Channel()
+				require.NoError(t, err)
+				_, err = ch.QueueDeclare(q.Name+".parking", true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+				require.NoError(t, err)
+				testsvc.DeleteRabbitMQQueue(t, q.Name+".parking")
+				require.NoError(t, ch.Confirm(false))
+				for i := 1; i <= orders; i++ {
+					dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "amq.topic", q.RoutingKey, true, false, amqp.Publishing{
+						MessageId: fmt.Sprintf("evt-%d", i), ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body(i)})
+					require.NoError(t, err)
+					ok, err := dc.WaitContext(ctx)
+					require.NoError(t, err)
+					require.True(t, ok)
+				}
+				childEnv = append(childEnv, "FERRY_CHILD_QUEUE="+q.Name)
+			}
 			start := func(extra ...string) (*exec.Cmd, *bytes.Buffer) {
 				cmd := exec.Command(os.Args[0], "-test.run=^$")
 				cmd.Env = append(append(os.Environ(), childEnv...), extra...)
