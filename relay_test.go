@@ -159,13 +159,7 @@ func (p *countingPublisher) count(id string) int {
 
 func waitFor(t testing.TB, d time.Duration, cond func() bool, why func() string) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not reached within %s: %s", d, why())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testsvc.WaitFor(t, d, cond, why)
 }
 
 func fastRetry() ferry.RetryPolicy {

@@ -43,13 +43,7 @@ func spansNamed(rec *tracetest.SpanRecorder, name string) []sdktrace.ReadOnlySpa
 
 func waitFor(t *testing.T, d time.Duration, cond func() bool, why string) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not reached within %s: %s", d, why)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testsvc.WaitFor(t, d, cond, func() string { return why })
 }
 
 // One trace spans the request that committed an order, the outbox write,

@@ -78,13 +78,7 @@ func histSum(t *testing.T, g prometheus.Gatherer, name string, labels ...string)
 
 func waitFor(t *testing.T, d time.Duration, cond func() bool, why func() string) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not reached within %s: %s", d, why())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testsvc.WaitFor(t, d, cond, why)
 }
 
 // bundle is one outbox table on a real database, a JetStream stream on the

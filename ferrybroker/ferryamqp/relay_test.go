@@ -254,11 +254,5 @@ func TestRelaySurvivesRabbitMQRestart(t *testing.T) {
 
 func waitFor(t testing.TB, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not reached within %s", d)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testsvc.WaitFor(t, d, cond, nil)
 }

@@ -80,13 +80,7 @@ func (b *consumerBundle) settled(t *testing.T) {
 
 func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", d)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testsvc.WaitFor(t, d, cond, nil)
 }
 
 func TestConsumerAcksHandledMessages(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
 // Harness adapts one store to the suite. TTx is the store's transaction
@@ -559,13 +560,7 @@ func Exercise[TTx any](t *testing.T, h Harness[TTx]) {
 // waitFor polls cond until it holds or d passes.
 func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", d)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testsvc.WaitFor(t, d, cond, nil)
 }
 
 // retryTx retries fn on errors a concurrent writer may see (deadlock,
