@@ -282,3 +282,22 @@ func TestRelaySIGTERMStopsCleanly(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, stats.Sending, "batches in flight were finished and recorded")
 }
+
+func TestMigrateInboxTables(t *testing.T) {
+	dir := t.TempDir()
+	dbURL := "sqlite:///" + dir + "/points.db"
+	code, out, errOut := ferryCLI(t, "migrate", "--inbox", "--database-url", dbURL, "--marker-table", "points_marker")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "inbox tables points_marker, ferry_conflict, ferry_version are up to date (sqlite)")
+	code, _, errOut = ferryCLI(t, "migrate", "--inbox", "--database-url", dbURL, "--marker-table", "points_marker")
+	require.Equal(t, exitOK, code, "a second run is a no-op: %s", errOut)
+	code, out, errOut = ferryCLI(t, "migrate", "--inbox", "--print", "--database-url", dbURL)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, `CREATE TABLE IF NOT EXISTS "consumed_operation"`)
+	code, _, errOut = ferryCLI(t, "migrate", "--inbox", "--database-url", dbURL, "--marker-table", "bad-name")
+	require.Equal(t, exitUsage, code, errOut)
+	// The tables work: conflicts lists none.
+	code, out, errOut = ferryCLI(t, "conflicts", "list", "--database-url", dbURL, "--marker-table", "points_marker")
+	require.Equal(t, exitOK, code, errOut)
+	require.NotContains(t, out, "points-award")
+}

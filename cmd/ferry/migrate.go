@@ -1,28 +1,58 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"sort"
 
 	"github.com/spf13/cobra"
 
+	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/internal/open"
 )
 
+// migratable is what migrate needs of an outbox or an inbox store.
+type migratable interface {
+	Dialect() string
+	Migrate(ctx context.Context) error
+	Migrations() (fs.FS, error)
+	Close() error
+}
+
 func newMigrate(g *globals) *cobra.Command {
-	var print bool
+	var (
+		print, inbox bool
+		tables       inboxTables
+	)
 	cmd := &cobra.Command{
 		Use:   "migrate",
-		Short: "Create or upgrade the outbox tables",
+		Short: "Create or upgrade the outbox tables (or, with --inbox, a consumer's inbox tables)",
 		Long: `Applies the embedded migrations for the outbox table (--table) that have not run
 yet, recording them in ferry_migration. Safe to run repeatedly and from several
 machines at once. With --print it prints the SQL instead, for your own
-migration tool.`,
+migration tool.
+
+With --inbox it migrates a consumer's inbox tables instead (--marker-table,
+--conflict-table, --version-table), in the consumer's database.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			store, err := open.Store(ctx, g.databaseURL, g.table)
+			var (
+				store migratable
+				what  string
+				err   error
+			)
+			if inbox {
+				store, err = tables.open(cmd, g)
+				what = "inbox tables " + tables.markers + ", " + tables.conflicts + ", " + tables.versions + " are"
+			} else {
+				var s ferrystore.Store
+				s, err = open.Store(ctx, g.databaseURL, g.table)
+				if s != nil {
+					store, what = s, "outbox table "+s.Table()+" is"
+				}
+			}
 			if err != nil {
 				return err
 			}
@@ -49,10 +79,12 @@ migration tool.`,
 			if err := store.Migrate(ctx); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "outbox table %s is up to date (%s)\n", store.Table(), store.Dialect())
+			fmt.Fprintf(cmd.OutOrStdout(), "%s up to date (%s)\n", what, store.Dialect())
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&print, "print", false, "print the migrations' SQL instead of applying them")
+	cmd.Flags().BoolVar(&inbox, "inbox", false, "migrate a consumer's inbox tables instead of the outbox")
+	tables.flags(cmd.Flags(), false)
 	return cmd
 }
