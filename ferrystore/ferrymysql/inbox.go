@@ -37,6 +37,7 @@ type InboxConfig struct {
 // Inbox is the inbox tables in MySQL or MariaDB. It implements
 // ferrystore.InboxDriver[*sql.Tx].
 type Inbox struct {
+	sqlutil.InboxBase
 	db      *sql.DB
 	tables  sqlutil.InboxTables
 	m, c, v string // quoted
@@ -56,7 +57,22 @@ func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Inbox{db: db, tables: t, m: quote(t.Markers), c: quote(t.Conflicts), v: quote(t.Versions)}, nil
+	s := &Inbox{db: db, tables: t, m: quote(t.Markers), c: quote(t.Conflicts), v: quote(t.Versions)}
+	s.InboxBase = sqlutil.InboxBase{Pool: ferrystore.SQL(db), SQL: sqlutil.InboxSQL{
+		InsertMarker: "INSERT INTO " + s.m + " (consumer_name, business_key, event_id, fields, fingerprint, outcome)" +
+			" VALUES (?, ?, ?, ?, ?, ?)",
+		GetMarker: "SELECT " + sqlutil.MarkerColumns + " FROM " + s.m + " WHERE consumer_name = ? AND business_key = ?",
+		Conflicts: "SELECT " + sqlutil.ConflictColumns + " FROM " + s.c +
+			" WHERE (? OR status = 'OPEN') AND (? = '' OR consumer_name = ?) ORDER BY id DESC LIMIT ?",
+		GetConflict: "SELECT " + sqlutil.ConflictColumns + " FROM " + s.c + " WHERE id = ?",
+		ResolveConflict: "UPDATE " + s.c + " SET status = 'RESOLVED', decision = ?, resolved_by = ?, note = ?," +
+			" resolved_at = NOW(6) WHERE id = ? AND status = 'OPEN'",
+		MarkerCount: "SELECT COUNT(*) FROM " + s.m + " WHERE ? = '' OR consumer_name = ?",
+		// through the (status, id) index
+		OpenConflicts:   "SELECT consumer_name, COUNT(*) FROM " + s.c + " WHERE status = 'OPEN' GROUP BY consumer_name",
+		ExistingMarkers: sqlutil.InExistingMarkers(s.m),
+	}}
+	return s, nil
 }
 
 // Dialect returns "mysql".
@@ -93,23 +109,6 @@ func (s *Inbox) Migrate(ctx context.Context) error {
 		return err
 	}
 	return Apply(ctx, s.db, "inbox:"+s.tables.Markers, fsys)
-}
-
-// InsertMarker inserts m in the operation's transaction.
-func (s *Inbox) InsertMarker(ctx context.Context, ex ferrystore.Executor, m ferrystore.Marker) error {
-	_, err := ex.Exec(ctx, "INSERT INTO "+s.m+" (consumer_name, business_key, event_id, fields, fingerprint, outcome)"+
-		" VALUES (?, ?, ?, ?, ?, ?)", m.Consumer, m.Key, m.EventID, string(m.Fields), m.Fingerprint, m.Outcome)
-	return err
-}
-
-// GetMarker reads a committed marker.
-func (s *Inbox) GetMarker(ctx context.Context, consumer, key string) (ferrystore.Marker, error) {
-	rows, err := ferrystore.SQL(s.db).Query(ctx, "SELECT "+sqlutil.MarkerColumns+" FROM "+s.m+
-		" WHERE consumer_name = ? AND business_key = ?", consumer, key)
-	if err != nil {
-		return ferrystore.Marker{}, fmt.Errorf("read marker: %w", err)
-	}
-	return sqlutil.ScanMarker(rows, consumer, key)
 }
 
 // RecordConflict stores c, or counts one more occurrence of it.
@@ -157,86 +156,4 @@ func (s *Inbox) PurgeMarkers(ctx context.Context, olderThan time.Duration, limit
 		return 0, fmt.Errorf("purge markers: %w", err)
 	}
 	return n, nil
-}
-
-// Conflicts lists conflicts, newest first.
-func (s *Inbox) Conflicts(ctx context.Context, f ferrystore.ConflictFilter) ([]ferrystore.Conflict, error) {
-	q := "SELECT " + sqlutil.ConflictColumns + " FROM " + s.c + " WHERE (? OR status = 'OPEN') AND (? = '' OR consumer_name = ?)" +
-		" ORDER BY id DESC LIMIT ?"
-	rows, err := ferrystore.SQL(s.db).Query(ctx, q, f.All, f.Consumer, f.Consumer, sqlutil.ConflictLimit(f.Limit))
-	if err != nil {
-		return nil, fmt.Errorf("list conflicts: %w", err)
-	}
-	return sqlutil.ScanConflicts(rows)
-}
-
-// GetConflict returns one conflict.
-func (s *Inbox) GetConflict(ctx context.Context, id int64) (ferrystore.Conflict, error) {
-	rows, err := ferrystore.SQL(s.db).Query(ctx, "SELECT "+sqlutil.ConflictColumns+" FROM "+s.c+" WHERE id = ?", id)
-	if err != nil {
-		return ferrystore.Conflict{}, fmt.Errorf("get conflict %d: %w", id, err)
-	}
-	cs, err := sqlutil.ScanConflicts(rows)
-	if err != nil {
-		return ferrystore.Conflict{}, err
-	}
-	if len(cs) == 0 {
-		return ferrystore.Conflict{}, fmt.Errorf("conflict %d: %w", id, ferrytype.ErrNotFound)
-	}
-	return cs[0], nil
-}
-
-// ResolveConflict records a decision on an open conflict.
-func (s *Inbox) ResolveConflict(ctx context.Context, id int64, r ferrystore.Resolution) error {
-	n, err := ferrystore.SQL(s.db).Exec(ctx, "UPDATE "+s.c+" SET status = 'RESOLVED', decision = ?, resolved_by = ?, note = ?,"+
-		" resolved_at = NOW(6) WHERE id = ? AND status = 'OPEN'", r.Decision, r.By, r.Note, id)
-	if err != nil {
-		return fmt.Errorf("resolve conflict %d: %w", id, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("open conflict %d: %w", id, ferrytype.ErrNotFound)
-	}
-	return nil
-}
-
-// MarkerCount counts markers.
-func (s *Inbox) MarkerCount(ctx context.Context, consumer string) (int64, error) {
-	var n int64
-	err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+s.m+" WHERE ? = '' OR consumer_name = ?", consumer, consumer).Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("count markers: %w", err)
-	}
-	return n, nil
-}
-
-// ExistingMarkers returns the keys among keys that consumer has markers
-// for, looked up by the primary key (consumer_name, business_key).
-func (s *Inbox) ExistingMarkers(ctx context.Context, consumer string, keys []string) (map[string]bool, error) {
-	if err := sqlutil.CheckMarkerKeys(keys); err != nil {
-		return nil, err
-	}
-	if len(keys) == 0 {
-		return map[string]bool{}, nil
-	}
-	args := make([]any, 0, len(keys)+1)
-	args = append(args, consumer)
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	rows, err := ferrystore.SQL(s.db).Query(ctx, "SELECT business_key FROM "+s.m+" WHERE consumer_name = ? AND business_key IN ("+
-		sqlutil.Placeholders(len(keys), false, 0)+")", args...)
-	if err != nil {
-		return nil, fmt.Errorf("existing markers: %w", err)
-	}
-	return sqlutil.ScanKeys(rows)
-}
-
-// OpenConflicts counts open conflicts by consumer, through the (status, id)
-// index.
-func (s *Inbox) OpenConflicts(ctx context.Context) (map[string]int64, error) {
-	rows, err := ferrystore.SQL(s.db).Query(ctx, "SELECT consumer_name, COUNT(*) FROM "+s.c+" WHERE status = 'OPEN' GROUP BY consumer_name")
-	if err != nil {
-		return nil, fmt.Errorf("count open conflicts: %w", err)
-	}
-	return sqlutil.ScanCounts(rows)
 }

@@ -36,6 +36,7 @@ type InboxConfig struct {
 }
 
 type inboxCore struct {
+	sqlutil.InboxBase
 	c        conn
 	tables   sqlutil.InboxTables
 	m, cf, v string
@@ -68,7 +69,25 @@ func newInboxCore(c conn, cfg *InboxConfig) (inboxCore, error) {
 	if err != nil {
 		return inboxCore{}, err
 	}
-	return inboxCore{c: c, tables: t, m: quote(t.Markers), cf: quote(t.Conflicts), v: quote(t.Versions)}, nil
+	s := inboxCore{c: c, tables: t, m: quote(t.Markers), cf: quote(t.Conflicts), v: quote(t.Versions)}
+	s.InboxBase = sqlutil.InboxBase{Pool: c, SQL: sqlutil.InboxSQL{
+		InsertMarker: "INSERT INTO " + s.m + " (consumer_name, business_key, event_id, fields, fingerprint, outcome)" +
+			" VALUES ($1, $2, $3, $4::jsonb, $5, $6)",
+		GetMarker: "SELECT consumer_name, business_key, event_id, fields::text, fingerprint, outcome, created_at FROM " +
+			s.m + " WHERE consumer_name = $1 AND business_key = $2",
+		Conflicts: "SELECT " + pgConflictColumns + " FROM " + s.cf +
+			" WHERE ($1::boolean OR status = 'OPEN') AND ($2::text = '' OR consumer_name = $3) ORDER BY id DESC LIMIT $4",
+		GetConflict: "SELECT " + pgConflictColumns + " FROM " + s.cf + " WHERE id = $1",
+		ResolveConflict: "UPDATE " + s.cf + " SET status = 'RESOLVED', decision = $1, resolved_by = $2, note = $3," +
+			" resolved_at = now() WHERE id = $4 AND status = 'OPEN'",
+		MarkerCount:   "SELECT count(*) FROM " + s.m + " WHERE $1::text = '' OR consumer_name = $2",
+		OpenConflicts: "SELECT consumer_name, COUNT(*) FROM " + s.cf + " WHERE status = 'OPEN' GROUP BY consumer_name",
+		ExistingMarkers: func(consumer string, keys []string) (string, []any) {
+			return "SELECT business_key FROM " + s.m + " WHERE consumer_name = $1 AND business_key = ANY($2::text[])",
+				[]any{consumer, keys}
+		},
+	}}
+	return s, nil
 }
 
 // NewInbox returns the inbox tables on pool. It never closes pool.
@@ -144,23 +163,6 @@ func (s *inboxCore) Migrate(ctx context.Context) error {
 	return apply(ctx, s.c, "inbox:"+s.tables.Markers, fsys)
 }
 
-// InsertMarker inserts m in the operation's transaction.
-func (s *inboxCore) InsertMarker(ctx context.Context, ex ferrystore.Executor, m ferrystore.Marker) error {
-	_, err := ex.Exec(ctx, "INSERT INTO "+s.m+" (consumer_name, business_key, event_id, fields, fingerprint, outcome)"+
-		" VALUES ($1, $2, $3, $4::jsonb, $5, $6)", m.Consumer, m.Key, m.EventID, string(m.Fields), m.Fingerprint, m.Outcome)
-	return err
-}
-
-// GetMarker reads a committed marker.
-func (s *inboxCore) GetMarker(ctx context.Context, consumer, key string) (ferrystore.Marker, error) {
-	rows, err := s.c.Query(ctx, "SELECT consumer_name, business_key, event_id, fields::text, fingerprint, outcome, created_at FROM "+
-		s.m+" WHERE consumer_name = $1 AND business_key = $2", consumer, key)
-	if err != nil {
-		return ferrystore.Marker{}, fmt.Errorf("read marker: %w", err)
-	}
-	return sqlutil.ScanMarker(rows, consumer, key)
-}
-
 // RecordConflict stores c, or counts one more occurrence of it.
 func (s *inboxCore) RecordConflict(ctx context.Context, c ferrystore.Conflict) (int64, error) {
 	rows, err := s.c.Query(ctx, "INSERT INTO "+s.cf+" AS c (consumer_name, business_key, stored_event_id, stored_fields,"+
@@ -226,87 +228,3 @@ func (s *inboxCore) PurgeMarkers(ctx context.Context, olderThan time.Duration, l
 var pgConflictColumns = "id, consumer_name, business_key, stored_event_id, stored_fields::text, stored_fingerprint," +
 	" incoming_event_id, incoming_fields::text, incoming_fingerprint, occurrences, first_seen, last_seen, status," +
 	" decision, resolved_by, note, resolved_at"
-
-// Conflicts lists conflicts, newest first.
-func (s *inboxCore) Conflicts(ctx context.Context, f ferrystore.ConflictFilter) ([]ferrystore.Conflict, error) {
-	rows, err := s.c.Query(ctx, "SELECT "+pgConflictColumns+" FROM "+s.cf+
-		" WHERE ($1::boolean OR status = 'OPEN') AND ($2::text = '' OR consumer_name = $2) ORDER BY id DESC LIMIT $3",
-		f.All, f.Consumer, sqlutil.ConflictLimit(f.Limit))
-	if err != nil {
-		return nil, fmt.Errorf("list conflicts: %w", err)
-	}
-	return sqlutil.ScanConflicts(rows)
-}
-
-// GetConflict returns one conflict.
-func (s *inboxCore) GetConflict(ctx context.Context, id int64) (ferrystore.Conflict, error) {
-	rows, err := s.c.Query(ctx, "SELECT "+pgConflictColumns+" FROM "+s.cf+" WHERE id = $1", id)
-	if err != nil {
-		return ferrystore.Conflict{}, fmt.Errorf("get conflict %d: %w", id, err)
-	}
-	cs, err := sqlutil.ScanConflicts(rows)
-	if err != nil {
-		return ferrystore.Conflict{}, err
-	}
-	if len(cs) == 0 {
-		return ferrystore.Conflict{}, fmt.Errorf("conflict %d: %w", id, ferrytype.ErrNotFound)
-	}
-	return cs[0], nil
-}
-
-// ResolveConflict records a decision on an open conflict.
-func (s *inboxCore) ResolveConflict(ctx context.Context, id int64, r ferrystore.Resolution) error {
-	n, err := s.c.Exec(ctx, "UPDATE "+s.cf+" SET status = 'RESOLVED', decision = $1, resolved_by = $2, note = $3,"+
-		" resolved_at = now() WHERE id = $4 AND status = 'OPEN'", r.Decision, r.By, r.Note, id)
-	if err != nil {
-		return fmt.Errorf("resolve conflict %d: %w", id, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("open conflict %d: %w", id, ferrytype.ErrNotFound)
-	}
-	return nil
-}
-
-// MarkerCount counts markers.
-func (s *inboxCore) MarkerCount(ctx context.Context, consumer string) (int64, error) {
-	rows, err := s.c.Query(ctx, "SELECT count(*) FROM "+s.m+" WHERE $1::text = '' OR consumer_name = $1", consumer)
-	if err != nil {
-		return 0, fmt.Errorf("count markers: %w", err)
-	}
-	defer rows.Close()
-	var n int64
-	if rows.Next() {
-		err = rows.Scan(&n)
-	}
-	if err == nil {
-		err = rows.Err()
-	}
-	return n, err
-}
-
-// ExistingMarkers returns the keys among keys that consumer has markers
-// for, looked up by the primary key (consumer_name, business_key).
-func (s *inboxCore) ExistingMarkers(ctx context.Context, consumer string, keys []string) (map[string]bool, error) {
-	if err := sqlutil.CheckMarkerKeys(keys); err != nil {
-		return nil, err
-	}
-	if len(keys) == 0 {
-		return map[string]bool{}, nil
-	}
-	rows, err := s.c.Query(ctx, "SELECT business_key FROM "+s.m+" WHERE consumer_name = $1 AND business_key = ANY($2::text[])",
-		consumer, keys)
-	if err != nil {
-		return nil, fmt.Errorf("existing markers: %w", err)
-	}
-	return sqlutil.ScanKeys(rows)
-}
-
-// OpenConflicts counts open conflicts by consumer, through the (status, id)
-// index.
-func (s *inboxCore) OpenConflicts(ctx context.Context) (map[string]int64, error) {
-	rows, err := s.c.Query(ctx, "SELECT consumer_name, COUNT(*) FROM "+s.cf+" WHERE status = 'OPEN' GROUP BY consumer_name")
-	if err != nil {
-		return nil, fmt.Errorf("count open conflicts: %w", err)
-	}
-	return sqlutil.ScanCounts(rows)
-}
