@@ -511,3 +511,38 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// The named fault point after the handler committed and before the ack: a
+// crash there leaves the delivery unacked, and it comes back to the next
+// consumer, which must find the effect done.
+func TestFaultAfterHandleLeavesTheDeliveryUnacked(t *testing.T) {
+	b := setupConsumer(t)
+	b.publish(t, 3)
+	var handled atomic.Int64
+	first := b.start(t, b.conn, func(context.Context, *ferrybroker.Delivery) error {
+		handled.Add(1)
+		return nil
+	}, b.config(ConsumerConfig{Concurrency: 1, Prefetch: 1,
+		FaultPoint: func(_ context.Context, point string) error {
+			if point == ferrybroker.FaultConsumerAfterHandle {
+				return errors.New("crash")
+			}
+			return nil
+		}}))
+	waitUntil(t, time.Minute, func() bool { return handled.Load() >= 1 })
+	require.NoError(t, first.Stop(b.ctx))
+	require.Zero(t, first.Stats().Acked, "nothing acked past the fault point")
+	seen := map[string]int{}
+	var mu sync.Mutex
+	second := b.start(t, b.conn, func(_ context.Context, d *ferrybroker.Delivery) error {
+		mu.Lock()
+		seen[d.MessageID]++
+		mu.Unlock()
+		return nil
+	}, b.config(ConsumerConfig{Concurrency: 1}))
+	waitUntil(t, time.Minute, func() bool { return second.Stats().Acked == 3 })
+	require.Len(t, seen, 3, "every message came back, the handled one included")
+	if n, _ := b.depth(t, b.queue); n != 0 {
+		t.Fatalf("%d messages left in the queue", n)
+	}
+}
