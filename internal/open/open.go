@@ -34,13 +34,27 @@ func scheme(raw string) string {
 // Store opens the outbox table named table (default when empty) in the
 // database at rawURL: mysql://, postgres:// (or postgresql://), sqlite:.
 func Store(ctx context.Context, rawURL, table string) (ferrystore.Store, error) {
+	// Each case checks err itself: a typed nil pointer returned as the
+	// interface would not compare equal to nil.
 	switch scheme(rawURL) {
 	case "mysql", "mariadb":
-		return ferrymysql.Open(ctx, rawURL, &ferrymysql.Config{Table: table})
+		s, err := ferrymysql.Open(ctx, rawURL, &ferrymysql.Config{Table: table})
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	case "postgres", "postgresql":
-		return ferrypg.Open(ctx, rawURL, &ferrypg.Config{Table: table})
+		s, err := ferrypg.Open(ctx, rawURL, &ferrypg.Config{Table: table})
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	case "sqlite":
-		return ferrysqlite.Open(ctx, rawURL, &ferrysqlite.Config{Table: table})
+		s, err := ferrysqlite.Open(ctx, rawURL, &ferrysqlite.Config{Table: table})
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	}
 	return nil, schemeError(rawURL)
 }
@@ -173,9 +187,17 @@ func Publisher(ctx context.Context, rawURL string, cfg *BrokerConfig) (ferrybrok
 	}
 	switch scheme(rawURL) {
 	case "nats", "tls":
-		return ferrynats.Dial(ctx, rawURL, &ferrynats.DialConfig{Config: cfg.NATS})
+		p, err := ferrynats.Dial(ctx, rawURL, &ferrynats.DialConfig{Config: cfg.NATS})
+		if err != nil {
+			return nil, err
+		}
+		return p, nil
 	case "amqp", "amqps":
-		return ferryamqp.Dial(ctx, rawURL, &cfg.AMQP)
+		p, err := ferryamqp.Dial(ctx, rawURL, &cfg.AMQP)
+		if err != nil {
+			return nil, err
+		}
+		return p, nil
 	case "":
 		return nil, fmt.Errorf("%w: no broker URL: set --broker-url or FERRY_BROKER_URL "+
 			"(nats://host:4222, amqp://user:pass@host:5672/vhost)", ferrytype.ErrInvalidConfig)
