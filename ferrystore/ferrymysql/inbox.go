@@ -144,8 +144,7 @@ func (s *Inbox) IsDuplicate(err error) bool {
 
 // IsRetryable reports a deadlock (1213) or lock wait timeout (1205).
 func (s *Inbox) IsRetryable(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+	return isLockConflict(err)
 }
 
 // PurgeMarkers deletes up to limit markers older than olderThan.

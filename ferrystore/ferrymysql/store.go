@@ -240,8 +240,36 @@ func (s *Store) insert(ctx context.Context, ex ferrystore.Executor, rows []ferry
 // Claim leases up to p.Limit rows in one short transaction: a locking
 // SELECT ... FOR UPDATE SKIP LOCKED, then an UPDATE of exactly the ids it
 // returned.
-func (s *Store) Claim(ctx context.Context, p ferrystore.ClaimParams) (_ []ferrytype.Message, err error) {
-	tx, err := s.db.BeginTx(ctx, nil)
+func (s *Store) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype.Message, error) {
+	// Concurrent claims and marks move index entries of idx_pending
+	// between statuses, and InnoDB now and then picks one of them as a
+	// deadlock victim. A claim that lost changed nothing: run it again at
+	// once rather than fail the relay's cycle (which would back off).
+	for attempt := 1; ; attempt++ {
+		msgs, err := s.claim(ctx, p)
+		if err == nil || attempt == claimAttempts || !isLockConflict(err) {
+			return msgs, err
+		}
+	}
+}
+
+// claimAttempts bounds the runs of a claim that keeps losing lock
+// conflicts.
+const claimAttempts = 5
+
+// isLockConflict reports a deadlock (1213) or a lock wait timeout (1205).
+func isLockConflict(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+}
+
+func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) (_ []ferrytype.Message, err error) {
+	// READ COMMITTED: under InnoDB's default REPEATABLE READ the claim's
+	// locking scan of idx_pending also locks the gap after the last NEW
+	// entry, exactly where producers insert their new events; producers
+	// would wait for relays and, now and then, deadlock with them. Under
+	// READ COMMITTED the claim locks only the rows it takes.
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return nil, fmt.Errorf("claim: begin: %w", err)
 	}

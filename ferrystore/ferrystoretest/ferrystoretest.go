@@ -461,6 +461,83 @@ func Exercise[TTx any](t *testing.T, h Harness[TTx]) {
 		}
 	})
 
+	// Producers' transactions must not wait for relays, let alone
+	// deadlock with them: a business transaction failing because a relay
+	// was claiming would make the outbox a new source of errors. (InnoDB
+	// under REPEATABLE READ does exactly that: the claim's locking scan
+	// locks the gap where new events are inserted.)
+	t.Run("ProducersNeverConflictWithClaims", func(t *testing.T) {
+		b := setup(t, h)
+		const producers, perProducer, claimers = 4, 150, 4
+		var (
+			wg, cw  sync.WaitGroup
+			mu      sync.Mutex
+			claimed = map[string]int{}
+			done    = make(chan struct{})
+		)
+		errs := make(chan error, producers+claimers)
+		for p := 0; p < producers; p++ {
+			wg.Add(1)
+			go func(p int) {
+				defer wg.Done()
+				for i := 0; i < perProducer; i++ {
+					tx, commit, rollback := b.h.Begin(b.ctx, t, b.store)
+					if _, err := b.ob.EnqueueTx(b.ctx, tx, ev("A", fmt.Sprintf("%d-%d", p, i), `{}`)); err != nil {
+						_ = rollback()
+						errs <- fmt.Errorf("producer %d: enqueue: %w", p, err)
+						return
+					}
+					if err := commit(); err != nil {
+						errs <- fmt.Errorf("producer %d: commit: %w", p, err)
+						return
+					}
+				}
+			}(p)
+		}
+		for c := 0; c < claimers; c++ {
+			cw.Add(1)
+			go func(c int) {
+				defer cw.Done()
+				for i := 0; ; i++ {
+					token := fmt.Sprintf("c%d-%d", c, i)
+					msgs, err := b.store.Claim(b.ctx, ferrystore.ClaimParams{Limit: 10, Token: token, Lease: time.Minute})
+					if err != nil {
+						errs <- fmt.Errorf("claimer %d: %w", c, err)
+						return
+					}
+					if len(msgs) == 0 {
+						select {
+						case <-done:
+							return
+						default:
+							continue
+						}
+					}
+					mu.Lock()
+					for _, m := range msgs {
+						claimed[m.ID]++
+					}
+					mu.Unlock()
+					if _, err := b.store.MarkSent(b.ctx, token, ids(msgs)); err != nil {
+						errs <- fmt.Errorf("claimer %d: mark sent: %w", c, err)
+						return
+					}
+				}
+			}(c)
+		}
+		wg.Wait()
+		close(done) // claimers stop at their first empty claim from now on
+		cw.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		require.Len(t, claimed, producers*perProducer)
+		for id, n := range claimed {
+			require.Equal(t, 1, n, "event %s claimed %d times", id, n)
+		}
+	})
+
 	t.Run("OrderedClaimWaitsForEarlierEvents", func(t *testing.T) {
 		b := setup(t, h)
 		a := b.enqueue(t, ev("Created", "A", `{}`), ev("Paid", "A", `{}`), ev("Shipped", "A", `{}`))
