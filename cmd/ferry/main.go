@@ -132,7 +132,7 @@ func newRoot() *cobra.Command {
 	envString(pf, &g.table, "table", "FERRY_TABLE", "outbox_event", "outbox table name")
 	envString(pf, &g.logLevel, "log-level", "FERRY_LOG_LEVEL", "info", "log level: debug, info, warn, error")
 	envString(pf, &g.logFormat, "log-format", "FERRY_LOG_FORMAT", "text", "log format: text or json")
-	root.AddCommand(newMigrate(g), newRelay(g), newStatus(g), newDead(g), newReconcile(g), newPurge(g), newConflicts(g), newDemo(), newShop())
+	root.AddCommand(newMigrate(g), newRelay(g), newStatus(g), newDead(g), newReconcile(g), newPurge(g), newConflicts(g), newBench(g), newDemo(), newShop())
 	return root
 }
 

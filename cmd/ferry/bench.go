@@ -1,0 +1,135 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ferrydev/ferry/internal/bench"
+	"github.com/ferrydev/ferry/internal/natsembed"
+)
+
+type benchFlags struct {
+	brokerURL  string
+	scenarios  string
+	json       bool
+	cpuProfile string
+	relays     []int
+	cfg        bench.Config
+}
+
+func newBench(g *globals) *cobra.Command {
+	f := &benchFlags{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure the relay, the producer and the inbox against the raw broker and database, in one run",
+		Long: `Measures ferry on your database and broker, next to what they can do at all,
+in one process and one run, and prints each of ferry's figures as a ratio of
+its raw limit (absolute figures drift between machines and runs; ratios
+measured side by side do not):
+
+  raw-broker  the broker's client library alone publishing persistent messages
+              with confirms (RabbitMQ: a pipelined window; NATS: async publish)
+  raw-db      the relay's claim and mark-SENT statements alone, no broker
+  relay       1 and 4 relays draining pre-filled events, unordered and ordered
+  live        producers committing at --live-rate while a relay runs:
+              commit→confirm latency p50 / p99 / max
+  producer    business tx alone, with a hand-written outbox INSERT, with EnqueueTx
+  inbox       the seed's points award bare and inside the inbox, 1 and 8 workers
+  claim       claim latency on an empty outbox and with --retained SENT rows
+
+It works on tables, a queue and a stream of its own (ferry_bench_*) and
+removes them; it never touches your outbox. Without --database-url and
+--broker-url it runs on a temporary SQLite file and an embedded NATS server.`,
+		Example: `  ferry bench --database-url mysql://root@127.0.0.1:3306/test --broker-url amqp://guest:guest@127.0.0.1:5672/
+  ferry bench --database-url postgres://127.0.0.1:5432/test --broker-url amqp://guest:guest@127.0.0.1:5672/ --json
+  ferry bench --scenarios claim --retained 10000000 --database-url ...`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd, g, f) },
+	}
+	fl := cmd.Flags()
+	envString(fl, &f.brokerURL, "broker-url", "FERRY_BROKER_URL", "", "broker URL: amqp://user:pass@host:5672/vhost or nats://host:4222")
+	fl.StringVar(&f.scenarios, "scenarios", "all", "comma-separated: "+strings.Join(bench.AllScenarios, ", ")+"; or all")
+	fl.BoolVar(&f.json, "json", false, "print JSON")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
+	fl.IntVar(&f.cfg.Events, "events", 20000, "events per drain")
+	fl.IntVar(&f.cfg.Repeat, "repeat", 3, "runs per throughput figure; the median is reported")
+	fl.IntVar(&f.cfg.Batch, "batch-size", 100, "events per claim")
+	fl.IntVar(&f.cfg.Window, "window", 1000, "raw publisher's outstanding confirms")
+	fl.IntSliceVar(&f.relays, "relays", []int{1, 4}, "relay counts to drain with")
+	fl.IntVar(&f.cfg.Lanes, "lanes", 0, "lanes per relay (0: the relay's default)")
+	fl.IntVar(&f.cfg.LiveRate, "live-rate", 1000, "events per second committed in the live scenario")
+	fl.DurationVar(&f.cfg.LiveFor, "live-for", 10*time.Second, "length of the live scenario")
+	fl.IntVar(&f.cfg.Retained, "retained", 1000000, "SENT rows retained in the claim scenario")
+	fl.StringVar(&f.cfg.QueueType, "queue-type", "quorum", "RabbitMQ queue type: quorum or classic")
+	return cmd
+}
+
+func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
+	ctx := cmd.Context()
+	cfg := f.cfg
+	cfg.DatabaseURL, cfg.BrokerURL, cfg.Relays = g.databaseURL, f.brokerURL, f.relays
+	if f.scenarios != "all" {
+		for _, s := range strings.Split(f.scenarios, ",") {
+			cfg.Scenarios = append(cfg.Scenarios, strings.TrimSpace(s))
+		}
+	}
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"--events", cfg.Events}, {"--repeat", cfg.Repeat}, {"--batch-size", cfg.Batch}, {"--window", cfg.Window},
+		{"--live-rate", cfg.LiveRate}, {"--retained", cfg.Retained}} {
+		if v.n <= 0 {
+			return usageError{fmt.Errorf("%s must be positive", v.name)}
+		}
+	}
+	for _, n := range cfg.Relays {
+		if n <= 0 {
+			return usageError{fmt.Errorf("--relays must be positive counts")}
+		}
+	}
+	if cfg.DatabaseURL == "" || cfg.BrokerURL == "" {
+		dir, err := os.MkdirTemp("", "ferry-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if cfg.DatabaseURL == "" {
+			cfg.DatabaseURL = "sqlite:///" + filepath.Join(dir, "bench.db")
+		}
+		if cfg.BrokerURL == "" {
+			srv, err := natsembed.Start(filepath.Join(dir, "nats"))
+			if err != nil {
+				return err
+			}
+			defer srv.Shutdown()
+			cfg.BrokerURL = srv.ClientURL()
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "bench: database %s, broker %s\n", cfg.DatabaseURL, cfg.BrokerURL)
+	}
+	if f.cpuProfile != "" {
+		out, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer out.Close()
+		if err := pprof.StartCPUProfile(out); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	rep, err := bench.Run(ctx, cfg, cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	if f.json {
+		return writeJSON(cmd.OutOrStdout(), rep)
+	}
+	rep.WriteText(cmd.OutOrStdout())
+	return nil
+}

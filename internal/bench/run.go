@@ -1,0 +1,422 @@
+// Package bench measures ferry against the raw limits of the same machine,
+// in one process and one run: the broker's client library publishing with
+// confirms, the database running the relay's claim and mark statements, the
+// relay draining and under a steady load, the producer's and the
+// consumer's transactions with and without ferry, and claims on a large
+// retained table. Every figure of ferry comes with the raw figure it is a
+// fraction of. It backs the ferry bench command and the Go benchmarks.
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Scenarios, in the order Run runs them.
+const (
+	ScenarioRawBroker = "raw-broker"
+	ScenarioRawDB     = "raw-db"
+	ScenarioRelay     = "relay"
+	ScenarioLive      = "live"
+	ScenarioProducer  = "producer"
+	ScenarioInbox     = "inbox"
+	ScenarioClaim     = "claim"
+)
+
+// AllScenarios lists every scenario.
+var AllScenarios = []string{ScenarioRawBroker, ScenarioRawDB, ScenarioRelay, ScenarioLive, ScenarioProducer, ScenarioInbox, ScenarioClaim}
+
+// Config configures a run. Zero values take the defaults.
+type Config struct {
+	DatabaseURL, BrokerURL string
+	// Scenarios to run; default all.
+	Scenarios []string
+	// Events drained by the raw and relay scenarios. Default 20,000.
+	Events int
+	// Repeat runs each throughput figure this often and reports the
+	// median. Default 3.
+	Repeat int
+	// Batch is the claim size of the relay and of the raw claims. Default 100.
+	Batch int
+	// Window is the raw publisher's outstanding confirms. Default 1000.
+	Window int
+	// Relays are the relay counts to drain with. Default 1 and 4.
+	Relays []int
+	// Lanes per relay; 0: the relay's default.
+	Lanes int
+	// LiveRate (events/s) and LiveFor: the live scenario's load. Default
+	// 1,000/s for 10s.
+	LiveRate int
+	LiveFor  time.Duration
+	// Retained SENT rows for the claim scenario. Default 1,000,000.
+	Retained int
+	// ClaimRounds is how many claims each claim latency is measured
+	// over. Default 200.
+	ClaimRounds int
+	// ProducerTxs and InboxOps size the producer and consumer runs.
+	// Defaults 3,000 and 4,000.
+	ProducerTxs, InboxOps int
+	// QueueType of the RabbitMQ queue. Default "quorum".
+	QueueType string
+}
+
+func (c Config) withDefaults() Config {
+	if len(c.Scenarios) == 0 {
+		c.Scenarios = AllScenarios
+	}
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.Events, 20000)
+	def(&c.Repeat, 3)
+	def(&c.Batch, 100)
+	def(&c.Window, 1000)
+	def(&c.LiveRate, 1000)
+	def(&c.Retained, 1000000)
+	def(&c.ClaimRounds, 200)
+	def(&c.ProducerTxs, 3000)
+	def(&c.InboxOps, 4000)
+	if c.LiveFor <= 0 {
+		c.LiveFor = 10 * time.Second
+	}
+	if len(c.Relays) == 0 {
+		c.Relays = []int{1, 4}
+	}
+	if c.QueueType == "" {
+		c.QueueType = "quorum"
+	}
+	return c
+}
+
+// RelayFigure is one relay drain.
+type RelayFigure struct {
+	Relays  int     `json:"relays"`
+	Ordered bool    `json:"ordered"`
+	Rate    float64 `json:"events_per_second"`
+}
+
+// Ratio is one of ferry's figures as a fraction of its raw limit.
+type Ratio struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	// Target, when set, is the goal: at least Target, or at most when
+	// AtMost.
+	Target float64 `json:"target,omitempty"`
+	AtMost bool    `json:"at_most,omitempty"`
+	Met    *bool   `json:"met,omitempty"`
+}
+
+// Report is everything one run measured.
+type Report struct {
+	Date     time.Time `json:"date"`
+	Go       string    `json:"go"`
+	CPUs     int       `json:"cpus"`
+	Database string    `json:"database"`
+	Broker   string    `json:"broker,omitempty"`
+	Events   int       `json:"events"`
+	Batch    int       `json:"batch"`
+	Repeat   int       `json:"repeat"`
+
+	// RawBroker: messages/s published with confirms by the client alone.
+	RawBroker float64 `json:"raw_broker_per_second,omitempty"`
+	// RawDB: events/s claimed and marked SENT with no broker, by as many
+	// loops as the largest relay count.
+	RawDB    float64          `json:"raw_db_per_second,omitempty"`
+	RawLoops int              `json:"raw_db_loops,omitempty"`
+	Relay    []RelayFigure    `json:"relay,omitempty"`
+	Live     *LiveResult      `json:"live,omitempty"`
+	Producer []ProducerResult `json:"producer,omitempty"`
+	Inbox    []InboxResult    `json:"inbox,omitempty"`
+	Claim    *ClaimResult     `json:"claim,omitempty"`
+	Ratios   []Ratio          `json:"ratios"`
+}
+
+// Run runs cfg's scenarios and reports each figure to progress as it
+// completes. It creates its own tables, queue and stream and removes them.
+func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
+	cfg = cfg.withDefaults()
+	for _, s := range cfg.Scenarios {
+		if !slices.Contains(AllScenarios, s) {
+			return nil, fmt.Errorf("unknown scenario %q (want %s)", s, strings.Join(AllScenarios, ", "))
+		}
+	}
+	want := func(s string) bool { return slices.Contains(cfg.Scenarios, s) }
+	needBroker := want(ScenarioRawBroker) || want(ScenarioRelay) || want(ScenarioLive)
+	if needBroker && cfg.BrokerURL == "" {
+		return nil, fmt.Errorf("scenarios %s need a broker: set --broker-url", "raw-broker, relay and live")
+	}
+	rep := &Report{Date: time.Now().UTC(), Go: runtime.Version(), CPUs: runtime.NumCPU(), Events: cfg.Events, Batch: cfg.Batch, Repeat: cfg.Repeat}
+	name := "ferry_bench_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	t, err := OpenTarget(ctx, cfg.DatabaseURL, name)
+	if err != nil {
+		return nil, err
+	}
+	defer t.Close()
+	rep.Database = t.Dialect + " " + t.version(ctx)
+	var b *Broker
+	if needBroker {
+		if b, err = OpenBroker(ctx, cfg.BrokerURL, strings.ReplaceAll(name, "_", "-"), cfg.QueueType); err != nil {
+			return nil, err
+		}
+		defer b.Close()
+		rep.Broker = b.version()
+	}
+	say := func(format string, args ...any) { fmt.Fprintf(progress, format+"\n", args...) }
+	median := func(fn func() (float64, error)) (float64, error) {
+		var got []float64
+		for range cfg.Repeat {
+			v, err := fn()
+			if err != nil {
+				return 0, err
+			}
+			got = append(got, v)
+		}
+		slices.Sort(got)
+		return got[len(got)/2], nil
+	}
+	maxRelays := slices.Max(cfg.Relays)
+
+	if want(ScenarioRawBroker) {
+		if rep.RawBroker, err = median(func() (float64, error) {
+			if err := b.Purge(ctx); err != nil {
+				return 0, err
+			}
+			took, err := b.Raw(ctx, cfg.Events, cfg.Window)
+			return float64(cfg.Events) / took.Seconds(), err
+		}); err != nil {
+			return nil, fmt.Errorf("raw broker: %w", err)
+		}
+		say("raw broker: %.0f msg/s (window %d)", rep.RawBroker, cfg.Window)
+	}
+	if want(ScenarioRawDB) {
+		rep.RawLoops = maxRelays
+		if rep.RawDB, err = median(func() (float64, error) { return RawDB(ctx, t, cfg.Events, maxRelays, cfg.Batch) }); err != nil {
+			return nil, fmt.Errorf("raw database: %w", err)
+		}
+		say("raw claim+mark: %.0f events/s (%d loops, batch %d)", rep.RawDB, maxRelays, cfg.Batch)
+	}
+	if want(ScenarioRelay) {
+		for _, ordered := range []bool{false, true} {
+			for _, n := range cfg.Relays {
+				spec := RelaySpec{Relays: n, Ordered: ordered, Lanes: cfg.Lanes, Batch: cfg.Batch}
+				rate, err := median(func() (float64, error) { return Drain(ctx, t, b, cfg.Events, spec) })
+				if err != nil {
+					return nil, fmt.Errorf("relay drain: %w", err)
+				}
+				rep.Relay = append(rep.Relay, RelayFigure{Relays: n, Ordered: ordered, Rate: rate})
+				say("relay: %d relay(s), ordered=%v: %.0f events/s", n, ordered, rate)
+			}
+		}
+	}
+	if want(ScenarioLive) {
+		live, err := Live(ctx, t, b, cfg.LiveRate, cfg.LiveFor, 1)
+		if err != nil {
+			return nil, fmt.Errorf("live: %w", err)
+		}
+		rep.Live = &live
+		say("live: %.0f events/s, commit→confirm p50 %s p99 %s max %s", live.Rate, ms(live.P50), ms(live.P99), ms(live.Max))
+	}
+	if want(ScenarioProducer) {
+		for _, w := range []int{1, 16} {
+			p, err := Producer(ctx, t, cfg.ProducerTxs, w)
+			if err != nil {
+				return nil, fmt.Errorf("producer: %w", err)
+			}
+			rep.Producer = append(rep.Producer, p)
+			say("producer, %d writer(s): business %.0f, hand INSERT %.0f, EnqueueTx %.0f, EnqueueTx no sequence %.0f tx/s",
+				w, p.Business, p.Hand, p.Enqueue, p.NoSeq)
+		}
+	}
+	if want(ScenarioInbox) {
+		for _, w := range []int{1, 8} {
+			in, err := Inbox(ctx, t, cfg.InboxOps, w)
+			if err != nil {
+				return nil, fmt.Errorf("inbox: %w", err)
+			}
+			rep.Inbox = append(rep.Inbox, in)
+			say("consumer, %d worker(s): bare %.0f, inbox %.0f ops/s", w, in.Bare, in.Inbox)
+		}
+	}
+	if want(ScenarioClaim) {
+		c, err := Claim(ctx, t, cfg.Retained, cfg.Batch, cfg.ClaimRounds)
+		if err != nil {
+			return nil, fmt.Errorf("claim: %w", err)
+		}
+		rep.Claim = &c
+		say("claim of %d: empty p50 %s p99 %s; with %d SENT rows p50 %s p99 %s", c.Batch,
+			ms(c.EmptyP50), ms(c.EmptyP99), c.Retained, ms(c.FullP50), ms(c.FullP99))
+	}
+	rep.Ratios = rep.ratios()
+	return rep, nil
+}
+
+// ratios computes each of ferry's figures as a fraction of its raw limit,
+// with the project's targets where it has one.
+func (r *Report) ratios() []Ratio {
+	var out []Ratio
+	add := func(name string, v, target float64, atMost bool) {
+		x := Ratio{Name: name, Value: v, Target: target, AtMost: atMost}
+		if target > 0 {
+			met := v >= target
+			if atMost {
+				met = v <= target
+			}
+			x.Met = &met
+		}
+		out = append(out, x)
+	}
+	best := func(ordered bool) (RelayFigure, bool) {
+		var f RelayFigure
+		for _, x := range r.Relay {
+			if x.Ordered == ordered && x.Relays >= f.Relays {
+				f = x
+			}
+		}
+		return f, f.Relays > 0
+	}
+	dialect, _, _ := strings.Cut(r.Database, " ")
+	for _, ordered := range []bool{false, true} {
+		f, ok := best(ordered)
+		if !ok {
+			continue
+		}
+		mode := "unordered"
+		if ordered {
+			mode = "ordered"
+		}
+		if r.RawDB > 0 {
+			var target float64
+			if dialect == "mysql" && !ordered && strings.HasPrefix(r.Broker, "rabbitmq") {
+				target = 0.8
+			}
+			add(fmt.Sprintf("relay (%d, %s) / raw claim+mark", f.Relays, mode), f.Rate/r.RawDB, target, false)
+		}
+		if r.RawBroker > 0 {
+			var target float64
+			if dialect == "postgres" && !ordered && strings.HasPrefix(r.Broker, "rabbitmq") {
+				target = 0.5
+			}
+			add(fmt.Sprintf("relay (%d, %s) / raw publish", f.Relays, mode), f.Rate/r.RawBroker, target, false)
+		}
+		if r.RawDB > 0 && r.RawBroker > 0 {
+			add(fmt.Sprintf("relay (%d, %s) / min(raw publish, raw claim+mark)", f.Relays, mode), f.Rate/min(r.RawDB, r.RawBroker), 0, false)
+		}
+	}
+	if r.Live != nil {
+		add(fmt.Sprintf("commit→confirm p99 at %.0f/s, ms", r.Live.Rate), float64(r.Live.P99)/float64(time.Millisecond), 5, true)
+	}
+	for _, p := range r.Producer {
+		add(fmt.Sprintf("EnqueueTx / hand INSERT, %d writer(s)", p.Writers), p.Enqueue/p.Hand, 0.95, false)
+		add(fmt.Sprintf("EnqueueTx without sequence / hand INSERT, %d writer(s)", p.Writers), p.NoSeq/p.Hand, 0.95, false)
+	}
+	for _, in := range r.Inbox {
+		add(fmt.Sprintf("inbox / bare, %d worker(s)", in.Workers), in.Inbox/in.Bare, 0.7, false)
+	}
+	if c := r.Claim; c != nil && c.EmptyP99 > 0 {
+		add(fmt.Sprintf("claim p99 with %d SENT rows / empty", c.Retained), float64(c.FullP99)/float64(c.EmptyP99), 1.5, true)
+	}
+	return out
+}
+
+// WriteText writes the report as aligned tables.
+func (r *Report) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "ferry bench, %s, %s, %d CPUs\n", r.Date.Format("2006-01-02 15:04 MST"), r.Go, r.CPUs)
+	fmt.Fprintf(w, "database: %s\n", r.Database)
+	if r.Broker != "" {
+		fmt.Fprintf(w, "broker:   %s\n", r.Broker)
+	}
+	fmt.Fprintf(w, "%d events per drain, batch %d, median of %d\n\n", r.Events, r.Batch, r.Repeat)
+	row := func(name, value string) { fmt.Fprintf(w, "  %-58s %14s\n", name, value) }
+	per := func(v float64, unit string) string { return fmt.Sprintf("%.0f %s", v, unit) }
+	if r.RawBroker > 0 || r.RawDB > 0 || len(r.Relay) > 0 {
+		fmt.Fprintln(w, "throughput")
+	}
+	if r.RawBroker > 0 {
+		row("raw publish with confirms (client library alone)", per(r.RawBroker, "msg/s"))
+	}
+	if r.RawDB > 0 {
+		row(fmt.Sprintf("raw claim + mark SENT, %d loops, no broker", r.RawLoops), per(r.RawDB, "ev/s"))
+	}
+	for _, f := range r.Relay {
+		mode := "unordered"
+		if f.Ordered {
+			mode = "ordered"
+		}
+		row(fmt.Sprintf("relay, %d relay(s), %s", f.Relays, mode), per(f.Rate, "ev/s"))
+	}
+	if l := r.Live; l != nil {
+		fmt.Fprintln(w, "\nlive: one event per transaction, relays woken by the commits")
+		row("achieved rate", per(l.Rate, "ev/s"))
+		row("commit→confirm p50 / p99 / max", ms(l.P50)+" / "+ms(l.P99)+" / "+ms(l.Max))
+	}
+	if len(r.Producer) > 0 {
+		fmt.Fprintln(w, "\nproducer: committed tx/s")
+		for _, p := range r.Producer {
+			row(fmt.Sprintf("%d writer(s): business only", p.Writers), per(p.Business, "tx/s"))
+			row(fmt.Sprintf("%d writer(s): + hand-written outbox INSERT", p.Writers), per(p.Hand, "tx/s"))
+			row(fmt.Sprintf("%d writer(s): + EnqueueTx", p.Writers), per(p.Enqueue, "tx/s"))
+			row(fmt.Sprintf("%d writer(s): + EnqueueTx, SkipSequence", p.Writers), per(p.NoSeq, "tx/s"))
+		}
+	}
+	if len(r.Inbox) > 0 {
+		fmt.Fprintln(w, "\nconsumer: committed ops/s")
+		for _, in := range r.Inbox {
+			row(fmt.Sprintf("%d worker(s): bare business UPDATE", in.Workers), per(in.Bare, "ops/s"))
+			row(fmt.Sprintf("%d worker(s): inbox + business UPDATE", in.Workers), per(in.Inbox, "ops/s"))
+		}
+	}
+	if c := r.Claim; c != nil {
+		fmt.Fprintf(w, "\nclaim of %d events, latency p50 / p99\n", c.Batch)
+		row("empty outbox", ms(c.EmptyP50)+" / "+ms(c.EmptyP99))
+		row(fmt.Sprintf("with %d SENT rows retained", c.Retained), ms(c.FullP50)+" / "+ms(c.FullP99))
+	}
+	if len(r.Ratios) > 0 {
+		fmt.Fprintln(w, "\nratios")
+		for _, x := range r.Ratios {
+			v := fmt.Sprintf("%.2f", x.Value)
+			if x.Met != nil {
+				cmp, verdict := "≥", "met"
+				if x.AtMost {
+					cmp = "≤"
+				}
+				if !*x.Met {
+					verdict = "MISSED"
+				}
+				v += fmt.Sprintf("  (target %s %.2f: %s)", cmp, x.Target, verdict)
+			}
+			fmt.Fprintf(w, "  %-58s %s\n", x.Name, v)
+		}
+	}
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+
+func (t *Target) version(ctx context.Context) string {
+	q := "SELECT VERSION()"
+	if t.Dialect == "sqlite" {
+		q = "SELECT sqlite_version()"
+	}
+	var v sql.NullString
+	if err := t.DB.QueryRowContext(ctx, q).Scan(&v); err != nil {
+		return "(version unknown)"
+	}
+	s, _, _ := strings.Cut(v.String, " on ")
+	return s
+}
+
+func (b *Broker) version() string {
+	if b.Kind == "amqp" {
+		return fmt.Sprintf("rabbitmq %v, %s queue", b.conn.Properties["version"], b.queueType)
+	}
+	return "nats " + b.nc.ConnectedServerVersion() + ", JetStream file storage"
+}
