@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -76,7 +77,11 @@ func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 	cfg.DatabaseURL, cfg.BrokerURL, cfg.Relays = g.databaseURL, f.brokerURL, f.relays
 	if f.scenarios != "all" {
 		for _, s := range strings.Split(f.scenarios, ",") {
-			cfg.Scenarios = append(cfg.Scenarios, strings.TrimSpace(s))
+			s = strings.TrimSpace(s)
+			if !slices.Contains(bench.AllScenarios, s) {
+				return usageError{fmt.Errorf("--scenarios: unknown scenario %q (want %s, or all)", s, strings.Join(bench.AllScenarios, ", "))}
+			}
+			cfg.Scenarios = append(cfg.Scenarios, s)
 		}
 	}
 	for _, v := range []struct {

@@ -1,8 +1,9 @@
 // Command ferry is the ferry daemon and CLI: it migrates outbox tables,
 // relays events to the broker, shows the outbox's state, handles dead
 // events, lists and resolves inbox conflicts, reconciles business tables and
-// consumers' inboxes with the outbox, purges old events and markers, and
-// runs a self-contained demo.
+// consumers' inboxes with the outbox, purges old events and markers,
+// measures itself against the raw database and broker, and runs a
+// self-contained demo.
 //
 //	ferry demo                                   # SQLite + embedded NATS, no setup
 //	ferry migrate --database-url mysql://root@127.0.0.1:3306/app
@@ -14,6 +15,7 @@
 //	ferry purge --older-than 168h
 //	ferry purge --markers --older-than 720h --database-url mysql://.../points
 //	ferry relay   --database-url mysql://... --broker-url amqp://user:pass@127.0.0.1:5672/ --queue orders --routing-key 'orders.#' --declare
+//	ferry bench   --database-url mysql://... --broker-url amqp://...   # ferry against the raw limits
 //
 // Settings come from the command line, then the environment (every
 // configurable flag names its FERRY_* variable in its help), then the

@@ -76,6 +76,8 @@ func TestUsageErrors(t *testing.T) {
 		{"PublishTimeoutOverLease", []string{"relay", "--database-url", "sqlite:///" + t.TempDir() + "/x.db", "--broker-url",
 			testsvc.EmbeddedNATS(t).ConnectedUrl(), "--lease", "1s", "--publish-timeout", "2s"}, "PublishTimeout 2s must be shorter than Lease 1s"},
 		{"BadCrashPoint", []string{"relay", "--database-url", "sqlite:///" + t.TempDir() + "/x.db"}, "FERRY_CRASH_POINT"},
+		{"BenchBadEvents", []string{"bench", "--events", "0"}, "--events must be positive"},
+		{"BenchUnknownScenario", []string{"bench", "--scenarios", "relay,warp"}, `unknown scenario "warp"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -300,4 +302,35 @@ func TestMigrateInboxTables(t *testing.T) {
 	code, out, errOut = ferryCLI(t, "conflicts", "list", "--database-url", dbURL, "--marker-table", "points_marker")
 	require.Equal(t, exitOK, code, errOut)
 	require.NotContains(t, out, "points-award")
+}
+
+// TestBenchRunsOnTheEmbeddedDefault runs ferry bench with no URLs (a
+// temporary SQLite file and an embedded NATS server) at a tiny size and
+// checks its JSON report; it times nothing.
+func TestBenchRunsOnTheEmbeddedDefault(t *testing.T) {
+	code, out, errOut := ferryCLI(t, "bench", "--json", "--events", "200", "--repeat", "1", "--relays", "1",
+		"--live-rate", "100", "--live-for", "500ms", "--retained", "1000", "--scenarios", "raw-db,relay,live,claim")
+	require.Equal(t, exitOK, code, errOut)
+	var rep struct {
+		Database string  `json:"database"`
+		Broker   string  `json:"broker"`
+		RawDB    float64 `json:"raw_db_per_second"`
+		Relay    []struct {
+			Rate float64 `json:"events_per_second"`
+		} `json:"relay"`
+		Live struct {
+			Events int `json:"events"`
+		} `json:"live"`
+		Ratios []struct {
+			Name  string  `json:"name"`
+			Value float64 `json:"value"`
+		} `json:"ratios"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	require.True(t, strings.HasPrefix(rep.Database, "sqlite "), rep.Database)
+	require.True(t, strings.HasPrefix(rep.Broker, "nats "), rep.Broker)
+	require.Positive(t, rep.RawDB)
+	require.Len(t, rep.Relay, 2) // unordered and ordered
+	require.Equal(t, 50, rep.Live.Events)
+	require.NotEmpty(t, rep.Ratios)
 }

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/ferrydev/ferry/ferrytype"
 )
 
 // Scenarios, in the order Run runs them.
@@ -147,13 +149,13 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	cfg = cfg.withDefaults()
 	for _, s := range cfg.Scenarios {
 		if !slices.Contains(AllScenarios, s) {
-			return nil, fmt.Errorf("unknown scenario %q (want %s)", s, strings.Join(AllScenarios, ", "))
+			return nil, fmt.Errorf("%w: unknown scenario %q (want %s)", ferrytype.ErrInvalidConfig, s, strings.Join(AllScenarios, ", "))
 		}
 	}
 	want := func(s string) bool { return slices.Contains(cfg.Scenarios, s) }
 	needBroker := want(ScenarioRawBroker) || want(ScenarioRelay) || want(ScenarioLive)
 	if needBroker && cfg.BrokerURL == "" {
-		return nil, fmt.Errorf("scenarios %s need a broker: set --broker-url", "raw-broker, relay and live")
+		return nil, fmt.Errorf("%w: the raw-broker, relay and live scenarios need a broker: set --broker-url", ferrytype.ErrInvalidConfig)
 	}
 	rep := &Report{Date: time.Now().UTC(), Go: runtime.Version(), CPUs: runtime.NumCPU(), Events: cfg.Events, Batch: cfg.Batch, Repeat: cfg.Repeat}
 	name := "ferry_bench_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
