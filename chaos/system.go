@@ -300,10 +300,10 @@ func (s *system) supervise(ctx context.Context, arm func(p *shop.Proc) []string)
 				continue
 			}
 			if !p.Killed() {
-				if role(p) == "orders" {
+				if role(p) == "orders" && p.Succeeded() {
 					continue // done
 				}
-				return fmt.Errorf("%s exited by itself", p.Name)
+				return fmt.Errorf("%s exited by itself (%s)", p.Name, p.State())
 			}
 			since, ok := down[p]
 			if !ok {
@@ -331,8 +331,8 @@ func (s *system) supervise(ctx context.Context, arm func(p *shop.Proc) []string)
 // ordersDone reports whether both order services finished.
 func (s *system) ordersDone() bool {
 	for _, p := range s.byPrefix("orders") {
-		if p.Running() || p.Killed() {
-			return false
+		if !p.Succeeded() {
+			return false // running, killed and due for a restart, or failed (supervise reports it)
 		}
 	}
 	return true

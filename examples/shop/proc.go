@@ -160,6 +160,25 @@ func (p *Proc) Killed() bool {
 	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
 }
 
+// Succeeded reports whether the last run ended by itself with exit status
+// 0.
+func (p *Proc) Succeeded() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state != nil && p.state.Success()
+}
+
+// State describes how the last run ended ("exit status 1", "signal:
+// killed"), or "running".
+func (p *Proc) State() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state == nil {
+		return "running"
+	}
+	return p.state.String()
+}
+
 // Deaths returns how many runs ended by SIGKILL.
 func (p *Proc) Deaths() int {
 	p.mu.Lock()
