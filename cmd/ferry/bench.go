@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -98,7 +99,10 @@ func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 			return usageError{fmt.Errorf("--relays must be positive counts")}
 		}
 	}
-	if cfg.DatabaseURL == "" || cfg.BrokerURL == "" {
+	needBroker := len(cfg.Scenarios) == 0 || slices.ContainsFunc(cfg.Scenarios, func(s string) bool {
+		return s == bench.ScenarioRawBroker || s == bench.ScenarioRelay || s == bench.ScenarioLive
+	})
+	if cfg.DatabaseURL == "" || (cfg.BrokerURL == "" && needBroker) {
 		dir, err := os.MkdirTemp("", "ferry-bench-")
 		if err != nil {
 			return err
@@ -107,7 +111,7 @@ func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 		if cfg.DatabaseURL == "" {
 			cfg.DatabaseURL = "sqlite:///" + filepath.Join(dir, "bench.db")
 		}
-		if cfg.BrokerURL == "" {
+		if cfg.BrokerURL == "" && needBroker {
 			srv, err := natsembed.Start(filepath.Join(dir, "nats"))
 			if err != nil {
 				return err
@@ -115,7 +119,7 @@ func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 			defer srv.Shutdown()
 			cfg.BrokerURL = srv.ClientURL()
 		}
-		fmt.Fprintf(cmd.ErrOrStderr(), "bench: database %s, broker %s\n", cfg.DatabaseURL, cfg.BrokerURL)
+		fmt.Fprintf(cmd.ErrOrStderr(), "bench: database %s, broker %s\n", cfg.DatabaseURL, cmp.Or(cfg.BrokerURL, "none"))
 	}
 	if f.cpuProfile != "" {
 		out, err := os.Create(f.cpuProfile)
