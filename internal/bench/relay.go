@@ -140,6 +140,12 @@ type LiveResult struct {
 	// Commit→confirm latency: from the producer's COMMIT returning to the
 	// relay receiving the broker's confirm.
 	P50, P99, Max time.Duration
+	// Claims is how many claims returned events; RelayErrors how many
+	// claims and marks failed (each costs the lane a back-off).
+	Claims, RelayErrors int64
+	// ClaimTook and PublishTook are the mean durations of a claim that
+	// returned events and of a batch's publish (confirms included).
+	ClaimTook, PublishTook time.Duration
 }
 
 // latencies pairs commit times with confirm times by event id, whichever
@@ -149,6 +155,17 @@ type latencies struct {
 	pending map[string]time.Time // commit or confirm time of one side
 	commits map[string]bool      // which side pending holds
 	got     []time.Duration
+
+	claims, publishes    int64
+	claimSum, publishSum time.Duration
+}
+
+// OnClaim implements ferry.HookClaim.
+func (l *latencies) OnClaim(_ string, _ int, took time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.claims++
+	l.claimSum += took
 }
 
 func (l *latencies) commit(id string, at time.Time)  { l.pair(id, at, true) }
@@ -175,8 +192,12 @@ func (l *latencies) pair(id string, at time.Time, commit bool) {
 }
 
 // OnPublish implements ferry.HookPublish.
-func (l *latencies) OnPublish(_ string, msgs []ferrytype.Message, results []ferrytype.PublishResult, _ time.Duration) {
+func (l *latencies) OnPublish(_ string, msgs []ferrytype.Message, results []ferrytype.PublishResult, took time.Duration) {
 	now := time.Now()
+	l.mu.Lock()
+	l.publishes++
+	l.publishSum += took
+	l.mu.Unlock()
 	for i, m := range msgs {
 		if results[i].Outcome == ferrytype.OutcomeConfirmed {
 			l.confirm(m.ID, now)
@@ -187,8 +208,9 @@ func (l *latencies) OnPublish(_ string, msgs []ferrytype.Message, results []ferr
 // Live measures latency under a steady load: producers commit one event
 // per transaction at rate events per second for d, while relays (with
 // lanes each) in the same process, woken by the producers' commits, relay
-// them. Events committed and confirmed are paired by id.
-func Live(ctx context.Context, t *Target, b *Broker, rate int, d time.Duration, relays int) (LiveResult, error) {
+// them. Events committed and confirmed are paired by id. lanes 0 takes the
+// relay's default.
+func Live(ctx context.Context, t *Target, b *Broker, rate int, d time.Duration, relays, lanes int) (LiveResult, error) {
 	var res LiveResult
 	if err := t.truncate(ctx); err != nil {
 		return res, err
@@ -209,7 +231,7 @@ func Live(ctx context.Context, t *Target, b *Broker, rate int, d time.Duration, 
 			return res, err
 		}
 		defer p.Close()
-		r, err := ferry.NewRelay(t.Store, p, &ferry.RelayConfig{Wakeup: wake, Hooks: []ferry.Hook{lat}})
+		r, err := ferry.NewRelay(t.Store, p, &ferry.RelayConfig{Lanes: lanes, Wakeup: wake, Hooks: []ferry.Hook{lat}})
 		if err != nil {
 			return res, err
 		}
@@ -264,6 +286,13 @@ func Live(ctx context.Context, t *Target, b *Broker, rate int, d time.Duration, 
 	}
 	res.Events = n
 	res.P50, res.P99, res.Max = percentiles(lat.got)
+	res.ClaimTook = lat.claimSum / time.Duration(max(lat.claims, 1))
+	res.PublishTook = lat.publishSum / time.Duration(max(lat.publishes, 1))
+	for _, r := range rs {
+		st := r.Stats()
+		res.Claims += st.Claims
+		res.RelayErrors += st.Errors
+	}
 	return res, nil
 }
 

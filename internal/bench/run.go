@@ -221,7 +221,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		}
 	}
 	if want(ScenarioLive) {
-		live, err := Live(ctx, t, b, cfg.LiveRate, cfg.LiveFor, 1)
+		live, err := Live(ctx, t, b, cfg.LiveRate, cfg.LiveFor, 1, cfg.Lanes)
 		if err != nil {
 			return nil, fmt.Errorf("live: %w", err)
 		}
@@ -360,6 +360,8 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintln(w, "\nlive: one event per transaction, relays woken by the commits")
 		row("achieved rate", per(l.Rate, "ev/s"))
 		row("commit→confirm p50 / p99 / max", ms(l.P50)+" / "+ms(l.P99)+" / "+ms(l.Max))
+		row("claims (events per claim); relay errors", fmt.Sprintf("%d (%.1f); %d", l.Claims, float64(l.Events)/float64(max(l.Claims, 1)), l.RelayErrors))
+		row("mean claim / mean publish with confirms", ms(l.ClaimTook)+" / "+ms(l.PublishTook))
 	}
 	if len(r.Producer) > 0 {
 		fmt.Fprintln(w, "\nproducer: committed tx/s")
