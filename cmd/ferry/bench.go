@@ -55,7 +55,8 @@ removes them; it never touches your outbox. Without --database-url and
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd, g, f) },
 	}
 	fl := cmd.Flags()
-	envString(fl, &f.brokerURL, "broker-url", "FERRY_BROKER_URL", "", "broker URL: amqp://user:pass@host:5672/vhost or nats://host:4222")
+	fl.StringVar(&f.brokerURL, "broker-url", "", "broker URL: amqp://user:pass@host:5672/vhost or nats://host:4222")
+	bindShared(fl, "broker-url", "FERRY_BROKER_URL", "relay.broker_url") // the relay's broker
 	fl.StringVar(&f.scenarios, "scenarios", "all", "comma-separated: "+strings.Join(bench.AllScenarios, ", ")+"; or all")
 	fl.BoolVar(&f.json, "json", false, "print JSON")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
