@@ -34,6 +34,7 @@ import (
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 	"github.com/ferrydev/ferry/ferrystore/ferrypg"
 	"github.com/ferrydev/ferry/ferrystore/ferrysqlite"
+	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
 // Event types and their destinations (NATS subjects, AMQP routing keys).
@@ -119,22 +120,7 @@ func Open(ctx context.Context, url string) (*DB, error) {
 func (db *DB) Close() error { return db.close() }
 
 // Q rewrites ? placeholders for PostgreSQL.
-func (db *DB) Q(q string) string {
-	if db.Dialect != "postgres" {
-		return q
-	}
-	var b strings.Builder
-	n := 0
-	for _, r := range q {
-		if r == '?' {
-			n++
-			fmt.Fprintf(&b, "$%d", n)
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+func (db *DB) Q(q string) string { return sqlutil.Rebind(db.Dialect, q) }
 
 // Outbox returns the outbox store of table on db.
 func (db *DB) Outbox(table string) (ferrystore.Driver[*sql.Tx], error) {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
 // InboxHarness adapts one inbox store to the suite.
@@ -38,22 +38,7 @@ type inboxBundle[TTx any] struct {
 }
 
 // bind rewrites ? placeholders for the store's dialect.
-func bind(dialect, q string) string {
-	if dialect != "postgres" {
-		return q
-	}
-	var b strings.Builder
-	n := 0
-	for _, r := range q {
-		if r == '?' {
-			n++
-			fmt.Fprintf(&b, "$%d", n)
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+func bind(dialect, q string) string { return sqlutil.Rebind(dialect, q) }
 
 func setupInbox[TTx any](t *testing.T, h InboxHarness[TTx]) *inboxBundle[TTx] {
 	t.Helper()

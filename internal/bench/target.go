@@ -16,6 +16,7 @@ import (
 	"github.com/ferrydev/ferry/ferrystore/ferrypg"
 	"github.com/ferrydev/ferry/ferrystore/ferrysqlite"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
 // Target is the database a bench runs against, on tables of its own: the
@@ -105,22 +106,7 @@ func (t *Target) quote(name string) string {
 }
 
 // bind rewrites ? placeholders as $1, $2, ... for PostgreSQL.
-func (t *Target) bind(q string) string {
-	if t.Dialect != "postgres" {
-		return q
-	}
-	var b strings.Builder
-	n := 0
-	for _, r := range q {
-		if r == '?' {
-			n++
-			fmt.Fprintf(&b, "$%d", n)
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+func (t *Target) bind(q string) string { return sqlutil.Rebind(t.Dialect, q) }
 
 // now is the dialect's current-time expression with sub-second precision.
 func (t *Target) now() string {

@@ -154,3 +154,23 @@ func (t *NullTime) parse(s string) error {
 	}
 	return fmt.Errorf("cannot parse time %q", s)
 }
+
+// Rebind rewrites the ? placeholders of q as $1, $2, ... when dialect is
+// "postgres", and returns q unchanged otherwise. q must hold no literal
+// question marks.
+func Rebind(dialect, q string) string {
+	if dialect != "postgres" {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
