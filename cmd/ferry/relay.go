@@ -15,9 +15,11 @@ import (
 
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/examples/shop"
+	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
 	"github.com/ferrydev/ferry/ferryprom"
 	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/fault"
 	"github.com/ferrydev/ferry/internal/open"
 )
@@ -67,6 +69,7 @@ type relayFlags struct {
 	metricsInterval time.Duration
 	metricsDests    int
 	readyTimeout    time.Duration
+	connectTimeout  time.Duration
 }
 
 func newRelay(g *globals) *cobra.Command {
@@ -156,6 +159,9 @@ event was enqueued in.`,
 	bindEnv(fl, "metrics-destinations", "FERRY_METRICS_DESTINATIONS")
 	fl.DurationVar(&f.readyTimeout, "ready-timeout", 2*time.Second, "how long /readyz waits for the database and the broker")
 	bindEnv(fl, "ready-timeout", "FERRY_READY_TIMEOUT")
+	fl.DurationVar(&f.connectTimeout, "connect-timeout", 30*time.Second,
+		"how long the relay keeps trying to reach the database and the broker at start before it exits (0: one try)")
+	bindEnv(fl, "connect-timeout", "FERRY_CONNECT_TIMEOUT")
 	return cmd
 }
 
@@ -176,7 +182,7 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 		{"--retry-initial", f.retryInitial > 0}, {"--retry-max", f.retryMax > 0}, {"--retention", f.retention >= 0},
 		{"--sweep-interval", f.sweepInterval > 0},
 		{"--metrics-interval", f.metricsInterval > 0}, {"--ready-timeout", f.readyTimeout > 0},
-		{"--metrics-destinations", f.metricsDests >= 0},
+		{"--metrics-destinations", f.metricsDests >= 0}, {"--connect-timeout", f.connectTimeout >= 0},
 	} {
 		if !c.ok {
 			return usageError{fmt.Errorf("%s must be positive", c.name)}
@@ -208,14 +214,20 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 	if err != nil {
 		return err
 	}
-	store, err := open.Store(ctx, g.databaseURL, g.table)
+	// A relay started while the database or the broker is down (a
+	// restart during an outage) waits for them, up to --connect-timeout.
+	store, err := connect(ctx, f.connectTimeout, "database", log, func() (ferrystore.Store, error) {
+		return open.Store(ctx, g.databaseURL, g.table)
+	})
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 	bc.NATS.FaultPoint = faults
 	bc.AMQP.FaultPoint = faults
-	pub, err := open.Publisher(ctx, f.brokerURL, bc)
+	pub, err := connect(ctx, f.connectTimeout, "broker", log, func() (ferrybroker.Publisher, error) {
+		return open.Publisher(ctx, f.brokerURL, bc)
+	})
 	if err != nil {
 		return err
 	}
@@ -355,4 +367,29 @@ func brokerConfig(f *relayFlags, subjects []string, log *slog.Logger) (*open.Bro
 		cfg.Topology.Bindings = append(cfg.Topology.Bindings, ferryamqp.Binding{Queue: f.queue, RoutingKey: rk})
 	}
 	return &open.BrokerConfig{AMQP: cfg}, nil
+}
+
+// connect calls dial until it succeeds, fails with a configuration error,
+// ctx ends or timeout passes, waiting 200ms, then twice as long each time
+// up to 5s, between tries. Each failure is logged; the last one is
+// returned.
+func connect[T any](ctx context.Context, timeout time.Duration, what string, log *slog.Logger, dial func() (T, error)) (T, error) {
+	deadline := time.Now().Add(timeout)
+	wait := 200 * time.Millisecond
+	for {
+		v, err := dial()
+		if err == nil || errors.Is(err, ferrytype.ErrInvalidConfig) || errors.Is(err, ferrytype.ErrInvalidIdentifier) {
+			return v, err
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return v, err
+		}
+		log.Warn("cannot reach the "+what+"; retrying", "error", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
 }

@@ -247,20 +247,27 @@ func (s *Store) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytyp
 	// once rather than fail the relay's cycle (which would back off).
 	for attempt := 1; ; attempt++ {
 		msgs, err := s.claim(ctx, p)
-		if err == nil || attempt == claimAttempts || !isLockConflict(err) {
+		if err == nil || attempt == claimAttempts || !isDeadlock(err) {
 			return msgs, err
 		}
 	}
 }
 
-// claimAttempts bounds the runs of a claim that keeps losing lock
-// conflicts.
+// claimAttempts bounds the runs of a claim that keeps losing deadlocks.
 const claimAttempts = 5
+
+// isDeadlock reports InnoDB's deadlock error (1213), which it returns at
+// once. A lock wait timeout (1205) is not rerun here: it took
+// innodb_lock_wait_timeout already, and the relay's back-off handles it.
+func isDeadlock(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1213
+}
 
 // isLockConflict reports a deadlock (1213) or a lock wait timeout (1205).
 func isLockConflict(err error) bool {
 	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+	return isDeadlock(err) || errors.As(err, &me) && me.Number == 1205
 }
 
 func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) (_ []ferrytype.Message, err error) {
