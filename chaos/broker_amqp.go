@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -24,8 +25,10 @@ type amqpBroker struct {
 	vhost           string
 	direct, proxied string
 	host            string
-	conn            *amqp.Connection
-	ch              *amqp.Channel
+
+	mu   sync.Mutex // guards conn and ch, opened by the first publishPaid
+	conn *amqp.Connection
+	ch   *amqp.Channel
 }
 
 func rabbitmqctl(ctx context.Context, args ...string) (string, error) {
@@ -104,7 +107,11 @@ func (b *amqpBroker) quiet(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return q["points"] == 0 && q["sms"] == 0, nil
+	// A queue missing from the listing (not yet recovered after a
+	// restart) is not an empty one.
+	points, okP := q["points"]
+	sms, okS := q["sms"]
+	return okP && okS && points == 0 && sms == 0, nil
 }
 
 // parked drains the parking queues (the run is over).
@@ -167,9 +174,11 @@ func (b *amqpBroker) heal(ctx context.Context) error {
 }
 
 func (b *amqpBroker) publishPaid(ctx context.Context, msgID string, body []byte) error {
+	b.mu.Lock()
 	if b.ch == nil || b.ch.IsClosed() {
 		conn, err := amqp.Dial(b.direct)
 		if err != nil {
+			b.mu.Unlock()
 			return err
 		}
 		ch, err := conn.Channel()
@@ -178,11 +187,14 @@ func (b *amqpBroker) publishPaid(ctx context.Context, msgID string, body []byte)
 		}
 		if err != nil {
 			conn.Close()
+			b.mu.Unlock()
 			return err
 		}
 		b.conn, b.ch = conn, ch
 	}
-	dc, err := b.ch.PublishWithDeferredConfirmWithContext(ctx, "amq.topic", shop.RoutePaid, true, false, amqp.Publishing{
+	ch := b.ch
+	b.mu.Unlock()
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "amq.topic", shop.RoutePaid, true, false, amqp.Publishing{
 		MessageId: msgID, Type: shop.OrderPaid, ContentType: "application/json", DeliveryMode: amqp.Persistent,
 		Headers: amqp.Table{"Ferry-Event-Type": shop.OrderPaid}, Body: body,
 	})

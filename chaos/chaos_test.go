@@ -37,7 +37,8 @@ var combos = []struct{ db, broker string }{
 }
 
 // TestScenarios runs every scenario at a reduced size (400 orders over
-// about ten seconds of faults) with the same checker as the full run.
+// about ten seconds of faults; pause: 2,000 over twenty) with the same checker as the
+// full run.
 func TestScenarios(t *testing.T) {
 	for _, sc := range chaos.Scenarios {
 		for _, c := range combos {
@@ -62,9 +63,15 @@ func TestScenarios(t *testing.T) {
 				default:
 					testsvc.RabbitMQ(t)
 				}
+				orders, rate := 400, 20
+				if sc.Name == "pause" {
+					// A pause proves something only when it lands inside a
+					// relay's publish: keep the relays busy.
+					orders, rate = 2000, 50
+				}
 				ctx := testsvc.Context(t, 4*time.Minute)
 				res, err := chaos.Run(ctx, chaos.Options{
-					DB: c.db, Broker: c.broker, Orders: 400, Rate: 20, Bin: ferryBin, Out: testWriter{t},
+					DB: c.db, Broker: c.broker, Orders: orders, Rate: rate, Bin: ferryBin, Out: testWriter{t},
 					MinFaults: 10 * time.Second, Settle: 2 * time.Minute,
 					MySQLURL: testsvc.URL(testsvc.EnvMySQL), PostgresURL: testsvc.URL(testsvc.EnvPostgres),
 					NATSURL: testsvc.URL(testsvc.EnvNATS), AMQPURL: testsvc.URL(testsvc.EnvAMQP),

@@ -103,8 +103,8 @@ var Scenarios = []*Scenario{
 	},
 	{
 		Name:  "pause",
-		About: "SIGSTOP a relay past its 3 s lease, then SIGCONT it: its late marks change nothing (the broker link is slowed by 150 ms so that a pause lands inside a publish)",
-		setup: func(s *system) error { return s.px.toxic("broker", "latency", `{"latency":150,"jitter":50}`) },
+		About: "SIGSTOP a relay past its 3 s lease, then SIGCONT it: its late marks change nothing (the broker link is slowed by 400 ms so that a pause lands inside a publish)",
+		setup: func(s *system) error { return s.px.toxic("broker", "latency", `{"latency":400,"jitter":100}`) },
 		faults: func(ctx context.Context, s *system) {
 			// Each relay in turn, so that one is always working.
 			relays := s.byPrefix("relay")
