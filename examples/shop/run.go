@@ -105,7 +105,13 @@ type ConsumerOptions struct {
 
 // RunConsumer runs a points or SMS consumer until ctx ends.
 func RunConsumer(ctx context.Context, o ConsumerOptions) error {
-	db, err := Open(ctx, o.DB)
+	// A consumer restarted during an outage waits for its database and
+	// broker, as a supervised service would, rather than exit.
+	var db *DB
+	err := retryStart(ctx, func() (err error) {
+		db, err = Open(ctx, o.DB)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -157,7 +163,14 @@ func RunConsumer(ctx context.Context, o ConsumerOptions) error {
 	default:
 		return fmt.Errorf("shop: unknown consumer role %q", o.Role)
 	}
-	stop, stats, err := consume(ctx, o, handler)
+	var (
+		stop  func(context.Context) error
+		stats func() Stats
+	)
+	err = retryStart(ctx, func() (err error) {
+		stop, stats, err = consume(ctx, o, handler)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -344,4 +357,23 @@ func NATSQuiet(ctx context.Context, url string) (quiet bool, parked map[string]u
 		parked[strings.TrimPrefix(subj, "shop.parked.")] = n
 	}
 	return quiet, parked, nil
+}
+
+// retryStart runs start until it succeeds, ctx ends or 30s pass, waiting
+// 200ms, then twice as long each time up to 2s, between tries.
+func retryStart(ctx context.Context, start func() error) error {
+	deadline := time.Now().Add(30 * time.Second)
+	wait := 200 * time.Millisecond
+	for {
+		err := start()
+		if err == nil || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 2*time.Second)
+	}
 }
