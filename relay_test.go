@@ -37,7 +37,7 @@ type relayBundle struct {
 
 func setupRelay(t testing.TB, kind string) *relayBundle {
 	t.Helper()
-	b := &relayBundle{ctx: testsvc.Context(t, 5*time.Minute), st: testsvc.Store(t, kind), nc: testsvc.NATS(t)}
+	b := &relayBundle{ctx: testsvc.Context(t, 10*time.Minute), st: testsvc.Store(t, kind), nc: testsvc.NATS(t)}
 	var prefix string
 	b.stream, prefix = testsvc.JetStreamStream(t, b.nc)
 	b.subject = prefix + ".events"
@@ -178,7 +178,7 @@ func TestRelayFourRelaysDrainTwentyThousand(t *testing.T) {
 				pubs[i] = b.publisher(t)
 				relays[i] = b.relay(t, pubs[i], &ferry.RelayConfig{BatchSize: 100, PollInterval: 20 * time.Millisecond})
 			}
-			st := b.waitSettled(t, 3*time.Minute)
+			st := b.waitSettled(t, 8*time.Minute)
 			require.Zero(t, st.Dead)
 			var confirmed, fenced int64
 			for _, r := range relays {
@@ -340,7 +340,7 @@ func TestRelayOrderedUnderFailures(t *testing.T) {
 					Ordered: true, BatchSize: 200, PollInterval: 10 * time.Millisecond, Retry: fastRetry(),
 				}))
 			}
-			st := b.waitSettled(t, 3*time.Minute)
+			st := b.waitSettled(t, 8*time.Minute)
 			require.Zero(t, st.Dead)
 			for _, r := range relays {
 				require.NoError(t, r.Stop(b.ctx))
