@@ -23,21 +23,21 @@ import (
 // ferry.NewRelay. What it adds is fault injection, which `ferry relay`
 // does not have: CrashAt and LoseConfirmPct.
 type RelayOptions struct {
+	// DatabaseURL is the orders database, whose outbox the relay
+	// publishes; BrokerURL the broker (nats:// or amqp://).
 	DatabaseURL, BrokerURL string
 	// Stream is the JetStream stream the relay checks (NATS only).
 	Stream string
 	// ConfirmWindow is RabbitMQ's publishes awaiting their confirms.
-	ConfirmWindow  int
-	BatchSize      int
-	Lanes          int
-	Ordered        bool
-	PollInterval   time.Duration
-	Lease          time.Duration
-	PublishTimeout time.Duration
-	SweepInterval  time.Duration
-	RetryInitial   time.Duration
-	RetryMax       time.Duration
-	MaxAttempts    int
+	ConfirmWindow int
+	// The relay's settings: the ferry.RelayConfig fields `ferry relay`'s
+	// flags of the same names set (--batch-size, --lanes, --ordered,
+	// --poll-interval, --lease, --publish-timeout, --sweep-interval,
+	// --retry-initial, --retry-max, --max-attempts).
+	BatchSize, Lanes, MaxAttempts                      int
+	Ordered                                            bool
+	PollInterval, Lease, PublishTimeout, SweepInterval time.Duration
+	RetryInitial, RetryMax                             time.Duration
 	// ShutdownTimeout bounds the wait for batches in flight at stop.
 	ShutdownTimeout time.Duration
 	// StatsInterval is how often a STATS line is written to Out.
