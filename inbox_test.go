@@ -79,14 +79,14 @@ func (c *outcomeCounter) OnInbox(_ string, o ferry.InboxOutcome, _ time.Duration
 
 // runPointsConsumer is a child process: a JetStream consumer whose handler
 // awards points through the inbox on MariaDB. It exits once the consumer
-// has nothing pending, printing its inbox outcomes; FERRY_CRASH_POINT kills
+// has nothing pending, printing its inbox outcomes; FERRY_CHILD_CRASH_AT kills
 // it at a named point instead.
 func runPointsConsumer() int {
 	env := func(k string) string { return os.Getenv("FERRY_CHILD_" + k) }
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, "child:", err); return 1 }
-	crash, err := fault.FromEnv()
+	crash, err := fault.Crash(env("CRASH_AT"))
 	if err != nil {
 		return fail(err)
 	}
@@ -253,7 +253,7 @@ func TestConsumerKilledBetweenCommitAndAck(t *testing.T) {
 				return cmd, &out
 			}
 
-			cmd, out := start(fault.EnvCrashPoint + "=" + point + ":10")
+			cmd, out := start("FERRY_CHILD_CRASH_AT=" + point + ":10")
 			err = cmd.Wait()
 			var ee *exec.ExitError
 			require.True(t, errors.As(err, &ee), "the consumer must die: %v\n%s", err, out)

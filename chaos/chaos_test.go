@@ -12,14 +12,14 @@ import (
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
-var ferryBin string
+var shopBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "ferry-chaos-test-")
 	if err != nil {
 		panic(err)
 	}
-	ferryBin, err = chaos.BuildFerry(context.Background(), dir)
+	shopBin, err = chaos.BuildShop(context.Background(), dir)
 	if err != nil {
 		panic(err)
 	}
@@ -71,7 +71,7 @@ func TestScenarios(t *testing.T) {
 				}
 				ctx := testsvc.Context(t, 4*time.Minute)
 				res, err := chaos.Run(ctx, chaos.Options{
-					DB: c.db, Broker: c.broker, Orders: orders, Rate: rate, Bin: ferryBin, Out: testWriter{t},
+					DB: c.db, Broker: c.broker, Orders: orders, Rate: rate, Bin: shopBin, Out: testWriter{t},
 					MinFaults: 10 * time.Second, Settle: 2 * time.Minute,
 					MySQLURL: testsvc.URL(testsvc.EnvMySQL), PostgresURL: testsvc.URL(testsvc.EnvPostgres),
 					NATSURL: testsvc.URL(testsvc.EnvNATS), AMQPURL: testsvc.URL(testsvc.EnvAMQP),

@@ -1,6 +1,6 @@
-// Package chaos is ferry's fault-injection suite: it runs the reference
-// shop (examples/shop) as separate processes against real databases and a
-// real broker, injects one kind of fault per scenario — killed processes,
+// Package chaos is ferry's fault-injection suite: it builds the reference
+// shop's binary (examples/shop/cmd/shop), runs it as separate processes
+// against real databases and a real broker, injects one kind of fault per scenario — killed processes,
 // crash points, paused relays, broken connections (toxiproxy, in-process),
 // broker restarts, COMMITs cut off on the wire, duplicate storms, poison —
 // then heals everything, waits until the system is quiet, and checks the

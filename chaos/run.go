@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/examples/shop"
-	"github.com/ferrydev/ferry/internal/fault"
+	"github.com/ferrydev/ferry/ferrybroker"
 )
 
 // Counters are what a run absorbed: the evidence that its faults bit.
@@ -66,9 +68,9 @@ func Run(ctx context.Context, o Options, sc *Scenario) (*Result, error) {
 
 	// Every scenario arms one crash point in a relay and one in a
 	// consumer at their first start: no run is without a crash.
-	baseline := map[string]string{
-		"relay-1":  fault.EnvCrashPoint + "=relay.after-publish:" + fmt.Sprint(3+o.Orders/400),
-		"points-1": fault.EnvCrashPoint + "=consumer.after-handle:" + fmt.Sprint(10+o.Orders/20),
+	baseline := map[string][]string{
+		"relay-1":  crashAt(ferry.FaultAfterPublish, 3+o.Orders/400),
+		"points-1": crashAt(ferrybroker.FaultConsumerAfterHandle, 10+o.Orders/20),
 	}
 	if sc.setup != nil {
 		if err := sc.setup(s); err != nil {
@@ -76,14 +78,14 @@ func Run(ctx context.Context, o Options, sc *Scenario) (*Result, error) {
 		}
 	}
 	for _, p := range s.procs {
-		env := []string{}
-		if sc.env != nil {
-			env = sc.env(s, p)
+		var args []string
+		if sc.first != nil {
+			args = sc.first(s, p)
 		}
-		if b, ok := baseline[p.Name]; ok && !hasCrash(env) {
-			env = append(env, b)
+		if b, ok := baseline[p.Name]; ok && !slices.Contains(args, "--crash-at") {
+			args = append(args, b...)
 		}
-		if err := p.Start(env...); err != nil {
+		if err := p.Start(args...); err != nil {
 			return nil, err
 		}
 	}
@@ -139,15 +141,6 @@ func Run(ctx context.Context, o Options, sc *Scenario) (*Result, error) {
 		p.Stop(20 * time.Second)
 	}
 	return s.check(ctx, sc)
-}
-
-func hasCrash(env []string) bool {
-	for _, e := range env {
-		if strings.HasPrefix(e, fault.EnvCrashPoint+"=") {
-			return true
-		}
-	}
-	return false
 }
 
 func (s *system) check(ctx context.Context, sc *Scenario) (*Result, error) {

@@ -21,9 +21,9 @@ type Scenario struct {
 	About string
 	// DBs and Brokers the fault applies to; empty means all.
 	DBs, Brokers []string
-	// env gives a process its extra environment at its first start.
-	env func(s *system, p *shop.Proc) []string
-	// arm gives a process its extra environment at each restart.
+	// first gives a process its extra arguments at its first start.
+	first func(s *system, p *shop.Proc) []string
+	// arm gives a process its extra arguments at each restart.
 	arm func(p *shop.Proc) []string
 	// setup runs before the processes start.
 	setup func(s *system) error
@@ -98,8 +98,8 @@ var Scenarios = []*Scenario{
 	{
 		Name:  "crashpoints",
 		About: "every process start draws a named crash point (order committed; claim done; published, not confirmed; confirmed, not marked; consumer committed, not acked; inside the consumer transaction) and is killed there",
-		env:   func(_ *system, p *shop.Proc) []string { return []string{randomCrash(p)} },
-		arm:   func(p *shop.Proc) []string { return []string{randomCrash(p)} },
+		first: func(_ *system, p *shop.Proc) []string { return randomCrash(p) },
+		arm:   randomCrash,
 	},
 	{
 		Name:  "pause",
@@ -201,17 +201,13 @@ var Scenarios = []*Scenario{
 		Name:  "commit-reset",
 		About: "5% of the database COMMITs of the order services and consumers lose their connection before the answer: outcome unknown to the client",
 		DBs:   []string{"mysql", "postgres"},
-		env: func(_ *system, p *shop.Proc) []string {
-			if role(p) == "relay" {
-				return nil
+		setup: func(s *system) error {
+			for _, p := range s.procs {
+				if role(p) != "relay" {
+					p.Env = append(p.Env, shop.EnvCommitResetPct+"=5")
+				}
 			}
-			return []string{shop.EnvCommitResetPct + "=5"}
-		},
-		arm: func(p *shop.Proc) []string {
-			if role(p) == "relay" {
-				return nil
-			}
-			return []string{shop.EnvCommitResetPct + "=5"}
+			return nil
 		},
 		expect: func(r *Result) []string {
 			if r.Counters.UnknownCommits == 0 {

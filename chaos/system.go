@@ -22,7 +22,6 @@ import (
 
 	"github.com/ferrydev/ferry/examples/shop"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
-	"github.com/ferrydev/ferry/internal/fault"
 )
 
 // Options configure one run of one scenario.
@@ -32,7 +31,7 @@ type Options struct {
 	// Orders is the number of orders the order services place in all;
 	// Rate the orders per second of each of the two order services.
 	Orders, Rate int
-	// Bin is the ferry binary the processes run.
+	// Bin is the shop's binary the processes run (BuildShop).
 	Bin string
 	// Dir holds SQLite files and the like. Default: a temporary directory.
 	Dir string
@@ -136,7 +135,7 @@ func newSystem(ctx context.Context, o Options) (_ *system, err error) {
 	per := (o.Orders + 1) / 2
 	for i := 0; i < 2; i++ {
 		first, last := i*per+1, min((i+1)*per, o.Orders)
-		s.procs = append(s.procs, &shop.Proc{Name: fmt.Sprintf("orders-%d", i+1), Args: []string{"shop", "orders",
+		s.procs = append(s.procs, &shop.Proc{Name: fmt.Sprintf("orders-%d", i+1), Args: []string{"orders",
 			"--orders-db", s.ordersURL, "--first", strconv.Itoa(first), "--last", strconv.Itoa(last),
 			"--rate", strconv.Itoa(o.Rate), "--poison-pct", "1", "--conflict-pct", "1", "--rollback-pct", "3"}})
 	}
@@ -144,14 +143,14 @@ func newSystem(ctx context.Context, o Options) (_ *system, err error) {
 		args := append([]string{"relay", "--database-url", s.ordersURL, "--broker-url", s.broker.url(),
 			"--poll-interval", "50ms", "--lease", "3s", "--publish-timeout", "2s", "--sweep-interval", "500ms",
 			"--retry-initial", "50ms", "--retry-max", "1s", "--max-attempts", "1000", "--lose-confirm-pct", "3",
-			"--stats-interval", "200ms", "--log-level", "error"}, s.broker.relayArgs()...)
+			"--stats-interval", "200ms"}, s.broker.relayArgs()...)
 		s.procs = append(s.procs, &shop.Proc{Name: fmt.Sprintf("relay-%d", i+1), Args: args})
 	}
 	for i := 0; i < 2; i++ {
-		s.procs = append(s.procs, &shop.Proc{Name: fmt.Sprintf("points-%d", i+1), Args: []string{"shop", "points",
+		s.procs = append(s.procs, &shop.Proc{Name: fmt.Sprintf("points-%d", i+1), Args: []string{"points",
 			"--points-db", s.pointsURL, "--broker-url", s.broker.url()}})
 	}
-	s.procs = append(s.procs, &shop.Proc{Name: "sms-1", Args: []string{"shop", "sms", "--points-db", s.pointsURL,
+	s.procs = append(s.procs, &shop.Proc{Name: "sms-1", Args: []string{"sms", "--points-db", s.pointsURL,
 		"--broker-url", s.broker.url(), "--gateway", gatewayURL}})
 	for _, p := range s.procs {
 		p.Bin, p.Log = o.Bin, o.Log
@@ -275,16 +274,22 @@ var crashPoints = map[string][]string{
 
 func role(p *shop.Proc) string { return p.Name[:strings.IndexByte(p.Name, '-')] }
 
-// randomCrash draws a crash point for p and a hit count.
-func randomCrash(p *shop.Proc) string {
+// randomCrash draws a crash point for p and a hit count, and returns the
+// arguments that arm it.
+func randomCrash(p *shop.Proc) []string {
 	pts := crashPoints[role(p)]
-	return fmt.Sprintf("%s=%s:%d", fault.EnvCrashPoint, pts[rand.IntN(len(pts))], 1+rand.IntN(40))
+	return crashAt(pts[rand.IntN(len(pts))], 1+rand.IntN(40))
+}
+
+// crashAt returns the arguments that arm a crash at the n-th hit of point.
+func crashAt(point string, n int) []string {
+	return []string{"--crash-at", fmt.Sprintf("%s:%d", point, n)}
 }
 
 // supervise restarts processes that died (SIGKILL from the harness or a
 // crash point), after a short pause, until ctx ends. Order services that
 // finished are left alone. arm, when set, gives each restart's extra
-// environment.
+// arguments.
 func (s *system) supervise(ctx context.Context, arm func(p *shop.Proc) []string) error {
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
@@ -314,11 +319,11 @@ func (s *system) supervise(ctx context.Context, arm func(p *shop.Proc) []string)
 				continue
 			}
 			delete(down, p)
-			var env []string
+			var args []string
 			if arm != nil {
-				env = arm(p)
+				args = arm(p)
 			}
-			if err := p.Start(env...); err != nil {
+			if err := p.Start(args...); err != nil {
 				return err
 			}
 			s.mu.Lock()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,7 +18,6 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/examples/shop"
 	"github.com/ferrydev/ferry/ferrybroker"
-	"github.com/ferrydev/ferry/internal/fault"
 	"github.com/ferrydev/ferry/internal/natsembed"
 )
 
@@ -57,7 +57,28 @@ happened and a verdict, and exits 1 if the check fails.`,
 	f.StringVar(&o.dir, "dir", "", "directory for the demo's files (default: a new temporary one)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "show the processes' own output")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print nothing; the exit code tells")
+	cmd.AddCommand(newDemoRole())
 	return cmd
+}
+
+// newDemoRole is the demo's child processes: `ferry demo role relay ...`
+// runs a role of the reference shop (shop.RunRole), as the shop's own
+// binary does for the chaos suite. Hidden: the demo starts it, people do
+// not.
+func newDemoRole() *cobra.Command {
+	return &cobra.Command{
+		Use:                "role <" + strings.Join(shop.Roles, "|") + "> [flags]",
+		Short:              "Run one process of the reference shop (started by the demo)",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			err := shop.RunRole(cmd.Context(), args, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			if errors.Is(err, shop.ErrUsage) {
+				return usageError{err}
+			}
+			return err
+		},
+	}
 }
 
 type demoOptions struct {
@@ -131,15 +152,18 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 	if o.verbose {
 		logw = out
 	}
+	// The relay is ferry's relay (shop.RunRelay: ferry.NewRelay on the
+	// store and publisher `ferry relay` opens), with shorter intervals so
+	// that the demo's crash and its recovery take seconds.
+	role := []string{"demo", "role"}
 	procs := []*shop.Proc{
-		{Name: "orders", Args: []string{"shop", "orders", "--orders-db", ordersURL, "--first", "1", "--last", strconv.Itoa(o.orders),
-			"--rate", strconv.Itoa(o.rate), "--poison-pct", "2", "--conflict-pct", "2", "--rollback-pct", "5"}},
-		{Name: "relay", Args: []string{"relay", "--database-url", ordersURL, "--broker-url", natsURL, "--stream", shop.Stream,
+		{Name: "orders", Args: append(role, "orders", "--orders-db", ordersURL, "--first", "1", "--last", strconv.Itoa(o.orders),
+			"--rate", strconv.Itoa(o.rate), "--poison-pct", "2", "--conflict-pct", "2", "--rollback-pct", "5")},
+		{Name: "relay", Args: append(role, "relay", "--database-url", ordersURL, "--broker-url", natsURL, "--stream", shop.Stream,
 			"--ordered", "--poll-interval", "50ms", "--lease", "2s", "--publish-timeout", "1500ms", "--retry-initial", "50ms",
-			"--sweep-interval", "200ms",
-			"--retry-max", "1s", "--stats-interval", "200ms", "--log-level", "error"}},
-		{Name: "points", Args: []string{"shop", "points", "--points-db", pointsURL, "--broker-url", natsURL}},
-		{Name: "sms", Args: []string{"shop", "sms", "--points-db", pointsURL, "--broker-url", natsURL, "--gateway", gatewayURL}},
+			"--sweep-interval", "200ms", "--retry-max", "1s")},
+		{Name: "points", Args: append(role, "points", "--points-db", pointsURL, "--broker-url", natsURL)},
+		{Name: "sms", Args: append(role, "sms", "--points-db", pointsURL, "--broker-url", natsURL, "--gateway", gatewayURL)},
 	}
 	crashes := map[string]string{
 		"orders": shop.FaultOrderAfterCommit + ":" + strconv.Itoa(o.orders/3),
@@ -149,7 +173,7 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 	}
 	for _, p := range procs {
 		p.Bin, p.Log = bin, logw
-		if err := p.Start(fault.EnvCrashPoint + "=" + crashes[p.Name]); err != nil {
+		if err := p.Start("--crash-at", crashes[p.Name]); err != nil {
 			return err
 		}
 		say("%-6s started, crash point %s armed", p.Name, crashes[p.Name])

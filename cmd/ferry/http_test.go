@@ -56,11 +56,11 @@ func TestRelayServesMetricsAndReadiness(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	base := "http://" + addr
 
-	waitUntil(t, 30*time.Second, func() bool { code, _ := get(t, base+"/healthz"); return code == 200 }, "healthz")
-	waitUntil(t, 30*time.Second, func() bool {
+	testsvc.WaitFor(t, 30*time.Second, func() bool { code, _ := get(t, base+"/healthz"); return code == 200 }, func() string { return "healthz" })
+	testsvc.WaitFor(t, 30*time.Second, func() bool {
 		_, body := get(t, base+"/metrics")
 		return strings.Contains(body, `ferry_relay_sent_total{table="`+b.st.Driver.Table()+`"} 1`)
-	}, "the event is sent and counted")
+	}, func() string { return "the event is sent and counted" })
 	_, metrics := get(t, base+"/metrics")
 	for _, name := range []string{"ferry_outbox_oldest_pending_age_seconds", "ferry_outbox_events", "ferry_outbox_up",
 		"ferry_relay_publish_outcomes_total", "ferry_relay_commit_to_confirm_seconds_bucket", "go_goroutines"} {
@@ -71,24 +71,24 @@ func TestRelayServesMetricsAndReadiness(t *testing.T) {
 	require.JSONEq(t, `{"status":"ready","checks":{"database":{"ok":true},"broker":{"ok":true}}}`, body)
 
 	dbProxy.Cut()
-	waitUntil(t, 30*time.Second, func() bool { code, _ := get(t, base+"/readyz"); return code == 503 }, "unready without the database")
+	testsvc.WaitFor(t, 30*time.Second, func() bool { code, _ := get(t, base+"/readyz"); return code == 503 }, func() string { return "unready without the database" })
 	_, body = get(t, base+"/readyz")
 	require.Contains(t, body, `"database":{"ok":false,"error":`)
 	require.Contains(t, body, `"broker":{"ok":true}`)
 	require.NotContains(t, body, "s3cr3tpw")
-	waitUntil(t, 30*time.Second, func() bool {
+	testsvc.WaitFor(t, 30*time.Second, func() bool {
 		_, m := get(t, base+"/metrics")
 		return strings.Contains(m, `ferry_outbox_up{table="`+b.st.Driver.Table()+`"} 0`)
-	}, "the outbox gauges say the database is unreachable")
+	}, func() string { return "the outbox gauges say the database is unreachable" })
 	dbProxy.Restore()
-	waitUntil(t, 30*time.Second, func() bool { code, _ := get(t, base+"/readyz"); return code == 200 }, "ready again")
+	testsvc.WaitFor(t, 30*time.Second, func() bool { code, _ := get(t, base+"/readyz"); return code == 200 }, func() string { return "ready again" })
 
 	natsProxy.Cut()
-	waitUntil(t, 30*time.Second, func() bool { code, _ := get(t, base+"/readyz"); return code == 503 }, "unready without the broker")
+	testsvc.WaitFor(t, 30*time.Second, func() bool { code, _ := get(t, base+"/readyz"); return code == 503 }, func() string { return "unready without the broker" })
 	_, body = get(t, base+"/readyz")
 	require.Contains(t, body, `"broker":{"ok":false,"error":`)
 	natsProxy.Restore()
-	waitUntil(t, 30*time.Second, func() bool { code, _ := get(t, base+"/readyz"); return code == 200 }, "ready again")
+	testsvc.WaitFor(t, 30*time.Second, func() bool { code, _ := get(t, base+"/readyz"); return code == 200 }, func() string { return "ready again" })
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, cmd.Wait(), out.String())

@@ -63,9 +63,13 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	return execute(newRoot(), args, stdout, stderr)
+}
+
+// execute runs the command line args on root and returns the exit code.
+func execute(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root := newRoot()
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -114,10 +118,17 @@ type globals struct {
 
 	file     *configFile // the config file, nil when none
 	settings []setting   // the command's settings and their sources
+
+	// faultPoint, when not nil, is the relay's and its publisher's fault
+	// point function. The binary never sets it: no flag, variable or
+	// config key reaches it. This package's tests set it to crash a relay
+	// process at a named point.
+	faultPoint func(ctx context.Context, point string) error
 }
 
-func newRoot() *cobra.Command {
-	g := &globals{}
+func newRoot() *cobra.Command { return newRootWith(&globals{}) }
+
+func newRootWith(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "ferry",
 		Short:         "Carry business events from your database to a broker, losing none and applying none twice",
@@ -134,7 +145,7 @@ func newRoot() *cobra.Command {
 	envString(pf, &g.table, "table", "FERRY_TABLE", "outbox_event", "outbox table name")
 	envString(pf, &g.logLevel, "log-level", "FERRY_LOG_LEVEL", "info", "log level: debug, info, warn, error")
 	envString(pf, &g.logFormat, "log-format", "FERRY_LOG_FORMAT", "text", "log format: text or json")
-	root.AddCommand(newMigrate(g), newRelay(g), newStatus(g), newDead(g), newReconcile(g), newPurge(g), newConflicts(g), newBench(g), newDemo(), newShop())
+	root.AddCommand(newMigrate(g), newRelay(g), newStatus(g), newDead(g), newReconcile(g), newPurge(g), newConflicts(g), newBench(g), newDemo())
 	return root
 }
 

@@ -27,9 +27,19 @@ import (
 // CLI as a real child process and kill it.
 const envExecMain = "FERRY_TEST_EXEC_MAIN"
 
+// envTestCrashAt arms a crash point ("point[:n]") in the relay of a child
+// started by child. Only this test binary reads it: the ferry binary has no
+// way to arm one.
+const envTestCrashAt = "FERRY_TEST_CRASH_AT"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(envExecMain) == "1" {
-		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+		crash, err := fault.Crash(os.Getenv(envTestCrashAt))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(exitUsage)
+		}
+		os.Exit(execute(newRootWith(&globals{faultPoint: crash}), os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
 }
@@ -75,15 +85,11 @@ func TestUsageErrors(t *testing.T) {
 			testsvc.EmbeddedNATS(t).ConnectedUrl(), "--batch-size", "0"}, "--batch-size must be positive"},
 		{"PublishTimeoutOverLease", []string{"relay", "--database-url", "sqlite:///" + t.TempDir() + "/x.db", "--broker-url",
 			testsvc.EmbeddedNATS(t).ConnectedUrl(), "--lease", "1s", "--publish-timeout", "2s"}, "PublishTimeout 2s must be shorter than Lease 1s"},
-		{"BadCrashPoint", []string{"relay", "--database-url", "sqlite:///" + t.TempDir() + "/x.db"}, "FERRY_CRASH_POINT"},
 		{"BenchBadEvents", []string{"bench", "--events", "0"}, "--events must be positive"},
 		{"BenchUnknownScenario", []string{"bench", "--scenarios", "relay,warp"}, `unknown scenario "warp"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if c.name == "BadCrashPoint" {
-				t.Setenv(fault.EnvCrashPoint, "relay.after-claim:zero")
-			}
 			code, _, errOut := ferryCLI(t, c.args...)
 			require.Equal(t, exitUsage, code, errOut)
 			require.Contains(t, errOut, c.want)
@@ -209,7 +215,7 @@ func TestRelayProcessKilledAtCrashPoint(t *testing.T) {
 				args := []string{"relay", "--database-url", dbURL, "--table", st.Driver.Table(),
 					"--broker-url", testsvc.URL(testsvc.EnvNATS), "--stream", stream, "--lanes", "1",
 					"--lease", "1s", "--publish-timeout", "800ms", "--retry-initial", "10ms"}
-				cmd, out := child(t, []string{fault.EnvCrashPoint + "=" + c.point}, args...)
+				cmd, out := child(t, []string{envTestCrashAt + "=" + c.point}, args...)
 				err = cmd.Wait()
 				var ee *exec.ExitError
 				require.True(t, errors.As(err, &ee), "the relay must die: %v\n%s", err, out)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -14,13 +13,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ferrydev/ferry"
-	"github.com/ferrydev/ferry/examples/shop"
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
 	"github.com/ferrydev/ferry/ferryprom"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/fault"
 	"github.com/ferrydev/ferry/internal/open"
 )
 
@@ -64,7 +61,6 @@ type relayFlags struct {
 	drainTimeout    time.Duration
 	shutdownTimeout time.Duration
 	statsInterval   time.Duration
-	loseConfirmPct  int
 	httpAddr        string
 	metricsInterval time.Duration
 	metricsDests    int
@@ -147,10 +143,7 @@ event was enqueued in.`,
 	fl.BoolVar(&f.drain, "drain", false, "exit once no event is NEW or SENDING (exit code 3 if --drain-timeout passes first)")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 5*time.Minute, "longest a --drain run waits")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a stop waits for batches in flight")
-	fl.DurationVar(&f.statsInterval, "stats-interval", 0, "print the relay's counters as STATS lines on stdout this often (for harnesses)")
-	_ = fl.MarkHidden("stats-interval")
-	fl.IntVar(&f.loseConfirmPct, "lose-confirm-pct", 0, "treat this percent of broker confirms as lost (fault injection)")
-	_ = fl.MarkHidden("lose-confirm-pct")
+	fl.DurationVar(&f.statsInterval, "stats-interval", 0, "log the relay's counters this often (0: only when it stops)")
 	bindEnv(fl, "shutdown-timeout", "FERRY_SHUTDOWN_TIMEOUT")
 	envString(fl, &f.httpAddr, "http-addr", "FERRY_HTTP_ADDR", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9090 (default off)")
 	fl.DurationVar(&f.metricsInterval, "metrics-interval", 15*time.Second, "how often the outbox gauges are read from the database")
@@ -188,22 +181,6 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 			return usageError{fmt.Errorf("%s must be positive", c.name)}
 		}
 	}
-	crash, err := fault.FromEnv()
-	if err != nil {
-		return usageError{err}
-	}
-	faults := crash
-	if f.loseConfirmPct > 0 {
-		faults = func(ctx context.Context, point string) error {
-			if point == ferry.FaultLoseConfirm && rand.IntN(100) < f.loseConfirmPct {
-				return errors.New("confirm lost (injected)")
-			}
-			if crash != nil {
-				return crash(ctx, point)
-			}
-			return nil
-		}
-	}
 	var subjects []string
 	for _, s := range strings.Split(f.subjects, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -223,8 +200,8 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 		return err
 	}
 	defer store.Close()
-	bc.NATS.FaultPoint = faults
-	bc.AMQP.FaultPoint = faults
+	bc.NATS.FaultPoint = g.faultPoint
+	bc.AMQP.FaultPoint = g.faultPoint
 	pub, err := connect(ctx, f.connectTimeout, "broker", log, func() (ferrybroker.Publisher, error) {
 		return open.Publisher(ctx, f.brokerURL, bc)
 	})
@@ -280,7 +257,7 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 		BatchSize: f.batchSize, Lanes: f.lanes, Ordered: f.ordered, PollInterval: f.pollInterval,
 		Lease: f.lease, PublishTimeout: f.publishTimeout, Retention: f.retention, SweepInterval: f.sweepInterval,
 		Retry:  ferry.ExponentialBackoff{Initial: f.retryInitial, Max: f.retryMax, MaxAttempts: f.maxAttempts},
-		Logger: log, FaultPoint: faults, Hooks: hooks,
+		Logger: log, FaultPoint: g.faultPoint, Hooks: hooks,
 	})
 	if err != nil {
 		return err
@@ -301,15 +278,11 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 		return err
 	}
 	if f.statsInterval > 0 {
-		statsCtx, stopStats := context.WithCancel(context.Background())
+		statsCtx, stopStats := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			shop.ReportStats(statsCtx, cmd.OutOrStdout(), f.statsInterval, func() shop.Stats {
-				st := relay.Stats()
-				return shop.Stats{Role: "relay", Confirmed: st.Confirmed, Unknown: st.Unknown, Fenced: st.Fenced,
-					Swept: st.Swept, Dupes: st.Duplicates, Retried: st.Retried}
-			})
+			logStats(statsCtx, log, f.statsInterval, relay)
 		}()
 		defer func() { stopStats(); <-done }()
 	}
@@ -323,6 +296,23 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 	st := relay.Stats()
 	log.Info("relay stopped", "confirmed", st.Confirmed, "retried", st.Retried, "dead", st.Dead, "fenced", st.Fenced)
 	return nil
+}
+
+// logStats logs the relay's counters every interval until ctx ends.
+func logStats(ctx context.Context, log *slog.Logger, interval time.Duration, relay *ferry.Relay) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st := relay.Stats()
+		log.Info("relay stats", "claimed", st.Claimed, "confirmed", st.Confirmed, "duplicates", st.Duplicates,
+			"unknown", st.Unknown, "returned", st.Returned, "rejected", st.Rejected, "retried", st.Retried,
+			"dead", st.Dead, "fenced", st.Fenced, "swept", st.Swept, "purged", st.Purged, "errors", st.Errors)
+	}
 }
 
 // brokerConfig turns the broker flags into the publisher settings of the

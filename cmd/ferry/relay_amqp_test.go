@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry"
-	"github.com/ferrydev/ferry/internal/fault"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
@@ -121,7 +120,7 @@ func TestRelayCLIToRabbitMQKilledAfterPublish(t *testing.T) {
 	r := setupRabbitRelay(t, total)
 	args := r.args("--declare", "--routing-key", r.bind, "--lanes", "1", "--lease", "1s",
 		"--publish-timeout", "800ms", "--retry-initial", "10ms")
-	cmd, out := child(t, []string{fault.EnvCrashPoint + "=" + ferry.FaultAfterPublish}, args...)
+	cmd, out := child(t, []string{envTestCrashAt + "=" + ferry.FaultAfterPublish}, args...)
 	err := cmd.Wait()
 	var ee *exec.ExitError
 	require.True(t, errors.As(err, &ee), "the relay must die: %v\n%s", err, out)

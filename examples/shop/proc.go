@@ -18,7 +18,8 @@ type Proc struct {
 	Name string
 	Bin  string
 	Args []string
-	Env  []string
+	// Env holds environment variables added to this process's for every run.
+	Env []string
 	// Log receives the process's other output lines, prefixed by its name.
 	Log io.Writer
 
@@ -26,14 +27,14 @@ type Proc struct {
 	cmd    *exec.Cmd
 	done   chan struct{}
 	state  *os.ProcessState
-	runs   int
 	past   []Stats // the last STATS of each finished run
 	cur    Stats
 	deaths int // runs ended by SIGKILL
 }
 
-// Start starts a new run with extra environment variables.
-func (p *Proc) Start(extraEnv ...string) error {
+// Start starts a new run with extra arguments after Args (a crash point
+// armed for this run only, say).
+func (p *Proc) Start(extraArgs ...string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd != nil && p.done != nil {
@@ -43,8 +44,8 @@ func (p *Proc) Start(extraEnv ...string) error {
 			return fmt.Errorf("%s is running", p.Name)
 		}
 	}
-	cmd := exec.Command(p.Bin, p.Args...)
-	cmd.Env = append(append(os.Environ(), p.Env...), extraEnv...)
+	cmd := exec.Command(p.Bin, append(append([]string{}, p.Args...), extraArgs...)...)
+	cmd.Env = append(os.Environ(), p.Env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -53,10 +54,9 @@ func (p *Proc) Start(extraEnv ...string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", p.Name, err)
 	}
-	if p.runs > 0 {
+	if p.cmd != nil {
 		p.past = append(p.past, p.cur)
 	}
-	p.runs++
 	p.cmd, p.cur, p.done, p.state = cmd, Stats{}, make(chan struct{}), nil
 	done := p.done
 	go func() {
@@ -184,13 +184,6 @@ func (p *Proc) Deaths() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.deaths
-}
-
-// Runs returns how many times the process was started.
-func (p *Proc) Runs() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.runs
 }
 
 // Total sums the counters of every run (a run killed between two STATS

@@ -1,9 +1,13 @@
-// Package shop is ferry's reference system: an order service, a points
-// consumer and an SMS consumer, each a separate process, wired through
-// ferry's outbox, relay, broker, inbox and task worker. `ferry demo` runs it
-// on SQLite and an embedded NATS server; the chaos harness runs it on
-// MariaDB or PostgreSQL with RabbitMQ, kills its processes and breaks its
-// connections, then checks the result against the databases.
+// Package shop is ferry's reference system: an order service, a relay, a
+// points consumer and an SMS consumer, each a separate process, wired
+// through ferry's outbox, relay, broker, inbox and task worker. RunRole
+// runs one of them, with crash points and lost confirms injected on
+// request; its callers are the shop's binary (cmd/shop), which the chaos
+// harness runs on MariaDB or PostgreSQL with RabbitMQ, killing its
+// processes and breaking its connections, and `ferry demo`, which runs the
+// same roles on SQLite and an embedded NATS server. Both then check the
+// result against the databases. Fault injection lives here, never in
+// ferry's own commands.
 //
 // The data:
 //

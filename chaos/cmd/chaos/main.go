@@ -38,7 +38,7 @@ func main() {
 		fail(err)
 	}
 	defer os.RemoveAll(dir)
-	bin, err := chaos.BuildFerry(ctx, dir)
+	bin, err := chaos.BuildShop(ctx, dir)
 	if err != nil {
 		fail(err)
 	}

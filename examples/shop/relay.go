@@ -1,0 +1,161 @@
+package shop
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/internal/fault"
+	"github.com/ferrydev/ferry/internal/open"
+)
+
+// RelayOptions configure the shop's relay process. It is ferry's relay as
+// `ferry relay` runs it: the store and the publisher opened from URLs the
+// same way, the flags of the same names with the same defaults, the same
+// ferry.NewRelay. What it adds is fault injection, which `ferry relay`
+// does not have: CrashAt and LoseConfirmPct.
+type RelayOptions struct {
+	// DatabaseURL is the orders database, whose outbox the relay
+	// publishes; BrokerURL the broker (nats:// or amqp://).
+	DatabaseURL, BrokerURL string
+	// Stream is the JetStream stream the relay checks (NATS only).
+	Stream string
+	// ConfirmWindow is RabbitMQ's publishes awaiting their confirms.
+	ConfirmWindow int
+	// The relay's settings: the ferry.RelayConfig fields `ferry relay`'s
+	// flags of the same names set (--batch-size, --lanes, --ordered,
+	// --poll-interval, --lease, --publish-timeout, --sweep-interval,
+	// --retry-initial, --retry-max, --max-attempts).
+	BatchSize, Lanes, MaxAttempts                      int
+	Ordered                                            bool
+	PollInterval, Lease, PublishTimeout, SweepInterval time.Duration
+	RetryInitial, RetryMax                             time.Duration
+	// ShutdownTimeout bounds the wait for batches in flight at stop.
+	ShutdownTimeout time.Duration
+	// StatsInterval is how often a STATS line is written to Out.
+	StatsInterval time.Duration
+	// CrashAt arms a crash point, "point[:n]" (see RunRole).
+	CrashAt string
+	// LoseConfirmPct of the broker's confirms are treated as lost: the
+	// relay sees an unknown outcome and publishes the event again.
+	LoseConfirmPct int
+	// Out receives the STATS lines; Log the relay's error log lines.
+	Out, Log io.Writer
+}
+
+// Flags declares the options as flags of fs, with `ferry relay`'s names
+// and defaults.
+func (o *RelayOptions) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&o.DatabaseURL, "database-url", "", "orders database URL (the outbox's)")
+	fs.StringVar(&o.BrokerURL, "broker-url", "", "broker URL: nats:// or amqp://")
+	fs.StringVar(&o.Stream, "stream", "", "JetStream stream to verify")
+	fs.IntVar(&o.ConfirmWindow, "confirm-window", 1000, "RabbitMQ publishes awaiting their confirms, per channel")
+	fs.IntVar(&o.BatchSize, "batch-size", 100, "events per claim")
+	fs.IntVar(&o.Lanes, "lanes", 2, "concurrent claim→publish→mark loops")
+	fs.BoolVar(&o.Ordered, "ordered", false, "publish each aggregate's events one at a time, in order")
+	fs.DurationVar(&o.PollInterval, "poll-interval", time.Second, "how often an idle relay looks for events")
+	fs.DurationVar(&o.Lease, "lease", 30*time.Second, "how long a claim holds its events")
+	fs.DurationVar(&o.PublishTimeout, "publish-timeout", 10*time.Second, "bound on one batch's publish and confirms (< lease)")
+	fs.DurationVar(&o.SweepInterval, "sweep-interval", 5*time.Second, "how often expired leases are returned to NEW")
+	fs.DurationVar(&o.RetryInitial, "retry-initial", time.Second, "delay after the first failed attempt (doubles, with jitter)")
+	fs.DurationVar(&o.RetryMax, "retry-max", 5*time.Minute, "longest delay between attempts")
+	fs.IntVar(&o.MaxAttempts, "max-attempts", 20, "attempts before an event goes DEAD")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a stop waits for batches in flight")
+	fs.DurationVar(&o.StatsInterval, "stats-interval", 200*time.Millisecond, "how often to write a STATS line")
+	fs.StringVar(&o.CrashAt, "crash-at", "", "kill this process with SIGKILL the n-th time it reaches a fault point: point[:n]")
+	fs.IntVar(&o.LoseConfirmPct, "lose-confirm-pct", 0, "treat this percent of broker confirms as lost")
+}
+
+// RunRelay runs the relay until ctx ends, then stops it (finishing the
+// batches in flight). Like `ferry relay`, it waits for an unreachable
+// database or broker at start, here up to 30 s.
+func RunRelay(ctx context.Context, o RelayOptions) error {
+	if o.StatsInterval <= 0 {
+		return fmt.Errorf("%w: --stats-interval must be positive", ErrUsage)
+	}
+	crash, err := fault.Crash(o.CrashAt)
+	if err != nil {
+		return fmt.Errorf("%w: --crash-at: %w", ErrUsage, err)
+	}
+	faults := crash
+	if o.LoseConfirmPct > 0 {
+		faults = func(ctx context.Context, point string) error {
+			if point == ferry.FaultLoseConfirm && rand.IntN(100) < o.LoseConfirmPct {
+				return errors.New("confirm lost (injected)")
+			}
+			if crash != nil {
+				return crash(ctx, point)
+			}
+			return nil
+		}
+	}
+	logw := o.Log
+	if logw == nil {
+		logw = io.Discard
+	}
+	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelError}))
+	bc := &open.BrokerConfig{
+		NATS: open.NATSConfig{Stream: o.Stream, FaultPoint: faults},
+		AMQP: open.AMQPConfig{ExchangeKind: "topic", Window: o.ConfirmWindow, Logger: log, FaultPoint: faults},
+	}
+	var store ferrystore.Store
+	if err := retryStart(ctx, func() (err error) {
+		store, err = open.Store(ctx, o.DatabaseURL, "")
+		return err
+	}); err != nil {
+		return err
+	}
+	defer store.Close()
+	var pub ferrybroker.Publisher
+	if err := retryStart(ctx, func() (err error) {
+		pub, err = open.Publisher(ctx, o.BrokerURL, bc)
+		return err
+	}); err != nil {
+		return err
+	}
+	defer pub.Close()
+	relay, err := ferry.NewRelay(store, pub, &ferry.RelayConfig{
+		BatchSize: o.BatchSize, Lanes: o.Lanes, Ordered: o.Ordered, PollInterval: o.PollInterval,
+		Lease: o.Lease, PublishTimeout: o.PublishTimeout, SweepInterval: o.SweepInterval,
+		Retry:  ferry.ExponentialBackoff{Initial: o.RetryInitial, Max: o.RetryMax, MaxAttempts: o.MaxAttempts},
+		Logger: log, FaultPoint: faults,
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	if err := relay.Start(ctx); err != nil {
+		return err
+	}
+	statsCtx, stopStats := context.WithCancel(context.Background())
+	statsDone := make(chan struct{})
+	go func() {
+		defer close(statsDone)
+		out := o.Out
+		if out == nil {
+			out = io.Discard
+		}
+		ReportStats(statsCtx, out, o.StatsInterval, func() Stats {
+			st := relay.Stats()
+			return Stats{Role: "relay", Confirmed: st.Confirmed, Unknown: st.Unknown, Fenced: st.Fenced,
+				Swept: st.Swept, Dupes: st.Duplicates, Retried: st.Retried}
+		})
+	}()
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ShutdownTimeout)
+	defer cancel()
+	err = relay.Stop(stopCtx)
+	stopStats()
+	<-statsDone
+	if err != nil {
+		return fmt.Errorf("stop: %w", err)
+	}
+	return nil
+}
