@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/open"
@@ -485,7 +486,7 @@ Exit code 5 when an id is not an open conflict (unknown, or already resolved).`,
 				return err
 			}
 			defer s.Close()
-			r := ferrystore.Resolution{Decision: decision, By: truncate(actor(), 128), Note: note}
+			r := ferrystore.Resolution{Decision: decision, By: truncate(ferryadmin.LocalActor(), 128), Note: note}
 			var (
 				resolved []int64
 				problems []string

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 	"github.com/ferrydev/ferry/ferrystore/ferrypg"
@@ -175,7 +176,7 @@ func TestConflictsListShowResolve(t *testing.T) {
 			require.Equal(t, "RESOLVED", got.Status)
 			require.Equal(t, "keep-stored", got.Resolution.Decision)
 			require.Equal(t, "amount typo upstream, INC-7", got.Resolution.Note)
-			require.Equal(t, actor(), got.Resolution.By, "user@host, like dead discard")
+			require.Equal(t, ferryadmin.LocalActor(), got.Resolution.By, "user@host, like dead discard")
 			require.WithinDuration(t, time.Now(), got.ResolvedAt, time.Hour)
 			require.Equal(t, int64(10), b.points(t), "resolving changes no business data")
 			m, err := b.store.GetMarker(b.ctx, "points-award", "order:42:paid")
@@ -184,7 +185,7 @@ func TestConflictsListShowResolve(t *testing.T) {
 
 			code, _, errOut = b.cli(t, "conflicts", "resolve", id, "--decision", "ignored", "--note", "again")
 			require.Equal(t, exitNoMatch, code)
-			require.Contains(t, errOut, "already resolved: keep-stored by "+actor())
+			require.Contains(t, errOut, "already resolved: keep-stored by "+ferryadmin.LocalActor())
 
 			code, out, _ = b.cli(t, "conflicts", "list", "--check")
 			require.Equal(t, exitOK, code)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
@@ -204,7 +205,7 @@ func TestStatusShowsABrokerOutage(t *testing.T) {
 
 			code, out, errOut = b.cli(t, "status", "--json")
 			require.Equal(t, exitOK, code, errOut)
-			var rep statusReport
+			var rep ferryadmin.StatusReport
 			require.NoError(t, json.Unmarshal([]byte(out), &rep))
 			require.Equal(t, int64(3), rep.Counts["NEW"]+rep.Counts["SENDING"])
 			require.Greater(t, rep.OldestPendingSeconds, 0.0)
