@@ -142,7 +142,7 @@ func TestConflictsListShowResolve(t *testing.T) {
 
 			code, out, errOut = b.cli(t, "conflicts", "show", id, "--json")
 			require.Equal(t, exitOK, code, errOut)
-			var shown []conflictJSON
+			var shown []ferryadmin.Conflict
 			require.NoError(t, json.Unmarshal([]byte(out), &shown))
 			require.Len(t, shown, 1)
 			c := shown[0]
@@ -193,7 +193,7 @@ func TestConflictsListShowResolve(t *testing.T) {
 			code, out, errOut = b.cli(t, "conflicts", "list", "--all", "--consumer", "points-award", "--json")
 			require.Equal(t, exitOK, code, errOut)
 			var list struct {
-				Conflicts []conflictJSON `json:"conflicts"`
+				Conflicts []ferryadmin.Conflict `json:"conflicts"`
 			}
 			require.NoError(t, json.Unmarshal([]byte(out), &list))
 			require.Len(t, list.Conflicts, 1)
