@@ -378,7 +378,7 @@ reconcile:
 
 			code, out, errOut = b.cli(t, "reconcile", "--config", cfg, "--json", "--pending-older-than", "1ms")
 			require.Equal(t, exitFindings, code, errOut)
-			var rep reconcileReport
+			var rep ferryadmin.ReconcileReport
 			require.NoError(t, json.Unmarshal([]byte(out), &rep))
 			require.Len(t, rep.Checks, 1)
 			require.Equal(t, []string{"2"}, keysOf(rep.Checks[0].Missing))
@@ -406,7 +406,7 @@ reconcile:
 	}
 }
 
-func keysOf(m []missingJSON) []string {
+func keysOf(m []ferryadmin.MissingEvent) []string {
 	out := make([]string, len(m))
 	for i := range m {
 		out[i] = m[i].Key
