@@ -248,7 +248,7 @@ func TestDeadRetryDeliversTheSameEventID(t *testing.T) {
 			code, out, errOut := b.cli(t, "dead", "list", "--json")
 			require.Equal(t, exitOK, code, errOut)
 			var list struct {
-				Events []eventJSON `json:"events"`
+				Events []ferryadmin.Event `json:"events"`
 				More   bool        `json:"more"`
 			}
 			require.NoError(t, json.Unmarshal([]byte(out), &list))
