@@ -249,7 +249,7 @@ func TestDeadRetryDeliversTheSameEventID(t *testing.T) {
 			require.Equal(t, exitOK, code, errOut)
 			var list struct {
 				Events []ferryadmin.Event `json:"events"`
-				More   bool        `json:"more"`
+				More   bool               `json:"more"`
 			}
 			require.NoError(t, json.Unmarshal([]byte(out), &list))
 			require.Len(t, list.Events, 1)
