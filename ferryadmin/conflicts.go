@@ -188,6 +188,9 @@ func unionKeys(a, b map[string]string) []string {
 	return keys
 }
 
+// DefaultConflictListLimit is the default of ConflictListOptions.Limit.
+const DefaultConflictListLimit = 50
+
 // ConflictListOptions selects the conflicts ListConflicts lists.
 type ConflictListOptions struct {
 	// Consumer keeps one consumer's conflicts; empty: every consumer's.
@@ -195,7 +198,7 @@ type ConflictListOptions struct {
 	// All lists resolved conflicts too.
 	All bool
 	// Limit is the most conflicts listed, 1 to ferrystore.MaxListLimit-1.
-	// Default (zero) 50.
+	// Default (zero) DefaultConflictListLimit.
 	Limit int
 }
 
@@ -221,7 +224,7 @@ func (l *ConflictList) Open() int {
 // open ones, or all with opts.All.
 func ListConflicts(ctx context.Context, s ferrystore.InboxStore, opts ConflictListOptions) (ConflictList, error) {
 	if opts.Limit == 0 {
-		opts.Limit = 50
+		opts.Limit = DefaultConflictListLimit
 	}
 	if opts.Limit < 1 || opts.Limit > ferrystore.MaxListLimit-1 {
 		return ConflictList{}, invalid("ConflictListOptions.Limit %d must be within 1..%d", opts.Limit, ferrystore.MaxListLimit-1)

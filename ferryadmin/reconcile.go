@@ -17,7 +17,8 @@ const (
 	DefaultReconcileLimit  = 100
 	DefaultReconcileBatch  = 500
 	// DefaultEffectOlderThan is how long after its SENT mark an event's
-	// effect is expected, when a mapping does not say.
+	// effect is expected when a mapping of ferry's config file does not
+	// say (Effect.OlderThan itself has no default).
 	DefaultEffectOlderThan = 5 * time.Minute
 	// DefaultEffectMarkerTable is the marker table of a mapping that does
 	// not name one: the inbox's default.
@@ -87,8 +88,9 @@ type Effect struct {
 	// "order:{aggregate_id}:paid". Required.
 	Key string `json:"key"`
 	// OlderThan skips events sent more recently: the time a consumer is
-	// given to apply an event. It must be shorter than the window. The
-	// report shows it as older_than_seconds.
+	// given to apply an event. It must be shorter than the window. Zero
+	// checks every SENT event of the window. The report shows it as
+	// older_than_seconds.
 	OlderThan time.Duration `json:"-"`
 }
 
