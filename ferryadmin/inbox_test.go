@@ -110,22 +110,22 @@ func TestPurgeMarkers(t *testing.T) {
 				require.NoError(t, err)
 				return n
 			}
-			_, err := ferryadmin.PurgeMarkers(ctx, b.store, 0, ferryadmin.PurgeOptions{OlderThan: 72 * time.Hour})
+			_, err := ferryadmin.PurgeMarkers(ctx, b.store, ferryadmin.PurgeOptions{OlderThan: 72 * time.Hour})
 			require.ErrorIs(t, err, ferrytype.ErrInvalidConfig)
 			require.ErrorContains(t, err, "shorter than the replay window 168h0m0s")
-			_, err = ferryadmin.PurgeMarkers(ctx, b.store, 720*time.Hour, ferryadmin.PurgeOptions{OlderThan: 169 * time.Hour})
+			_, err = ferryadmin.PurgeMarkers(ctx, b.store, ferryadmin.PurgeOptions{OlderThan: 169 * time.Hour, ReplayWindow: 720 * time.Hour})
 			require.ErrorContains(t, err, "shorter than the replay window 720h0m0s")
 			require.Equal(t, int64(5), count(), "a refusal deletes nothing")
 
-			rep, err := ferryadmin.PurgeMarkers(ctx, b.store, 0, ferryadmin.PurgeOptions{OlderThan: 168 * time.Hour})
+			rep, err := ferryadmin.PurgeMarkers(ctx, b.store, ferryadmin.PurgeOptions{OlderThan: 168 * time.Hour})
 			require.NoError(t, err)
 			require.Equal(t, []ferryadmin.PurgeResult{{Kind: "markers", Statements: 1, Complete: true}}, rep.Results)
 			require.Equal(t, int64(5), count(), "young markers stay")
 
 			var deleted int64
 			eventually(t, 10*time.Second, func() bool {
-				rep, err := ferryadmin.PurgeMarkers(ctx, b.store, 10*time.Millisecond,
-					ferryadmin.PurgeOptions{OlderThan: 10 * time.Millisecond, Batch: 2})
+				rep, err := ferryadmin.PurgeMarkers(ctx, b.store,
+					ferryadmin.PurgeOptions{OlderThan: 10 * time.Millisecond, ReplayWindow: 10 * time.Millisecond, Batch: 2})
 				require.NoError(t, err)
 				r := rep.Results[0]
 				require.LessOrEqual(t, r.Deleted, int64(2*r.Statements), "batches of 2")

@@ -226,9 +226,9 @@ func TestPurgeEvents(t *testing.T) {
 			b.claim(t, 1)
 			pending := b.enqueue(t, event("OrderPaid", "7"))
 
-			_, err = ferryadmin.PurgeEvents(b.ctx, b.admin, false, ferryadmin.PurgeOptions{})
+			_, err = ferryadmin.PurgeEvents(b.ctx, b.admin, ferryadmin.PurgeOptions{})
 			require.ErrorIs(t, err, ferrytype.ErrInvalidConfig, "OlderThan is required")
-			rep, err := ferryadmin.PurgeEvents(b.ctx, b.admin, true, ferryadmin.PurgeOptions{OlderThan: time.Hour})
+			rep, err := ferryadmin.PurgeEvents(b.ctx, b.admin, ferryadmin.PurgeOptions{OlderThan: time.Hour, Discarded: true})
 			require.NoError(t, err)
 			require.Equal(t, []ferryadmin.PurgeResult{{Kind: "sent", Statements: 1, Complete: true},
 				{Kind: "discarded", Statements: 1, Complete: true}}, rep.Results, "nothing is an hour old")
@@ -236,7 +236,7 @@ func TestPurgeEvents(t *testing.T) {
 			var progress []int64
 			eventually(t, 10*time.Second, func() bool {
 				progress = nil
-				rep, err = ferryadmin.PurgeEvents(b.ctx, b.admin, true, ferryadmin.PurgeOptions{OlderThan: time.Millisecond, Batch: 2,
+				rep, err = ferryadmin.PurgeEvents(b.ctx, b.admin, ferryadmin.PurgeOptions{OlderThan: time.Millisecond, Batch: 2, Discarded: true,
 					Progress: func(r ferryadmin.PurgeResult) { progress = append(progress, r.Deleted) }})
 				require.NoError(t, err)
 				return rep.Results[0].Deleted > 0
@@ -264,7 +264,7 @@ func TestPurgeEventsStopsAtMaxBatches(t *testing.T) {
 	var rep ferryadmin.PurgeReport
 	eventually(t, 10*time.Second, func() bool {
 		var err error
-		rep, err = ferryadmin.PurgeEvents(b.ctx, b.admin, false, ferryadmin.PurgeOptions{OlderThan: time.Millisecond, Batch: 1, MaxBatches: 2})
+		rep, err = ferryadmin.PurgeEvents(b.ctx, b.admin, ferryadmin.PurgeOptions{OlderThan: time.Millisecond, Batch: 1, MaxBatches: 2})
 		require.NoError(t, err)
 		return rep.Results[0].Deleted > 0
 	}, "sent_at falls behind the database clock")

@@ -34,6 +34,14 @@ type PurgeOptions struct {
 	// Progress, when set, is called after each statement with the kind's
 	// result so far.
 	Progress func(PurgeResult)
+	// Discarded makes PurgeEvents delete DISCARDED events too, discarded
+	// more than OlderThan ago. Default false: SENT events only.
+	Discarded bool
+	// ReplayWindow is, for PurgeMarkers, the longest time after which any
+	// consumer may see an event again (broker redelivery, a stream replay,
+	// a DEAD event retried); OlderThan may not be shorter. Default (zero)
+	// ferry.DefaultReplayWindow.
+	ReplayWindow time.Duration
 }
 
 // PurgeReport is what a purge deleted.
@@ -74,13 +82,13 @@ func (o PurgeOptions) withDefaults() (PurgeOptions, error) {
 }
 
 // PurgeEvents deletes SENT events sent more than opts.OlderThan ago and,
-// with discarded, DISCARDED events discarded that long ago, in statements
+// with opts.Discarded, DISCARDED events discarded that long ago, in statements
 // of at most opts.Batch rows. It never deletes a NEW, SENDING or DEAD
 // event, however old: each statement is conditional on the final status.
 // On an error, the report says what was deleted before it.
-func PurgeEvents(ctx context.Context, a ferrystore.Admin, discarded bool, opts PurgeOptions) (PurgeReport, error) {
+func PurgeEvents(ctx context.Context, a ferrystore.Admin, opts PurgeOptions) (PurgeReport, error) {
 	kinds := []purgeKind{{"sent", a.PurgeSent}}
-	if discarded {
+	if opts.Discarded {
 		kinds = append(kinds, purgeKind{"discarded", a.PurgeDiscarded})
 	}
 	return purge(ctx, a.Table(), kinds, opts)
@@ -89,9 +97,9 @@ func PurgeEvents(ctx context.Context, a ferrystore.Admin, discarded bool, opts P
 // PurgeMarkers deletes the inbox markers of every consumer of s created
 // more than opts.OlderThan ago, in statements of at most opts.Batch rows.
 // A marker is what makes a redelivered event a duplicate, so it refuses
-// an OlderThan shorter than replayWindow (zero: ferry.DefaultReplayWindow),
-// the longest time after which any consumer may see an event again.
-func PurgeMarkers(ctx context.Context, s ferrystore.InboxStore, replayWindow time.Duration, opts PurgeOptions) (PurgeReport, error) {
+// an OlderThan shorter than opts.ReplayWindow.
+func PurgeMarkers(ctx context.Context, s ferrystore.InboxStore, opts PurgeOptions) (PurgeReport, error) {
+	replayWindow := opts.ReplayWindow
 	if replayWindow == 0 {
 		replayWindow = ferry.DefaultReplayWindow
 	}

@@ -85,7 +85,8 @@ func runPurge(cmd *cobra.Command, g *globals, f *purgeFlags) error {
 			"after its marker is gone would be applied again (raise --older-than, or --replay-window if your "+
 			"consumers truly never see an event again after that long)", f.olderThan, f.replayWindow)}
 	}
-	opts := ferryadmin.PurgeOptions{OlderThan: f.olderThan, Batch: f.batch, MaxBatches: f.maxBatches, Pause: f.pause}
+	opts := ferryadmin.PurgeOptions{OlderThan: f.olderThan, Batch: f.batch, MaxBatches: f.maxBatches, Pause: f.pause,
+		Discarded: f.discarded, ReplayWindow: f.replayWindow}
 	var rep ferryadmin.PurgeReport
 	if f.markers {
 		s, err := f.inbox.open(cmd, g)
@@ -93,7 +94,7 @@ func runPurge(cmd *cobra.Command, g *globals, f *purgeFlags) error {
 			return err
 		}
 		defer s.Close()
-		rep, err = ferryadmin.PurgeMarkers(ctx, s, f.replayWindow, opts)
+		rep, err = ferryadmin.PurgeMarkers(ctx, s, opts)
 		rep.Table = f.inbox.markers
 		if err != nil {
 			return err
@@ -104,7 +105,7 @@ func runPurge(cmd *cobra.Command, g *globals, f *purgeFlags) error {
 			return err
 		}
 		defer a.Close()
-		if rep, err = ferryadmin.PurgeEvents(ctx, a, f.discarded, opts); err != nil {
+		if rep, err = ferryadmin.PurgeEvents(ctx, a, opts); err != nil {
 			return err
 		}
 	}
