@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
@@ -43,19 +44,8 @@ type fileValue struct {
 type configFile struct {
 	path    string
 	values  map[string]fileValue
-	checks  []reconcileCheck
-	effects []reconcileEffect
-}
-
-// reconcileCheck is one entry of reconcile.checks.
-type reconcileCheck struct {
-	Name          string `json:"name"`
-	Table         string `json:"table"`
-	KeyColumn     string `json:"key_column"`
-	TimeColumn    string `json:"time_column"`
-	AggregateType string `json:"aggregate_type"`
-	EventType     string `json:"event_type"`
-	line          int
+	checks  []ferryadmin.Check
+	effects []ferryadmin.Effect
 }
 
 // setting records where a flag's value came from.
@@ -174,16 +164,16 @@ func (cf *configFile) flatten(n *yaml.Node, prefix string, known map[string]bool
 	return nil
 }
 
-func parseChecks(n *yaml.Node) ([]reconcileCheck, error) {
+func parseChecks(n *yaml.Node) ([]ferryadmin.Check, error) {
 	if n.Kind != yaml.SequenceNode {
 		return nil, fmt.Errorf("line %d: reconcile.checks must be a list", n.Line)
 	}
-	var out []reconcileCheck
+	var out []ferryadmin.Check
 	for i, item := range n.Content {
 		if item.Kind != yaml.MappingNode {
 			return nil, fmt.Errorf("line %d: reconcile.checks[%d] must be a mapping", item.Line, i)
 		}
-		c := reconcileCheck{line: item.Line}
+		c := ferryadmin.Check{}
 		fields := map[string]*string{"name": &c.Name, "table": &c.Table, "key_column": &c.KeyColumn,
 			"time_column": &c.TimeColumn, "aggregate_type": &c.AggregateType, "event_type": &c.EventType}
 		for j := 0; j+1 < len(item.Content); j += 2 {

@@ -1,22 +1,18 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferrystore"
-	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/open"
 )
 
@@ -44,9 +40,6 @@ func (t *inboxTables) open(cmd *cobra.Command, g *globals) (ferrystore.InboxStor
 	return open.InboxStore(cmd.Context(), g.databaseURL, &open.InboxConfig{MarkerTable: t.markers,
 		ConflictTable: t.conflicts, VersionTable: t.versions})
 }
-
-// Decisions a person may record on a conflict (ferrystore.Resolution).
-var decisions = []string{"keep-stored", "applied-manually", "ignored"}
 
 func newConflicts(g *globals) *cobra.Command {
 	tables := &inboxTables{}
@@ -77,123 +70,6 @@ data: fix the data by hand first if it needs fixing, then record
 	return cmd
 }
 
-// conflictJSON is a conflict as the commands print it; its form is stable.
-type conflictJSON struct {
-	ID          int64        `json:"id"`
-	Consumer    string       `json:"consumer"`
-	Key         string       `json:"key"`
-	Status      string       `json:"status"`
-	Occurrences int64        `json:"occurrences"`
-	FirstSeen   time.Time    `json:"first_seen"`
-	LastSeen    time.Time    `json:"last_seen"`
-	Stored      versionJSON  `json:"stored"`
-	Incoming    versionJSON  `json:"incoming"`
-	Differing   []string     `json:"differing_fields"`
-	Resolution  *resolutionJ `json:"resolution,omitempty"`
-	// Marker is the consumer's marker for the key now (show only): the
-	// applied operation, or absent when retention purged it.
-	Marker *markerJSON `json:"marker,omitempty"`
-}
-
-type versionJSON struct {
-	EventID     string          `json:"event_id"`
-	Fields      json.RawMessage `json:"fields"`
-	Fingerprint string          `json:"fingerprint"`
-}
-
-type resolutionJ struct {
-	Decision   string    `json:"decision"`
-	By         string    `json:"by"`
-	Note       string    `json:"note"`
-	ResolvedAt time.Time `json:"resolved_at"`
-}
-
-type markerJSON struct {
-	Found     bool            `json:"found"`
-	EventID   string          `json:"event_id,omitempty"`
-	Fields    json.RawMessage `json:"fields,omitempty"`
-	Outcome   string          `json:"outcome,omitempty"`
-	CreatedAt *time.Time      `json:"created_at,omitempty"`
-}
-
-func conflictToJSON(c ferrystore.Conflict) conflictJSON {
-	j := conflictJSON{ID: c.ID, Consumer: c.Consumer, Key: c.Key, Status: c.Status, Occurrences: c.Occurrences,
-		FirstSeen: c.FirstSeen, LastSeen: c.LastSeen,
-		Stored:    versionJSON{EventID: c.StoredEventID, Fields: rawJSON(c.StoredFields), Fingerprint: c.StoredFingerprint},
-		Incoming:  versionJSON{EventID: c.IncomingEventID, Fields: rawJSON(c.IncomingFields), Fingerprint: c.IncomingFingerprint},
-		Differing: differingFields(c.StoredFields, c.IncomingFields)}
-	if c.Status != "OPEN" {
-		j.Resolution = &resolutionJ{Decision: c.Resolution.Decision, By: c.Resolution.By, Note: c.Resolution.Note,
-			ResolvedAt: c.ResolvedAt}
-	}
-	return j
-}
-
-// rawJSON returns b when it is valid JSON, else b as a JSON string.
-func rawJSON(b []byte) json.RawMessage {
-	if json.Valid(b) {
-		return json.RawMessage(bytes.TrimSpace(b))
-	}
-	s, _ := json.Marshal(string(b))
-	return s
-}
-
-// fieldsOf decodes an operation's canonical fields: an object's members
-// as compact JSON, or nil when the fields are not an object.
-func fieldsOf(b []byte) map[string]string {
-	var m map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	if dec.Decode(&m) != nil || m == nil {
-		return nil
-	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		var c bytes.Buffer
-		if json.Compact(&c, v) != nil {
-			c.Reset()
-			c.Write(v)
-		}
-		out[k] = c.String()
-	}
-	return out
-}
-
-// differingFields names the fields whose values differ; "(fields)" when
-// the two are not both objects.
-func differingFields(stored, incoming []byte) []string {
-	a, b := fieldsOf(stored), fieldsOf(incoming)
-	if a == nil || b == nil {
-		if bytes.Equal(bytes.TrimSpace(stored), bytes.TrimSpace(incoming)) {
-			return []string{}
-		}
-		return []string{"(fields)"}
-	}
-	out := []string{}
-	for _, k := range unionKeys(a, b) {
-		va, oka := a[k]
-		vb, okb := b[k]
-		if oka != okb || va != vb {
-			out = append(out, k)
-		}
-	}
-	return out
-}
-
-func unionKeys(a, b map[string]string) []string {
-	keys := make([]string, 0, len(a)+len(b))
-	for k := range a {
-		keys = append(keys, k)
-	}
-	for k := range b {
-		if _, ok := a[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	return keys
-}
-
 func newConflictsList(g *globals, tables *inboxTables) *cobra.Command {
 	var (
 		consumer string
@@ -219,34 +95,20 @@ code is 4 when an open conflict is listed: usable as a cron or probe check.`,
 				return err
 			}
 			defer s.Close()
-			cs, err := s.Conflicts(cmd.Context(), ferrystore.ConflictFilter{Consumer: consumer, All: all, Limit: limit + 1})
+			list, err := ferryadmin.ListConflicts(cmd.Context(), s, ferryadmin.ConflictListOptions{Consumer: consumer,
+				All: all, Limit: limit})
 			if err != nil {
 				return err
 			}
-			more := len(cs) > limit
-			if more {
-				cs = cs[:limit]
-			}
-			open := 0
-			list := make([]conflictJSON, len(cs))
-			for i, c := range cs {
-				list[i] = conflictToJSON(c)
-				if c.Status == "OPEN" {
-					open++
-				}
-			}
 			out := cmd.OutOrStdout()
 			if jsonOut {
-				if err := writeJSON(out, struct {
-					Conflicts []conflictJSON `json:"conflicts"`
-					More      bool           `json:"more"`
-				}{list, more}); err != nil {
+				if err := writeJSON(out, list); err != nil {
 					return err
 				}
 			} else {
-				printConflictList(out, list, all, more, limit)
+				printConflictList(out, list.Conflicts, all, list.More, limit)
 			}
-			if check && open > 0 {
+			if open := list.Open(); check && open > 0 {
 				return exitError{exitFindings, fmt.Errorf("%d open conflicts", open)}
 			}
 			return nil
@@ -261,7 +123,7 @@ code is 4 when an open conflict is listed: usable as a cron or probe check.`,
 	return cmd
 }
 
-func printConflictList(w io.Writer, list []conflictJSON, all, more bool, limit int) {
+func printConflictList(w io.Writer, list []ferryadmin.Conflict, all, more bool, limit int) {
 	if len(list) == 0 {
 		if all {
 			fmt.Fprintln(w, "no conflict recorded")
@@ -324,48 +186,26 @@ found.`,
 				return err
 			}
 			defer s.Close()
-			var (
-				shown   []conflictJSON
-				missing []string
-			)
-			for _, id := range ids {
-				c, err := s.GetConflict(ctx, id)
-				if errors.Is(err, ferrytype.ErrNotFound) {
-					missing = append(missing, strconv.FormatInt(id, 10))
-					continue
-				}
-				if err != nil {
-					return err
-				}
-				j := conflictToJSON(c)
-				j.Marker = &markerJSON{}
-				m, err := s.GetMarker(ctx, c.Consumer, c.Key)
-				switch {
-				case errors.Is(err, ferrytype.ErrNotFound):
-				case err != nil:
-					return err
-				default:
-					created := m.CreatedAt
-					j.Marker = &markerJSON{Found: true, EventID: m.EventID, Fields: rawJSON(m.Fields), Outcome: m.Outcome,
-						CreatedAt: &created}
-				}
-				shown = append(shown, j)
+			found, err := ferryadmin.GetConflicts(ctx, s, ids)
+			if err != nil {
+				return err
 			}
 			out := cmd.OutOrStdout()
 			if jsonOut {
-				if shown == nil {
-					shown = []conflictJSON{}
-				}
-				if err := writeJSON(out, shown); err != nil {
+				if err := writeJSON(out, found.Conflicts); err != nil {
 					return err
 				}
 			} else {
-				for i := range shown {
-					printConflict(out, &shown[i])
+				for i := range found.Conflicts {
+					printConflict(out, &found.Conflicts[i])
 					fmt.Fprintln(out)
 				}
 			}
-			if len(missing) > 0 {
+			if len(found.Missing) > 0 {
+				missing := make([]string, len(found.Missing))
+				for i, id := range found.Missing {
+					missing[i] = strconv.FormatInt(id, 10)
+				}
 				return exitError{exitNoMatch, fmt.Errorf("no conflict with id %s", strings.Join(missing, ", "))}
 			}
 			return nil
@@ -375,22 +215,20 @@ found.`,
 	return cmd
 }
 
-func printConflict(w io.Writer, c *conflictJSON) {
+func printConflict(w io.Writer, c *ferryadmin.Conflict) {
 	fmt.Fprintf(w, "conflict %d: consumer %s, key %s, %s\n", c.ID, c.Consumer, c.Key, c.Status)
 	fmt.Fprintf(w, "  delivered %d times with these fields, first %s, last %s\n", c.Occurrences,
 		c.FirstSeen.UTC().Format(time.RFC3339), c.LastSeen.UTC().Format(time.RFC3339))
 	fmt.Fprintln(w)
 	rows := []string{"event\t" + c.Stored.EventID + "\t" + c.Incoming.EventID + "\t"}
-	a, b := fieldsOf(c.Stored.Fields), fieldsOf(c.Incoming.Fields)
-	if a != nil && b != nil {
-		for _, k := range unionKeys(a, b) {
-			va, oka := a[k]
-			vb, okb := b[k]
+	if fields, ok := c.CompareFields(); ok {
+		for _, f := range fields {
 			mark := ""
-			if oka != okb || va != vb {
+			if f.Differs {
 				mark = "differs"
 			}
-			rows = append(rows, fmt.Sprintf("%s\t%s\t%s\t%s", k, orAbsent(va, oka), orAbsent(vb, okb), mark))
+			rows = append(rows, fmt.Sprintf("%s\t%s\t%s\t%s", f.Name, orAbsent(f.Stored, f.InStored),
+				orAbsent(f.Incoming, f.InIncoming), mark))
 		}
 	} else {
 		mark := ""
@@ -470,11 +308,11 @@ Exit code 5 when an id is not an open conflict (unknown, or already resolved).`,
 				return err
 			}
 			valid := false
-			for _, d := range decisions {
+			for _, d := range ferryadmin.Decisions {
 				valid = valid || d == decision
 			}
 			if !valid {
-				return usageError{fmt.Errorf("--decision %q: want %s", decision, strings.Join(decisions, ", "))}
+				return usageError{fmt.Errorf("--decision %q: want %s", decision, strings.Join(ferryadmin.Decisions, ", "))}
 			}
 			if strings.TrimSpace(note) == "" {
 				return usageError{fmt.Errorf("--note is required: it is kept with the decision")}
@@ -485,51 +323,23 @@ Exit code 5 when an id is not an open conflict (unknown, or already resolved).`,
 				return err
 			}
 			defer s.Close()
-			r := ferrystore.Resolution{Decision: decision, By: truncate(actor(), 128), Note: note}
-			var (
-				resolved []int64
-				problems []string
-			)
-			for _, id := range ids {
-				err := s.ResolveConflict(ctx, id, r)
-				switch {
-				case err == nil:
-					resolved = append(resolved, id)
-					continue
-				case !errors.Is(err, ferrytype.ErrNotFound):
-					return fmt.Errorf("resolve conflict %d (resolved so far: %v): %w", id, resolved, err)
-				}
-				// Not open: say why, from the row as it is now.
-				c, gerr := s.GetConflict(ctx, id)
-				switch {
-				case errors.Is(gerr, ferrytype.ErrNotFound):
-					problems = append(problems, fmt.Sprintf("conflict %d does not exist", id))
-				case gerr != nil:
-					return gerr
-				default:
-					problems = append(problems, fmt.Sprintf("conflict %d was already resolved: %s by %s at %s", id,
-						c.Resolution.Decision, c.Resolution.By, c.ResolvedAt.UTC().Format(time.RFC3339)))
-				}
+			res, err := ferryadmin.ResolveConflicts(ctx, s, ids, decision, note, ferryadmin.LocalActor())
+			if err != nil {
+				return err
 			}
 			out := cmd.OutOrStdout()
 			if jsonOut {
-				if err := writeJSON(out, struct {
-					Decision string   `json:"decision"`
-					By       string   `json:"by"`
-					Note     string   `json:"note"`
-					Resolved []int64  `json:"resolved"`
-					Problems []string `json:"problems"`
-				}{r.Decision, r.By, r.Note, append([]int64{}, resolved...), append([]string{}, problems...)}); err != nil {
+				if err := writeJSON(out, res); err != nil {
 					return err
 				}
 			} else {
-				for _, id := range resolved {
+				for _, id := range res.Resolved {
 					fmt.Fprintf(out, "conflict %d resolved: %s, by %s (a record only: no effect applied, no data changed)\n",
-						id, r.Decision, r.By)
+						id, res.Decision, res.By)
 				}
 			}
-			if len(problems) > 0 {
-				return exitError{exitNoMatch, errors.New(strings.Join(problems, "; "))}
+			if len(res.Problems) > 0 {
+				return exitError{exitNoMatch, errors.New(strings.Join(res.Problems, "; "))}
 			}
 			return nil
 		},
@@ -539,15 +349,4 @@ Exit code 5 when an id is not an open conflict (unknown, or already resolved).`,
 	fl.StringVar(&note, "note", "", "why, and for applied-manually what was done (required; stored with the decision)")
 	fl.BoolVar(&jsonOut, "json", false, "print JSON")
 	return cmd
-}
-
-// truncate shortens s to at most n bytes, on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }

@@ -4,16 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/user"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferrystore"
-	"github.com/ferrydev/ferry/ferrytype"
 )
 
 // deadFilter is the selection flags shared by the dead subcommands.
@@ -61,11 +59,10 @@ func parseWhen(flag, v string) (time.Duration, error) {
 	return age, nil
 }
 
-// filter builds the store filter; selected reports whether any selector
+// filter builds the admin filter; selected reports whether any selector
 // other than --all was given.
-func (d *deadFilter) filter(limit int) (f ferrystore.Filter, selected bool, err error) {
-	f = ferrystore.Filter{Statuses: []ferrytype.Status{ferrytype.StatusDead}, Limit: limit, Type: d.typ,
-		Destination: d.destination}
+func (d *deadFilter) filter() (f ferryadmin.DeadFilter, selected bool, err error) {
+	f = ferryadmin.DeadFilter{Type: d.typ, Destination: d.destination}
 	for _, id := range d.ids {
 		if id = strings.TrimSpace(id); id != "" {
 			f.IDs = append(f.IDs, id)
@@ -127,7 +124,7 @@ func newDeadList(g *globals) *cobra.Command {
 		Short: "List DEAD events, oldest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, _, err := sel.filter(limit)
+			f, _, err := sel.filter()
 			if err != nil {
 				return err
 			}
@@ -139,37 +136,25 @@ func newDeadList(g *globals) *cobra.Command {
 				return err
 			}
 			defer a.Close()
-			f.Limit = limit + 1 // one more tells whether there are more
-			rows, err := a.List(cmd.Context(), f)
+			list, err := ferryadmin.ListDead(cmd.Context(), a, f, limit)
 			if err != nil {
 				return err
 			}
-			more := len(rows) > limit
-			if more {
-				rows = rows[:limit]
-			}
 			out := cmd.OutOrStdout()
 			if jsonOut {
-				events := make([]eventJSON, len(rows))
-				for i, r := range rows {
-					events[i] = toJSON(r, false)
-				}
-				return writeJSON(out, struct {
-					Events []eventJSON `json:"events"`
-					More   bool        `json:"more"`
-				}{events, more})
+				return writeJSON(out, list)
 			}
-			if len(rows) == 0 {
+			if len(list.Events) == 0 {
 				fmt.Fprintln(out, "no DEAD event matches")
 				return nil
 			}
-			lines := make([]string, len(rows))
-			for i, r := range rows {
-				lines[i] = fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%s", r.ID, r.CreatedAt.UTC().Format(time.RFC3339), r.Type,
-					aggregate(r), r.Route(), r.Attempt, oneLine(r.LastError, 100))
+			lines := make([]string, len(list.Events))
+			for i, e := range list.Events {
+				lines[i] = fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%s", e.ID, e.CreatedAt.UTC().Format(time.RFC3339), e.Type,
+					orDash(e.Aggregate()), e.Destination, e.Attempts, oneLine(e.LastError, 100))
 			}
 			table(out, "", "EVENT\tCREATED\tTYPE\tAGGREGATE\tDESTINATION\tATTEMPTS\tLAST ERROR", lines)
-			if more {
+			if list.More {
 				fmt.Fprintf(out, "(more than %d: narrow the selection or raise --limit)\n", limit)
 			}
 			return nil
@@ -200,44 +185,18 @@ until this one is retried or discarded. Exit code 5 if an id is not found.`,
 				return err
 			}
 			defer a.Close()
-			type shown struct {
-				eventJSON
-				HoldsBack *int `json:"holds_back,omitempty"`
-			}
-			var (
-				events  []shown
-				missing []string
-			)
-			for _, id := range ids {
-				r, err := a.Get(ctx, id)
-				if errors.Is(err, ferrytype.ErrNotFound) {
-					missing = append(missing, id)
-					continue
-				}
-				if err != nil {
-					return err
-				}
-				s := shown{eventJSON: toJSON(r, true)}
-				if r.Status == ferrytype.StatusDead && r.AggregateID != "" {
-					n, err := heldBack(cmd, a, r)
-					if err != nil {
-						return err
-					}
-					s.HoldsBack = &n
-				}
-				events = append(events, s)
+			found, err := ferryadmin.GetEvents(ctx, a, ids)
+			if err != nil {
+				return err
 			}
 			out := cmd.OutOrStdout()
 			if jsonOut {
-				if events == nil {
-					events = []shown{}
-				}
-				if err := writeJSON(out, events); err != nil {
+				if err := writeJSON(out, found.Events); err != nil {
 					return err
 				}
 			} else {
-				for _, e := range events {
-					printEvent(out, &e.eventJSON)
+				for _, e := range found.Events {
+					printEvent(out, &e.Event)
 					if e.HoldsBack != nil {
 						fmt.Fprintf(out, "  holds back:     %d later events of %s:%s (with --ordered relays)\n",
 							*e.HoldsBack, e.AggregateType, e.AggregateID)
@@ -245,8 +204,8 @@ until this one is retried or discarded. Exit code 5 if an id is not found.`,
 					fmt.Fprintln(out)
 				}
 			}
-			if len(missing) > 0 {
-				return exitError{exitNoMatch, fmt.Errorf("no event with id %s", strings.Join(missing, ", "))}
+			if len(found.Missing) > 0 {
+				return exitError{exitNoMatch, fmt.Errorf("no event with id %s", strings.Join(found.Missing, ", "))}
 			}
 			return nil
 		},
@@ -255,28 +214,12 @@ until this one is retried or discarded. Exit code 5 if an id is not found.`,
 	return cmd
 }
 
-// heldBack counts the NEW events of r's aggregate after r.
-func heldBack(cmd *cobra.Command, a ferrystore.Admin, r ferrystore.Row) (int, error) {
-	rows, err := a.List(cmd.Context(), ferrystore.Filter{Statuses: []ferrytype.Status{ferrytype.StatusNew},
-		AggregateType: r.AggregateType, AggregateID: r.AggregateID, Limit: ferrystore.MaxListLimit})
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, x := range rows {
-		if x.Sequence > r.Sequence {
-			n++
-		}
-	}
-	return n, nil
-}
-
-func printEvent(w io.Writer, e *eventJSON) {
+func printEvent(w io.Writer, e *ferryadmin.Event) {
 	p := func(k, v string) { fmt.Fprintf(w, "  %-15s %s\n", k+":", v) }
 	fmt.Fprintf(w, "event %s\n", e.ID)
 	p("status", string(e.Status))
 	p("type", e.Type)
-	p("aggregate", orDash(aggregateOf(e)))
+	p("aggregate", orDash(e.Aggregate()))
 	p("destination", e.Destination)
 	if e.Exchange != "" {
 		p("exchange", e.Exchange)
@@ -337,7 +280,7 @@ lists what would change. Exit code 5 when no DEAD event matched.`,
 			if maxN < 1 {
 				return usageError{fmt.Errorf("--max must be positive")}
 			}
-			f, selected, err := sel.filter(batch)
+			f, selected, err := sel.filter()
 			if err != nil {
 				return err
 			}
@@ -352,56 +295,15 @@ lists what would change. Exit code 5 when no DEAD event matched.`,
 				return err
 			}
 			defer a.Close()
-			audit := reason + " (" + who() + ")"
-			var (
-				changed   []string // ids selected and acted on
-				count     int64    // rows the store changed
-				lastBatch []ferrystore.Row
-				seen      = map[string]bool{}
-			)
-			for len(changed) < maxN {
-				f.Limit = min(batch, maxN-len(changed))
-				rows, err := a.List(ctx, f)
-				if err != nil {
-					return err
-				}
-				if len(rows) == 0 {
-					break
-				}
-				ids := make([]string, 0, len(rows))
-				for _, r := range rows {
-					if !seen[r.ID] {
-						seen[r.ID] = true
-						ids = append(ids, r.ID)
-					}
-				}
-				if len(ids) == 0 {
-					break // only events this run already changed, dead again: stop
-				}
-				if dryRun {
-					changed = append(changed, ids...)
-					lastBatch = append(lastBatch, rows...)
-					break // the same rows would come back: one page is the preview
-				}
-				var n int64
-				if verb == "retry" {
-					n, err = a.Retry(ctx, ids)
-				} else {
-					n, err = a.Discard(ctx, ids, audit)
-				}
-				if err != nil {
-					return fmt.Errorf("%s after %d events: %w", verb, len(changed), err)
-				}
-				// A row that stopped being DEAD since it was listed was left
-				// alone: count what the store changed.
-				count += n
-				changed = append(changed, ids...)
-				if len(rows) < f.Limit || len(f.IDs) > 0 {
-					break
-				}
+			opts := ferryadmin.BulkOptions{Filter: f, All: sel.all, Batch: batch, Max: maxN, DryRun: dryRun}
+			var res ferryadmin.BulkResult
+			if verb == "retry" {
+				res, err = ferryadmin.RetryDead(ctx, a, opts)
+			} else {
+				res, err = ferryadmin.DiscardDead(ctx, a, opts, reason, ferryadmin.LocalActor())
 			}
-			if dryRun {
-				count = int64(len(changed))
+			if err != nil {
+				return err
 			}
 			out := cmd.OutOrStdout()
 			if jsonOut {
@@ -410,23 +312,23 @@ lists what would change. Exit code 5 when no DEAD event matched.`,
 					DryRun  bool     `json:"dry_run"`
 					Changed int64    `json:"changed"`
 					IDs     []string `json:"ids"`
-				}{verb, dryRun, count, append([]string{}, changed...)}); err != nil {
+				}{res.Action, res.DryRun, res.Changed, res.IDs}); err != nil {
 					return err
 				}
 			} else {
 				switch {
 				case dryRun:
-					fmt.Fprintf(out, "would %s %d events (first page shown):\n", verb, len(changed))
-					for _, r := range lastBatch {
-						fmt.Fprintf(out, "  %s %s %s %s\n", r.ID, r.Type, aggregate(r), oneLine(r.LastError, 100))
+					fmt.Fprintf(out, "would %s %d events (first page shown):\n", verb, len(res.IDs))
+					for _, e := range res.Preview {
+						fmt.Fprintf(out, "  %s %s %s %s\n", e.ID, e.Type, orDash(e.Aggregate()), oneLine(e.LastError, 100))
 					}
 				case verb == "retry":
-					fmt.Fprintf(out, "retried %d events: NEW again, attempts 0, same ids; the relay publishes them on its next poll\n", count)
+					fmt.Fprintf(out, "retried %d events: NEW again, attempts 0, same ids; the relay publishes them on its next poll\n", res.Changed)
 				default:
-					fmt.Fprintf(out, "discarded %d events: %s\n", count, audit)
+					fmt.Fprintf(out, "discarded %d events: %s\n", res.Changed, res.Audit)
 				}
 			}
-			if count == 0 {
+			if res.Changed == 0 {
 				return exitError{exitNoMatch, errors.New("no DEAD event matched")}
 			}
 			return nil
@@ -442,19 +344,4 @@ lists what would change. Exit code 5 when no DEAD event matched.`,
 	fl.IntVar(&maxN, "max", 10000, "most events changed by one run")
 	fl.BoolVar(&jsonOut, "json", false, "print JSON")
 	return cmd
-}
-
-// who names the person acting and the time, for the audit trail.
-func who() string {
-	return "by " + actor() + " at " + time.Now().UTC().Format(time.RFC3339)
-}
-
-// actor names the person acting: user@host of this process.
-func actor() string {
-	name := "unknown"
-	if u, err := user.Current(); err == nil {
-		name = u.Username
-	}
-	host, _ := os.Hostname()
-	return name + "@" + host
 }

@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 	"github.com/ferrydev/ferry/ferrystore/ferrypg"
@@ -141,7 +141,7 @@ func TestConflictsListShowResolve(t *testing.T) {
 
 			code, out, errOut = b.cli(t, "conflicts", "show", id, "--json")
 			require.Equal(t, exitOK, code, errOut)
-			var shown []conflictJSON
+			var shown []ferryadmin.Conflict
 			require.NoError(t, json.Unmarshal([]byte(out), &shown))
 			require.Len(t, shown, 1)
 			c := shown[0]
@@ -175,7 +175,7 @@ func TestConflictsListShowResolve(t *testing.T) {
 			require.Equal(t, "RESOLVED", got.Status)
 			require.Equal(t, "keep-stored", got.Resolution.Decision)
 			require.Equal(t, "amount typo upstream, INC-7", got.Resolution.Note)
-			require.Equal(t, actor(), got.Resolution.By, "user@host, like dead discard")
+			require.Equal(t, ferryadmin.LocalActor(), got.Resolution.By, "user@host, like dead discard")
 			require.WithinDuration(t, time.Now(), got.ResolvedAt, time.Hour)
 			require.Equal(t, int64(10), b.points(t), "resolving changes no business data")
 			m, err := b.store.GetMarker(b.ctx, "points-award", "order:42:paid")
@@ -184,7 +184,7 @@ func TestConflictsListShowResolve(t *testing.T) {
 
 			code, _, errOut = b.cli(t, "conflicts", "resolve", id, "--decision", "ignored", "--note", "again")
 			require.Equal(t, exitNoMatch, code)
-			require.Contains(t, errOut, "already resolved: keep-stored by "+actor())
+			require.Contains(t, errOut, "already resolved: keep-stored by "+ferryadmin.LocalActor())
 
 			code, out, _ = b.cli(t, "conflicts", "list", "--check")
 			require.Equal(t, exitOK, code)
@@ -192,7 +192,7 @@ func TestConflictsListShowResolve(t *testing.T) {
 			code, out, errOut = b.cli(t, "conflicts", "list", "--all", "--consumer", "points-award", "--json")
 			require.Equal(t, exitOK, code, errOut)
 			var list struct {
-				Conflicts []conflictJSON `json:"conflicts"`
+				Conflicts []ferryadmin.Conflict `json:"conflicts"`
 			}
 			require.NoError(t, json.Unmarshal([]byte(out), &list))
 			require.Len(t, list.Conflicts, 1)
@@ -333,7 +333,7 @@ func TestReconcileFindsSentEventsWithoutTheirEffect(t *testing.T) {
       key: "order:{payload.order_id}:paid"
       older_than: 1ms`, ib.url, ib.markers)
 			cfg := writeFile(t, "ferry.yaml", "reconcile:\n  window: 1h\n  effects:"+byKeyMapping+byPayloadMapping+"\n")
-			var rep reconcileReport
+			var rep ferryadmin.ReconcileReport
 			waitUntil(t, 10*time.Second, func() bool {
 				code, out, errOut := ob.cli(t, "reconcile", "--config", cfg, "--pending-older-than", "0", "--batch", "2", "--json")
 				require.Equal(t, exitFindings, code, "%s\n%s", out, errOut)
@@ -400,7 +400,7 @@ func TestReconcileFindsSentEventsWithoutTheirEffect(t *testing.T) {
 	}
 }
 
-func findings(ms []effectFinding) map[string]string {
+func findings(ms []ferryadmin.EffectFinding) map[string]string {
 	out := map[string]string{}
 	for _, m := range ms {
 		out[m.EventID] = m.Key
@@ -428,41 +428,6 @@ func TestReconcileEffectConfigErrors(t *testing.T) {
 		require.Equal(t, exitUsage, code, "%s: %s", c.key+c.extra, errOut)
 		require.Contains(t, errOut, "line 3")
 		require.Contains(t, errOut, c.want)
-	}
-}
-
-// The key template builds what the consumer's decoder builds.
-func TestKeyTemplate(t *testing.T) {
-	row := ferrystore.Row{}
-	row.ID, row.AggregateType, row.AggregateID, row.Sequence, row.Type = "e1", "order", "42", 3, "OrderPaid"
-	row.Payload = json.RawMessage(`{"order_id":42,"amount":10.50,"ok":true,"user":{"id":"u-7"},"none":null,"list":[1]}`)
-	row.Headers = map[string]string{"Tenant": "acme"}
-	for tmpl, want := range map[string]string{
-		"order:{aggregate_id}:paid":                       "order:42:paid",
-		"{aggregate_type}:{aggregate_id}#{aggregate_seq}": "order:42#3",
-		"{event_type}/{event_id}/{destination}":           "OrderPaid/e1/OrderPaid",
-		"order:{payload.order_id}:{payload.amount}":       "order:42:10.50",
-		"{payload.user.id}:{payload.ok}":                  "u-7:true",
-		"{header.Tenant}:{{literal}}":                     "acme:{literal}",
-	} {
-		k, err := parseKeyTemplate(tmpl)
-		require.NoError(t, err, tmpl)
-		got, err := k.build(row)
-		require.NoError(t, err, tmpl)
-		require.Equal(t, want, got, tmpl)
-	}
-	for tmpl, want := range map[string]string{
-		"{payload.none}":   "payload.none is null",
-		"{payload.list}":   "payload.list is not a string, number or boolean",
-		"{payload.user.x}": "payload.user.x is absent",
-		"{payload.ok.x}":   "payload.ok is not an object",
-		"{header.Missing}": "no header Missing",
-		strings.Repeat("x", 127) + "{aggregate_id}": "longer than an inbox key may be",
-	} {
-		k, err := parseKeyTemplate(tmpl)
-		require.NoError(t, err, tmpl)
-		_, err = k.build(row)
-		require.ErrorContains(t, err, want, tmpl)
 	}
 }
 

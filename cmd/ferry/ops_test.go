@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
@@ -204,7 +205,7 @@ func TestStatusShowsABrokerOutage(t *testing.T) {
 
 			code, out, errOut = b.cli(t, "status", "--json")
 			require.Equal(t, exitOK, code, errOut)
-			var rep statusReport
+			var rep ferryadmin.StatusReport
 			require.NoError(t, json.Unmarshal([]byte(out), &rep))
 			require.Equal(t, int64(3), rep.Counts["NEW"]+rep.Counts["SENDING"])
 			require.Greater(t, rep.OldestPendingSeconds, 0.0)
@@ -247,8 +248,8 @@ func TestDeadRetryDeliversTheSameEventID(t *testing.T) {
 			code, out, errOut := b.cli(t, "dead", "list", "--json")
 			require.Equal(t, exitOK, code, errOut)
 			var list struct {
-				Events []eventJSON `json:"events"`
-				More   bool        `json:"more"`
+				Events []ferryadmin.Event `json:"events"`
+				More   bool               `json:"more"`
 			}
 			require.NoError(t, json.Unmarshal([]byte(out), &list))
 			require.Len(t, list.Events, 1)
@@ -377,7 +378,7 @@ reconcile:
 
 			code, out, errOut = b.cli(t, "reconcile", "--config", cfg, "--json", "--pending-older-than", "1ms")
 			require.Equal(t, exitFindings, code, errOut)
-			var rep reconcileReport
+			var rep ferryadmin.ReconcileReport
 			require.NoError(t, json.Unmarshal([]byte(out), &rep))
 			require.Len(t, rep.Checks, 1)
 			require.Equal(t, []string{"2"}, keysOf(rep.Checks[0].Missing))
@@ -405,7 +406,7 @@ reconcile:
 	}
 }
 
-func keysOf(m []missingJSON) []string {
+func keysOf(m []ferryadmin.MissingEvent) []string {
 	out := make([]string, len(m))
 	for i := range m {
 		out[i] = m[i].Key

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/ferrydev/ferry/ferrystore"
-	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/open"
 )
 
@@ -80,51 +79,4 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// eventJSON is an outbox row as the commands print it.
-type eventJSON struct {
-	ID            string            `json:"id"`
-	Status        ferrytype.Status  `json:"status"`
-	Type          string            `json:"type"`
-	AggregateType string            `json:"aggregate_type"`
-	AggregateID   string            `json:"aggregate_id"`
-	Sequence      int64             `json:"sequence"`
-	Destination   string            `json:"destination"`
-	Exchange      string            `json:"exchange,omitempty"`
-	Attempts      int               `json:"attempts"`
-	CreatedAt     time.Time         `json:"created_at"`
-	AvailableAt   time.Time         `json:"available_at"`
-	SentAt        *time.Time        `json:"sent_at,omitempty"`
-	LastError     string            `json:"last_error,omitempty"`
-	DiscardedAt   *time.Time        `json:"discarded_at,omitempty"`
-	DiscardReason string            `json:"discard_reason,omitempty"`
-	Headers       map[string]string `json:"headers,omitempty"`
-	Payload       json.RawMessage   `json:"payload,omitempty"`
-}
-
-func toJSON(r ferrystore.Row, full bool) eventJSON {
-	e := eventJSON{ID: r.ID, Status: r.Status, Type: r.Type, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
-		Sequence: r.Sequence, Destination: r.Route(), Exchange: r.Exchange, Attempts: r.Attempt, CreatedAt: r.CreatedAt,
-		AvailableAt: r.AvailableAt, LastError: r.LastError, DiscardReason: r.DiscardReason}
-	if !r.SentAt.IsZero() {
-		e.SentAt = &r.SentAt
-	}
-	if !r.DiscardedAt.IsZero() {
-		e.DiscardedAt = &r.DiscardedAt
-	}
-	if full {
-		e.Headers = r.Headers
-		if json.Valid(r.Payload) {
-			e.Payload = r.Payload
-		}
-	}
-	return e
-}
-
-func aggregate(r ferrystore.Row) string {
-	if r.AggregateID == "" {
-		return "-"
-	}
-	return fmt.Sprintf("%s:%s#%d", r.AggregateType, r.AggregateID, r.Sequence)
 }

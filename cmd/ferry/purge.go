@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -9,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferryadmin"
 )
 
 type purgeFlags struct {
@@ -21,14 +21,6 @@ type purgeFlags struct {
 	replayWindow time.Duration
 	inbox        inboxTables
 	json         bool
-}
-
-// purgeTarget is one kind of row retention deletes. Each deletes only rows
-// in a final state (SENT, DISCARDED) or markers older than the replay
-// window, never a pending event, at most limit per call.
-type purgeTarget struct {
-	name string
-	run  func(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
 }
 
 func newPurge(g *globals) *cobra.Command {
@@ -93,72 +85,36 @@ func runPurge(cmd *cobra.Command, g *globals, f *purgeFlags) error {
 			"after its marker is gone would be applied again (raise --older-than, or --replay-window if your "+
 			"consumers truly never see an event again after that long)", f.olderThan, f.replayWindow)}
 	}
-	var (
-		table   string
-		targets []purgeTarget
-	)
+	opts := ferryadmin.PurgeOptions{OlderThan: f.olderThan, Batch: f.batch, MaxBatches: f.maxBatches, Pause: f.pause,
+		Discarded: f.discarded, ReplayWindow: f.replayWindow}
+	var rep ferryadmin.PurgeReport
 	if f.markers {
 		s, err := f.inbox.open(cmd, g)
 		if err != nil {
 			return err
 		}
 		defer s.Close()
-		table = f.inbox.markers
-		targets = []purgeTarget{{"markers", s.PurgeMarkers}}
+		rep, err = ferryadmin.PurgeMarkers(ctx, s, opts)
+		rep.Table = f.inbox.markers
+		if err != nil {
+			return err
+		}
 	} else {
 		a, err := openAdmin(ctx, g)
 		if err != nil {
 			return err
 		}
 		defer a.Close()
-		table = a.Table()
-		targets = []purgeTarget{{"sent", a.PurgeSent}}
-		if f.discarded {
-			targets = append(targets, purgeTarget{"discarded", a.PurgeDiscarded})
+		if rep, err = ferryadmin.PurgeEvents(ctx, a, opts); err != nil {
+			return err
 		}
-	}
-	type result struct {
-		Kind       string `json:"kind"`
-		Deleted    int64  `json:"deleted"`
-		Statements int    `json:"statements"`
-		Complete   bool   `json:"complete"`
-	}
-	var results []result
-	for _, t := range targets {
-		r := result{Kind: t.name}
-		for f.maxBatches == 0 || r.Statements < f.maxBatches {
-			n, err := t.run(ctx, f.olderThan, f.batch)
-			if err != nil {
-				return fmt.Errorf("purge %s after %d rows: %w", t.name, r.Deleted, err)
-			}
-			r.Statements++
-			r.Deleted += n
-			if n < int64(f.batch) {
-				r.Complete = true
-				break
-			}
-			if f.pause > 0 {
-				select {
-				case <-ctx.Done():
-					return fmt.Errorf("purge %s interrupted after %d rows: %w", t.name, r.Deleted, ctx.Err())
-				case <-time.After(f.pause):
-				}
-			}
-			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("purge %s interrupted after %d rows: %w", t.name, r.Deleted, err)
-			}
-		}
-		results = append(results, r)
 	}
 	out := cmd.OutOrStdout()
 	if f.json {
-		return writeJSON(out, struct {
-			Table            string   `json:"table"`
-			OlderThanSeconds float64  `json:"older_than_seconds"`
-			Results          []result `json:"results"`
-		}{table, f.olderThan.Seconds(), results})
+		return writeJSON(out, rep)
 	}
-	for _, r := range results {
+	table := rep.Table
+	for _, r := range rep.Results {
 		left := ""
 		if !r.Complete {
 			left = " (stopped at --max-batches; more may be left)"

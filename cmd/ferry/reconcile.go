@@ -8,8 +8,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferrystore"
-	"github.com/ferrydev/ferry/ferrytype"
 )
 
 type reconcileFlags struct {
@@ -107,35 +107,11 @@ Exit code 4 when anything is found.`,
 	return cmd
 }
 
-type missingJSON struct {
-	Key  string    `json:"key"`
-	Time time.Time `json:"time"`
-}
-
-type checkJSON struct {
-	reconcileCheck
-	Missing []missingJSON `json:"missing"`
-	More    bool          `json:"more"`
-}
-
-type reconcileReport struct {
-	Table   string       `json:"table"`
-	Dialect string       `json:"dialect"`
-	Checks  []checkJSON  `json:"checks"`
-	Effects []effectJSON `json:"effects"`
-	Stuck   *struct {
-		OlderThanSeconds float64     `json:"older_than_seconds"`
-		Events           []eventJSON `json:"events"`
-		More             bool        `json:"more"`
-	} `json:"stuck,omitempty"`
-	Findings int `json:"findings"`
-}
-
 func runReconcile(cmd *cobra.Command, g *globals, f *reconcileFlags) error {
 	ctx := cmd.Context()
 	var (
-		checks  []reconcileCheck
-		effects []reconcileEffect
+		checks  []ferryadmin.Check
+		effects []ferryadmin.Effect
 	)
 	if g.file != nil {
 		checks, effects = g.file.checks, g.file.effects
@@ -155,67 +131,35 @@ func runReconcile(cmd *cobra.Command, g *globals, f *reconcileFlags) error {
 	case f.scanLimit < 0:
 		return usageError{fmt.Errorf("--scan-limit must not be negative")}
 	}
-	if err := checkEffectWindow(g, effects, f.window); err != nil {
+	replay, err := checkEffectWindow(g, effects, f.window)
+	if err != nil {
 		return err
 	}
+	var retention time.Duration
 	if len(checks) > 0 {
 		if v := g.fileSetting("relay.retention", "FERRY_RETENTION"); v != "" {
-			if ret, err := time.ParseDuration(v); err == nil && ret > 0 && f.window > ret {
-				return usageError{fmt.Errorf("--window %s is longer than the relay's retention %s: rows whose SENT "+
-					"events were purged would be reported missing", f.window, ret)}
+			if ret, err := time.ParseDuration(v); err == nil && ret > 0 {
+				if f.window > ret {
+					return usageError{fmt.Errorf("--window %s is longer than the relay's retention %s: rows whose SENT "+
+						"events were purged would be reported missing", f.window, ret)}
+				}
+				retention = ret
 			}
 		}
+	}
+	if effects, err = resolveInboxURLs(effects); err != nil {
+		return err
 	}
 	a, err := openAdmin(ctx, g)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
-	rep := reconcileReport{Table: a.Table(), Dialect: a.Dialect(), Checks: []checkJSON{}, Effects: []effectJSON{}}
-	for _, c := range checks {
-		found, err := a.MissingEvents(ctx, ferrystore.MissingEventsQuery{Table: c.Table, KeyColumn: c.KeyColumn,
-			TimeColumn: c.TimeColumn, AggregateType: c.AggregateType, EventType: c.EventType,
-			Window: f.window, Grace: f.grace, Limit: f.limit + 1})
-		if err != nil {
-			return fmt.Errorf("reconcile check %s: %w", c.Name, err)
-		}
-		cj := checkJSON{reconcileCheck: c, Missing: []missingJSON{}, More: len(found) > f.limit}
-		for i, m := range found {
-			if i == f.limit {
-				break
-			}
-			cj.Missing = append(cj.Missing, missingJSON{Key: m.Key, Time: m.Time})
-		}
-		rep.Findings += len(cj.Missing)
-		rep.Checks = append(rep.Checks, cj)
-	}
-	if len(effects) > 0 {
-		if rep.Effects, err = runEffects(ctx, a, effects, effectScan{window: f.window, batch: f.batch,
-			scanLimit: f.scanLimit, limit: f.limit}); err != nil {
-			return err
-		}
-		for _, e := range rep.Effects {
-			rep.Findings += len(e.Missing)
-		}
-	}
-	if f.pendingOlderThan > 0 {
-		rows, err := a.List(ctx, ferrystore.Filter{Statuses: []ferrytype.Status{ferrytype.StatusNew, ferrytype.StatusSending},
-			MinAge: f.pendingOlderThan, Limit: f.limit + 1})
-		if err != nil {
-			return fmt.Errorf("reconcile stuck events: %w", err)
-		}
-		rep.Stuck = &struct {
-			OlderThanSeconds float64     `json:"older_than_seconds"`
-			Events           []eventJSON `json:"events"`
-			More             bool        `json:"more"`
-		}{OlderThanSeconds: f.pendingOlderThan.Seconds(), Events: []eventJSON{}, More: len(rows) > f.limit}
-		for i, r := range rows {
-			if i == f.limit {
-				break
-			}
-			rep.Stuck.Events = append(rep.Stuck.Events, toJSON(r, false))
-		}
-		rep.Findings += len(rep.Stuck.Events)
+	rep, err := ferryadmin.Reconcile(ctx, a, ferryadmin.ReconcileOptions{Checks: checks, Effects: effects,
+		Window: f.window, Grace: f.grace, PendingOlderThan: f.pendingOlderThan, Limit: f.limit, Batch: f.batch,
+		ScanLimit: f.scanLimit, ReplayWindow: replay, Retention: retention})
+	if err != nil {
+		return err
 	}
 
 	out := cmd.OutOrStdout()
@@ -224,46 +168,7 @@ func runReconcile(cmd *cobra.Command, g *globals, f *reconcileFlags) error {
 			return err
 		}
 	} else {
-		fmt.Fprintf(out, "reconcile outbox %s (%s)\n", rep.Table, rep.Dialect)
-		for _, c := range rep.Checks {
-			more := ""
-			if c.More {
-				more = fmt.Sprintf(" (first %d shown)", f.limit)
-			}
-			fmt.Fprintf(out, "\ncheck %s: %s.%s by %s, created %s to %s ago: %d rows without a %s event (aggregate type %q)%s\n",
-				c.Name, c.Table, c.KeyColumn, c.TimeColumn, human(f.grace), human(f.window), len(c.Missing), c.EventType,
-				c.AggregateType, more)
-			if len(c.Missing) > 0 {
-				rows := make([]string, len(c.Missing))
-				for i, m := range c.Missing {
-					rows[i] = fmt.Sprintf("%s\t%s", m.Key, m.Time.UTC().Format(time.RFC3339))
-				}
-				table(out, "  ", "KEY\t"+c.TimeColumn, rows)
-			}
-		}
-		for _, e := range rep.Effects {
-			printEffect(out, &e, f)
-		}
-		if s := rep.Stuck; s != nil {
-			more := ""
-			if s.More {
-				more = fmt.Sprintf(" (first %d shown)", f.limit)
-			}
-			fmt.Fprintf(out, "\nevents pending longer than %s: %d%s\n", human(f.pendingOlderThan), len(s.Events), more)
-			if len(s.Events) > 0 {
-				rows := make([]string, len(s.Events))
-				for i, e := range s.Events {
-					rows[i] = fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s", e.ID, e.Status, e.Type, e.Attempts,
-						e.CreatedAt.UTC().Format(time.RFC3339), oneLine(e.LastError, 100))
-				}
-				table(out, "  ", "EVENT\tSTATUS\tTYPE\tATTEMPTS\tCREATED\tLAST ERROR", rows)
-			}
-		}
-		if rep.Findings == 0 {
-			fmt.Fprintln(out, "\nnothing found")
-		} else {
-			fmt.Fprintf(out, "\n%d findings\n", rep.Findings)
-		}
+		printReconcile(out, &rep, f)
 	}
 	if rep.Findings > 0 {
 		return exitError{exitFindings, fmt.Errorf("reconcile: %d findings", rep.Findings)}
@@ -271,35 +176,78 @@ func runReconcile(cmd *cobra.Command, g *globals, f *reconcileFlags) error {
 	return nil
 }
 
+func printReconcile(out io.Writer, rep *ferryadmin.ReconcileReport, f *reconcileFlags) {
+	fmt.Fprintf(out, "reconcile outbox %s (%s)\n", rep.Table, rep.Dialect)
+	for _, c := range rep.Checks {
+		more := ""
+		if c.More {
+			more = fmt.Sprintf(" (first %d shown)", f.limit)
+		}
+		fmt.Fprintf(out, "\ncheck %s: %s.%s by %s, created %s to %s ago: %d rows without a %s event (aggregate type %q)%s\n",
+			c.Name, c.Table, c.KeyColumn, c.TimeColumn, human(f.grace), human(f.window), len(c.Missing), c.EventType,
+			c.AggregateType, more)
+		if len(c.Missing) > 0 {
+			rows := make([]string, len(c.Missing))
+			for i, m := range c.Missing {
+				rows[i] = fmt.Sprintf("%s\t%s", m.Key, m.Time.UTC().Format(time.RFC3339))
+			}
+			table(out, "  ", "KEY\t"+c.TimeColumn, rows)
+		}
+	}
+	for _, e := range rep.Effects {
+		printEffect(out, &e, f)
+	}
+	if s := rep.Stuck; s != nil {
+		more := ""
+		if s.More {
+			more = fmt.Sprintf(" (first %d shown)", f.limit)
+		}
+		fmt.Fprintf(out, "\nevents pending longer than %s: %d%s\n", human(f.pendingOlderThan), len(s.Events), more)
+		if len(s.Events) > 0 {
+			rows := make([]string, len(s.Events))
+			for i, e := range s.Events {
+				rows[i] = fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s", e.ID, e.Status, e.Type, e.Attempts,
+					e.CreatedAt.UTC().Format(time.RFC3339), oneLine(e.LastError, 100))
+			}
+			table(out, "  ", "EVENT\tSTATUS\tTYPE\tATTEMPTS\tCREATED\tLAST ERROR", rows)
+		}
+	}
+	if rep.Findings == 0 {
+		fmt.Fprintln(out, "\nnothing found")
+	} else {
+		fmt.Fprintf(out, "\n%d findings\n", rep.Findings)
+	}
+}
+
 // checkEffectWindow refuses a --window longer than the inbox's replay
 // window when effects are checked: markers are kept at least that long
 // (ferry purge --markers refuses less), so within it a missing marker is a
 // finding, never retention.
-func checkEffectWindow(g *globals, effects []reconcileEffect, window time.Duration) error {
+func checkEffectWindow(g *globals, effects []ferryadmin.Effect, window time.Duration) (time.Duration, error) {
 	if len(effects) == 0 {
-		return nil
+		return 0, nil
 	}
 	replay := ferry.DefaultReplayWindow
 	if v := g.fileSetting("inbox.replay_window", "FERRY_REPLAY_WINDOW"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
-			return usageError{fmt.Errorf("inbox.replay_window %q: want a positive duration", v)}
+			return 0, usageError{fmt.Errorf("inbox.replay_window %q: want a positive duration", v)}
 		}
 		replay = d
 	}
 	if window > replay {
-		return usageError{fmt.Errorf("--window %s is longer than the inbox's replay window %s: markers older than that "+
+		return 0, usageError{fmt.Errorf("--window %s is longer than the inbox's replay window %s: markers older than that "+
 			"may have been purged, and their events would be reported without effect", window, replay)}
 	}
 	for _, e := range effects {
 		if e.OlderThan >= window {
-			return usageError{fmt.Errorf("reconcile effect %s: older_than %s must be shorter than --window %s", e.Name, e.OlderThan, window)}
+			return 0, usageError{fmt.Errorf("reconcile effect %s: older_than %s must be shorter than --window %s", e.Name, e.OlderThan, window)}
 		}
 	}
-	return nil
+	return replay, nil
 }
 
-func printEffect(out io.Writer, e *effectJSON, f *reconcileFlags) {
+func printEffect(out io.Writer, e *ferryadmin.EffectResult, f *reconcileFlags) {
 	agg := ""
 	if e.AggregateType != "" {
 		agg = fmt.Sprintf(" (aggregate type %q)", e.AggregateType)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 )
@@ -52,33 +53,6 @@ pending event is older than --max-pending-age: usable as a cron or probe check.`
 	return cmd
 }
 
-// statusReport is what ferry status prints; its JSON form is stable.
-type statusReport struct {
-	Table                string            `json:"table"`
-	Dialect              string            `json:"dialect"`
-	Counts               map[string]int64  `json:"counts"`
-	Ready                int64             `json:"ready"`
-	OldestPendingSeconds float64           `json:"oldest_pending_seconds"`
-	OldestPending        *eventJSON        `json:"oldest_pending_event,omitempty"`
-	Destinations         []destinationJSON `json:"destinations"`
-	Attempts             []attemptJSON     `json:"attempts"`
-	Failed               []eventJSON       `json:"failed"`
-	Attention            []string          `json:"attention"`
-}
-
-type attemptJSON struct {
-	Status   ferrytype.Status `json:"status"`
-	Attempts int              `json:"attempts"`
-	Events   int64            `json:"events"`
-}
-
-type destinationJSON struct {
-	Destination          string  `json:"destination"`
-	New                  int64   `json:"new"`
-	Sending              int64   `json:"sending"`
-	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
-}
-
 func runStatus(cmd *cobra.Command, g *globals, f *statusFlags) error {
 	ctx := cmd.Context()
 	switch {
@@ -94,114 +68,31 @@ func runStatus(cmd *cobra.Command, g *globals, f *statusFlags) error {
 		return err
 	}
 	defer a.Close()
-	st, err := a.Stats(ctx)
+	rep, err := ferryadmin.Status(ctx, a, &ferryadmin.StatusOptions{Destinations: f.destinations, Errors: f.errors,
+		CountSent: f.countSent, MaxPendingAge: f.maxPendingAge})
 	if err != nil {
 		return err
 	}
-	count := []ferrytype.Status{ferrytype.StatusDiscarded}
-	if f.countSent {
-		count = append(count, ferrytype.StatusSent)
-	}
-	counts, err := a.CountByStatus(ctx, count...)
-	if err != nil {
-		return err
-	}
-	rep := statusReport{Table: a.Table(), Dialect: a.Dialect(), Ready: st.Ready,
-		OldestPendingSeconds: st.OldestPending.Seconds(),
-		Counts: map[string]int64{"NEW": st.New, "SENDING": st.Sending, "DEAD": st.Dead,
-			"DISCARDED": counts[ferrytype.StatusDiscarded]},
-		Destinations: []destinationJSON{}, Failed: []eventJSON{}, Attention: []string{}}
-	if f.countSent {
-		rep.Counts["SENT"] = counts[ferrytype.StatusSent]
-	}
-	pending := []ferrytype.Status{ferrytype.StatusNew, ferrytype.StatusSending}
-	if st.New+st.Sending > 0 {
-		rows, err := a.List(ctx, ferrystore.Filter{Statuses: pending, Limit: 1})
-		if err != nil {
-			return err
-		}
-		if len(rows) == 1 {
-			e := toJSON(rows[0], false)
-			rep.OldestPending = &e
-		}
-	}
-	if f.destinations > 0 {
-		dests, err := a.PendingByDestination(ctx, f.destinations)
-		if err != nil {
-			return err
-		}
-		for _, d := range dests {
-			rep.Destinations = append(rep.Destinations, destinationJSON{Destination: d.Destination, New: d.New,
-				Sending: d.Sending, OldestPendingSeconds: d.OldestPending.Seconds()})
-		}
-	}
-	attempts, err := a.Attempts(ctx)
-	if err != nil {
-		return err
-	}
-	rep.Attempts = make([]attemptJSON, len(attempts))
-	for i, x := range attempts {
-		rep.Attempts[i] = attemptJSON{Status: x.Status, Attempts: x.Attempts, Events: x.Events}
-	}
-	if f.errors > 0 {
-		rows, err := a.List(ctx, ferrystore.Filter{Failed: true, Limit: f.errors,
-			Statuses: []ferrytype.Status{ferrytype.StatusNew, ferrytype.StatusSending, ferrytype.StatusDead}})
-		if err != nil {
-			return err
-		}
-		for _, r := range rows {
-			rep.Failed = append(rep.Failed, toJSON(r, false))
-		}
-	}
-	rep.Attention = attention(st, rep.OldestPending, f.maxPendingAge)
-
 	out := cmd.OutOrStdout()
 	if f.json {
 		if err := writeJSON(out, rep); err != nil {
 			return err
 		}
 	} else {
-		printStatus(out, &rep, st, f)
+		printStatus(out, &rep)
 	}
-	if f.check && (st.Dead > 0 || st.OldestPending > f.maxPendingAge) {
+	if f.check && rep.Unhealthy {
 		return exitError{exitFindings, fmt.Errorf("status check: %d DEAD, oldest pending %s (limit %s)",
-			st.Dead, human(st.OldestPending), f.maxPendingAge)}
+			rep.Stats.Dead, human(rep.Stats.OldestPending), f.maxPendingAge)}
 	}
 	return nil
 }
 
-// attention says, in words, what needs a person.
-func attention(st ferrystore.Stats, oldest *eventJSON, maxAge time.Duration) []string {
-	out := []string{}
-	if st.Dead > 0 {
-		out = append(out, fmt.Sprintf("%d DEAD events wait for a decision (ferry dead list; then retry or discard). "+
-			"With --ordered relays each holds back the later events of its aggregate.", st.Dead))
-	}
-	if oldest != nil && st.OldestPending <= maxAge && oldest.LastError != "" {
-		out = append(out, fmt.Sprintf("publishing fails: the oldest pending event (%s, %s old) failed %d attempts; its last error: %s",
-			oldest.ID, human(st.OldestPending), oldest.Attempts, oneLine(oldest.LastError, 300)))
-	}
-	if oldest != nil && st.OldestPending > maxAge {
-		switch {
-		case oldest.Attempts == 0 && oldest.LastError == "" && oldest.AvailableAt.Before(time.Now().Add(-maxAge)):
-			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s old and was never attempted: "+
-				"is a relay running on this table, or is an ordered aggregate held back by a DEAD event?",
-				oldest.ID, human(st.OldestPending)))
-		case oldest.LastError != "":
-			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s old after %d attempts; its last error: %s",
-				oldest.ID, human(st.OldestPending), oldest.Attempts, oneLine(oldest.LastError, 300)))
-		default:
-			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s old (more than %s)",
-				oldest.ID, human(st.OldestPending), maxAge))
-		}
-	}
-	return out
-}
-
-func printStatus(w io.Writer, rep *statusReport, st ferrystore.Stats, f *statusFlags) {
+func printStatus(w io.Writer, rep *ferryadmin.StatusReport) {
+	st := rep.Stats
 	fmt.Fprintf(w, "outbox %s (%s)\n\n", rep.Table, rep.Dialect)
 	sent := "not counted (--count-sent)"
-	if f.countSent {
+	if rep.SentCounted {
 		sent = fmt.Sprint(rep.Counts["SENT"])
 	}
 	table(w, "  ", "STATUS\tEVENTS", []string{
@@ -214,7 +105,7 @@ func printStatus(w io.Writer, rep *statusReport, st ferrystore.Stats, f *statusF
 	fmt.Fprintln(w)
 	if o := rep.OldestPending; o != nil {
 		fmt.Fprintf(w, "oldest pending event: %s old\n", human(st.OldestPending))
-		fmt.Fprintf(w, "  %s %s %s → %s, %s, attempts %d\n", o.ID, o.Type, orDash(aggregateOf(o)), o.Destination, o.Status, o.Attempts)
+		fmt.Fprintf(w, "  %s %s %s → %s, %s, attempts %d\n", o.ID, o.Type, orDash(o.Aggregate()), o.Destination, o.Status, o.Attempts)
 		if o.LastError != "" {
 			fmt.Fprintf(w, "  last error: %s\n", oneLine(o.LastError, 300))
 		}
@@ -265,11 +156,4 @@ func printStatus(w io.Writer, rep *statusReport, st ferrystore.Stats, f *statusF
 	} else {
 		fmt.Fprintln(w, "\nnothing needs attention")
 	}
-}
-
-func aggregateOf(e *eventJSON) string {
-	if e.AggregateID == "" {
-		return ""
-	}
-	return fmt.Sprintf("%s:%s#%d", e.AggregateType, e.AggregateID, e.Sequence)
 }

@@ -1,0 +1,101 @@
+package ferryadmin
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+// Event is an outbox row as the admin API reports it. Its JSON form is
+// the one ferry's commands print and is stable.
+type Event struct {
+	ID            string            `json:"id"`
+	Status        ferrytype.Status  `json:"status"`
+	Type          string            `json:"type"`
+	AggregateType string            `json:"aggregate_type"`
+	AggregateID   string            `json:"aggregate_id"`
+	Sequence      int64             `json:"sequence"`
+	Destination   string            `json:"destination"`
+	Exchange      string            `json:"exchange,omitempty"`
+	Attempts      int               `json:"attempts"`
+	CreatedAt     time.Time         `json:"created_at"`
+	AvailableAt   time.Time         `json:"available_at"`
+	SentAt        *time.Time        `json:"sent_at,omitempty"`
+	LastError     string            `json:"last_error,omitempty"`
+	DiscardedAt   *time.Time        `json:"discarded_at,omitempty"`
+	DiscardReason string            `json:"discard_reason,omitempty"`
+	Headers       map[string]string `json:"headers,omitempty"`
+	// Payload is the event's payload when it is valid JSON; absent from
+	// listings, which report no headers and no payload.
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// EventOf converts an outbox row. With full, the headers and the payload
+// are included; listings leave them out.
+func EventOf(r ferrystore.Row, full bool) Event {
+	e := Event{ID: r.ID, Status: r.Status, Type: r.Type, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
+		Sequence: r.Sequence, Destination: r.Route(), Exchange: r.Exchange, Attempts: r.Attempt, CreatedAt: r.CreatedAt,
+		AvailableAt: r.AvailableAt, LastError: r.LastError, DiscardReason: r.DiscardReason}
+	if !r.SentAt.IsZero() {
+		e.SentAt = &r.SentAt
+	}
+	if !r.DiscardedAt.IsZero() {
+		e.DiscardedAt = &r.DiscardedAt
+	}
+	if full {
+		e.Headers = r.Headers
+		if json.Valid(r.Payload) {
+			e.Payload = r.Payload
+		}
+	}
+	return e
+}
+
+// Aggregate names the event's aggregate and position, "order:42#3", or ""
+// when the event has none.
+func (e *Event) Aggregate() string {
+	if e.AggregateID == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s:%s#%d", e.AggregateType, e.AggregateID, e.Sequence)
+}
+
+func eventsOf(rows []ferrystore.Row, full bool) []Event {
+	out := make([]Event, len(rows))
+	for i, r := range rows {
+		out[i] = EventOf(r, full)
+	}
+	return out
+}
+
+// invalid returns an error wrapping ferrytype.ErrInvalidConfig.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ferrytype.ErrInvalidConfig}, args...)...)
+}
+
+// human formats an age for people: milliseconds under a second, tenths
+// under a minute, seconds above.
+func human(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0s"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// oneLine shortens s to one line of at most n bytes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		s = s[:n-1] + "…"
+	}
+	return s
+}

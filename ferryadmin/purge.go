@@ -1,0 +1,164 @@
+package ferryadmin
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferrystore"
+)
+
+// DefaultPurgeBatch is the default of PurgeOptions.Batch.
+const DefaultPurgeBatch = 1000
+
+// MaxPurgeBatch bounds PurgeOptions.Batch.
+const MaxPurgeBatch = 100000
+
+// PurgeOptions bounds a purge.
+type PurgeOptions struct {
+	// OlderThan is the age, by the database clock, past which rows are
+	// deleted: SENT events by their sent time, DISCARDED events by their
+	// discard time, markers by their creation. Required.
+	OlderThan time.Duration
+	// Batch is the most rows one statement deletes, 1 to MaxPurgeBatch,
+	// so that no statement holds many row locks for long. Default (zero)
+	// DefaultPurgeBatch.
+	Batch int
+	// MaxBatches stops each kind after this many statements. Default
+	// (zero): until none is left.
+	MaxBatches int
+	// Pause waits between statements, to spare a busy database. Default
+	// none.
+	Pause time.Duration
+	// Progress, when set, is called after each statement with the kind's
+	// result so far.
+	Progress func(PurgeResult)
+	// Discarded makes PurgeEvents delete DISCARDED events too, discarded
+	// more than OlderThan ago. Default false: SENT events only.
+	Discarded bool
+	// ReplayWindow is, for PurgeMarkers, the longest time after which any
+	// consumer may see an event again (broker redelivery, a stream replay,
+	// a DEAD event retried); OlderThan may not be shorter. Default (zero)
+	// ferry.DefaultReplayWindow.
+	ReplayWindow time.Duration
+}
+
+// PurgeReport is what a purge deleted.
+type PurgeReport struct {
+	// Table is the outbox table, or the marker table of PurgeMarkers when
+	// the caller names it (the InboxStore does not say).
+	Table            string        `json:"table"`
+	OlderThanSeconds float64       `json:"older_than_seconds"`
+	Results          []PurgeResult `json:"results"`
+}
+
+// PurgeResult is what a purge deleted of one kind of row.
+type PurgeResult struct {
+	// Kind is "sent", "discarded" or "markers".
+	Kind string `json:"kind"`
+	// Deleted counts the rows deleted, Statements the statements run.
+	Deleted    int64 `json:"deleted"`
+	Statements int   `json:"statements"`
+	// Complete is true when the last statement found fewer rows than a
+	// batch: none of this kind was left. False when MaxBatches stopped
+	// the purge.
+	Complete bool `json:"complete"`
+}
+
+func (o PurgeOptions) withDefaults() (PurgeOptions, error) {
+	if o.Batch == 0 {
+		o.Batch = DefaultPurgeBatch
+	}
+	switch {
+	case o.OlderThan <= 0:
+		return o, invalid("PurgeOptions.OlderThan must be positive")
+	case o.Batch < 1 || o.Batch > MaxPurgeBatch:
+		return o, invalid("PurgeOptions.Batch %d must be within 1..%d", o.Batch, MaxPurgeBatch)
+	case o.MaxBatches < 0 || o.Pause < 0:
+		return o, invalid("PurgeOptions.MaxBatches and Pause must not be negative")
+	}
+	return o, nil
+}
+
+// PurgeEvents deletes SENT events sent more than opts.OlderThan ago and,
+// with opts.Discarded, DISCARDED events discarded that long ago, in statements
+// of at most opts.Batch rows. It never deletes a NEW, SENDING or DEAD
+// event, however old: each statement is conditional on the final status.
+// On an error, the report says what was deleted before it.
+func PurgeEvents(ctx context.Context, a ferrystore.Admin, opts PurgeOptions) (PurgeReport, error) {
+	kinds := []purgeKind{{"sent", a.PurgeSent}}
+	if opts.Discarded {
+		kinds = append(kinds, purgeKind{"discarded", a.PurgeDiscarded})
+	}
+	return purge(ctx, a.Table(), kinds, opts)
+}
+
+// PurgeMarkers deletes the inbox markers of every consumer of s created
+// more than opts.OlderThan ago, in statements of at most opts.Batch rows.
+// A marker is what makes a redelivered event a duplicate, so it refuses
+// an OlderThan shorter than opts.ReplayWindow.
+func PurgeMarkers(ctx context.Context, s ferrystore.InboxStore, opts PurgeOptions) (PurgeReport, error) {
+	replayWindow := opts.ReplayWindow
+	if replayWindow == 0 {
+		replayWindow = ferry.DefaultReplayWindow
+	}
+	switch {
+	case replayWindow < 0:
+		return PurgeReport{Results: []PurgeResult{}}, invalid("the replay window must be positive")
+	case opts.OlderThan < replayWindow:
+		return PurgeReport{Results: []PurgeResult{}}, invalid("PurgeOptions.OlderThan %s is shorter than the replay window %s: "+
+			"an event delivered again after its marker is gone would be applied again", opts.OlderThan, replayWindow)
+	}
+	return purge(ctx, "", []purgeKind{{"markers", s.PurgeMarkers}}, opts)
+}
+
+type purgeKind struct {
+	name string
+	run  func(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
+}
+
+func purge(ctx context.Context, table string, kinds []purgeKind, opts PurgeOptions) (PurgeReport, error) {
+	rep := PurgeReport{Table: table, OlderThanSeconds: opts.OlderThan.Seconds(), Results: []PurgeResult{}}
+	o, err := opts.withDefaults()
+	if err != nil {
+		return rep, err
+	}
+	for _, k := range kinds {
+		r := PurgeResult{Kind: k.name}
+		for o.MaxBatches == 0 || r.Statements < o.MaxBatches {
+			n, err := k.run(ctx, o.OlderThan, o.Batch)
+			if err != nil {
+				rep.Results = append(rep.Results, r)
+				return rep, fmt.Errorf("purge %s after %d rows: %w", k.name, r.Deleted, err)
+			}
+			r.Statements++
+			r.Deleted += n
+			if n < int64(o.Batch) {
+				r.Complete = true
+			}
+			if o.Progress != nil {
+				o.Progress(r)
+			}
+			if r.Complete {
+				break
+			}
+			if o.Pause > 0 {
+				t := time.NewTimer(o.Pause)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					rep.Results = append(rep.Results, r)
+					return rep, fmt.Errorf("purge %s interrupted after %d rows: %w", k.name, r.Deleted, ctx.Err())
+				case <-t.C:
+				}
+			}
+			if err := ctx.Err(); err != nil {
+				rep.Results = append(rep.Results, r)
+				return rep, fmt.Errorf("purge %s interrupted after %d rows: %w", k.name, r.Deleted, err)
+			}
+		}
+		rep.Results = append(rep.Results, r)
+	}
+	return rep, nil
+}

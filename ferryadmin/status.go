@@ -1,0 +1,209 @@
+package ferryadmin
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+// Defaults of StatusOptions.
+const (
+	DefaultStatusDestinations = 20
+	DefaultStatusErrors       = 5
+	DefaultMaxPendingAge      = 5 * time.Minute
+)
+
+// StatusOptions says what Status reports. Nil means the defaults.
+type StatusOptions struct {
+	// Destinations is the most pending destinations reported, oldest
+	// first, 0 to ferrystore.MaxListLimit; 0 reports none. Default (nil
+	// options) DefaultStatusDestinations.
+	Destinations int
+	// Errors is the most failed events reported, oldest first, 0 to
+	// ferrystore.MaxListLimit; 0 reports none. Default (nil options)
+	// DefaultStatusErrors.
+	Errors int
+	// CountSent counts SENT events too. Counting them reads every retained
+	// SENT row's index entry, so its cost grows with retention. Default
+	// false.
+	CountSent bool
+	// MaxPendingAge is the age of the oldest pending event that needs
+	// attention. Default (zero) DefaultMaxPendingAge.
+	MaxPendingAge time.Duration
+}
+
+// StatusReport describes an outbox table: what ferry status prints. Its
+// JSON form is stable.
+type StatusReport struct {
+	Table   string `json:"table"`
+	Dialect string `json:"dialect"`
+	// Counts holds the events by status: NEW, SENDING, DEAD, DISCARDED,
+	// and SENT when counted.
+	Counts map[string]int64 `json:"counts"`
+	// Ready is how many NEW events are available now.
+	Ready                int64   `json:"ready"`
+	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
+	// OldestPending is the oldest NEW or SENDING event, nil when none.
+	OldestPending *Event             `json:"oldest_pending_event,omitempty"`
+	Destinations  []DestinationStats `json:"destinations"`
+	Attempts      []AttemptCount     `json:"attempts"`
+	// Failed are the oldest unsent events that recorded an error.
+	Failed []Event `json:"failed"`
+	// Attention says, in sentences, what needs a person; empty when
+	// nothing does.
+	Attention []string `json:"attention"`
+
+	// Stats are the store's counts the report was built from.
+	Stats ferrystore.Stats `json:"-"`
+	// SentCounted reports whether Counts holds SENT.
+	SentCounted bool `json:"-"`
+	// Unhealthy is true when there are DEAD events or the oldest pending
+	// event is older than MaxPendingAge: what a probe alerts on.
+	Unhealthy bool `json:"-"`
+	// MaxPendingAge is the limit Unhealthy was judged by.
+	MaxPendingAge time.Duration `json:"-"`
+}
+
+// AttemptCount is how many unsent events of one status took one number of
+// attempts.
+type AttemptCount struct {
+	Status   ferrytype.Status `json:"status"`
+	Attempts int              `json:"attempts"`
+	Events   int64            `json:"events"`
+}
+
+// DestinationStats describes the pending events of one destination.
+type DestinationStats struct {
+	Destination          string  `json:"destination"`
+	New                  int64   `json:"new"`
+	Sending              int64   `json:"sending"`
+	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
+}
+
+func (o *StatusOptions) withDefaults() StatusOptions {
+	if o == nil {
+		return StatusOptions{Destinations: DefaultStatusDestinations, Errors: DefaultStatusErrors,
+			MaxPendingAge: DefaultMaxPendingAge}
+	}
+	c := *o
+	if c.MaxPendingAge == 0 {
+		c.MaxPendingAge = DefaultMaxPendingAge
+	}
+	return c
+}
+
+func (o StatusOptions) validate() error {
+	switch {
+	case o.Destinations < 0 || o.Destinations > ferrystore.MaxListLimit:
+		return invalid("StatusOptions.Destinations %d must be within 0..%d", o.Destinations, ferrystore.MaxListLimit)
+	case o.Errors < 0 || o.Errors > ferrystore.MaxListLimit:
+		return invalid("StatusOptions.Errors %d must be within 0..%d", o.Errors, ferrystore.MaxListLimit)
+	case o.MaxPendingAge < 0:
+		return invalid("StatusOptions.MaxPendingAge must be positive")
+	}
+	return nil
+}
+
+// Status reports the state of the outbox table of a: counts by status, the
+// oldest pending event, the pending events per destination, the attempts
+// of unsent events, the latest errors, and what needs attention. It only
+// reads, and every number comes from the database, so it works while every
+// relay is down.
+func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (StatusReport, error) {
+	o := opts.withDefaults()
+	if err := o.validate(); err != nil {
+		return StatusReport{}, err
+	}
+	st, err := a.Stats(ctx)
+	if err != nil {
+		return StatusReport{}, err
+	}
+	count := []ferrytype.Status{ferrytype.StatusDiscarded}
+	if o.CountSent {
+		count = append(count, ferrytype.StatusSent)
+	}
+	counts, err := a.CountByStatus(ctx, count...)
+	if err != nil {
+		return StatusReport{}, err
+	}
+	rep := StatusReport{Table: a.Table(), Dialect: a.Dialect(), Ready: st.Ready,
+		OldestPendingSeconds: st.OldestPending.Seconds(),
+		Counts: map[string]int64{"NEW": st.New, "SENDING": st.Sending, "DEAD": st.Dead,
+			"DISCARDED": counts[ferrytype.StatusDiscarded]},
+		Destinations: []DestinationStats{}, Failed: []Event{}, Attention: []string{},
+		Stats: st, SentCounted: o.CountSent, MaxPendingAge: o.MaxPendingAge}
+	if o.CountSent {
+		rep.Counts["SENT"] = counts[ferrytype.StatusSent]
+	}
+	pending := []ferrytype.Status{ferrytype.StatusNew, ferrytype.StatusSending}
+	if st.New+st.Sending > 0 {
+		rows, err := a.List(ctx, ferrystore.Filter{Statuses: pending, Limit: 1})
+		if err != nil {
+			return StatusReport{}, err
+		}
+		if len(rows) == 1 {
+			e := EventOf(rows[0], false)
+			rep.OldestPending = &e
+		}
+	}
+	if o.Destinations > 0 {
+		dests, err := a.PendingByDestination(ctx, o.Destinations)
+		if err != nil {
+			return StatusReport{}, err
+		}
+		for _, d := range dests {
+			rep.Destinations = append(rep.Destinations, DestinationStats{Destination: d.Destination, New: d.New,
+				Sending: d.Sending, OldestPendingSeconds: d.OldestPending.Seconds()})
+		}
+	}
+	attempts, err := a.Attempts(ctx)
+	if err != nil {
+		return StatusReport{}, err
+	}
+	rep.Attempts = make([]AttemptCount, len(attempts))
+	for i, x := range attempts {
+		rep.Attempts[i] = AttemptCount{Status: x.Status, Attempts: x.Attempts, Events: x.Events}
+	}
+	if o.Errors > 0 {
+		rows, err := a.List(ctx, ferrystore.Filter{Failed: true, Limit: o.Errors,
+			Statuses: []ferrytype.Status{ferrytype.StatusNew, ferrytype.StatusSending, ferrytype.StatusDead}})
+		if err != nil {
+			return StatusReport{}, err
+		}
+		rep.Failed = append(rep.Failed, eventsOf(rows, false)...)
+	}
+	rep.Attention = attention(st, rep.OldestPending, o.MaxPendingAge)
+	rep.Unhealthy = st.Dead > 0 || st.OldestPending > o.MaxPendingAge
+	return rep, nil
+}
+
+// attention says, in words, what needs a person.
+func attention(st ferrystore.Stats, oldest *Event, maxAge time.Duration) []string {
+	out := []string{}
+	if st.Dead > 0 {
+		out = append(out, fmt.Sprintf("%d DEAD events wait for a decision (ferry dead list; then retry or discard). "+
+			"With --ordered relays each holds back the later events of its aggregate.", st.Dead))
+	}
+	if oldest != nil && st.OldestPending <= maxAge && oldest.LastError != "" {
+		out = append(out, fmt.Sprintf("publishing fails: the oldest pending event (%s, %s old) failed %d attempts; its last error: %s",
+			oldest.ID, human(st.OldestPending), oldest.Attempts, oneLine(oldest.LastError, 300)))
+	}
+	if oldest != nil && st.OldestPending > maxAge {
+		switch {
+		case oldest.Attempts == 0 && oldest.LastError == "" && oldest.AvailableAt.Before(time.Now().Add(-maxAge)):
+			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s old and was never attempted: "+
+				"is a relay running on this table, or is an ordered aggregate held back by a DEAD event?",
+				oldest.ID, human(st.OldestPending)))
+		case oldest.LastError != "":
+			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s old after %d attempts; its last error: %s",
+				oldest.ID, human(st.OldestPending), oldest.Attempts, oneLine(oldest.LastError, 300)))
+		default:
+			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s old (more than %s)",
+				oldest.ID, human(st.OldestPending), maxAge))
+		}
+	}
+	return out
+}
