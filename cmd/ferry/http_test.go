@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -61,13 +62,24 @@ func TestRelayServesMetricsAndReadiness(t *testing.T) {
 		_, body := get(t, base+"/metrics")
 		return strings.Contains(body, `ferry_relay_sent_total{table="`+b.st.Driver.Table()+`"} 1`)
 	}, func() string { return "the event is sent and counted" })
-	_, metrics := get(t, base+"/metrics")
-	for _, name := range []string{"ferry_outbox_oldest_pending_age_seconds", "ferry_outbox_events", "ferry_outbox_up",
-		"ferry_relay_publish_outcomes_total", "ferry_relay_commit_to_confirm_seconds_bucket", "go_goroutines"} {
-		require.Contains(t, metrics, name)
-	}
-	code, body := get(t, base+"/readyz")
-	require.Equal(t, 200, code, body)
+	// The outbox gauges exist only while the latest poll succeeded, and a
+	// poll has Interval/2 (25 ms) to answer: on a loaded machine one fails
+	// now and then, so wait for a successful one rather than read once.
+	var metrics string
+	testsvc.WaitFor(t, 30*time.Second, func() bool {
+		_, metrics = get(t, base+"/metrics")
+		for _, name := range []string{"ferry_outbox_oldest_pending_age_seconds", "ferry_outbox_events", "ferry_outbox_up",
+			"ferry_relay_publish_outcomes_total", "ferry_relay_commit_to_confirm_seconds_bucket", "go_goroutines"} {
+			if !strings.Contains(metrics, name) {
+				return false
+			}
+		}
+		return true
+	}, func() string { return "every metric family served:\n" + metrics })
+	var code int
+	var body string
+	testsvc.WaitFor(t, 30*time.Second, func() bool { code, body = get(t, base+"/readyz"); return code == 200 },
+		func() string { return fmt.Sprintf("ready: %d %s", code, body) })
 	require.JSONEq(t, `{"status":"ready","checks":{"database":{"ok":true},"broker":{"ok":true}}}`, body)
 
 	dbProxy.Cut()
