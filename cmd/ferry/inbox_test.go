@@ -260,7 +260,7 @@ func TestPurgeMarkersKeepsTheReplayWindow(t *testing.T) {
 				} `json:"results"`
 			}
 			var deleted int64
-			waitUntil(t, 10*time.Second, func() bool {
+			testsvc.WaitFor(t, 10*time.Second, func() bool {
 				code, out, errOut = purge("purge", "--markers", "--older-than", "10ms", "--replay-window", "10ms",
 					"--batch", "2", "--json")
 				require.Equal(t, exitOK, code, errOut)
@@ -269,7 +269,7 @@ func TestPurgeMarkersKeepsTheReplayWindow(t *testing.T) {
 				require.LessOrEqual(t, res.Results[0].Deleted, int64(2*res.Results[0].Statements), "batches of 2")
 				deleted += res.Results[0].Deleted
 				return deleted == 5
-			}, "markers fall behind the database clock")
+			}, func() string { return "markers fall behind the database clock" })
 			require.Equal(t, b.markers, res.Table)
 			require.Zero(t, count())
 		})
@@ -334,12 +334,12 @@ func TestReconcileFindsSentEventsWithoutTheirEffect(t *testing.T) {
       older_than: 1ms`, ib.url, ib.markers)
 			cfg := writeFile(t, "ferry.yaml", "reconcile:\n  window: 1h\n  effects:"+byKeyMapping+byPayloadMapping+"\n")
 			var rep ferryadmin.ReconcileReport
-			waitUntil(t, 10*time.Second, func() bool {
+			testsvc.WaitFor(t, 10*time.Second, func() bool {
 				code, out, errOut := ob.cli(t, "reconcile", "--config", cfg, "--pending-older-than", "0", "--batch", "2", "--json")
 				require.Equal(t, exitFindings, code, "%s\n%s", out, errOut)
 				require.NoError(t, json.Unmarshal([]byte(out), &rep))
 				return rep.Effects[0].Scanned == 6
-			}, "sent_at falls behind the database clock")
+			}, func() string { return "sent_at falls behind the database clock" })
 			require.Len(t, rep.Effects, 2)
 			byKey := rep.Effects[0]
 			require.True(t, byKey.Complete)

@@ -90,17 +90,6 @@ func orderPaid(agg, dest string) ferry.Event {
 	return ferry.Event{AggregateType: "order", AggregateID: agg, Type: "OrderPaid", Payload: json.RawMessage(`{}`), Destination: dest}
 }
 
-func waitUntil(t *testing.T, d time.Duration, cond func() bool, why string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not reached within %s: %s", d, why)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func writeFile(t *testing.T, name, content string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name)
@@ -190,7 +179,7 @@ func TestStatusShowsABrokerOutage(t *testing.T) {
 				Retry: ferry.ExponentialBackoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond, MaxAttempts: 1000}})
 			proxy.Cut()
 			b.enqueue(t, orderPaid("1", prefix+".paid"), orderPaid("2", prefix+".paid"), orderPaid("3", prefix+".shipped"))
-			waitUntil(t, 30*time.Second, func() bool { return r.Stats().Unknown >= 9 }, "three failed attempts each")
+			testsvc.WaitFor(t, 30*time.Second, func() bool { return r.Stats().Unknown >= 9 }, func() string { return "three failed attempts each" })
 
 			code, out, errOut := b.cli(t, "status")
 			require.Equal(t, exitOK, code, errOut)
@@ -222,7 +211,7 @@ func TestStatusShowsABrokerOutage(t *testing.T) {
 			require.Contains(t, errOut, "status check: 0 DEAD")
 
 			proxy.Restore()
-			waitUntil(t, 60*time.Second, func() bool { return r.Stats().Confirmed == 3 }, "delivered once the broker is back")
+			testsvc.WaitFor(t, 60*time.Second, func() bool { return r.Stats().Confirmed == 3 }, func() string { return "delivered once the broker is back" })
 			code, out, errOut = b.cli(t, "status", "--check", "--count-sent")
 			require.Equal(t, exitOK, code, errOut)
 			require.Contains(t, out, "none pending")
@@ -243,7 +232,7 @@ func TestDeadRetryDeliversTheSameEventID(t *testing.T) {
 			id := b.enqueue(t, orderPaid("42", subject))[0]
 			r := b.relay(t, testsvc.URL(testsvc.EnvNATS), "", ferry.RelayConfig{PollInterval: 20 * time.Millisecond,
 				Retry: ferry.ExponentialBackoff{Initial: time.Millisecond, MaxAttempts: 2}})
-			waitUntil(t, 30*time.Second, func() bool { return b.status(t, id) == ferrytype.StatusDead }, "the event dies: no stream")
+			testsvc.WaitFor(t, 30*time.Second, func() bool { return b.status(t, id) == ferrytype.StatusDead }, func() string { return "the event dies: no stream" })
 
 			code, out, errOut := b.cli(t, "dead", "list", "--json")
 			require.Equal(t, exitOK, code, errOut)
@@ -274,7 +263,7 @@ func TestDeadRetryDeliversTheSameEventID(t *testing.T) {
 			require.Equal(t, exitOK, code, errOut)
 			require.Contains(t, out, "retried 1 events")
 
-			waitUntil(t, 30*time.Second, func() bool { return r.Stats().Confirmed == 1 }, "the retried event is published")
+			testsvc.WaitFor(t, 30*time.Second, func() bool { return r.Stats().Confirmed == 1 }, func() string { return "the retried event is published" })
 			got := testsvc.ReadStream(t, nc, stream, 1, 30*time.Second)
 			require.Len(t, got, 1)
 			require.Equal(t, id, got[0].ID, "the broker message id is the original event id")
@@ -304,7 +293,7 @@ func TestDeadDiscardUnblocksAnOrderedAggregate(t *testing.T) {
 	ids := b.enqueue(t, orderPaid("7", testsvc.Name("nowhere")+".x"), orderPaid("7", prefix+".paid"))
 	b.relay(t, testsvc.URL(testsvc.EnvNATS), "", ferry.RelayConfig{PollInterval: 20 * time.Millisecond, Ordered: true,
 		Retry: ferry.ExponentialBackoff{Initial: time.Millisecond, MaxAttempts: 1}})
-	waitUntil(t, 30*time.Second, func() bool { return b.status(t, ids[0]) == ferrytype.StatusDead }, "the first event dies")
+	testsvc.WaitFor(t, 30*time.Second, func() bool { return b.status(t, ids[0]) == ferrytype.StatusDead }, func() string { return "the first event dies" })
 	require.Equal(t, ferrytype.StatusNew, b.status(t, ids[1]), "held back by the DEAD event")
 
 	code, out, errOut := b.cli(t, "dead", "show", ids[0], "--json")
@@ -461,12 +450,12 @@ func TestPurgeLeavesPendingEventsAlone(t *testing.T) {
 					Statements int    `json:"statements"`
 				} `json:"results"`
 			}
-			waitUntil(t, 10*time.Second, func() bool {
+			testsvc.WaitFor(t, 10*time.Second, func() bool {
 				code, out, errOut = b.cli(t, "purge", "--older-than", "1ms", "--batch", "2", "--discarded", "--json")
 				require.Equal(t, exitOK, code, errOut)
 				require.NoError(t, json.Unmarshal([]byte(out), &res))
 				return res.Results[0].Deleted > 0
-			}, "sent_at falls behind the database clock")
+			}, func() string { return "sent_at falls behind the database clock" })
 			require.Equal(t, int64(3), res.Results[0].Deleted)
 			require.Equal(t, 2, res.Results[0].Statements, "batches of 2")
 			require.Equal(t, "discarded", res.Results[1].Kind)
