@@ -16,6 +16,7 @@ import (
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/migrate"
+	"github.com/ferrydev/ferry/internal/sqlstore"
 	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
@@ -37,7 +38,7 @@ type InboxConfig struct {
 
 type inboxCore struct {
 	sqlutil.InboxBase
-	c        conn
+	c        sqlstore.Pool
 	tables   sqlutil.InboxTables
 	m, cf, v string
 }
@@ -61,7 +62,7 @@ var (
 	_ ferrystore.InboxDriver[*sql.Tx] = (*StdlibInbox)(nil)
 )
 
-func newInboxCore(c conn, cfg *InboxConfig) (inboxCore, error) {
+func newInboxCore(c sqlstore.Pool, cfg *InboxConfig) (inboxCore, error) {
 	if cfg == nil {
 		cfg = &InboxConfig{}
 	}
@@ -95,7 +96,7 @@ func NewInbox(pool *pgxpool.Pool, cfg *InboxConfig) (*Inbox, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: ferrypg.NewInbox: pool is nil", ferrytype.ErrInvalidConfig)
 	}
-	c, err := newInboxCore(pgxConn{Pgx(pool), pool}, cfg)
+	c, err := newInboxCore(pgxPool{Pgx(pool), pool}, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +109,7 @@ func NewStdlibInbox(db *sql.DB, cfg *InboxConfig) (*StdlibInbox, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: ferrypg.NewStdlibInbox: db is nil", ferrytype.ErrInvalidConfig)
 	}
-	c, err := newInboxCore(sqlConn{ferrystore.SQL(db), db}, cfg)
+	c, err := newInboxCore(sqlstore.SQLPool(db), cfg)
 	if err != nil {
 		return nil, err
 	}

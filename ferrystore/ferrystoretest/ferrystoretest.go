@@ -500,18 +500,25 @@ func Exercise[TTx any](t *testing.T, h Harness[TTx]) {
 				defer cw.Done()
 				for i := 0; ; i++ {
 					token := fmt.Sprintf("c%d-%d", c, i)
+					// Only a claim that starts after every producer
+					// committed sees all their rows: a claim already
+					// running may read an older snapshot.
+					var last bool
+					select {
+					case <-done:
+						last = true
+					default:
+					}
 					msgs, err := b.store.Claim(b.ctx, ferrystore.ClaimParams{Limit: 10, Token: token, Lease: time.Minute})
 					if err != nil {
 						errs <- fmt.Errorf("claimer %d: %w", c, err)
 						return
 					}
 					if len(msgs) == 0 {
-						select {
-						case <-done:
+						if last {
 							return
-						default:
-							continue
 						}
+						continue
 					}
 					mu.Lock()
 					for _, m := range msgs {
