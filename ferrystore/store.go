@@ -47,9 +47,11 @@ type Store interface {
 	// left as it is.
 	MarkSent(ctx context.Context, token string, ids []string) (int64, error)
 	// MarkFailed records failed attempts: each row still SENDING under its
-	// token goes back to NEW after its delay, or to DEAD. It returns how
-	// many rows it changed; the rest were fenced.
-	MarkFailed(ctx context.Context, fails []Failure) (int64, error)
+	// token goes back to NEW after its delay, or to DEAD
+	// (ferrytype.TransitionFailRetry, ferrytype.TransitionFailDead). The
+	// result says which ids took which edge and which were fenced. On an
+	// error nothing was changed.
+	MarkFailed(ctx context.Context, fails []Failure) (MarkFailedResult, error)
 	// ExpiredLeases returns up to limit SENDING rows whose lease ended.
 	ExpiredLeases(ctx context.Context, limit int) ([]Lease, error)
 	// PurgeSent deletes up to limit SENT rows sent more than olderThan ago
@@ -117,6 +119,46 @@ type Failure struct {
 	Delay time.Duration
 	// Error says what went wrong; it is stored as last_error.
 	Error string
+}
+
+// MarkFailedResult says what MarkFailed did with each failure it was
+// given: every id is in exactly one of the lists, in the order of the
+// failures.
+type MarkFailedResult struct {
+	// Retried are the rows that went back to NEW, to be claimed again
+	// after their delay.
+	Retried []string
+	// Dead are the rows that went to DEAD.
+	Dead []string
+	// Fenced are the rows left as they were: not SENDING under the
+	// failure's token any more (swept, retried by another relay, changed
+	// by a person).
+	Fenced []string
+}
+
+// Changed counts the rows MarkFailed changed: retried and dead.
+func (r MarkFailedResult) Changed() int64 { return int64(len(r.Retried) + len(r.Dead)) }
+
+// add files id under the outcome of one failure.
+func (r *MarkFailedResult) add(id string, dead bool, changed bool) {
+	switch {
+	case !changed:
+		r.Fenced = append(r.Fenced, id)
+	case dead:
+		r.Dead = append(r.Dead, id)
+	default:
+		r.Retried = append(r.Retried, id)
+	}
+}
+
+// MarkFailedResultOf builds the result of fails from the ids whose rows
+// changed.
+func MarkFailedResultOf(fails []Failure, changed func(i int) bool) MarkFailedResult {
+	var r MarkFailedResult
+	for i, f := range fails {
+		r.add(f.ID, f.Dead, changed(i))
+	}
+	return r
 }
 
 // Lease is a SENDING row whose lease ended.

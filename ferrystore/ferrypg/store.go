@@ -167,7 +167,7 @@ func buildQueries(table string) queries {
 	q.markFailed = "UPDATE " + t + " t SET status = f.status, available_at = now() + f.delay_us * interval '1 microsecond'," +
 		" lease_token = NULL, locked_until = NULL, last_error = f.err" +
 		" FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[]) AS f(id, token, status, delay_us, err)" +
-		" WHERE t.event_id = f.id AND t.lease_token = f.token AND t.status = 'SENDING'"
+		" WHERE t.event_id = f.id AND t.lease_token = f.token AND t.status = 'SENDING' RETURNING t.event_id"
 	q.seqInsert = "INSERT INTO " + seq + " AS s (aggregate_type, aggregate_id, last_seq)"
 	return q
 }
@@ -274,10 +274,11 @@ func (s *core) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype
 	return out, nil
 }
 
-// MarkFailed records failed attempts in one statement.
-func (s *core) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (int64, error) {
+// MarkFailed records failed attempts in one statement, whose RETURNING
+// names the rows it changed; the others were fenced.
+func (s *core) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (ferrystore.MarkFailedResult, error) {
 	if len(fails) == 0 {
-		return 0, nil
+		return ferrystore.MarkFailedResult{}, nil
 	}
 	ids := make([]string, len(fails))
 	tokens := make([]string, len(fails))
@@ -286,16 +287,20 @@ func (s *core) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (int6
 	errs := make([]string, len(fails))
 	for i, f := range fails {
 		ids[i], tokens[i], delays[i], errs[i] = f.ID, f.Token, sqlutil.Micros(f.Delay), sqlutil.Truncate(f.Error, 2000)
-		statuses[i] = string(ferrytype.StatusNew)
+		statuses[i] = string(ferrytype.TransitionFailRetry.To)
 		if f.Dead {
-			statuses[i] = string(ferrytype.StatusDead)
+			statuses[i] = string(ferrytype.TransitionFailDead.To)
 		}
 	}
-	n, err := s.c.Exec(ctx, s.q.markFailed, ids, tokens, statuses, delays, errs)
+	rows, err := s.c.Query(ctx, s.q.markFailed, ids, tokens, statuses, delays, errs)
 	if err != nil {
-		return 0, fmt.Errorf("mark failed: %w", err)
+		return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed: %w", err)
 	}
-	return n, nil
+	changed, err := sqlutil.ScanKeys(rows)
+	if err != nil {
+		return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed: %w", err)
+	}
+	return ferrystore.MarkFailedResultOf(fails, func(i int) bool { return changed[fails[i].ID] }), nil
 }
 
 func migrationData(table string) map[string]string {

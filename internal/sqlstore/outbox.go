@@ -90,36 +90,36 @@ func (o *Outbox) MarkSent(ctx context.Context, token string, ids []string) (int6
 }
 
 // MarkFailed records failed attempts in one transaction, one statement a
-// row.
-func (o *Outbox) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (_ int64, err error) {
+// row; a row the statement did not change was fenced.
+func (o *Outbox) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (_ ferrystore.MarkFailedResult, err error) {
 	if len(fails) == 0 {
-		return 0, nil
+		return ferrystore.MarkFailedResult{}, nil
 	}
 	tx, err := o.Pool.Begin(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("mark failed: begin: %w", err)
+		return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed: begin: %w", err)
 	}
 	defer func() {
 		if err != nil {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	var total int64
-	for _, f := range fails {
+	changed := make([]bool, len(fails))
+	for i, f := range fails {
 		to := ferrytype.TransitionFailRetry.To
 		if f.Dead {
 			to = ferrytype.TransitionFailDead.To
 		}
 		n, err := tx.Exec(ctx, o.markFailed, string(to), later(o.D, f.Delay), sqlutil.Truncate(f.Error, 2000), f.Token, f.ID)
 		if err != nil {
-			return 0, fmt.Errorf("mark failed %s: %w", f.ID, err)
+			return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed %s: %w", f.ID, err)
 		}
-		total += n
+		changed[i] = n > 0
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("mark failed: commit: %w", err)
+		return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed: commit: %w", err)
 	}
-	return total, nil
+	return ferrystore.MarkFailedResultOf(fails, func(i int) bool { return changed[i] }), nil
 }
 
 // ExpiredLeases returns up to limit SENDING rows whose lease ended.
