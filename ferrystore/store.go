@@ -68,6 +68,18 @@ type Store interface {
 	Close() error
 }
 
+// Classifier is implemented by the stores of this module: Classify maps a
+// database error of the store's driver to ferry's classes
+// (ferrytype.ErrRetryable, ErrLockConflict, ErrDuplicate,
+// ErrUndefinedTable) by wrapping it, so that callers test with errors.Is
+// and can still reach the driver's error with errors.As. Errors the
+// store's own methods return are classified already; Classify is for
+// errors of statements the caller ran in its own transaction. An error of
+// no class is returned unchanged.
+type Classifier interface {
+	Classify(err error) error
+}
+
 // Driver is a Store that can also unwrap the caller's transactions of type
 // TTx (*sql.Tx or pgx.Tx) into an Executor, so that events are written in
 // the caller's own transaction.

@@ -13,6 +13,9 @@ type dialect struct{}
 
 var _ sqlstore.Dialect = dialect{}
 
+// Classify wraps a driver error in ferry's classes.
+func (dialect) Classify(err error) error { return classify(err) }
+
 func (dialect) Name() string                 { return "mysql" }
 func (dialect) Quote(name string) string     { return quote(name) }
 func (dialect) Rebind(q string) string       { return q }

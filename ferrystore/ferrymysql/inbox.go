@@ -4,12 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"errors"
 	"fmt"
 	"io/fs"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
@@ -136,16 +133,9 @@ func (s *Inbox) AdvanceVersion(ctx context.Context, ex ferrystore.Executor, cons
 		"UPDATE "+s.v+" SET version = ? WHERE consumer_name = ? AND aggregate = ?", consumer, aggregate, version, contiguous)
 }
 
-// IsDuplicate reports ER_DUP_ENTRY.
-func (s *Inbox) IsDuplicate(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1062
-}
-
-// IsRetryable reports a deadlock (1213) or lock wait timeout (1205).
-func (s *Inbox) IsRetryable(err error) bool {
-	return isLockConflict(err)
-}
+// Classify wraps a driver error in ferry's classes (see
+// ferrystore.Classifier).
+func (s *Inbox) Classify(err error) error { return classify(err) }
 
 // PurgeMarkers deletes up to limit markers older than olderThan.
 func (s *Inbox) PurgeMarkers(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {

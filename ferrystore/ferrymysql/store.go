@@ -133,6 +133,10 @@ func (s *Store) Close() error {
 // sequence numbers from Table_seq, whose row lock serialises enqueues of
 // that aggregate until the transaction ends.
 func (s *Store) Enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferrytype.Event, opts ferrystore.EnqueueOptions) error {
+	return classify(s.enqueue(ctx, ex, rows, opts))
+}
+
+func (s *Store) enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferrytype.Event, opts ferrystore.EnqueueOptions) error {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -202,27 +206,13 @@ func (s *Store) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytyp
 	for attempt := 1; ; attempt++ {
 		msgs, err := s.claim(ctx, p)
 		if err == nil || attempt == claimAttempts || !isDeadlock(err) {
-			return msgs, err
+			return msgs, classify(err)
 		}
 	}
 }
 
 // claimAttempts bounds the runs of a claim that keeps losing deadlocks.
 const claimAttempts = 5
-
-// isDeadlock reports InnoDB's deadlock error (1213), which it returns at
-// once. A lock wait timeout (1205) is not rerun here: it took
-// innodb_lock_wait_timeout already, and the relay's back-off handles it.
-func isDeadlock(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1213
-}
-
-// isLockConflict reports a deadlock (1213) or a lock wait timeout (1205).
-func isLockConflict(err error) bool {
-	var me *mysql.MySQLError
-	return isDeadlock(err) || errors.As(err, &me) && me.Number == 1205
-}
 
 func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) (_ []ferrytype.Message, err error) {
 	// READ COMMITTED: under InnoDB's default REPEATABLE READ the claim's

@@ -4,13 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"errors"
 	"fmt"
 	"io/fs"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferrydev/ferry/ferrystore"
@@ -202,18 +200,9 @@ func (s *inboxCore) AdvanceVersion(ctx context.Context, ex ferrystore.Executor, 
 		consumer, aggregate, version, contiguous)
 }
 
-// IsDuplicate reports unique_violation (23505).
-func (s *inboxCore) IsDuplicate(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "23505"
-}
-
-// IsRetryable reports deadlock_detected (40P01), serialization_failure
-// (40001) and lock_not_available (55P03).
-func (s *inboxCore) IsRetryable(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001" || pe.Code == "55P03")
-}
+// Classify wraps a driver error in ferry's classes (see
+// ferrystore.Classifier).
+func (s *inboxCore) Classify(err error) error { return classify(err) }
 
 // PurgeMarkers deletes up to limit markers older than olderThan.
 func (s *inboxCore) PurgeMarkers(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {

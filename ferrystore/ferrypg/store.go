@@ -190,6 +190,10 @@ func (s *core) Close() error {
 // computes each row's sequence from it. With notifications on, the same
 // statement calls pg_notify.
 func (s *core) Enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferrytype.Event, opts ferrystore.EnqueueOptions) error {
+	return classify(s.enqueue(ctx, ex, rows, opts))
+}
+
+func (s *core) enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferrytype.Event, opts ferrystore.EnqueueOptions) error {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -252,11 +256,16 @@ func (s *core) Enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferry
 
 // Claim leases up to p.Limit rows in one statement.
 func (s *core) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype.Message, error) {
+	msgs, err := s.claim(ctx, p)
+	return msgs, classify(err)
+}
+
+func (s *core) claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype.Message, error) {
 	query := s.q.claim
 	if p.Ordered {
 		query = s.q.claimOrdered
 	}
-	rows, err := s.c.Query(ctx, query, p.Limit, p.Token, sqlutil.Micros(p.Lease))
+	rows, err := s.Pool.Query(ctx, query, p.Limit, p.Token, sqlutil.Micros(p.Lease))
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
@@ -292,7 +301,7 @@ func (s *core) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (ferr
 			statuses[i] = string(ferrytype.TransitionFailDead.To)
 		}
 	}
-	rows, err := s.c.Query(ctx, s.q.markFailed, ids, tokens, statuses, delays, errs)
+	rows, err := s.Pool.Query(ctx, s.q.markFailed, ids, tokens, statuses, delays, errs)
 	if err != nil {
 		return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed: %w", err)
 	}

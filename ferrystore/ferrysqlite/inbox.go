@@ -4,13 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"errors"
 	"fmt"
 	"io/fs"
 	"time"
-
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
@@ -143,25 +139,9 @@ func (s *Inbox) AdvanceVersion(ctx context.Context, ex ferrystore.Executor, cons
 		consumer, aggregate, version, contiguous)
 }
 
-func sqliteCode(err error) int {
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		return se.Code()
-	}
-	return 0
-}
-
-// IsDuplicate reports a primary key or unique constraint violation.
-func (s *Inbox) IsDuplicate(err error) bool {
-	c := sqliteCode(err)
-	return c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || c == sqlite3.SQLITE_CONSTRAINT_UNIQUE
-}
-
-// IsRetryable reports SQLITE_BUSY and SQLITE_LOCKED.
-func (s *Inbox) IsRetryable(err error) bool {
-	c := sqliteCode(err) & 0xff
-	return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
-}
+// Classify wraps a driver error in ferry's classes (see
+// ferrystore.Classifier).
+func (s *Inbox) Classify(err error) error { return classify(err) }
 
 // PurgeMarkers deletes up to limit markers older than olderThan.
 func (s *Inbox) PurgeMarkers(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {

@@ -111,6 +111,10 @@ func (s *Store) Close() error {
 
 // Enqueue inserts rows in ex, assigning aggregate sequence numbers.
 func (s *Store) Enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferrytype.Event, opts ferrystore.EnqueueOptions) error {
+	return classify(s.enqueue(ctx, ex, rows, opts))
+}
+
+func (s *Store) enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferrytype.Event, opts ferrystore.EnqueueOptions) error {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -147,6 +151,11 @@ func (s *Store) Enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferr
 
 // Claim leases up to p.Limit rows with one UPDATE ... RETURNING statement.
 func (s *Store) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype.Message, error) {
+	msgs, err := s.claim(ctx, p)
+	return msgs, classify(err)
+}
+
+func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype.Message, error) {
 	query := s.q.claim
 	if p.Ordered {
 		query = s.q.claimOrdered

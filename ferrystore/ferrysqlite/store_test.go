@@ -6,29 +6,40 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrysqlite"
 	"github.com/ferrydev/ferry/ferrystore/ferrystoretest"
+	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
-func TestConformance(t *testing.T) {
-	ferrystoretest.Exercise(t, ferrystoretest.Harness[*sql.Tx]{
-		New: func(t *testing.T) ferrystore.Driver[*sql.Tx] { return testsvc.Store(t, "sqlite").Driver },
-		NewWithTable: func(table string) (ferrystore.Driver[*sql.Tx], error) {
-			return ferrysqlite.New(sql.OpenDB(nil), &ferrysqlite.Config{Table: table})
-		},
-		Begin: func(ctx context.Context, t *testing.T, s ferrystore.Driver[*sql.Tx]) (*sql.Tx, func() error, func() error) {
-			tx, err := s.(*ferrysqlite.Store).DB().BeginTx(ctx, nil)
-			require.NoError(t, err)
-			return tx, tx.Commit, tx.Rollback
-		},
-		Exec: func(ctx context.Context, t *testing.T, s ferrystore.Store, query string) {
-			_, err := s.(*ferrysqlite.Store).DB().ExecContext(ctx, query)
-			require.NoError(t, err, query)
-		},
-	})
+var harness = ferrystoretest.Harness[*sql.Tx]{
+	New: func(t *testing.T) ferrystore.Driver[*sql.Tx] { return testsvc.Store(t, "sqlite").Driver },
+	NewWithTable: func(table string) (ferrystore.Driver[*sql.Tx], error) {
+		return ferrysqlite.New(sql.OpenDB(nil), &ferrysqlite.Config{Table: table})
+	},
+	Begin: func(ctx context.Context, t *testing.T, s ferrystore.Driver[*sql.Tx]) (*sql.Tx, func() error, func() error) {
+		tx, err := s.(*ferrysqlite.Store).DB().BeginTx(ctx, nil)
+		require.NoError(t, err)
+		return tx, tx.Commit, tx.Rollback
+	},
+	Exec: func(ctx context.Context, t *testing.T, s ferrystore.Store, query string) {
+		_, err := s.(*ferrysqlite.Store).DB().ExecContext(ctx, query)
+		require.NoError(t, err, query)
+	},
+}
+
+func TestConformance(t *testing.T) { ferrystoretest.Exercise(t, harness) }
+
+func TestClassifyKeepsTheDriverError(t *testing.T) {
+	err := ferrystoretest.DuplicateEvent(t, harness)
+	require.ErrorIs(t, err, ferrytype.ErrDuplicate)
+	var se *sqlite.Error
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY, se.Code())
 }
 
 func TestInboxConformance(t *testing.T) {

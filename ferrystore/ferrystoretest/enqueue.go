@@ -142,7 +142,7 @@ func exerciseEnqueue[TTx any](t *testing.T, h Harness[TTx]) {
 			go func() {
 				defer wg.Done()
 				for i := 0; i < each; i++ {
-					errs <- retryTx(b.ctx, func() error {
+					errs <- retryTx(b.ctx, b.store, func() error {
 						tx, commit, rollback := h.Begin(b.ctx, t, b.store)
 						if _, err := b.ob.EnqueueTx(b.ctx, tx, ev("A", "hot", `{}`)); err != nil {
 							_ = rollback()

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -110,6 +109,7 @@ func Exercise[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("Purge", func(t *testing.T) { exercisePurge(t, h) })
 	t.Run("Stats", func(t *testing.T) { exerciseStats(t, h) })
 	t.Run("Transitions", func(t *testing.T) { exerciseTransitions(t, h) })
+	t.Run("Errors", func(t *testing.T) { exerciseErrors(t, h) })
 	t.Run("Admin", func(t *testing.T) { exerciseAdmin(t, h) })
 }
 
@@ -120,11 +120,16 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 }
 
 // retryTx retries fn on errors a concurrent writer may see (deadlock,
-// serialization failure, busy database) a bounded number of times.
-func retryTx(ctx context.Context, fn func() error) error {
+// serialization failure, busy database: ferrytype.ErrRetryable once the
+// store classified them) a bounded number of times.
+func retryTx(ctx context.Context, s ferrystore.Store, fn func() error) error {
+	classify := func(err error) error { return err }
+	if c, ok := s.(ferrystore.Classifier); ok {
+		classify = c.Classify
+	}
 	var err error
 	for i := 0; i < 20; i++ {
-		if err = fn(); err == nil || !retryable(err) {
+		if err = classify(fn()); err == nil || !errors.Is(err, ferrytype.ErrRetryable) {
 			return err
 		}
 		if ctx.Err() != nil {
@@ -132,10 +137,4 @@ func retryTx(ctx context.Context, fn func() error) error {
 		}
 	}
 	return err
-}
-
-func retryable(err error) bool {
-	s := err.Error()
-	return strings.Contains(s, "Deadlock") || strings.Contains(s, "deadlock") ||
-		strings.Contains(s, "40001") || strings.Contains(s, "SQLITE_BUSY") || strings.Contains(s, "database is locked")
 }

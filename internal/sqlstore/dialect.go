@@ -56,6 +56,9 @@ type Dialect interface {
 	Moment(expr string) string
 	// Ping is a query of one round trip that reads the database.
 	Ping() string
+	// Classify wraps a driver error in ferry's classes
+	// (ferrystore.Classifier).
+	Classify(err error) error
 }
 
 // Pool is a store's own connections: statements and transactions.

@@ -30,9 +30,13 @@ type Outbox struct {
 	markSent, markFailed, expired, purge, stats, get string
 }
 
-// NewOutbox returns the shared store of the validated table on pool.
+// NewOutbox returns the shared store of the validated table on pool. Every
+// error of the pool's statements is classified by d.
 func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 	t := d.Quote(table)
+	if pool != nil {
+		pool = Classifying(pool, d.Classify)
+	}
 	o := Outbox{D: d, Pool: pool, Name: table, T: t}
 	o.Cols = strings.NewReplacer("payload,", d.Text("payload")+",", "headers,", d.Text("headers")+",").
 		Replace(sqlutil.RowColumns)
@@ -68,6 +72,9 @@ func (o *Outbox) Dialect() string { return o.D.Name() }
 
 // Table returns the outbox table's name.
 func (o *Outbox) Table() string { return o.Name }
+
+// Classify wraps a driver error in ferry's classes.
+func (o *Outbox) Classify(err error) error { return o.D.Classify(err) }
 
 // in splices the id list into q (ending in "AND ") and binds it after the
 // leading arguments.
@@ -216,7 +223,7 @@ func (o *Outbox) Insert(ctx context.Context, ex ferrystore.Executor, rows []ferr
 		return err
 	}
 	if _, err := ex.Exec(ctx, o.D.Rebind(q), args...); err != nil {
-		return fmt.Errorf("enqueue: insert into %s: %w", o.Name, err)
+		return fmt.Errorf("enqueue: insert into %s: %w", o.Name, o.D.Classify(err))
 	}
 	return nil
 }
