@@ -36,6 +36,7 @@ type InboxConfig struct {
 type Inbox struct {
 	sqlutil.InboxBase
 	db      *sql.DB
+	owned   bool
 	tables  sqlutil.InboxTables
 	m, c, v string // quoted
 }
@@ -75,8 +76,14 @@ func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
 // Dialect returns "mysql".
 func (s *Inbox) Dialect() string { return "mysql" }
 
-// Close does nothing: the pool is the caller's.
-func (s *Inbox) Close() error { return nil }
+// Close closes the pool if the inbox opened it (OpenInbox); a pool the
+// caller passed to NewInbox stays open.
+func (s *Inbox) Close() error {
+	if s.owned {
+		return s.db.Close()
+	}
+	return nil
+}
 
 // DB returns the pool.
 func (s *Inbox) DB() *sql.DB { return s.db }

@@ -37,6 +37,7 @@ type InboxConfig struct {
 type inboxCore struct {
 	sqlutil.InboxBase
 	c        sqlstore.Pool
+	close    func()
 	tables   sqlutil.InboxTables
 	m, cf, v string
 }
@@ -141,8 +142,14 @@ func (s *StdlibInbox) UnwrapTx(tx *sql.Tx) ferrystore.Executor { return ferrysto
 // Dialect returns "postgres".
 func (s *inboxCore) Dialect() string { return "postgres" }
 
-// Close does nothing: the pool is the caller's.
-func (s *inboxCore) Close() error { return nil }
+// Close closes the pool if the inbox opened it (OpenInbox); a pool the
+// caller passed in stays open.
+func (s *inboxCore) Close() error {
+	if s.close != nil {
+		s.close()
+	}
+	return nil
+}
 
 // Migrations returns the inbox migrations rendered for its tables.
 func (s *inboxCore) Migrations() (fs.FS, error) {

@@ -37,6 +37,7 @@ type InboxConfig struct {
 type Inbox struct {
 	sqlutil.InboxBase
 	db      *sql.DB
+	owned   bool
 	tables  sqlutil.InboxTables
 	m, c, v string
 }
@@ -75,8 +76,14 @@ func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
 // Dialect returns "sqlite".
 func (s *Inbox) Dialect() string { return "sqlite" }
 
-// Close does nothing: the database is the caller's.
-func (s *Inbox) Close() error { return nil }
+// Close closes the database if the inbox opened it (OpenInbox); a
+// database the caller passed to NewInbox stays open.
+func (s *Inbox) Close() error {
+	if s.owned {
+		return s.db.Close()
+	}
+	return nil
+}
 
 // DB returns the database.
 func (s *Inbox) DB() *sql.DB { return s.db }
