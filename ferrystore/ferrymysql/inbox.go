@@ -11,6 +11,7 @@ import (
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/migrate"
+	"github.com/ferrydev/ferry/internal/sqlstore"
 	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
@@ -35,8 +36,7 @@ type InboxConfig struct {
 // ferrystore.InboxDriver[*sql.Tx].
 type Inbox struct {
 	sqlutil.InboxBase
-	db      *sql.DB
-	owned   bool
+	sqlstore.SQLTxs
 	tables  sqlutil.InboxTables
 	m, c, v string // quoted
 }
@@ -55,7 +55,7 @@ func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Inbox{db: db, tables: t, m: quote(t.Markers), c: quote(t.Conflicts), v: quote(t.Versions)}
+	s := &Inbox{SQLTxs: sqlstore.SQLTxs{SQLDB: sqlstore.NewSQLDB(db, false)}, tables: t, m: quote(t.Markers), c: quote(t.Conflicts), v: quote(t.Versions)}
 	s.InboxBase = sqlutil.InboxBase{Pool: ferrystore.SQL(db), SQL: sqlutil.InboxSQL{
 		InsertMarker: "INSERT INTO " + s.m + " (consumer_name, business_key, event_id, fields, fingerprint, outcome)" +
 			" VALUES (?, ?, ?, ?, ?, ?)",
@@ -76,30 +76,6 @@ func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
 // Dialect returns "mysql".
 func (s *Inbox) Dialect() string { return "mysql" }
 
-// Close closes the pool if the inbox opened it (OpenInbox); a pool the
-// caller passed to NewInbox stays open.
-func (s *Inbox) Close() error {
-	if s.owned {
-		return s.db.Close()
-	}
-	return nil
-}
-
-// DB returns the pool.
-func (s *Inbox) DB() *sql.DB { return s.db }
-
-// Begin starts a transaction.
-func (s *Inbox) Begin(ctx context.Context) (*sql.Tx, error) { return s.db.BeginTx(ctx, nil) }
-
-// Commit commits tx.
-func (s *Inbox) Commit(_ context.Context, tx *sql.Tx) error { return tx.Commit() }
-
-// Rollback rolls tx back.
-func (s *Inbox) Rollback(_ context.Context, tx *sql.Tx) error { return tx.Rollback() }
-
-// UnwrapTx returns an executor for tx.
-func (s *Inbox) UnwrapTx(tx *sql.Tx) ferrystore.Executor { return ferrystore.SQL(tx) }
-
 // Migrations returns the inbox migrations rendered for its tables.
 func (s *Inbox) Migrations() (fs.FS, error) {
 	return migrate.Render(inboxMigrationsFS, "inbox_migrations",
@@ -112,12 +88,12 @@ func (s *Inbox) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return Apply(ctx, s.db, "inbox:"+s.tables.Markers, fsys)
+	return Apply(ctx, s.DB(), "inbox:"+s.tables.Markers, fsys)
 }
 
 // RecordConflict stores c, or counts one more occurrence of it.
 func (s *Inbox) RecordConflict(ctx context.Context, c ferrystore.Conflict) (int64, error) {
-	res, err := s.db.ExecContext(ctx, "INSERT INTO "+s.c+" (consumer_name, business_key, stored_event_id, stored_fields,"+
+	res, err := s.DB().ExecContext(ctx, "INSERT INTO "+s.c+" (consumer_name, business_key, stored_event_id, stored_fields,"+
 		" stored_fingerprint, incoming_event_id, incoming_fields, incoming_fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"+
 		" ON DUPLICATE KEY UPDATE occurrences = occurrences + 1, last_seen = NOW(6), id = LAST_INSERT_ID(id)",
 		c.Consumer, c.Key, c.StoredEventID, string(c.StoredFields), c.StoredFingerprint,
@@ -146,7 +122,7 @@ func (s *Inbox) Classify(err error) error { return classify(err) }
 
 // PurgeMarkers deletes up to limit markers older than olderThan.
 func (s *Inbox) PurgeMarkers(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
-	n, err := ferrystore.SQL(s.db).Exec(ctx, "DELETE FROM "+s.m+" WHERE created_at < NOW(6) - INTERVAL ? MICROSECOND"+
+	n, err := ferrystore.SQL(s.DB()).Exec(ctx, "DELETE FROM "+s.m+" WHERE created_at < NOW(6) - INTERVAL ? MICROSECOND"+
 		" ORDER BY created_at LIMIT ?", sqlutil.Micros(olderThan), limit)
 	if err != nil {
 		return 0, fmt.Errorf("purge markers: %w", err)

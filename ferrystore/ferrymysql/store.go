@@ -26,7 +26,6 @@ import (
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/migrate"
 	"github.com/ferrydev/ferry/internal/sqlstore"
 	"github.com/ferrydev/ferry/internal/sqlutil"
 )
@@ -35,7 +34,7 @@ import (
 var migrationsFS embed.FS
 
 // DefaultTable is the outbox table's default name, the seed schema's.
-const DefaultTable = "outbox_event"
+const DefaultTable = sqlstore.DefaultTable
 
 // Config configures a Store. The zero value (or nil) uses the defaults.
 type Config struct {
@@ -49,9 +48,8 @@ type Config struct {
 // ferrystore.Driver[*sql.Tx].
 type Store struct {
 	sqlstore.Outbox
-	db    *sql.DB
-	owned bool
-	q     queries
+	sqlstore.SQLDB
+	q queries
 }
 
 var (
@@ -73,14 +71,16 @@ func New(db *sql.DB, cfg *Config) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: ferrymysql.New: db is nil", ferrytype.ErrInvalidConfig)
 	}
-	table := DefaultTable
-	if cfg != nil && cfg.Table != "" {
-		table = cfg.Table
+	var configured string
+	if cfg != nil {
+		configured = cfg.Table
 	}
-	if err := ferrytype.ValidateIdentifier("table", table, 59); err != nil {
+	table, err := sqlstore.TableName(configured, 59)
+	if err != nil {
 		return nil, err
 	}
-	return &Store{Outbox: sqlstore.NewOutbox(dialect{}, sqlstore.SQLPool(db), table), db: db, q: buildQueries(table)}, nil
+	return &Store{Outbox: sqlstore.NewOutbox(dialect{}, sqlstore.SQLPool(db), table), SQLDB: sqlstore.NewSQLDB(db, false),
+		q: buildQueries(table)}, nil
 }
 
 func quote(name string) string { return "`" + name + "`" }
@@ -113,20 +113,6 @@ func buildQueries(table string) queries {
 	q.seqUpsert = "INSERT INTO " + seq + " (aggregate_type, aggregate_id, last_seq) VALUES (?, ?, LAST_INSERT_ID(?))" +
 		" ON DUPLICATE KEY UPDATE last_seq = LAST_INSERT_ID(last_seq + ?)"
 	return q
-}
-
-// DB returns the pool the store uses.
-func (s *Store) DB() *sql.DB { return s.db }
-
-// UnwrapTx returns an executor for the caller's transaction.
-func (s *Store) UnwrapTx(tx *sql.Tx) ferrystore.Executor { return ferrystore.SQL(tx) }
-
-// Close closes the pool if the store opened it (Open).
-func (s *Store) Close() error {
-	if s.owned {
-		return s.db.Close()
-	}
-	return nil
 }
 
 // Enqueue inserts rows in ex. Events of one aggregate get consecutive
@@ -220,7 +206,7 @@ func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) (_ []ferryt
 	// entry, exactly where producers insert their new events; producers
 	// would wait for relays and, now and then, deadlock with them. Under
 	// READ COMMITTED the claim locks only the rows it takes.
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, err := s.DB().BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return nil, fmt.Errorf("claim: begin: %w", err)
 	}
@@ -314,26 +300,13 @@ func msgIDs(msgs []ferrytype.Message) []string {
 	return ids
 }
 
-func (s *Store) migrationData() map[string]string {
-	return map[string]string{"Table": s.T, "SeqTable": s.q.seq, "Name": s.Name}
-}
-
 // Migrations returns the migrations rendered for this store's table.
-func (s *Store) Migrations() (fs.FS, error) {
-	return migrate.Render(migrationsFS, "migrations", s.migrationData())
-}
+func (s *Store) Migrations() (fs.FS, error) { return MigrationFS(s.Name) }
 
 // MigrationFS returns the migrations for table (DefaultTable when empty),
 // for use with another migration tool.
 func MigrationFS(table string) (fs.FS, error) {
-	if table == "" {
-		table = DefaultTable
-	}
-	if err := ferrytype.ValidateIdentifier("table", table, 59); err != nil {
-		return nil, err
-	}
-	s := &Store{Outbox: sqlstore.NewOutbox(dialect{}, nil, table), q: buildQueries(table)}
-	return s.Migrations()
+	return sqlstore.MigrationFS(dialect{}, migrationsFS, table, 59)
 }
 
 // Migrate applies pending migrations under a named lock (GET_LOCK), so
@@ -343,5 +316,5 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return Apply(ctx, s.db, "outbox:"+s.Name, fsys)
+	return Apply(ctx, s.DB(), "outbox:"+s.Name, fsys)
 }

@@ -53,7 +53,7 @@ type Inbox struct {
 // stdlib driver. It implements ferrystore.InboxDriver[*sql.Tx].
 type StdlibInbox struct {
 	inboxCore
-	db *sql.DB
+	sqlstore.SQLTxs
 }
 
 var (
@@ -112,7 +112,7 @@ func NewStdlibInbox(db *sql.DB, cfg *InboxConfig) (*StdlibInbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &StdlibInbox{inboxCore: c, db: db}, nil
+	return &StdlibInbox{inboxCore: c, SQLTxs: sqlstore.SQLTxs{SQLDB: sqlstore.NewSQLDB(db, false)}}, nil
 }
 
 // Begin starts a transaction.
@@ -126,18 +126,6 @@ func (s *Inbox) Rollback(ctx context.Context, tx pgx.Tx) error { return tx.Rollb
 
 // UnwrapTx returns an executor for tx.
 func (s *Inbox) UnwrapTx(tx pgx.Tx) ferrystore.Executor { return Pgx(tx) }
-
-// Begin starts a transaction.
-func (s *StdlibInbox) Begin(ctx context.Context) (*sql.Tx, error) { return s.db.BeginTx(ctx, nil) }
-
-// Commit commits tx.
-func (s *StdlibInbox) Commit(_ context.Context, tx *sql.Tx) error { return tx.Commit() }
-
-// Rollback rolls tx back.
-func (s *StdlibInbox) Rollback(_ context.Context, tx *sql.Tx) error { return tx.Rollback() }
-
-// UnwrapTx returns an executor for tx.
-func (s *StdlibInbox) UnwrapTx(tx *sql.Tx) ferrystore.Executor { return ferrystore.SQL(tx) }
 
 // Dialect returns "postgres".
 func (s *inboxCore) Dialect() string { return "postgres" }

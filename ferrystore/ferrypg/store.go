@@ -22,7 +22,6 @@ import (
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/migrate"
 	"github.com/ferrydev/ferry/internal/sqlstore"
 	"github.com/ferrydev/ferry/internal/sqlutil"
 )
@@ -31,7 +30,7 @@ import (
 var migrationsFS embed.FS
 
 // DefaultTable is the outbox table's default name, the seed schema's.
-const DefaultTable = "outbox_event"
+const DefaultTable = sqlstore.DefaultTable
 
 // Config configures a store. The zero value (or nil) uses the defaults.
 type Config struct {
@@ -124,15 +123,15 @@ func (s *Store) UnwrapTx(tx pgx.Tx) ferrystore.Executor { return Pgx(tx) }
 func (s *StdlibStore) UnwrapTx(tx *sql.Tx) ferrystore.Executor { return ferrystore.SQL(tx) }
 
 func newCore(c sqlstore.Pool, cfg *Config) (core, error) {
-	table := DefaultTable
-	var notify bool
+	var (
+		configured string
+		notify     bool
+	)
 	if cfg != nil {
-		if cfg.Table != "" {
-			table = cfg.Table
-		}
-		notify = cfg.Notify
+		configured, notify = cfg.Table, cfg.Notify
 	}
-	if err := ferrytype.ValidateIdentifier("table", table, 49); err != nil {
+	table, err := sqlstore.TableName(configured, 49)
+	if err != nil {
 		return core{}, err
 	}
 	return core{Outbox: sqlstore.NewOutbox(dialect{}, c, table), c: c, channel: "ferry_" + table, notify: notify,
@@ -312,30 +311,13 @@ func (s *core) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (ferr
 	return ferrystore.MarkFailedResultOf(fails, func(i int) bool { return changed[fails[i].ID] }), nil
 }
 
-func migrationData(table string) map[string]string {
-	return map[string]string{
-		"Table":          quote(table),
-		"SeqTable":       quote(table + "_seq"),
-		"PendingIndex":   quote(table + "_pending_idx"),
-		"AggregateIndex": quote(table + "_aggregate_idx"),
-	}
-}
-
 // Migrations returns the migrations rendered for this store's table.
-func (s *core) Migrations() (fs.FS, error) {
-	return migrate.Render(migrationsFS, "migrations", migrationData(s.Name))
-}
+func (s *core) Migrations() (fs.FS, error) { return MigrationFS(s.Name) }
 
 // MigrationFS returns the migrations for table (DefaultTable when empty),
 // for use with another migration tool.
 func MigrationFS(table string) (fs.FS, error) {
-	if table == "" {
-		table = DefaultTable
-	}
-	if err := ferrytype.ValidateIdentifier("table", table, 49); err != nil {
-		return nil, err
-	}
-	return migrate.Render(migrationsFS, "migrations", migrationData(table))
+	return sqlstore.MigrationFS(dialect{}, migrationsFS, table, 49)
 }
 
 // Migrate applies pending migrations in one transaction under an advisory

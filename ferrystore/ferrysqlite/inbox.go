@@ -11,6 +11,7 @@ import (
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/migrate"
+	"github.com/ferrydev/ferry/internal/sqlstore"
 	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
@@ -36,8 +37,7 @@ type InboxConfig struct {
 // BEGIN, which serialises concurrent deliveries of one operation.
 type Inbox struct {
 	sqlutil.InboxBase
-	db      *sql.DB
-	owned   bool
+	sqlstore.SQLTxs
 	tables  sqlutil.InboxTables
 	m, c, v string
 }
@@ -56,7 +56,7 @@ func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Inbox{db: db, tables: t, m: quote(t.Markers), c: quote(t.Conflicts), v: quote(t.Versions)}
+	s := &Inbox{SQLTxs: sqlstore.SQLTxs{SQLDB: sqlstore.NewSQLDB(db, false)}, tables: t, m: quote(t.Markers), c: quote(t.Conflicts), v: quote(t.Versions)}
 	s.InboxBase = sqlutil.InboxBase{Pool: ferrystore.SQL(db), SQL: sqlutil.InboxSQL{
 		InsertMarker: "INSERT INTO " + s.m + " (consumer_name, business_key, event_id, fields, fingerprint, outcome)" +
 			" VALUES (?, ?, ?, ?, ?, ?)",
@@ -76,30 +76,6 @@ func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
 // Dialect returns "sqlite".
 func (s *Inbox) Dialect() string { return "sqlite" }
 
-// Close closes the database if the inbox opened it (OpenInbox); a
-// database the caller passed to NewInbox stays open.
-func (s *Inbox) Close() error {
-	if s.owned {
-		return s.db.Close()
-	}
-	return nil
-}
-
-// DB returns the database.
-func (s *Inbox) DB() *sql.DB { return s.db }
-
-// Begin starts a transaction.
-func (s *Inbox) Begin(ctx context.Context) (*sql.Tx, error) { return s.db.BeginTx(ctx, nil) }
-
-// Commit commits tx.
-func (s *Inbox) Commit(_ context.Context, tx *sql.Tx) error { return tx.Commit() }
-
-// Rollback rolls tx back.
-func (s *Inbox) Rollback(_ context.Context, tx *sql.Tx) error { return tx.Rollback() }
-
-// UnwrapTx returns an executor for tx.
-func (s *Inbox) UnwrapTx(tx *sql.Tx) ferrystore.Executor { return ferrystore.SQL(tx) }
-
 // Migrations returns the inbox migrations rendered for its tables.
 func (s *Inbox) Migrations() (fs.FS, error) {
 	return migrate.Render(inboxMigrationsFS, "inbox_migrations", map[string]string{
@@ -115,13 +91,13 @@ func (s *Inbox) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return Apply(ctx, s.db, "inbox:"+s.tables.Markers, fsys)
+	return Apply(ctx, s.DB(), "inbox:"+s.tables.Markers, fsys)
 }
 
 // RecordConflict stores c, or counts one more occurrence of it.
 func (s *Inbox) RecordConflict(ctx context.Context, c ferrystore.Conflict) (int64, error) {
 	var id int64
-	err := s.db.QueryRowContext(ctx, "INSERT INTO "+s.c+" (consumer_name, business_key, stored_event_id, stored_fields,"+
+	err := s.DB().QueryRowContext(ctx, "INSERT INTO "+s.c+" (consumer_name, business_key, stored_event_id, stored_fields,"+
 		" stored_fingerprint, incoming_event_id, incoming_fields, incoming_fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"+
 		" ON CONFLICT (consumer_name, business_key, incoming_fingerprint)"+
 		" DO UPDATE SET occurrences = occurrences + 1, last_seen = "+now+" RETURNING id",
@@ -152,7 +128,7 @@ func (s *Inbox) Classify(err error) error { return classify(err) }
 
 // PurgeMarkers deletes up to limit markers older than olderThan.
 func (s *Inbox) PurgeMarkers(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
-	n, err := ferrystore.SQL(s.db).Exec(ctx, "DELETE FROM "+s.m+" WHERE rowid IN (SELECT rowid FROM "+s.m+
+	n, err := ferrystore.SQL(s.DB()).Exec(ctx, "DELETE FROM "+s.m+" WHERE rowid IN (SELECT rowid FROM "+s.m+
 		" WHERE created_at < "+nowPlus+" ORDER BY created_at LIMIT ?)", modifier(-olderThan), limit)
 	if err != nil {
 		return 0, fmt.Errorf("purge markers: %w", err)

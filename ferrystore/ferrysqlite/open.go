@@ -95,7 +95,7 @@ func Open(ctx context.Context, rawURL string, cfg *Config) (*Store, error) {
 		return nil, err
 	}
 	s, _ := New(db, cfg)
-	s.owned = true
+	s.Own()
 	return s, nil
 }
 
@@ -110,6 +110,6 @@ func OpenInbox(ctx context.Context, rawURL string, cfg *InboxConfig) (*Inbox, er
 		return nil, err
 	}
 	s, _ := NewInbox(db, cfg)
-	s.owned = true
+	s.Own()
 	return s, nil
 }

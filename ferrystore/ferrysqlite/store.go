@@ -19,7 +19,6 @@ import (
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/migrate"
 	"github.com/ferrydev/ferry/internal/sqlstore"
 	"github.com/ferrydev/ferry/internal/sqlutil"
 )
@@ -28,7 +27,7 @@ import (
 var migrationsFS embed.FS
 
 // DefaultTable is the outbox table's default name, the seed schema's.
-const DefaultTable = "outbox_event"
+const DefaultTable = sqlstore.DefaultTable
 
 // Config configures a Store. The zero value (or nil) uses the defaults.
 type Config struct {
@@ -42,9 +41,8 @@ type Config struct {
 // ferrystore.Driver[*sql.Tx].
 type Store struct {
 	sqlstore.Outbox
-	db    *sql.DB
-	owned bool
-	q     queries
+	sqlstore.SQLDB
+	q queries
 }
 
 var (
@@ -62,14 +60,16 @@ func New(db *sql.DB, cfg *Config) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: ferrysqlite.New: db is nil", ferrytype.ErrInvalidConfig)
 	}
-	table := DefaultTable
-	if cfg != nil && cfg.Table != "" {
-		table = cfg.Table
+	var configured string
+	if cfg != nil {
+		configured = cfg.Table
 	}
-	if err := ferrytype.ValidateIdentifier("table", table, 49); err != nil {
+	table, err := sqlstore.TableName(configured, 49)
+	if err != nil {
 		return nil, err
 	}
-	return &Store{Outbox: sqlstore.NewOutbox(dialect{}, sqlstore.SQLPool(db), table), db: db, q: buildQueries(table)}, nil
+	return &Store{Outbox: sqlstore.NewOutbox(dialect{}, sqlstore.SQLPool(db), table), SQLDB: sqlstore.NewSQLDB(db, false),
+		q: buildQueries(table)}, nil
 }
 
 func quote(name string) string { return `"` + name + `"` }
@@ -93,20 +93,6 @@ func buildQueries(table string) queries {
 	q.seqUpsert = "INSERT INTO " + seq + " (aggregate_type, aggregate_id, last_seq) VALUES (?, ?, ?)" +
 		" ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_seq = last_seq + excluded.last_seq RETURNING last_seq"
 	return q
-}
-
-// DB returns the pool the store uses.
-func (s *Store) DB() *sql.DB { return s.db }
-
-// UnwrapTx returns an executor for the caller's transaction.
-func (s *Store) UnwrapTx(tx *sql.Tx) ferrystore.Executor { return ferrystore.SQL(tx) }
-
-// Close closes the database if the store opened it (Open).
-func (s *Store) Close() error {
-	if s.owned {
-		return s.db.Close()
-	}
-	return nil
 }
 
 // Enqueue inserts rows in ex, assigning aggregate sequence numbers.
@@ -160,7 +146,7 @@ func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytyp
 	if p.Ordered {
 		query = s.q.claimOrdered
 	}
-	rows, err := s.db.QueryContext(ctx, query, p.Token, modifier(p.Lease), p.Limit)
+	rows, err := s.DB().QueryContext(ctx, query, p.Token, modifier(p.Lease), p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
@@ -171,30 +157,13 @@ func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytyp
 	return msgs, nil
 }
 
-func migrationData(table string) map[string]string {
-	return map[string]string{
-		"Table":          quote(table),
-		"SeqTable":       quote(table + "_seq"),
-		"PendingIndex":   quote(table + "_pending_idx"),
-		"AggregateIndex": quote(table + "_aggregate_idx"),
-	}
-}
-
 // Migrations returns the migrations rendered for this store's table.
-func (s *Store) Migrations() (fs.FS, error) {
-	return migrate.Render(migrationsFS, "migrations", migrationData(s.Name))
-}
+func (s *Store) Migrations() (fs.FS, error) { return MigrationFS(s.Name) }
 
 // MigrationFS returns the migrations for table (DefaultTable when empty),
 // for use with another migration tool.
 func MigrationFS(table string) (fs.FS, error) {
-	if table == "" {
-		table = DefaultTable
-	}
-	if err := ferrytype.ValidateIdentifier("table", table, 49); err != nil {
-		return nil, err
-	}
-	return migrate.Render(migrationsFS, "migrations", migrationData(table))
+	return sqlstore.MigrationFS(dialect{}, migrationsFS, table, 49)
 }
 
 // Migrate applies pending migrations in one immediate transaction.
@@ -203,5 +172,5 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return Apply(ctx, s.db, "outbox:"+s.Name, fsys)
+	return Apply(ctx, s.DB(), "outbox:"+s.Name, fsys)
 }

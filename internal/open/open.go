@@ -36,63 +36,54 @@ type database struct {
 }
 
 // databases lists the store packages; each parses and opens its own URLs.
-// Each function checks err itself: a typed nil pointer returned as the
-// interface would not compare equal to nil.
 var databases = []database{
 	{
 		schemes: ferrymysql.Schemes,
 		store: func(ctx context.Context, rawURL, table string) (ferrystore.Store, error) {
-			s, err := ferrymysql.Open(ctx, rawURL, &ferrymysql.Config{Table: table})
-			if err != nil {
-				return nil, err
-			}
-			return s, nil
+			return asStore(ferrymysql.Open(ctx, rawURL, &ferrymysql.Config{Table: table}))
 		},
-		inbox: func(ctx context.Context, rawURL string, cfg *InboxConfig) (ferrystore.InboxStore, error) {
-			s, err := ferrymysql.OpenInbox(ctx, rawURL, &ferrymysql.InboxConfig{MarkerTable: cfg.MarkerTable,
-				ConflictTable: cfg.ConflictTable, VersionTable: cfg.VersionTable})
-			if err != nil {
-				return nil, err
-			}
-			return s, nil
+		inbox: func(ctx context.Context, rawURL string, c *InboxConfig) (ferrystore.InboxStore, error) {
+			return asInbox(ferrymysql.OpenInbox(ctx, rawURL, &ferrymysql.InboxConfig{MarkerTable: c.MarkerTable,
+				ConflictTable: c.ConflictTable, VersionTable: c.VersionTable}))
 		},
 	},
 	{
 		schemes: ferrypg.Schemes,
 		store: func(ctx context.Context, rawURL, table string) (ferrystore.Store, error) {
-			s, err := ferrypg.Open(ctx, rawURL, &ferrypg.Config{Table: table})
-			if err != nil {
-				return nil, err
-			}
-			return s, nil
+			return asStore(ferrypg.Open(ctx, rawURL, &ferrypg.Config{Table: table}))
 		},
-		inbox: func(ctx context.Context, rawURL string, cfg *InboxConfig) (ferrystore.InboxStore, error) {
-			s, err := ferrypg.OpenInbox(ctx, rawURL, &ferrypg.InboxConfig{MarkerTable: cfg.MarkerTable,
-				ConflictTable: cfg.ConflictTable, VersionTable: cfg.VersionTable})
-			if err != nil {
-				return nil, err
-			}
-			return s, nil
+		inbox: func(ctx context.Context, rawURL string, c *InboxConfig) (ferrystore.InboxStore, error) {
+			return asInbox(ferrypg.OpenInbox(ctx, rawURL, &ferrypg.InboxConfig{MarkerTable: c.MarkerTable,
+				ConflictTable: c.ConflictTable, VersionTable: c.VersionTable}))
 		},
 	},
 	{
 		schemes: ferrysqlite.Schemes,
 		store: func(ctx context.Context, rawURL, table string) (ferrystore.Store, error) {
-			s, err := ferrysqlite.Open(ctx, rawURL, &ferrysqlite.Config{Table: table})
-			if err != nil {
-				return nil, err
-			}
-			return s, nil
+			return asStore(ferrysqlite.Open(ctx, rawURL, &ferrysqlite.Config{Table: table}))
 		},
-		inbox: func(ctx context.Context, rawURL string, cfg *InboxConfig) (ferrystore.InboxStore, error) {
-			s, err := ferrysqlite.OpenInbox(ctx, rawURL, &ferrysqlite.InboxConfig{MarkerTable: cfg.MarkerTable,
-				ConflictTable: cfg.ConflictTable, VersionTable: cfg.VersionTable})
-			if err != nil {
-				return nil, err
-			}
-			return s, nil
+		inbox: func(ctx context.Context, rawURL string, c *InboxConfig) (ferrystore.InboxStore, error) {
+			return asInbox(ferrysqlite.OpenInbox(ctx, rawURL, &ferrysqlite.InboxConfig{MarkerTable: c.MarkerTable,
+				ConflictTable: c.ConflictTable, VersionTable: c.VersionTable}))
 		},
 	},
+}
+
+// asStore and asInbox return a store package's result as the interface,
+// checking err first: a typed nil pointer returned as the interface would
+// not compare equal to nil.
+func asStore[S ferrystore.Store](s S, err error) (ferrystore.Store, error) {
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func asInbox[S ferrystore.InboxStore](s S, err error) (ferrystore.InboxStore, error) {
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // databaseFor returns the store package whose schemes include rawURL's.
