@@ -3,6 +3,7 @@ package ferrysqlite_test
 import (
 	"context"
 	"database/sql"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -54,4 +55,27 @@ func TestInboxConformance(t *testing.T) {
 		// SQLite runs one writer at a time: fewer keys keep the test short.
 		ConcurrentKeys: 300,
 	})
+}
+
+func TestClassifyBusyIsLockConflict(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "busy.db")
+	s, err := ferrysqlite.Open(ctx, "sqlite://"+path, nil)
+	require.NoError(t, err)
+	defer s.Close()
+	require.NoError(t, s.Migrate(ctx))
+	tx, err := s.DB().BeginTx(ctx, nil) // immediate: it holds the write lock
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+
+	impatient, err := ferrysqlite.Open(ctx, "sqlite://"+path+"?_pragma=busy_timeout(0)", nil)
+	require.NoError(t, err)
+	defer impatient.Close()
+	_, err = impatient.DB().BeginTx(ctx, nil)
+	require.Error(t, err)
+	err = impatient.Classify(err)
+	require.ErrorIs(t, err, ferrytype.ErrLockConflict)
+	require.ErrorIs(t, err, ferrytype.ErrRetryable)
+	var se *sqlite.Error
+	require.ErrorAs(t, err, &se)
 }
