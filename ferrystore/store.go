@@ -3,8 +3,12 @@
 // store serve both database/sql and pgx transactions.
 //
 // Every SQL dialect lives in its own package (ferrymysql, ferrypg,
-// ferrysqlite); the core never branches on the dialect. Each store runs the
-// conformance suite in ferrystoretest.
+// ferrysqlite); the core never branches on the dialect. The operations
+// that differ between them only in spelling are written once, against a
+// small dialect interface, in an internal package the three share. Each
+// status change a store makes is an edge of ferrytype.Transitions. Each
+// store runs the conformance suite in ferrystoretest, which tests every
+// edge.
 package ferrystore
 
 import (
