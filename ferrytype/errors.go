@@ -68,7 +68,7 @@ func Classed(err error, classes ...error) error {
 	if len(missing) == 0 {
 		return err
 	}
-	return classedError{err: err, classes: missing}
+	return &classedError{err: err, classes: missing}
 }
 
 type classedError struct {
@@ -76,8 +76,8 @@ type classedError struct {
 	classes []error
 }
 
-func (c classedError) Error() string   { return c.err.Error() }
-func (c classedError) Unwrap() []error { return append([]error{c.err}, c.classes...) }
+func (c *classedError) Error() string   { return c.err.Error() }
+func (c *classedError) Unwrap() []error { return append([]error{c.err}, c.classes...) }
 
 // Poison wraps err so that errors.Is(err, ErrPoison) holds.
 func Poison(err error) error {
