@@ -14,6 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/sqlstore"
 )
 
 // ParseURL turns a URL of the form
@@ -129,7 +130,7 @@ func Open(ctx context.Context, rawURL string, cfg *Config) (*Store, error) {
 		return nil, err
 	}
 	s, _ := New(db, cfg)
-	s.Own()
+	s.SQLDB = sqlstore.NewSQLDB(db, true)
 	return s, nil
 }
 
@@ -146,6 +147,6 @@ func OpenInbox(ctx context.Context, rawURL string, cfg *InboxConfig) (*Inbox, er
 		return nil, err
 	}
 	s, _ := NewInbox(db, cfg)
-	s.Own()
+	s.SQLTxs = sqlstore.SQLTxs{SQLDB: sqlstore.NewSQLDB(db, true)}
 	return s, nil
 }

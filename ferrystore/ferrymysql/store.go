@@ -135,7 +135,7 @@ func (s *Store) enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferr
 		groups = sqlutil.GroupByAggregate(rows)
 	}
 	if len(groups) == 0 {
-		return s.Insert(ctx, ex, rows, seqExpr)
+		return sqlstore.Insert(ctx, &s.Outbox, ex, rows, seqExpr)
 	}
 	// One group (the common case): a single upsert, then every row's
 	// sequence is computed from LAST_INSERT_ID() in the INSERT itself.
@@ -147,7 +147,7 @@ func (s *Store) enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferr
 		for j, i := range g.Rows {
 			seqExpr[i] = fmt.Sprintf("LAST_INSERT_ID() - %d", len(g.Rows)-1-j)
 		}
-		return s.Insert(ctx, ex, rows, seqExpr)
+		return sqlstore.Insert(ctx, &s.Outbox, ex, rows, seqExpr)
 	}
 	// Several aggregates: read each group's last value back.
 	for _, g := range groups {
@@ -170,7 +170,7 @@ func (s *Store) enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferr
 			seqExpr[i] = fmt.Sprint(last - int64(len(g.Rows)-1-j))
 		}
 	}
-	return s.Insert(ctx, ex, rows, seqExpr)
+	return sqlstore.Insert(ctx, &s.Outbox, ex, rows, seqExpr)
 }
 
 func (s *Store) bumpSeq(ctx context.Context, ex ferrystore.Executor, g sqlutil.AggregateGroup) error {
@@ -301,7 +301,7 @@ func msgIDs(msgs []ferrytype.Message) []string {
 }
 
 // Migrations returns the migrations rendered for this store's table.
-func (s *Store) Migrations() (fs.FS, error) { return MigrationFS(s.Name) }
+func (s *Store) Migrations() (fs.FS, error) { return MigrationFS(s.Table()) }
 
 // MigrationFS returns the migrations for table (DefaultTable when empty),
 // for use with another migration tool.
@@ -316,5 +316,5 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return Apply(ctx, s.DB(), "outbox:"+s.Name, fsys)
+	return Apply(ctx, s.DB(), "outbox:"+s.Table(), fsys)
 }

@@ -228,7 +228,7 @@ func (s *core) enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferry
 		with()
 		b.WriteString("ins AS (")
 	}
-	ins, insArgs, err := s.InsertRows(rows, seq)
+	ins, insArgs, err := sqlstore.InsertRows(&s.Outbox, rows, seq)
 	if err != nil {
 		return err
 	}
@@ -236,19 +236,19 @@ func (s *core) enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferry
 	args = append(args, insArgs...)
 	if !s.notify {
 		if _, err := ex.Exec(ctx, sqlutil.Rebind("postgres", b.String()), args...); err != nil {
-			return fmt.Errorf("enqueue: insert into %s: %w", s.Name, err)
+			return fmt.Errorf("enqueue: insert into %s: %w", s.Table(), err)
 		}
 		return nil
 	}
 	b.WriteString(" RETURNING 1) SELECT pg_notify(?, '') FROM (SELECT 1 FROM ins LIMIT 1) x")
 	r, err := ex.Query(ctx, sqlutil.Rebind("postgres", b.String()), append(args, s.channel)...)
 	if err != nil {
-		return fmt.Errorf("enqueue: insert into %s: %w", s.Name, err)
+		return fmt.Errorf("enqueue: insert into %s: %w", s.Table(), err)
 	}
 	for r.Next() {
 	}
 	if err := r.Close(); err != nil {
-		return fmt.Errorf("enqueue: insert into %s: %w", s.Name, err)
+		return fmt.Errorf("enqueue: insert into %s: %w", s.Table(), err)
 	}
 	return nil
 }
@@ -264,7 +264,7 @@ func (s *core) claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype
 	if p.Ordered {
 		query = s.q.claimOrdered
 	}
-	rows, err := s.Pool.Query(ctx, query, p.Limit, p.Token, sqlutil.Micros(p.Lease))
+	rows, err := s.c.Query(ctx, query, p.Limit, p.Token, sqlutil.Micros(p.Lease))
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
@@ -300,19 +300,19 @@ func (s *core) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (ferr
 			statuses[i] = string(ferrytype.TransitionFailDead.To)
 		}
 	}
-	rows, err := s.Pool.Query(ctx, s.q.markFailed, ids, tokens, statuses, delays, errs)
+	rows, err := s.c.Query(ctx, s.q.markFailed, ids, tokens, statuses, delays, errs)
 	if err != nil {
-		return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed: %w", err)
+		return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed: %w", classify(err))
 	}
 	changed, err := sqlutil.ScanKeys(rows)
 	if err != nil {
-		return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed: %w", err)
+		return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed: %w", classify(err))
 	}
 	return ferrystore.MarkFailedResultOf(fails, func(i int) bool { return changed[fails[i].ID] }), nil
 }
 
 // Migrations returns the migrations rendered for this store's table.
-func (s *core) Migrations() (fs.FS, error) { return MigrationFS(s.Name) }
+func (s *core) Migrations() (fs.FS, error) { return MigrationFS(s.Table()) }
 
 // MigrationFS returns the migrations for table (DefaultTable when empty),
 // for use with another migration tool.
@@ -327,5 +327,5 @@ func (s *core) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return apply(ctx, s.c, "outbox:"+s.Name, fsys)
+	return apply(ctx, s.c, "outbox:"+s.Table(), fsys)
 }

@@ -11,6 +11,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/sqlstore"
 )
 
 // DSN turns a URL into a modernc.org/sqlite data source name with ferry's
@@ -95,7 +96,7 @@ func Open(ctx context.Context, rawURL string, cfg *Config) (*Store, error) {
 		return nil, err
 	}
 	s, _ := New(db, cfg)
-	s.Own()
+	s.SQLDB = sqlstore.NewSQLDB(db, true)
 	return s, nil
 }
 
@@ -110,6 +111,6 @@ func OpenInbox(ctx context.Context, rawURL string, cfg *InboxConfig) (*Inbox, er
 		return nil, err
 	}
 	s, _ := NewInbox(db, cfg)
-	s.Own()
+	s.SQLTxs = sqlstore.SQLTxs{SQLDB: sqlstore.NewSQLDB(db, true)}
 	return s, nil
 }

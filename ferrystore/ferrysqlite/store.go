@@ -132,7 +132,7 @@ func (s *Store) enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferr
 	for i, n := range seqs {
 		seq[i] = strconv.FormatInt(n, 10)
 	}
-	return s.Insert(ctx, ex, rows, seq)
+	return sqlstore.Insert(ctx, &s.Outbox, ex, rows, seq)
 }
 
 // Claim leases up to p.Limit rows with one UPDATE ... RETURNING statement.
@@ -158,7 +158,7 @@ func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytyp
 }
 
 // Migrations returns the migrations rendered for this store's table.
-func (s *Store) Migrations() (fs.FS, error) { return MigrationFS(s.Name) }
+func (s *Store) Migrations() (fs.FS, error) { return MigrationFS(s.Table()) }
 
 // MigrationFS returns the migrations for table (DefaultTable when empty),
 // for use with another migration tool.
@@ -172,5 +172,5 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return Apply(ctx, s.DB(), "outbox:"+s.Name, fsys)
+	return Apply(ctx, s.DB(), "outbox:"+s.Table(), fsys)
 }

@@ -13,7 +13,7 @@ import (
 
 // Ping checks that the database answers, with one round trip.
 func (o *Outbox) Ping(ctx context.Context) error {
-	rows, err := o.Pool.Query(ctx, o.D.Ping())
+	rows, err := o.pool.Query(ctx, o.d.Ping())
 	if err == nil {
 		for rows.Next() {
 		}
@@ -36,8 +36,8 @@ func (o *Outbox) CountByStatus(ctx context.Context, statuses ...ferrytype.Status
 		names[i] = string(st)
 		out[st] = 0
 	}
-	cond, args := o.D.In("status", names)
-	rows, err := o.Pool.Query(ctx, o.D.Rebind("SELECT status, COUNT(*) FROM "+o.T+" WHERE "+cond+" GROUP BY status"), args...)
+	cond, args := o.d.In("status", names)
+	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT status, COUNT(*) FROM "+o.t+" WHERE "+cond+" GROUP BY status"), args...)
 	if err != nil {
 		return nil, fmt.Errorf("count by status: %w", err)
 	}
@@ -60,9 +60,9 @@ func (o *Outbox) PendingByDestination(ctx context.Context, limit int) ([]ferryst
 		return nil, fmt.Errorf("%w: pending by destination: limit %d must be within 1..%d",
 			ferrytype.ErrInvalidConfig, limit, ferrystore.MaxListLimit)
 	}
-	rows, err := o.Pool.Query(ctx, o.D.Rebind("SELECT CASE WHEN destination = '' THEN event_type ELSE destination END AS route, "+
-		o.D.CountIf("status = 'NEW'")+", "+o.D.CountIf("status = 'SENDING'")+", "+o.D.AgeMicros("MIN(created_at)")+
-		" FROM "+o.T+" WHERE status IN ('NEW', 'SENDING') GROUP BY route ORDER BY MIN(created_at), route LIMIT ?"), limit)
+	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT CASE WHEN destination = '' THEN event_type ELSE destination END AS route, "+
+		o.d.CountIf("status = 'NEW'")+", "+o.d.CountIf("status = 'SENDING'")+", "+o.d.AgeMicros("MIN(created_at)")+
+		" FROM "+o.t+" WHERE status IN ('NEW', 'SENDING') GROUP BY route ORDER BY MIN(created_at), route LIMIT ?"), limit)
 	if err != nil {
 		return nil, fmt.Errorf("pending by destination: %w", err)
 	}
@@ -84,7 +84,7 @@ func (o *Outbox) PendingByDestination(ctx context.Context, limit int) ([]ferryst
 
 // Attempts counts NEW, SENDING and DEAD rows by status and attempts.
 func (o *Outbox) Attempts(ctx context.Context) ([]ferrystore.AttemptCount, error) {
-	rows, err := o.Pool.Query(ctx, o.D.Rebind("SELECT status, attempts, COUNT(*) FROM "+o.T+
+	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT status, attempts, COUNT(*) FROM "+o.t+
 		" WHERE status IN ('NEW', 'SENDING', 'DEAD') GROUP BY status, attempts ORDER BY status, attempts LIMIT ?"),
 		ferrystore.MaxListLimit)
 	if err != nil {
@@ -111,7 +111,7 @@ func (o *Outbox) List(ctx context.Context, f ferrystore.Filter) ([]ferrystore.Ro
 		statuses[i] = string(st)
 	}
 	in := func(col string, vals []string) {
-		cond, a := o.D.In(col, vals)
+		cond, a := o.d.In(col, vals)
 		add(cond, a...)
 	}
 	in("status", statuses)
@@ -132,12 +132,12 @@ func (o *Outbox) List(ctx context.Context, f ferrystore.Filter) ([]ferrystore.Ro
 		add("last_error IS NOT NULL AND last_error <> ''")
 	}
 	if f.MinAge > 0 {
-		add("created_at <= "+o.D.Shift(), ago(o.D, f.MinAge))
+		add("created_at <= "+o.d.Shift(), ago(o.d, f.MinAge))
 	}
 	if f.MaxAge > 0 {
-		add("created_at >= "+o.D.Shift(), ago(o.D, f.MaxAge))
+		add("created_at >= "+o.d.Shift(), ago(o.d, f.MaxAge))
 	}
-	rows, err := o.Pool.Query(ctx, o.D.Rebind("SELECT "+o.Cols+" FROM "+o.T+" WHERE "+strings.Join(where, " AND ")+
+	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT "+o.cols+" FROM "+o.t+" WHERE "+strings.Join(where, " AND ")+
 		" ORDER BY created_at, event_id LIMIT ?"), append(args, f.Limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
@@ -149,15 +149,15 @@ func (o *Outbox) List(ctx context.Context, f ferrystore.Filter) ([]ferrystore.Ro
 // (ferrytype.TransitionRevive).
 func (o *Outbox) Retry(ctx context.Context, ids []string) (int64, error) {
 	t := ferrytype.TransitionRevive
-	return o.fromDead(ctx, "retry dead events", "UPDATE "+o.T+" SET status = "+lit(t.To)+", attempts = 0, available_at = "+
-		o.D.Now()+", lease_token = NULL, locked_until = NULL WHERE status = "+lit(t.From)+" AND ", ids)
+	return o.fromDead(ctx, "retry dead events", "UPDATE "+o.t+" SET status = "+lit(t.To)+", attempts = 0, available_at = "+
+		o.d.Now()+", lease_token = NULL, locked_until = NULL WHERE status = "+lit(t.From)+" AND ", ids)
 }
 
 // Discard moves the DEAD rows among ids to DISCARDED
 // (ferrytype.TransitionDiscard).
 func (o *Outbox) Discard(ctx context.Context, ids []string, reason string) (int64, error) {
 	t := ferrytype.TransitionDiscard
-	return o.fromDead(ctx, "discard dead events", "UPDATE "+o.T+" SET status = "+lit(t.To)+", discarded_at = "+o.D.Now()+
+	return o.fromDead(ctx, "discard dead events", "UPDATE "+o.t+" SET status = "+lit(t.To)+", discarded_at = "+o.d.Now()+
 		", discard_reason = ? WHERE status = "+lit(t.From)+" AND ", ids, sqlutil.Truncate(reason, 2000))
 }
 
@@ -166,7 +166,7 @@ func (o *Outbox) fromDead(ctx context.Context, what, update string, ids []string
 		return 0, err
 	}
 	q, args := o.in(update, "event_id", ids, lead...)
-	n, err := o.Pool.Exec(ctx, q, args...)
+	n, err := o.pool.Exec(ctx, q, args...)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", what, err)
 	}
@@ -177,8 +177,8 @@ func (o *Outbox) fromDead(ctx context.Context, what, update string, ids []string
 // olderThan ago (ferrytype.TransitionPurgeDiscarded), through the pending
 // index.
 func (o *Outbox) PurgeDiscarded(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
-	n, err := o.Pool.Exec(ctx, o.D.Rebind(o.D.DeleteLimited(o.T, "status = "+lit(ferrytype.TransitionPurgeDiscarded.From)+
-		" AND discarded_at < "+o.D.Shift(), "available_at, event_id")), ago(o.D, olderThan), limit)
+	n, err := o.pool.Exec(ctx, o.d.Rebind(o.d.DeleteLimited(o.t, "status = "+lit(ferrytype.TransitionPurgeDiscarded.From)+
+		" AND discarded_at < "+o.d.Shift(), "available_at, event_id")), ago(o.d, olderThan), limit)
 	if err != nil {
 		return 0, fmt.Errorf("purge discarded: %w", err)
 	}
@@ -192,14 +192,14 @@ func (o *Outbox) MissingEvents(ctx context.Context, q ferrystore.MissingEventsQu
 	if err := q.Validate(); err != nil {
 		return nil, err
 	}
-	key := o.D.KeyText("b." + o.D.Quote(q.KeyColumn))
-	tm := "b." + o.D.Quote(q.TimeColumn)
-	at, bound := o.D.Moment(tm), o.D.Moment(o.D.Shift())
-	rows, err := o.Pool.Query(ctx, o.D.Rebind("SELECT "+key+", "+tm+" FROM "+o.D.Quote(q.Table)+" b"+
+	key := o.d.KeyText("b." + o.d.Quote(q.KeyColumn))
+	tm := "b." + o.d.Quote(q.TimeColumn)
+	at, bound := o.d.Moment(tm), o.d.Moment(o.d.Shift())
+	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT "+key+", "+tm+" FROM "+o.d.Quote(q.Table)+" b"+
 		" WHERE "+at+" >= "+bound+" AND "+at+" < "+bound+
-		" AND NOT EXISTS (SELECT 1 FROM "+o.T+" o WHERE o.aggregate_type = ? AND o.aggregate_id = "+key+
+		" AND NOT EXISTS (SELECT 1 FROM "+o.t+" o WHERE o.aggregate_type = ? AND o.aggregate_id = "+key+
 		" AND o.event_type = ?) ORDER BY "+at+" LIMIT ?"),
-		ago(o.D, q.Window), ago(o.D, q.Grace), q.AggregateType, q.EventType, q.Limit)
+		ago(o.d, q.Window), ago(o.d, q.Grace), q.AggregateType, q.EventType, q.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("missing events in %s: %w", q.Table, err)
 	}
@@ -213,20 +213,20 @@ func (o *Outbox) SentEvents(ctx context.Context, q ferrystore.SentEventsQuery) (
 	if err := q.Validate(); err != nil {
 		return nil, err
 	}
-	shift, older := o.D.Shift(), ago(o.D, q.OlderThan)
+	shift, older := o.d.Shift(), ago(o.d, q.OlderThan)
 	where := "status = 'SENT' AND available_at >= " + shift + " AND available_at < " + shift +
 		" AND sent_at < " + shift + " AND event_type = ?"
-	args := []any{ago(o.D, q.Window), older, older, q.EventType}
+	args := []any{ago(o.d, q.Window), older, older, q.EventType}
 	if q.AggregateType != "" {
 		where += " AND aggregate_type = ?"
 		args = append(args, q.AggregateType)
 	}
 	if q.After.ID != "" {
-		cond, a := o.D.After(q.After.AvailableAt, q.After.ID)
+		cond, a := o.d.After(q.After.AvailableAt, q.After.ID)
 		where += " AND " + cond
 		args = append(args, a...)
 	}
-	rows, err := o.Pool.Query(ctx, o.D.Rebind("SELECT "+o.Cols+" FROM "+o.T+" WHERE "+where+
+	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT "+o.cols+" FROM "+o.t+" WHERE "+where+
 		" ORDER BY available_at, event_id LIMIT ?"), append(args, q.Limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("sent events: %w", err)

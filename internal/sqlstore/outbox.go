@@ -20,12 +20,12 @@ import (
 // available_at, event_id): idx_pending in MySQL, <table>_pending_idx
 // elsewhere. Statements given event ids find them by the primary key.
 type Outbox struct {
-	D    Dialect
-	Pool Pool
-	// Name is the table's name; T is it quoted.
-	Name, T string
-	// Cols lists sqlutil.RowColumns as the dialect selects them.
-	Cols string
+	d    Dialect
+	pool Pool
+	// name is the table's name; t is it quoted.
+	name, t string
+	// cols lists sqlutil.RowColumns as the dialect selects them.
+	cols string
 
 	markSent, markFailed, expired, purge, stats, get string
 }
@@ -37,8 +37,8 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 	if pool != nil {
 		pool = Classifying(pool, d.Classify)
 	}
-	o := Outbox{D: d, Pool: pool, Name: table, T: t}
-	o.Cols = strings.NewReplacer("payload,", d.Text("payload")+",", "headers,", d.Text("headers")+",").
+	o := Outbox{d: d, pool: pool, name: table, t: t}
+	o.cols = strings.NewReplacer("payload,", d.Text("payload")+",", "headers,", d.Text("headers")+",").
 		Replace(sqlutil.RowColumns)
 	now, shift := d.Now(), d.Shift()
 	// TransitionConfirm, by the primary key; the id list is spliced in.
@@ -60,7 +60,7 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 		d.CountIf("status = 'DEAD'") + ", " + d.CountIf("status = 'NEW' AND available_at <= "+now) + "," +
 		" COALESCE(" + d.AgeMicros("MIN(CASE WHEN status IN ('NEW', 'SENDING') THEN created_at END)") + ", 0)" +
 		" FROM " + t + " WHERE status IN ('NEW', 'SENDING', 'DEAD')")
-	o.get = d.Rebind("SELECT " + o.Cols + " FROM " + t + " WHERE event_id = ?")
+	o.get = d.Rebind("SELECT " + o.cols + " FROM " + t + " WHERE event_id = ?")
 	return o
 }
 
@@ -68,19 +68,19 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 func lit(s ferrytype.Status) string { return "'" + string(s) + "'" }
 
 // Dialect returns the dialect's name.
-func (o *Outbox) Dialect() string { return o.D.Name() }
+func (o *Outbox) Dialect() string { return o.d.Name() }
 
 // Table returns the outbox table's name.
-func (o *Outbox) Table() string { return o.Name }
+func (o *Outbox) Table() string { return o.name }
 
 // Classify wraps a driver error in ferry's classes.
-func (o *Outbox) Classify(err error) error { return o.D.Classify(err) }
+func (o *Outbox) Classify(err error) error { return o.d.Classify(err) }
 
 // in splices the id list into q (ending in "AND ") and binds it after the
 // leading arguments.
 func (o *Outbox) in(q, col string, vals []string, lead ...any) (string, []any) {
-	cond, args := o.D.In(col, vals)
-	return o.D.Rebind(q + cond), append(lead, args...)
+	cond, args := o.d.In(col, vals)
+	return o.d.Rebind(q + cond), append(lead, args...)
 }
 
 // MarkSent marks SENT the ids still SENDING under token, in one statement.
@@ -89,7 +89,7 @@ func (o *Outbox) MarkSent(ctx context.Context, token string, ids []string) (int6
 		return 0, nil
 	}
 	q, args := o.in(o.markSent, "event_id", ids, token)
-	n, err := o.Pool.Exec(ctx, q, args...)
+	n, err := o.pool.Exec(ctx, q, args...)
 	if err != nil {
 		return 0, fmt.Errorf("mark sent: %w", err)
 	}
@@ -102,7 +102,7 @@ func (o *Outbox) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (_ 
 	if len(fails) == 0 {
 		return ferrystore.MarkFailedResult{}, nil
 	}
-	tx, err := o.Pool.Begin(ctx)
+	tx, err := o.pool.Begin(ctx)
 	if err != nil {
 		return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed: begin: %w", err)
 	}
@@ -117,7 +117,7 @@ func (o *Outbox) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (_ 
 		if f.Dead {
 			to = ferrytype.TransitionFailDead.To
 		}
-		n, err := tx.Exec(ctx, o.markFailed, string(to), later(o.D, f.Delay), sqlutil.Truncate(f.Error, 2000), f.Token, f.ID)
+		n, err := tx.Exec(ctx, o.markFailed, string(to), later(o.d, f.Delay), sqlutil.Truncate(f.Error, 2000), f.Token, f.ID)
 		if err != nil {
 			return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed %s: %w", f.ID, err)
 		}
@@ -131,7 +131,7 @@ func (o *Outbox) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (_ 
 
 // ExpiredLeases returns up to limit SENDING rows whose lease ended.
 func (o *Outbox) ExpiredLeases(ctx context.Context, limit int) ([]ferrystore.Lease, error) {
-	rows, err := o.Pool.Query(ctx, o.expired, limit)
+	rows, err := o.pool.Query(ctx, o.expired, limit)
 	if err != nil {
 		return nil, fmt.Errorf("expired leases: %w", err)
 	}
@@ -149,8 +149,8 @@ func (o *Outbox) ExpiredLeases(ctx context.Context, limit int) ([]ferrystore.Lea
 
 // PurgeSent deletes up to limit SENT rows older than olderThan.
 func (o *Outbox) PurgeSent(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
-	a := ago(o.D, olderThan)
-	n, err := o.Pool.Exec(ctx, o.purge, a, a, limit)
+	a := ago(o.d, olderThan)
+	n, err := o.pool.Exec(ctx, o.purge, a, a, limit)
 	if err != nil {
 		return 0, fmt.Errorf("purge sent: %w", err)
 	}
@@ -160,7 +160,7 @@ func (o *Outbox) PurgeSent(ctx context.Context, olderThan time.Duration, limit i
 // Stats counts pending, sending and dead rows.
 func (o *Outbox) Stats(ctx context.Context) (ferrystore.Stats, error) {
 	var st ferrystore.Stats
-	rows, err := o.Pool.Query(ctx, o.stats)
+	rows, err := o.pool.Query(ctx, o.stats)
 	if err != nil {
 		return st, fmt.Errorf("stats: %w", err)
 	}
@@ -180,28 +180,28 @@ func (o *Outbox) Stats(ctx context.Context) (ferrystore.Stats, error) {
 
 // Get returns one row by event id.
 func (o *Outbox) Get(ctx context.Context, id string) (ferrystore.Row, error) {
-	rows, err := o.Pool.Query(ctx, o.get, id)
+	rows, err := o.pool.Query(ctx, o.get, id)
 	if err != nil {
 		return ferrystore.Row{}, fmt.Errorf("get event %s: %w", id, err)
 	}
 	return sqlutil.ScanRow(rows, id)
 }
 
-// InsertRows is the INSERT of rows, with ? placeholders (not yet
+// InsertRows is o's INSERT of rows, with ? placeholders (not yet
 // rebound), and its arguments; seq[i] is the SQL expression of row i's
 // aggregate sequence number.
-func (o *Outbox) InsertRows(rows []ferrytype.Event, seq []string) (string, []any, error) {
+func InsertRows(o *Outbox, rows []ferrytype.Event, seq []string) (string, []any, error) {
 	var b strings.Builder
-	b.WriteString("INSERT INTO " + o.T + " (event_id, aggregate_type, aggregate_id, aggregate_seq, event_type," +
+	b.WriteString("INSERT INTO " + o.t + " (event_id, aggregate_type, aggregate_id, aggregate_seq, event_type," +
 		" payload, headers, destination, exchange, available_at) VALUES ")
 	args := make([]any, 0, len(rows)*9)
-	js := o.D.JSON()
+	js := o.d.JSON()
 	for i := range rows {
 		ev := &rows[i]
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString("(?, ?, ?, " + seq[i] + ", ?, " + js + ", " + js + ", ?, ?, " + o.D.Shift() + ")")
+		b.WriteString("(?, ?, ?, " + seq[i] + ", ?, " + js + ", " + js + ", ?, ?, " + o.d.Shift() + ")")
 		h, err := sqlutil.EncodeHeaders(ev.Headers)
 		if err != nil {
 			return "", nil, fmt.Errorf("enqueue: %w", err)
@@ -211,19 +211,19 @@ func (o *Outbox) InsertRows(rows []ferrytype.Event, seq []string) (string, []any
 			headers = string(h)
 		}
 		args = append(args, ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, string(ev.Payload), headers,
-			ev.Destination, ev.Exchange, later(o.D, ev.Delay))
+			ev.Destination, ev.Exchange, later(o.d, ev.Delay))
 	}
 	return b.String(), args, nil
 }
 
 // Insert runs InsertRows in ex.
-func (o *Outbox) Insert(ctx context.Context, ex ferrystore.Executor, rows []ferrytype.Event, seq []string) error {
-	q, args, err := o.InsertRows(rows, seq)
+func Insert(ctx context.Context, o *Outbox, ex ferrystore.Executor, rows []ferrytype.Event, seq []string) error {
+	q, args, err := InsertRows(o, rows, seq)
 	if err != nil {
 		return err
 	}
-	if _, err := ex.Exec(ctx, o.D.Rebind(q), args...); err != nil {
-		return fmt.Errorf("enqueue: insert into %s: %w", o.Name, o.D.Classify(err))
+	if _, err := ex.Exec(ctx, o.d.Rebind(q), args...); err != nil {
+		return fmt.Errorf("enqueue: insert into %s: %w", o.name, o.d.Classify(err))
 	}
 	return nil
 }

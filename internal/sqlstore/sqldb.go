@@ -56,9 +56,6 @@ func NewSQLDB(db *sql.DB, owned bool) SQLDB { return SQLDB{db: db, owned: owned}
 // DB returns the pool.
 func (s *SQLDB) DB() *sql.DB { return s.db }
 
-// Own makes Close close the pool.
-func (s *SQLDB) Own() { s.owned = true }
-
 // Close closes the pool if the store opened it; a pool the caller passed
 // in stays open.
 func (s *SQLDB) Close() error {
