@@ -56,20 +56,7 @@ func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
 		return nil, err
 	}
 	s := &Inbox{SQLTxs: sqlstore.SQLTxs{SQLDB: sqlstore.NewSQLDB(db, false)}, tables: t, m: quote(t.Markers), c: quote(t.Conflicts), v: quote(t.Versions)}
-	s.InboxBase = sqlutil.InboxBase{Pool: ferrystore.SQL(db), SQL: sqlutil.InboxSQL{
-		InsertMarker: "INSERT INTO " + s.m + " (consumer_name, business_key, event_id, fields, fingerprint, outcome)" +
-			" VALUES (?, ?, ?, ?, ?, ?)",
-		GetMarker: "SELECT " + sqlutil.MarkerColumns + " FROM " + s.m + " WHERE consumer_name = ? AND business_key = ?",
-		Conflicts: "SELECT " + sqlutil.ConflictColumns + " FROM " + s.c +
-			" WHERE (? OR status = 'OPEN') AND (? = '' OR consumer_name = ?) ORDER BY id DESC LIMIT ?",
-		GetConflict: "SELECT " + sqlutil.ConflictColumns + " FROM " + s.c + " WHERE id = ?",
-		ResolveConflict: "UPDATE " + s.c + " SET status = 'RESOLVED', decision = ?, resolved_by = ?, note = ?," +
-			" resolved_at = NOW(6) WHERE id = ? AND status = 'OPEN'",
-		MarkerCount: "SELECT COUNT(*) FROM " + s.m + " WHERE ? = '' OR consumer_name = ?",
-		// through the (status, id) index
-		OpenConflicts:   "SELECT consumer_name, COUNT(*) FROM " + s.c + " WHERE status = 'OPEN' GROUP BY consumer_name",
-		ExistingMarkers: sqlutil.InExistingMarkers(s.m),
-	}}
+	s.InboxBase = sqlutil.InboxBase{Pool: ferrystore.SQL(db), SQL: sqlutil.PlainInboxSQL(s.m, s.c, "NOW(6)")}
 	return s, nil
 }
 
