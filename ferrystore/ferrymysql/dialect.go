@@ -30,7 +30,7 @@ func (dialect) Ping() string                 { return "SELECT 1" }
 func (dialect) AgeMicros(expr string) string {
 	return "TIMESTAMPDIFF(MICROSECOND, " + expr + ", NOW(6))"
 }
-func (dialect) In(col string, vals []string) (string, []any) { return inList(col, vals) }
+func (dialect) In(col string, vals []string) (string, []any) { return sqlutil.InList(col, vals) }
 
 // KeyText converts the key to utf8mb4 text in the outbox's binary
 // collation, so that the comparison with aggregate_id can use its index.
@@ -45,13 +45,4 @@ func (dialect) DeleteLimited(table, where, order string) string {
 
 func (dialect) After(at time.Time, id string) (string, []any) {
 	return "(available_at > ? OR (available_at = ? AND event_id > ?))", []any{at, at, id}
-}
-
-// inList is "col IN (?, ...)" with its arguments.
-func inList(col string, vals []string) (string, []any) {
-	args := make([]any, len(vals))
-	for i, v := range vals {
-		args[i] = v
-	}
-	return col + " IN (" + sqlutil.Placeholders(len(vals), false, 0) + ")", args
 }

@@ -238,7 +238,7 @@ func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) (_ []ferryt
 			return nil, tx.Commit()
 		}
 	}
-	cond, ids := inList("event_id", msgIDs(msgs))
+	cond, ids := sqlutil.InList("event_id", msgIDs(msgs))
 	n, err := ferrystore.SQL(tx).Exec(ctx, s.q.claimUpdate+cond, append([]any{p.Token, sqlutil.Micros(p.Lease)}, ids...)...)
 	if err != nil {
 		return nil, fmt.Errorf("claim: update: %w", err)
@@ -258,7 +258,7 @@ func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) (_ []ferryt
 // dropBlocked removes candidates that have an earlier event of their
 // aggregate not yet SENT, judged by a consistent (non-locking) read.
 func (s *Store) dropBlocked(ctx context.Context, tx *sql.Tx, msgs []ferrytype.Message) ([]ferrytype.Message, error) {
-	cond, args := inList("e.event_id", msgIDs(msgs))
+	cond, args := sqlutil.InList("e.event_id", msgIDs(msgs))
 	rows, err := tx.QueryContext(ctx, s.q.orderCheck+cond, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim: order check: %w", err)

@@ -47,13 +47,7 @@ func (dialect) AgeMicros(expr string) string {
 // format, at the price of not using an index on the column.
 func (dialect) Moment(expr string) string { return "julianday(" + expr + ")" }
 
-func (dialect) In(col string, vals []string) (string, []any) {
-	args := make([]any, len(vals))
-	for i, v := range vals {
-		args[i] = v
-	}
-	return col + " IN (" + sqlutil.Placeholders(len(vals), false, 0) + ")", args
-}
+func (dialect) In(col string, vals []string) (string, []any) { return sqlutil.InList(col, vals) }
 
 func (dialect) DeleteLimited(table, where, order string) string {
 	return "DELETE FROM " + table + " WHERE event_id IN (SELECT event_id FROM " + table +

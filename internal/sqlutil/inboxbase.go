@@ -144,13 +144,8 @@ func (b *InboxBase) OpenConflicts(ctx context.Context) (map[string]int64, error)
 // placeholders and an IN list: markers is the quoted marker table.
 func InExistingMarkers(markers string) func(consumer string, keys []string) (string, []any) {
 	return func(consumer string, keys []string) (string, []any) {
-		args := make([]any, 0, len(keys)+1)
-		args = append(args, consumer)
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		return "SELECT business_key FROM " + markers + " WHERE consumer_name = ? AND business_key IN (" +
-			Placeholders(len(keys), false, 0) + ")", args
+		in, args := InList("business_key", keys)
+		return "SELECT business_key FROM " + markers + " WHERE consumer_name = ? AND " + in, append([]any{consumer}, args...)
 	}
 }
 
