@@ -29,7 +29,14 @@
 //
 //   - Fencing: a relay whose lease expired cannot overwrite the outcome of
 //     the claim that replaced it; its late mark updates 0 rows, is logged
-//     and counted. (TestRelayLateMarkIsFenced)
+//     and counted, and counts neither as dead nor as retried.
+//     (TestRelayLateMarkIsFenced, TestRelayFencedFailureCountsNeitherDeadNorRetried)
+//
+//   - One state machine: every change of an event's status is an edge of
+//     ferrytype.Transitions, made by one statement conditional on the
+//     edge's source status (and, for SENDING rows, the lease token); SENT
+//     and DISCARDED are terminal but for retention's purge.
+//     (ferrystoretest: Transitions)
 //
 //   - Stable ids: a retry, a sweep or a restart republishes the same event
 //     id; it is the broker message id. (TestRelayCrashWindows)

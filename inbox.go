@@ -226,7 +226,8 @@ func (in *Inbox[TTx]) Consumer() string { return in.cfg.Consumer }
 //     the error wraps ErrConflict and ferrytype.ErrPoison.
 //   - Stale (nil error): the order guard skipped fn; the marker records it.
 //   - An error from fn, or from the database: everything rolled back.
-//     Deadlocks and lock wait timeouts are retried (MaxRetries) with fn run
+//     Errors the store classifies as ferrytype.ErrRetryable (deadlocks,
+//     lock wait timeouts, serialization failures) are retried (MaxRetries) with fn run
 //     again from the start, so fn must only act through tx.
 //
 // Concurrent deliveries of one operation are arbitrated by the marker's
@@ -271,7 +272,8 @@ func (in *Inbox[TTx]) process(ctx context.Context, op Operation, fn func(ctx con
 	backoff := 5 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		res, err := in.once(ctx, op, fields, fp, fn)
-		if err == nil || !in.driver.IsRetryable(err) || attempt >= in.cfg.MaxRetries || ctx.Err() != nil {
+		err = in.driver.Classify(err)
+		if err == nil || !errors.Is(err, ferrytype.ErrRetryable) || attempt >= in.cfg.MaxRetries || ctx.Err() != nil {
 			return res, err
 		}
 		in.log.Info("operation hit a deadlock or lock timeout; running it again", "key", op.Key, "attempt", attempt+1, "error", err)
@@ -322,7 +324,7 @@ func (in *Inbox[TTx]) once(ctx context.Context, op Operation, fields []byte, fp 
 		// stored (R2.4).
 		done = true
 		_ = in.driver.Rollback(context.WithoutCancel(ctx), tx)
-		if !in.driver.IsDuplicate(err) {
+		if err = in.driver.Classify(err); !errors.Is(err, ferrytype.ErrDuplicate) {
 			return res, fmt.Errorf("inbox: insert marker: %w", err)
 		}
 		m, gerr := in.driver.GetMarker(ctx, in.cfg.Consumer, op.Key)

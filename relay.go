@@ -620,23 +620,17 @@ func (r *Relay) settle(ctx context.Context, token string, leaseEnd time.Time, ms
 		}
 	}
 	if len(fails) > 0 {
-		n, err := retryMark(ctx, leaseEnd, func() (int64, error) { return r.store.MarkFailed(ctx, fails) })
+		res, err := retryMark(ctx, leaseEnd, func() (ferrystore.MarkFailedResult, error) { return r.store.MarkFailed(ctx, fails) })
 		if err != nil {
 			r.c.errors.Add(1)
 			r.log.Error("mark failed attempts failed; the sweeper will return the events", "error", err, "token", token)
 			return
 		}
-		var dead int64
-		for _, f := range fails {
-			if f.Dead {
-				dead++
-			}
-		}
-		// Fenced rows are not told apart by kind; count what was written.
-		r.c.dead.Add(min(dead, n))
-		r.c.retried.Add(n - min(dead, n))
-		r.hooks.settle(0, n-min(dead, n), min(dead, n))
-		r.fenced(token, int64(len(fails))-n)
+		retried, dead := int64(len(res.Retried)), int64(len(res.Dead))
+		r.c.dead.Add(dead)
+		r.c.retried.Add(retried)
+		r.hooks.settle(0, retried, dead)
+		r.fenced(token, int64(len(res.Fenced)))
 	}
 }
 
@@ -652,21 +646,22 @@ func (r *Relay) fenced(token string, n int64) {
 
 // retryMark retries a failing outcome write with backoff while the lease
 // lasts: every mark it saves is a duplicate publish avoided.
-func retryMark(ctx context.Context, leaseEnd time.Time, fn func() (int64, error)) (int64, error) {
+func retryMark[T any](ctx context.Context, leaseEnd time.Time, fn func() (T, error)) (T, error) {
 	backoff := 50 * time.Millisecond
+	var zero T
 	for {
 		n, err := fn()
 		if err == nil {
 			return n, nil
 		}
 		if ctx.Err() != nil || time.Now().Add(backoff).After(leaseEnd) {
-			return 0, err
+			return zero, err
 		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return 0, err
+			return zero, err
 		case <-t.C:
 		}
 		backoff = min(backoff*2, 2*time.Second)
@@ -701,27 +696,21 @@ func (r *Relay) sweep() {
 			fails[i] = ferrystore.Failure{ID: l.ID, Token: l.Token, Dead: dead, Delay: delay,
 				Error: fmt.Sprintf("attempt %d: unknown: lease expired before an outcome was recorded", l.Attempts)}
 		}
-		n, err := r.store.MarkFailed(ctx, fails)
+		res, err := r.store.MarkFailed(ctx, fails)
 		if err != nil {
 			r.c.errors.Add(1)
 			r.log.Error("sweep failed", "error", err)
 			return
 		}
-		var dead int64
-		for _, f := range fails {
-			if f.Dead {
-				dead++
-			}
-		}
-		// As in settle: rows another sweeper took first are not told apart
-		// by kind.
-		dead = min(dead, n)
-		r.c.swept.Add(n)
+		// Rows another sweeper or relay changed first are fenced: not
+		// counted here.
+		retried, dead := int64(len(res.Retried)), int64(len(res.Dead))
+		r.c.swept.Add(retried + dead)
 		r.c.dead.Add(dead)
-		r.c.retried.Add(n - dead)
-		r.hooks.sweep(n)
-		r.hooks.settle(0, n-dead, dead)
-		r.log.Warn("returned expired leases", "events", n, "dead", dead)
+		r.c.retried.Add(retried)
+		r.hooks.sweep(retried + dead)
+		r.hooks.settle(0, retried, dead)
+		r.log.Warn("returned expired leases", "events", retried+dead, "dead", dead, "fenced", len(res.Fenced))
 		if len(leases) < r.cfg.SweepBatch {
 			return
 		}

@@ -496,3 +496,60 @@ func TestRelayWakesOnPostgresNotify(t *testing.T) {
 			func() string { return fmt.Sprintf("%+v", r.Stats()) })
 	}
 }
+
+// deadOnReject retries an unknown outcome after an hour and gives up on a
+// rejected one at once.
+type deadOnReject struct{}
+
+func (deadOnReject) Next(_ int, res ferrytype.PublishResult) (time.Duration, bool) {
+	return time.Hour, res.Outcome == ferrytype.OutcomeRejected
+}
+
+func TestRelayFencedFailureCountsNeitherDeadNorRetried(t *testing.T) {
+	b := setupRelay(t, "sqlite")
+	tx, err := b.st.DB.BeginTx(b.ctx, nil)
+	require.NoError(t, err)
+	ids, err := b.ob.EnqueueTx(b.ctx, tx,
+		ferry.Event{Type: "Doomed", Payload: json.RawMessage(`{}`), Destination: b.subject},
+		ferry.Event{Type: "Flaky", Payload: json.RawMessage(`{}`), Destination: b.subject})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	doomed, flaky := ids[0], ids[1]
+
+	pub := b.publisher(t)
+	pub.inject = func(m *ferrytype.Message) (ferrytype.PublishResult, bool, bool) {
+		if m.ID == doomed {
+			return ferrytype.Rejected(errors.New("no route")), true, true
+		}
+		return ferrytype.Unknown(errors.New("timeout")), true, true
+	}
+	var once sync.Once
+	r := b.relay(t, pub, &ferry.RelayConfig{
+		PollInterval: 10 * time.Millisecond,
+		Lease:        time.Hour,
+		Retry:        deadOnReject{},
+		FaultPoint: func(ctx context.Context, point string) error {
+			if point == ferry.FaultAfterPublish {
+				// A person takes the doomed event from the relay's lease
+				// before its outcome is recorded.
+				once.Do(func() {
+					_, err := b.st.DB.ExecContext(ctx, `UPDATE "`+b.st.Driver.Table()+
+						`" SET lease_token = 'operator' WHERE event_id = ?`, doomed)
+					require.NoError(t, err)
+				})
+			}
+			return nil
+		},
+	})
+	waitFor(t, 30*time.Second, func() bool { return r.Stats().Fenced == 1 }, func() string { return fmt.Sprintf("%+v", r.Stats()) })
+	st := r.Stats()
+	require.Zero(t, st.Dead, "the rejected event's mark was fenced: it did not go DEAD")
+	require.Equal(t, int64(1), st.Retried, "the unknown outcome went back to NEW")
+	row, err := b.st.Driver.Get(b.ctx, doomed)
+	require.NoError(t, err)
+	require.Equal(t, ferrytype.StatusSending, row.Status)
+	require.Equal(t, "operator", row.LeaseToken)
+	row, err = b.st.Driver.Get(b.ctx, flaky)
+	require.NoError(t, err)
+	require.Equal(t, ferrytype.StatusNew, row.Status)
+}

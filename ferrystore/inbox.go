@@ -20,7 +20,7 @@ type InboxStore interface {
 
 	// InsertMarker inserts m through ex, the operation's transaction. A
 	// marker with the same consumer and key makes it fail with an error
-	// for which IsDuplicate is true.
+	// that Classify puts in ferrytype.ErrDuplicate.
 	InsertMarker(ctx context.Context, ex Executor, m Marker) error
 	// GetMarker reads a committed marker; ferrytype.ErrNotFound when none.
 	GetMarker(ctx context.Context, consumer, key string) (Marker, error)
@@ -34,12 +34,11 @@ type InboxStore interface {
 	// before the call and whether it moved. A missing row counts as 0.
 	AdvanceVersion(ctx context.Context, ex Executor, consumer, aggregate string, version int64, contiguous bool) (prev int64, moved bool, err error)
 
-	// IsDuplicate reports a unique-key violation.
-	IsDuplicate(err error) bool
-	// IsRetryable reports an error after which the whole transaction may
-	// be run again: deadlock, lock wait timeout, serialization failure,
-	// busy database.
-	IsRetryable(err error) bool
+	// Classifier classifies the driver's errors: ferrytype.ErrDuplicate
+	// for a unique-key violation, ferrytype.ErrRetryable for an error
+	// after which the whole transaction may be run again (deadlock, lock
+	// wait timeout, serialization failure, busy database).
+	Classifier
 
 	// PurgeMarkers deletes up to limit markers older than olderThan.
 	PurgeMarkers(ctx context.Context, olderThan time.Duration, limit int) (int64, error)

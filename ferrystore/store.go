@@ -3,8 +3,12 @@
 // store serve both database/sql and pgx transactions.
 //
 // Every SQL dialect lives in its own package (ferrymysql, ferrypg,
-// ferrysqlite); the core never branches on the dialect. Each store runs the
-// conformance suite in ferrystoretest.
+// ferrysqlite); the core never branches on the dialect. The operations
+// that differ between them only in spelling are written once, against a
+// small dialect interface, in an internal package the three share. Each
+// status change a store makes is an edge of ferrytype.Transitions. Each
+// store runs the conformance suite in ferrystoretest, which tests every
+// edge.
 package ferrystore
 
 import (
@@ -47,9 +51,11 @@ type Store interface {
 	// left as it is.
 	MarkSent(ctx context.Context, token string, ids []string) (int64, error)
 	// MarkFailed records failed attempts: each row still SENDING under its
-	// token goes back to NEW after its delay, or to DEAD. It returns how
-	// many rows it changed; the rest were fenced.
-	MarkFailed(ctx context.Context, fails []Failure) (int64, error)
+	// token goes back to NEW after its delay, or to DEAD
+	// (ferrytype.TransitionFailRetry, ferrytype.TransitionFailDead). The
+	// result says which ids took which edge and which were fenced. On an
+	// error nothing was changed.
+	MarkFailed(ctx context.Context, fails []Failure) (MarkFailedResult, error)
 	// ExpiredLeases returns up to limit SENDING rows whose lease ended.
 	ExpiredLeases(ctx context.Context, limit int) ([]Lease, error)
 	// PurgeSent deletes up to limit SENT rows sent more than olderThan ago
@@ -64,6 +70,18 @@ type Store interface {
 	// Close releases what the store opened itself. A store built on a
 	// caller's pool leaves the pool open.
 	Close() error
+}
+
+// Classifier is implemented by the stores of this module: Classify maps a
+// database error of the store's driver to ferry's classes
+// (ferrytype.ErrRetryable, ErrLockConflict, ErrDuplicate,
+// ErrUndefinedTable) by wrapping it, so that callers test with errors.Is
+// and can still reach the driver's error with errors.As. Errors the
+// store's own methods return are classified already; Classify is for
+// errors of statements the caller ran in its own transaction. An error of
+// no class is returned unchanged.
+type Classifier interface {
+	Classify(err error) error
 }
 
 // Driver is a Store that can also unwrap the caller's transactions of type
@@ -117,6 +135,46 @@ type Failure struct {
 	Delay time.Duration
 	// Error says what went wrong; it is stored as last_error.
 	Error string
+}
+
+// MarkFailedResult says what MarkFailed did with each failure it was
+// given: every id is in exactly one of the lists, in the order of the
+// failures.
+type MarkFailedResult struct {
+	// Retried are the rows that went back to NEW, to be claimed again
+	// after their delay.
+	Retried []string
+	// Dead are the rows that went to DEAD.
+	Dead []string
+	// Fenced are the rows left as they were: not SENDING under the
+	// failure's token any more (swept, retried by another relay, changed
+	// by a person).
+	Fenced []string
+}
+
+// Changed counts the rows MarkFailed changed: retried and dead.
+func (r MarkFailedResult) Changed() int64 { return int64(len(r.Retried) + len(r.Dead)) }
+
+// add files id under the outcome of one failure.
+func (r *MarkFailedResult) add(id string, dead bool, changed bool) {
+	switch {
+	case !changed:
+		r.Fenced = append(r.Fenced, id)
+	case dead:
+		r.Dead = append(r.Dead, id)
+	default:
+		r.Retried = append(r.Retried, id)
+	}
+}
+
+// MarkFailedResultOf builds the result of fails from the ids whose rows
+// changed.
+func MarkFailedResultOf(fails []Failure, changed func(i int) bool) MarkFailedResult {
+	var r MarkFailedResult
+	for i, f := range fails {
+		r.add(f.ID, f.Dead, changed(i))
+	}
+	return r
 }
 
 // Lease is a SENDING row whose lease ended.

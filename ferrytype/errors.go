@@ -32,7 +32,52 @@ var (
 	// conflict): consumers park it with the error as reason instead of
 	// retrying it.
 	ErrPoison = errors.New("ferry: poison message")
+
+	// ErrRetryable marks a transient database error after which the same
+	// work, run again in a new transaction, may succeed: a deadlock, a
+	// lock wait timeout, a serialization failure, a busy database, or a
+	// connection lost before the statement reached the server. An error
+	// whose outcome is unknown (the connection broke during a commit) is
+	// never retryable. Stores classify their driver's errors (see
+	// ferrystore.Classifier); the driver's error stays in the chain.
+	ErrRetryable = errors.New("ferry: retryable database error")
+	// ErrLockConflict marks a deadlock or a lock wait timeout. Every
+	// ErrLockConflict is also ErrRetryable.
+	ErrLockConflict = errors.New("ferry: lock conflict")
+	// ErrDuplicate marks a unique-key violation.
+	ErrDuplicate = errors.New("ferry: duplicate key")
+	// ErrUndefinedTable marks a statement on a table that does not exist,
+	// usually because the migrations have not run.
+	ErrUndefinedTable = errors.New("ferry: undefined table")
 )
+
+// Classed wraps err so that errors.Is(err, class) holds for each of
+// classes, while errors.Is and errors.As still find everything err wraps.
+// A nil err stays nil; an err already in every class is returned as it
+// is.
+func Classed(err error, classes ...error) error {
+	if err == nil {
+		return nil
+	}
+	missing := classes[:0:0]
+	for _, c := range classes {
+		if !errors.Is(err, c) {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) == 0 {
+		return err
+	}
+	return &classedError{err: err, classes: missing}
+}
+
+type classedError struct {
+	err     error
+	classes []error
+}
+
+func (c *classedError) Error() string   { return c.err.Error() }
+func (c *classedError) Unwrap() []error { return append([]error{c.err}, c.classes...) }
 
 // Poison wraps err so that errors.Is(err, ErrPoison) holds.
 func Poison(err error) error {

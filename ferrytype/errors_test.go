@@ -1,6 +1,8 @@
 package ferrytype_test
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -32,5 +34,30 @@ func TestValidateIdentifier(t *testing.T) {
 	}
 	for _, bad := range []string{"", "1a", "a-b", "a b", "a;drop", "a`b", `a"b`, "é", strings.Repeat("a", 50)} {
 		require.ErrorIs(t, ferrytype.ValidateIdentifier("table", bad, 49), ferrytype.ErrInvalidIdentifier, bad)
+	}
+}
+
+type driverError struct{ code int }
+
+func (e *driverError) Error() string { return "driver error" }
+
+func TestClassedKeepsTheErrorAndAddsItsClasses(t *testing.T) {
+	base := fmt.Errorf("claim: %w", &driverError{1213})
+	err := ferrytype.Classed(base, ferrytype.ErrLockConflict, ferrytype.ErrRetryable)
+	if !errors.Is(err, ferrytype.ErrLockConflict) || !errors.Is(err, ferrytype.ErrRetryable) || errors.Is(err, ferrytype.ErrDuplicate) {
+		t.Fatalf("classes of %v are wrong", err)
+	}
+	var de *driverError
+	if !errors.As(err, &de) || de.code != 1213 {
+		t.Fatalf("the driver's error is not in the chain of %v", err)
+	}
+	if err.Error() != base.Error() {
+		t.Fatalf("message %q, want %q", err, base)
+	}
+	if again := ferrytype.Classed(err, ferrytype.ErrRetryable); again != err {
+		t.Fatal("classing an error again in a class it has must not wrap it again")
+	}
+	if ferrytype.Classed(nil, ferrytype.ErrRetryable) != nil {
+		t.Fatal("nil must stay nil")
 	}
 }

@@ -15,7 +15,7 @@ type Status string
 // `ferry dead discard` makes them DISCARDED. A DISCARDED row is never
 // published; it stays as the record of that decision (when, and why), and
 // in ordered mode it no longer holds back the later events of its
-// aggregate.
+// aggregate. Transitions lists every change of status and what makes it.
 const (
 	StatusNew       Status = "NEW"
 	StatusSending   Status = "SENDING"

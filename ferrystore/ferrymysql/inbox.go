@@ -4,16 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"errors"
 	"fmt"
 	"io/fs"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/migrate"
+	"github.com/ferrydev/ferry/internal/sqlstore"
 	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
@@ -38,7 +36,7 @@ type InboxConfig struct {
 // ferrystore.InboxDriver[*sql.Tx].
 type Inbox struct {
 	sqlutil.InboxBase
-	db      *sql.DB
+	sqlstore.SQLTxs
 	tables  sqlutil.InboxTables
 	m, c, v string // quoted
 }
@@ -57,44 +55,13 @@ func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Inbox{db: db, tables: t, m: quote(t.Markers), c: quote(t.Conflicts), v: quote(t.Versions)}
-	s.InboxBase = sqlutil.InboxBase{Pool: ferrystore.SQL(db), SQL: sqlutil.InboxSQL{
-		InsertMarker: "INSERT INTO " + s.m + " (consumer_name, business_key, event_id, fields, fingerprint, outcome)" +
-			" VALUES (?, ?, ?, ?, ?, ?)",
-		GetMarker: "SELECT " + sqlutil.MarkerColumns + " FROM " + s.m + " WHERE consumer_name = ? AND business_key = ?",
-		Conflicts: "SELECT " + sqlutil.ConflictColumns + " FROM " + s.c +
-			" WHERE (? OR status = 'OPEN') AND (? = '' OR consumer_name = ?) ORDER BY id DESC LIMIT ?",
-		GetConflict: "SELECT " + sqlutil.ConflictColumns + " FROM " + s.c + " WHERE id = ?",
-		ResolveConflict: "UPDATE " + s.c + " SET status = 'RESOLVED', decision = ?, resolved_by = ?, note = ?," +
-			" resolved_at = NOW(6) WHERE id = ? AND status = 'OPEN'",
-		MarkerCount: "SELECT COUNT(*) FROM " + s.m + " WHERE ? = '' OR consumer_name = ?",
-		// through the (status, id) index
-		OpenConflicts:   "SELECT consumer_name, COUNT(*) FROM " + s.c + " WHERE status = 'OPEN' GROUP BY consumer_name",
-		ExistingMarkers: sqlutil.InExistingMarkers(s.m),
-	}}
+	s := &Inbox{SQLTxs: sqlstore.SQLTxs{SQLDB: sqlstore.NewSQLDB(db, false)}, tables: t, m: quote(t.Markers), c: quote(t.Conflicts), v: quote(t.Versions)}
+	s.InboxBase = sqlutil.InboxBase{Pool: ferrystore.SQL(db), SQL: sqlutil.PlainInboxSQL(s.m, s.c, "NOW(6)")}
 	return s, nil
 }
 
 // Dialect returns "mysql".
 func (s *Inbox) Dialect() string { return "mysql" }
-
-// Close does nothing: the pool is the caller's.
-func (s *Inbox) Close() error { return nil }
-
-// DB returns the pool.
-func (s *Inbox) DB() *sql.DB { return s.db }
-
-// Begin starts a transaction.
-func (s *Inbox) Begin(ctx context.Context) (*sql.Tx, error) { return s.db.BeginTx(ctx, nil) }
-
-// Commit commits tx.
-func (s *Inbox) Commit(_ context.Context, tx *sql.Tx) error { return tx.Commit() }
-
-// Rollback rolls tx back.
-func (s *Inbox) Rollback(_ context.Context, tx *sql.Tx) error { return tx.Rollback() }
-
-// UnwrapTx returns an executor for tx.
-func (s *Inbox) UnwrapTx(tx *sql.Tx) ferrystore.Executor { return ferrystore.SQL(tx) }
 
 // Migrations returns the inbox migrations rendered for its tables.
 func (s *Inbox) Migrations() (fs.FS, error) {
@@ -108,12 +75,12 @@ func (s *Inbox) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return Apply(ctx, s.db, "inbox:"+s.tables.Markers, fsys)
+	return Apply(ctx, s.DB(), "inbox:"+s.tables.Markers, fsys)
 }
 
 // RecordConflict stores c, or counts one more occurrence of it.
 func (s *Inbox) RecordConflict(ctx context.Context, c ferrystore.Conflict) (int64, error) {
-	res, err := s.db.ExecContext(ctx, "INSERT INTO "+s.c+" (consumer_name, business_key, stored_event_id, stored_fields,"+
+	res, err := s.DB().ExecContext(ctx, "INSERT INTO "+s.c+" (consumer_name, business_key, stored_event_id, stored_fields,"+
 		" stored_fingerprint, incoming_event_id, incoming_fields, incoming_fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"+
 		" ON DUPLICATE KEY UPDATE occurrences = occurrences + 1, last_seen = NOW(6), id = LAST_INSERT_ID(id)",
 		c.Consumer, c.Key, c.StoredEventID, string(c.StoredFields), c.StoredFingerprint,
@@ -136,20 +103,13 @@ func (s *Inbox) AdvanceVersion(ctx context.Context, ex ferrystore.Executor, cons
 		"UPDATE "+s.v+" SET version = ? WHERE consumer_name = ? AND aggregate = ?", consumer, aggregate, version, contiguous)
 }
 
-// IsDuplicate reports ER_DUP_ENTRY.
-func (s *Inbox) IsDuplicate(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1062
-}
-
-// IsRetryable reports a deadlock (1213) or lock wait timeout (1205).
-func (s *Inbox) IsRetryable(err error) bool {
-	return isLockConflict(err)
-}
+// Classify wraps a driver error in ferry's classes (see
+// ferrystore.Classifier).
+func (s *Inbox) Classify(err error) error { return classify(err) }
 
 // PurgeMarkers deletes up to limit markers older than olderThan.
 func (s *Inbox) PurgeMarkers(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
-	n, err := ferrystore.SQL(s.db).Exec(ctx, "DELETE FROM "+s.m+" WHERE created_at < NOW(6) - INTERVAL ? MICROSECOND"+
+	n, err := ferrystore.SQL(s.DB()).Exec(ctx, "DELETE FROM "+s.m+" WHERE created_at < NOW(6) - INTERVAL ? MICROSECOND"+
 		" ORDER BY created_at LIMIT ?", sqlutil.Micros(olderThan), limit)
 	if err != nil {
 		return 0, fmt.Errorf("purge markers: %w", err)

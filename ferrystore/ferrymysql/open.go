@@ -14,6 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/sqlstore"
 )
 
 // ParseURL turns a URL of the form
@@ -91,9 +92,12 @@ func ParseURL(rawURL string) (*mysql.Config, error) {
 	return cfg, nil
 }
 
-// Open connects to the database at rawURL (see ParseURL), checks that it
-// answers, and returns a store that closes the pool on Close.
-func Open(ctx context.Context, rawURL string, cfg *Config) (*Store, error) {
+// Schemes returns the URL schemes Open and OpenInbox accept.
+func Schemes() []string { return []string{"mysql", "mariadb"} }
+
+// openDB opens a pool of at most maxConns connections to the database at
+// rawURL (see ParseURL) and checks that it answers within 10 seconds.
+func openDB(ctx context.Context, rawURL string, maxConns int) (*sql.DB, error) {
 	mc, err := ParseURL(rawURL)
 	if err != nil {
 		return nil, err
@@ -103,8 +107,8 @@ func Open(ctx context.Context, rawURL string, cfg *Config) (*Store, error) {
 		return nil, fmt.Errorf("open %s: %w", ferrytype.RedactURL(rawURL), err)
 	}
 	db := sql.OpenDB(conn)
-	db.SetMaxOpenConns(32)
-	db.SetMaxIdleConns(32)
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -112,11 +116,37 @@ func Open(ctx context.Context, rawURL string, cfg *Config) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open %s: %w", ferrytype.RedactURL(rawURL), err)
 	}
-	s, err := New(db, cfg)
-	if err != nil {
-		db.Close()
+	return db, nil
+}
+
+// Open connects to the database at rawURL (see ParseURL), checks that it
+// answers, and returns a store that closes the pool on Close.
+func Open(ctx context.Context, rawURL string, cfg *Config) (*Store, error) {
+	if _, err := New(new(sql.DB), cfg); err != nil {
 		return nil, err
 	}
-	s.owned = true
+	db, err := openDB(ctx, rawURL, 32)
+	if err != nil {
+		return nil, err
+	}
+	s, _ := New(db, cfg)
+	s.SQLDB = sqlstore.NewSQLDB(db, true)
+	return s, nil
+}
+
+// OpenInbox connects a small pool (4 connections) to the database at
+// rawURL (see ParseURL), checks that it answers (not that the tables
+// exist: the first query says so), and returns the inbox tables on it;
+// Close closes the pool.
+func OpenInbox(ctx context.Context, rawURL string, cfg *InboxConfig) (*Inbox, error) {
+	if _, err := NewInbox(new(sql.DB), cfg); err != nil {
+		return nil, err
+	}
+	db, err := openDB(ctx, rawURL, 4)
+	if err != nil {
+		return nil, err
+	}
+	s, _ := NewInbox(db, cfg)
+	s.SQLTxs = sqlstore.SQLTxs{SQLDB: sqlstore.NewSQLDB(db, true)}
 	return s, nil
 }

@@ -21,13 +21,12 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
-	"time"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/migrate"
+	"github.com/ferrydev/ferry/internal/sqlstore"
 	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
@@ -35,7 +34,7 @@ import (
 var migrationsFS embed.FS
 
 // DefaultTable is the outbox table's default name, the seed schema's.
-const DefaultTable = "outbox_event"
+const DefaultTable = sqlstore.DefaultTable
 
 // Config configures a Store. The zero value (or nil) uses the defaults.
 type Config struct {
@@ -48,19 +47,20 @@ type Config struct {
 // Store is an outbox table in MySQL or MariaDB. It implements
 // ferrystore.Driver[*sql.Tx].
 type Store struct {
-	db    *sql.DB
-	owned bool
-	table string // unquoted
-	q     queries
+	sqlstore.Outbox
+	sqlstore.SQLDB
+	q queries
 }
 
-var _ ferrystore.Driver[*sql.Tx] = (*Store)(nil)
+var (
+	_ ferrystore.Driver[*sql.Tx] = (*Store)(nil)
+	_ ferrystore.Admin           = (*Store)(nil)
+)
 
 type queries struct {
-	t, seq string // quoted names
+	seq string // quoted
 
 	claimSelect, claimSelectOrdered, claimUpdate, orderCheck string
-	markSent, markFailed, expired, purge, stats              string
 	seqUpsert                                                string
 }
 
@@ -71,16 +71,16 @@ func New(db *sql.DB, cfg *Config) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: ferrymysql.New: db is nil", ferrytype.ErrInvalidConfig)
 	}
-	table := DefaultTable
-	if cfg != nil && cfg.Table != "" {
-		table = cfg.Table
+	var configured string
+	if cfg != nil {
+		configured = cfg.Table
 	}
-	if err := ferrytype.ValidateIdentifier("table", table, 59); err != nil {
+	table, err := sqlstore.TableName(configured, 59)
+	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, table: table}
-	s.q = buildQueries(table)
-	return s, nil
+	return &Store{Outbox: sqlstore.NewOutbox(dialect{}, sqlstore.SQLPool(db), table), SQLDB: sqlstore.NewSQLDB(db, false),
+		q: buildQueries(table)}, nil
 }
 
 func quote(name string) string { return "`" + name + "`" }
@@ -89,7 +89,8 @@ const claimCols = "event_id, aggregate_type, aggregate_id, aggregate_seq, event_
 
 func buildQueries(table string) queries {
 	t, seq := quote(table), quote(table+"_seq")
-	q := queries{t: t, seq: seq}
+	q := queries{seq: seq}
+	// TransitionClaim: idx_pending, status NEW, oldest available first.
 	q.claimSelect = "SELECT " + claimCols + " FROM " + t +
 		" WHERE status = 'NEW' AND available_at <= NOW(6)" +
 		" ORDER BY available_at, event_id LIMIT ? FOR UPDATE SKIP LOCKED"
@@ -105,52 +106,23 @@ func buildQueries(table string) queries {
 	q.orderCheck = "SELECT DISTINCT e.event_id FROM " + t + " e JOIN " + t + " p" +
 		" ON p.aggregate_type = e.aggregate_type AND p.aggregate_id = e.aggregate_id" +
 		" AND p.aggregate_seq < e.aggregate_seq AND p.status NOT IN ('SENT', 'DISCARDED')" +
-		" WHERE e.event_id IN (%s)"
+		" WHERE "
 	q.claimUpdate = "UPDATE " + t + " SET status = 'SENDING', lease_token = ?," +
 		" locked_until = NOW(6) + INTERVAL ? MICROSECOND, attempts = attempts + 1" +
-		" WHERE status = 'NEW' AND event_id IN (%s)"
-	q.markSent = "UPDATE " + t + " SET status = 'SENT', lease_token = NULL, locked_until = NULL, sent_at = NOW(6)" +
-		" WHERE status = 'SENDING' AND lease_token = ? AND event_id IN (%s)"
-	q.markFailed = "UPDATE " + t + " SET status = ?, available_at = NOW(6) + INTERVAL ? MICROSECOND," +
-		" lease_token = NULL, locked_until = NULL, last_error = ?" +
-		" WHERE status = 'SENDING' AND lease_token = ? AND event_id = ?"
-	q.expired = "SELECT event_id, lease_token, attempts FROM " + t +
-		" WHERE status = 'SENDING' AND locked_until < NOW(6) ORDER BY locked_until LIMIT ?"
-	q.purge = "DELETE FROM " + t + " WHERE status = 'SENT' AND available_at < NOW(6) - INTERVAL ? MICROSECOND" +
-		" AND sent_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY available_at, event_id LIMIT ?"
-	q.stats = "SELECT COALESCE(SUM(status = 'NEW'), 0), COALESCE(SUM(status = 'SENDING'), 0)," +
-		" COALESCE(SUM(status = 'DEAD'), 0), COALESCE(SUM(status = 'NEW' AND available_at <= NOW(6)), 0)," +
-		" COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN status IN ('NEW', 'SENDING') THEN created_at END), NOW(6)), 0)" +
-		" FROM " + t + " WHERE status IN ('NEW', 'SENDING', 'DEAD')"
+		" WHERE status = 'NEW' AND "
 	q.seqUpsert = "INSERT INTO " + seq + " (aggregate_type, aggregate_id, last_seq) VALUES (?, ?, LAST_INSERT_ID(?))" +
 		" ON DUPLICATE KEY UPDATE last_seq = LAST_INSERT_ID(last_seq + ?)"
 	return q
-}
-
-// Dialect returns "mysql".
-func (s *Store) Dialect() string { return "mysql" }
-
-// Table returns the outbox table's name.
-func (s *Store) Table() string { return s.table }
-
-// DB returns the pool the store uses.
-func (s *Store) DB() *sql.DB { return s.db }
-
-// UnwrapTx returns an executor for the caller's transaction.
-func (s *Store) UnwrapTx(tx *sql.Tx) ferrystore.Executor { return ferrystore.SQL(tx) }
-
-// Close closes the pool if the store opened it (Open).
-func (s *Store) Close() error {
-	if s.owned {
-		return s.db.Close()
-	}
-	return nil
 }
 
 // Enqueue inserts rows in ex. Events of one aggregate get consecutive
 // sequence numbers from Table_seq, whose row lock serialises enqueues of
 // that aggregate until the transaction ends.
 func (s *Store) Enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferrytype.Event, opts ferrystore.EnqueueOptions) error {
+	return classify(s.enqueue(ctx, ex, rows, opts))
+}
+
+func (s *Store) enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferrytype.Event, opts ferrystore.EnqueueOptions) error {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -163,7 +135,7 @@ func (s *Store) Enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferr
 		groups = sqlutil.GroupByAggregate(rows)
 	}
 	if len(groups) == 0 {
-		return s.insert(ctx, ex, rows, seqExpr)
+		return sqlstore.Insert(ctx, &s.Outbox, ex, rows, seqExpr)
 	}
 	// One group (the common case): a single upsert, then every row's
 	// sequence is computed from LAST_INSERT_ID() in the INSERT itself.
@@ -175,7 +147,7 @@ func (s *Store) Enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferr
 		for j, i := range g.Rows {
 			seqExpr[i] = fmt.Sprintf("LAST_INSERT_ID() - %d", len(g.Rows)-1-j)
 		}
-		return s.insert(ctx, ex, rows, seqExpr)
+		return sqlstore.Insert(ctx, &s.Outbox, ex, rows, seqExpr)
 	}
 	// Several aggregates: read each group's last value back.
 	for _, g := range groups {
@@ -198,41 +170,13 @@ func (s *Store) Enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferr
 			seqExpr[i] = fmt.Sprint(last - int64(len(g.Rows)-1-j))
 		}
 	}
-	return s.insert(ctx, ex, rows, seqExpr)
+	return sqlstore.Insert(ctx, &s.Outbox, ex, rows, seqExpr)
 }
 
 func (s *Store) bumpSeq(ctx context.Context, ex ferrystore.Executor, g sqlutil.AggregateGroup) error {
 	n := len(g.Rows)
 	if _, err := ex.Exec(ctx, s.q.seqUpsert, g.Type, g.ID, n, n); err != nil {
 		return fmt.Errorf("enqueue: assign aggregate sequence: %w", err)
-	}
-	return nil
-}
-
-func (s *Store) insert(ctx context.Context, ex ferrystore.Executor, rows []ferrytype.Event, seqExpr []string) error {
-	var b strings.Builder
-	b.WriteString("INSERT INTO " + s.q.t + " (event_id, aggregate_type, aggregate_id, aggregate_seq, event_type," +
-		" payload, headers, destination, exchange, available_at) VALUES ")
-	args := make([]any, 0, len(rows)*9)
-	for i := range rows {
-		ev := &rows[i]
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString("(?, ?, ?, " + seqExpr[i] + ", ?, ?, ?, ?, ?, NOW(6) + INTERVAL ? MICROSECOND)")
-		h, err := sqlutil.EncodeHeaders(ev.Headers)
-		if err != nil {
-			return fmt.Errorf("enqueue: %w", err)
-		}
-		var headers any
-		if h != nil {
-			headers = string(h)
-		}
-		args = append(args, ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, string(ev.Payload), headers,
-			ev.Destination, ev.Exchange, sqlutil.Micros(ev.Delay))
-	}
-	if _, err := ex.Exec(ctx, b.String(), args...); err != nil {
-		return fmt.Errorf("enqueue: insert into %s: %w", s.table, err)
 	}
 	return nil
 }
@@ -248,7 +192,7 @@ func (s *Store) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytyp
 	for attempt := 1; ; attempt++ {
 		msgs, err := s.claim(ctx, p)
 		if err == nil || attempt == claimAttempts || !isDeadlock(err) {
-			return msgs, err
+			return msgs, classify(err)
 		}
 	}
 }
@@ -256,27 +200,13 @@ func (s *Store) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytyp
 // claimAttempts bounds the runs of a claim that keeps losing deadlocks.
 const claimAttempts = 5
 
-// isDeadlock reports InnoDB's deadlock error (1213), which it returns at
-// once. A lock wait timeout (1205) is not rerun here: it took
-// innodb_lock_wait_timeout already, and the relay's back-off handles it.
-func isDeadlock(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1213
-}
-
-// isLockConflict reports a deadlock (1213) or a lock wait timeout (1205).
-func isLockConflict(err error) bool {
-	var me *mysql.MySQLError
-	return isDeadlock(err) || errors.As(err, &me) && me.Number == 1205
-}
-
 func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) (_ []ferrytype.Message, err error) {
 	// READ COMMITTED: under InnoDB's default REPEATABLE READ the claim's
 	// locking scan of idx_pending also locks the gap after the last NEW
 	// entry, exactly where producers insert their new events; producers
 	// would wait for relays and, now and then, deadlock with them. Under
 	// READ COMMITTED the claim locks only the rows it takes.
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, err := s.DB().BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return nil, fmt.Errorf("claim: begin: %w", err)
 	}
@@ -293,7 +223,7 @@ func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) (_ []ferryt
 	if err != nil {
 		return nil, fmt.Errorf("claim: select: %w", explainSkipLocked(err))
 	}
-	msgs, err := scanMessages(rows)
+	msgs, err := sqlstore.ScanMessages(rows)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
@@ -308,12 +238,8 @@ func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) (_ []ferryt
 			return nil, tx.Commit()
 		}
 	}
-	args := make([]any, 0, len(msgs)+2)
-	args = append(args, p.Token, sqlutil.Micros(p.Lease))
-	for i := range msgs {
-		args = append(args, msgs[i].ID)
-	}
-	n, err := ferrystore.SQL(tx).Exec(ctx, fmt.Sprintf(s.q.claimUpdate, sqlutil.Placeholders(len(msgs), false, 0)), args...)
+	cond, ids := sqlutil.InList("event_id", msgIDs(msgs))
+	n, err := ferrystore.SQL(tx).Exec(ctx, s.q.claimUpdate+cond, append([]any{p.Token, sqlutil.Micros(p.Lease)}, ids...)...)
 	if err != nil {
 		return nil, fmt.Errorf("claim: update: %w", err)
 	}
@@ -332,11 +258,8 @@ func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) (_ []ferryt
 // dropBlocked removes candidates that have an earlier event of their
 // aggregate not yet SENT, judged by a consistent (non-locking) read.
 func (s *Store) dropBlocked(ctx context.Context, tx *sql.Tx, msgs []ferrytype.Message) ([]ferrytype.Message, error) {
-	args := make([]any, len(msgs))
-	for i := range msgs {
-		args[i] = msgs[i].ID
-	}
-	rows, err := tx.QueryContext(ctx, fmt.Sprintf(s.q.orderCheck, sqlutil.Placeholders(len(msgs), false, 0)), args...)
+	cond, args := sqlutil.InList("e.event_id", msgIDs(msgs))
+	rows, err := tx.QueryContext(ctx, s.q.orderCheck+cond, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim: order check: %w", err)
 	}
@@ -369,143 +292,21 @@ func explainSkipLocked(err error) error {
 	return err
 }
 
-func scanMessages(rows *sql.Rows) ([]ferrytype.Message, error) {
-	defer rows.Close()
-	var out []ferrytype.Message
-	for rows.Next() {
-		var (
-			m       ferrytype.Message
-			headers []byte
-			created sqlutil.NullTime
-		)
-		if err := rows.Scan(&m.ID, &m.AggregateType, &m.AggregateID, &m.Sequence, &m.Type, &m.Payload,
-			&headers, &m.Destination, &m.Exchange, &m.Attempt, &created); err != nil {
-			return nil, fmt.Errorf("scan: %w", err)
-		}
-		h, err := sqlutil.DecodeHeaders(headers)
-		if err != nil {
-			return nil, fmt.Errorf("event %s: %w", m.ID, err)
-		}
-		m.Headers, m.CreatedAt = h, created.Time
-		out = append(out, m)
+func msgIDs(msgs []ferrytype.Message) []string {
+	ids := make([]string, len(msgs))
+	for i := range msgs {
+		ids[i] = msgs[i].ID
 	}
-	return out, rows.Err()
-}
-
-// MarkSent marks SENT the ids still SENDING under token.
-func (s *Store) MarkSent(ctx context.Context, token string, ids []string) (int64, error) {
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	args := make([]any, 0, len(ids)+1)
-	args = append(args, token)
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	n, err := ferrystore.SQL(s.db).Exec(ctx, fmt.Sprintf(s.q.markSent, sqlutil.Placeholders(len(ids), false, 0)), args...)
-	if err != nil {
-		return 0, fmt.Errorf("mark sent: %w", err)
-	}
-	return n, nil
-}
-
-// MarkFailed records failed attempts in one transaction.
-func (s *Store) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (int64, error) {
-	return markFailed(ctx, s.db, s.q.markFailed, fails)
-}
-
-func markFailed(ctx context.Context, db *sql.DB, query string, fails []ferrystore.Failure) (_ int64, err error) {
-	if len(fails) == 0 {
-		return 0, nil
-	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, fmt.Errorf("mark failed: begin: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	var total int64
-	for _, f := range fails {
-		status := ferrytype.StatusNew
-		if f.Dead {
-			status = ferrytype.StatusDead
-		}
-		n, err := ferrystore.SQL(tx).Exec(ctx, query, string(status), sqlutil.Micros(f.Delay),
-			sqlutil.Truncate(f.Error, 2000), f.Token, f.ID)
-		if err != nil {
-			return 0, fmt.Errorf("mark failed %s: %w", f.ID, err)
-		}
-		total += n
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("mark failed: commit: %w", err)
-	}
-	return total, nil
-}
-
-// ExpiredLeases returns SENDING rows whose lease ended.
-func (s *Store) ExpiredLeases(ctx context.Context, limit int) ([]ferrystore.Lease, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.expired, limit)
-	if err != nil {
-		return nil, fmt.Errorf("expired leases: %w", err)
-	}
-	defer rows.Close()
-	var out []ferrystore.Lease
-	for rows.Next() {
-		var l ferrystore.Lease
-		if err := rows.Scan(&l.ID, &l.Token, &l.Attempts); err != nil {
-			return nil, fmt.Errorf("expired leases: %w", err)
-		}
-		out = append(out, l)
-	}
-	return out, rows.Err()
-}
-
-// PurgeSent deletes up to limit SENT rows older than olderThan.
-func (s *Store) PurgeSent(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
-	us := sqlutil.Micros(olderThan)
-	n, err := ferrystore.SQL(s.db).Exec(ctx, s.q.purge, us, us, limit)
-	if err != nil {
-		return 0, fmt.Errorf("purge sent: %w", err)
-	}
-	return n, nil
-}
-
-// Stats counts pending, sending and dead rows.
-func (s *Store) Stats(ctx context.Context) (ferrystore.Stats, error) {
-	var st ferrystore.Stats
-	var oldest int64
-	err := s.db.QueryRowContext(ctx, s.q.stats).Scan(&st.New, &st.Sending, &st.Dead, &st.Ready, &oldest)
-	if err != nil {
-		return st, fmt.Errorf("stats: %w", err)
-	}
-	st.OldestPending = time.Duration(oldest) * time.Microsecond
-	return st, nil
-}
-
-func (s *Store) migrationData() map[string]string {
-	return map[string]string{"Table": s.q.t, "SeqTable": s.q.seq, "Name": s.table}
+	return ids
 }
 
 // Migrations returns the migrations rendered for this store's table.
-func (s *Store) Migrations() (fs.FS, error) {
-	return migrate.Render(migrationsFS, "migrations", s.migrationData())
-}
+func (s *Store) Migrations() (fs.FS, error) { return MigrationFS(s.Table()) }
 
 // MigrationFS returns the migrations for table (DefaultTable when empty),
 // for use with another migration tool.
 func MigrationFS(table string) (fs.FS, error) {
-	if table == "" {
-		table = DefaultTable
-	}
-	if err := ferrytype.ValidateIdentifier("table", table, 59); err != nil {
-		return nil, err
-	}
-	s := &Store{table: table, q: buildQueries(table)}
-	return s.Migrations()
+	return sqlstore.MigrationFS(dialect{}, migrationsFS, table, 59)
 }
 
 // Migrate applies pending migrations under a named lock (GET_LOCK), so
@@ -515,14 +316,5 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return Apply(ctx, s.db, "outbox:"+s.table, fsys)
-}
-
-// Get returns one row by event id.
-func (s *Store) Get(ctx context.Context, id string) (ferrystore.Row, error) {
-	rows, err := ferrystore.SQL(s.db).Query(ctx, "SELECT "+sqlutil.RowColumns+" FROM "+s.q.t+" WHERE event_id = ?", id)
-	if err != nil {
-		return ferrystore.Row{}, fmt.Errorf("get event %s: %w", id, err)
-	}
-	return sqlutil.ScanRow(rows, id)
+	return Apply(ctx, s.DB(), "outbox:"+s.Table(), fsys)
 }

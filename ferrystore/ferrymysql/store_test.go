@@ -5,37 +5,47 @@ import (
 	"database/sql"
 	"testing"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 	"github.com/ferrydev/ferry/ferrystore/ferrystoretest"
+	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
-func TestConformance(t *testing.T) {
-	ferrystoretest.Exercise(t, ferrystoretest.Harness[*sql.Tx]{
-		New: func(t *testing.T) ferrystore.Driver[*sql.Tx] { return testsvc.Store(t, "mysql").Driver },
-		NewWithTable: func(table string) (ferrystore.Driver[*sql.Tx], error) {
-			return ferrymysql.New(sql.OpenDB(nil), &ferrymysql.Config{Table: table})
-		},
-		Begin: func(ctx context.Context, t *testing.T, s ferrystore.Driver[*sql.Tx]) (*sql.Tx, func() error, func() error) {
-			tx, err := s.(*ferrymysql.Store).DB().BeginTx(ctx, nil)
-			require.NoError(t, err)
-			return tx, tx.Commit, tx.Rollback
-		},
-		LockRow: func(ctx context.Context, t *testing.T, s ferrystore.Store, id string) func() {
-			tx, err := s.(*ferrymysql.Store).DB().BeginTx(ctx, nil)
-			require.NoError(t, err)
-			var got string
-			require.NoError(t, tx.QueryRowContext(ctx, "SELECT event_id FROM `"+s.Table()+"` WHERE event_id = ? FOR UPDATE", id).Scan(&got))
-			return func() { require.NoError(t, tx.Rollback()) }
-		},
-		Exec: func(ctx context.Context, t *testing.T, s ferrystore.Store, query string) {
-			_, err := s.(*ferrymysql.Store).DB().ExecContext(ctx, query)
-			require.NoError(t, err, query)
-		},
-	})
+var harness = ferrystoretest.Harness[*sql.Tx]{
+	New: func(t *testing.T) ferrystore.Driver[*sql.Tx] { return testsvc.Store(t, "mysql").Driver },
+	NewWithTable: func(table string) (ferrystore.Driver[*sql.Tx], error) {
+		return ferrymysql.New(sql.OpenDB(nil), &ferrymysql.Config{Table: table})
+	},
+	Begin: func(ctx context.Context, t *testing.T, s ferrystore.Driver[*sql.Tx]) (*sql.Tx, func() error, func() error) {
+		tx, err := s.(*ferrymysql.Store).DB().BeginTx(ctx, nil)
+		require.NoError(t, err)
+		return tx, tx.Commit, tx.Rollback
+	},
+	LockRow: func(ctx context.Context, t *testing.T, s ferrystore.Store, id string) func() {
+		tx, err := s.(*ferrymysql.Store).DB().BeginTx(ctx, nil)
+		require.NoError(t, err)
+		var got string
+		require.NoError(t, tx.QueryRowContext(ctx, "SELECT event_id FROM `"+s.Table()+"` WHERE event_id = ? FOR UPDATE", id).Scan(&got))
+		return func() { require.NoError(t, tx.Rollback()) }
+	},
+	Exec: func(ctx context.Context, t *testing.T, s ferrystore.Store, query string) {
+		_, err := s.(*ferrymysql.Store).DB().ExecContext(ctx, query)
+		require.NoError(t, err, query)
+	},
+}
+
+func TestConformance(t *testing.T) { ferrystoretest.Exercise(t, harness) }
+
+func TestClassifyKeepsTheDriverError(t *testing.T) {
+	err := ferrystoretest.DuplicateEvent(t, harness)
+	require.ErrorIs(t, err, ferrytype.ErrDuplicate)
+	var me *mysql.MySQLError
+	require.ErrorAs(t, err, &me)
+	require.Equal(t, uint16(1062), me.Number)
 }
 
 func TestInboxConformance(t *testing.T) {

@@ -2,12 +2,12 @@ package ferrypg
 
 import (
 	"context"
-	"database/sql"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/internal/sqlstore"
 )
 
 // PgxQuerier is implemented by *pgxpool.Pool, *pgx.Conn and pgx.Tx.
@@ -41,59 +41,26 @@ type pgxRows struct{ pgx.Rows }
 
 func (r pgxRows) Close() error { r.Rows.Close(); return r.Rows.Err() }
 
-// conn is what the store needs from its own pool: statements and
-// transactions, through pgx or database/sql.
-type conn interface {
-	ferrystore.Executor
-	begin(ctx context.Context) (txn, error)
-}
-
-type txn interface {
-	ferrystore.Executor
-	commit(ctx context.Context) error
-	rollback(ctx context.Context) error
-}
-
-type pgxConn struct {
+// pgxPool is a pgx pool as the store's own connections.
+type pgxPool struct {
 	ferrystore.Executor
 	pool interface {
 		Begin(ctx context.Context) (pgx.Tx, error)
 	}
 }
 
-func (c pgxConn) begin(ctx context.Context) (txn, error) {
+func (c pgxPool) Begin(ctx context.Context) (sqlstore.Tx, error) {
 	tx, err := c.pool.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return pgxTxn{Pgx(tx), tx}, nil
+	return pgxTx{Pgx(tx), tx}, nil
 }
 
-type pgxTxn struct {
+type pgxTx struct {
 	ferrystore.Executor
 	tx pgx.Tx
 }
 
-func (t pgxTxn) commit(ctx context.Context) error   { return t.tx.Commit(ctx) }
-func (t pgxTxn) rollback(ctx context.Context) error { return t.tx.Rollback(ctx) }
-
-type sqlConn struct {
-	ferrystore.Executor
-	db *sql.DB
-}
-
-func (c sqlConn) begin(ctx context.Context) (txn, error) {
-	tx, err := c.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	return sqlTxn{ferrystore.SQL(tx), tx}, nil
-}
-
-type sqlTxn struct {
-	ferrystore.Executor
-	tx *sql.Tx
-}
-
-func (t sqlTxn) commit(context.Context) error   { return t.tx.Commit() }
-func (t sqlTxn) rollback(context.Context) error { return t.tx.Rollback() }
+func (t pgxTx) Commit(ctx context.Context) error   { return t.tx.Commit(ctx) }
+func (t pgxTx) Rollback(ctx context.Context) error { return t.tx.Rollback(ctx) }

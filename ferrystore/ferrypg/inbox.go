@@ -4,18 +4,17 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"errors"
 	"fmt"
 	"io/fs"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/migrate"
+	"github.com/ferrydev/ferry/internal/sqlstore"
 	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
@@ -37,7 +36,8 @@ type InboxConfig struct {
 
 type inboxCore struct {
 	sqlutil.InboxBase
-	c        conn
+	c        sqlstore.Pool
+	close    func()
 	tables   sqlutil.InboxTables
 	m, cf, v string
 }
@@ -53,7 +53,7 @@ type Inbox struct {
 // stdlib driver. It implements ferrystore.InboxDriver[*sql.Tx].
 type StdlibInbox struct {
 	inboxCore
-	db *sql.DB
+	sqlstore.SQLTxs
 }
 
 var (
@@ -61,7 +61,7 @@ var (
 	_ ferrystore.InboxDriver[*sql.Tx] = (*StdlibInbox)(nil)
 )
 
-func newInboxCore(c conn, cfg *InboxConfig) (inboxCore, error) {
+func newInboxCore(c sqlstore.Pool, cfg *InboxConfig) (inboxCore, error) {
 	if cfg == nil {
 		cfg = &InboxConfig{}
 	}
@@ -95,7 +95,7 @@ func NewInbox(pool *pgxpool.Pool, cfg *InboxConfig) (*Inbox, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: ferrypg.NewInbox: pool is nil", ferrytype.ErrInvalidConfig)
 	}
-	c, err := newInboxCore(pgxConn{Pgx(pool), pool}, cfg)
+	c, err := newInboxCore(pgxPool{Pgx(pool), pool}, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -108,11 +108,11 @@ func NewStdlibInbox(db *sql.DB, cfg *InboxConfig) (*StdlibInbox, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: ferrypg.NewStdlibInbox: db is nil", ferrytype.ErrInvalidConfig)
 	}
-	c, err := newInboxCore(sqlConn{ferrystore.SQL(db), db}, cfg)
+	c, err := newInboxCore(sqlstore.SQLPool(db), cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &StdlibInbox{inboxCore: c, db: db}, nil
+	return &StdlibInbox{inboxCore: c, SQLTxs: sqlstore.SQLTxs{SQLDB: sqlstore.NewSQLDB(db, false)}}, nil
 }
 
 // Begin starts a transaction.
@@ -127,23 +127,17 @@ func (s *Inbox) Rollback(ctx context.Context, tx pgx.Tx) error { return tx.Rollb
 // UnwrapTx returns an executor for tx.
 func (s *Inbox) UnwrapTx(tx pgx.Tx) ferrystore.Executor { return Pgx(tx) }
 
-// Begin starts a transaction.
-func (s *StdlibInbox) Begin(ctx context.Context) (*sql.Tx, error) { return s.db.BeginTx(ctx, nil) }
-
-// Commit commits tx.
-func (s *StdlibInbox) Commit(_ context.Context, tx *sql.Tx) error { return tx.Commit() }
-
-// Rollback rolls tx back.
-func (s *StdlibInbox) Rollback(_ context.Context, tx *sql.Tx) error { return tx.Rollback() }
-
-// UnwrapTx returns an executor for tx.
-func (s *StdlibInbox) UnwrapTx(tx *sql.Tx) ferrystore.Executor { return ferrystore.SQL(tx) }
-
 // Dialect returns "postgres".
 func (s *inboxCore) Dialect() string { return "postgres" }
 
-// Close does nothing: the pool is the caller's.
-func (s *inboxCore) Close() error { return nil }
+// Close closes the pool if the inbox opened it (OpenInbox); a pool the
+// caller passed in stays open.
+func (s *inboxCore) Close() error {
+	if s.close != nil {
+		s.close()
+	}
+	return nil
+}
 
 // Migrations returns the inbox migrations rendered for its tables.
 func (s *inboxCore) Migrations() (fs.FS, error) {
@@ -201,18 +195,9 @@ func (s *inboxCore) AdvanceVersion(ctx context.Context, ex ferrystore.Executor, 
 		consumer, aggregate, version, contiguous)
 }
 
-// IsDuplicate reports unique_violation (23505).
-func (s *inboxCore) IsDuplicate(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "23505"
-}
-
-// IsRetryable reports deadlock_detected (40P01), serialization_failure
-// (40001) and lock_not_available (55P03).
-func (s *inboxCore) IsRetryable(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001" || pe.Code == "55P03")
-}
+// Classify wraps a driver error in ferry's classes (see
+// ferrystore.Classifier).
+func (s *inboxCore) Classify(err error) error { return classify(err) }
 
 // PurgeMarkers deletes up to limit markers older than olderThan.
 func (s *inboxCore) PurgeMarkers(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {

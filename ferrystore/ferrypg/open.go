@@ -10,18 +10,18 @@ import (
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
-// Open connects a pgx pool to the database at rawURL
-// (postgres://user:password@host:5432/db?sslmode=verify-full&sslrootcert=...,
-// any libpq connection string pgx accepts, TLS included), checks that it
-// answers, and returns a store that closes the pool on Close. Errors never
-// contain the password.
-func Open(ctx context.Context, rawURL string, cfg *Config) (*Store, error) {
+// Schemes returns the URL schemes Open and OpenInbox accept.
+func Schemes() []string { return []string{"postgres", "postgresql"} }
+
+// openPool connects a pgx pool of at least minConns connections to the
+// database at rawURL and checks that it answers within 10 seconds.
+func openPool(ctx context.Context, rawURL string, minConns int32) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: database URL %s: cannot parse", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(rawURL))
 	}
-	if pc.MaxConns < 8 {
-		pc.MaxConns = 8
+	if pc.MaxConns < minConns {
+		pc.MaxConns = minConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
@@ -33,11 +33,39 @@ func Open(ctx context.Context, rawURL string, cfg *Config) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("open %s: %w", ferrytype.RedactURL(rawURL), err)
 	}
-	s, err := New(pool, cfg)
-	if err != nil {
-		pool.Close()
+	return pool, nil
+}
+
+// Open connects a pgx pool to the database at rawURL
+// (postgres://user:password@host:5432/db?sslmode=verify-full&sslrootcert=...,
+// any libpq connection string pgx accepts, TLS included), checks that it
+// answers, and returns a store that closes the pool on Close. Errors never
+// contain the password.
+func Open(ctx context.Context, rawURL string, cfg *Config) (*Store, error) {
+	if _, err := newCore(nil, cfg); err != nil {
 		return nil, err
 	}
+	pool, err := openPool(ctx, rawURL, 8)
+	if err != nil {
+		return nil, err
+	}
+	s, _ := New(pool, cfg)
+	s.close = pool.Close
+	return s, nil
+}
+
+// OpenInbox connects a pgx pool to the database at rawURL (as Open does),
+// checks that it answers (not that the tables exist: the first query says
+// so), and returns the inbox tables on it; Close closes the pool.
+func OpenInbox(ctx context.Context, rawURL string, cfg *InboxConfig) (*Inbox, error) {
+	if _, err := newInboxCore(nil, cfg); err != nil {
+		return nil, err
+	}
+	pool, err := openPool(ctx, rawURL, 0)
+	if err != nil {
+		return nil, err
+	}
+	s, _ := NewInbox(pool, cfg)
 	s.close = pool.Close
 	return s, nil
 }

@@ -16,14 +16,13 @@ import (
 	"io/fs"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/migrate"
+	"github.com/ferrydev/ferry/internal/sqlstore"
 	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
@@ -31,7 +30,7 @@ import (
 var migrationsFS embed.FS
 
 // DefaultTable is the outbox table's default name, the seed schema's.
-const DefaultTable = "outbox_event"
+const DefaultTable = sqlstore.DefaultTable
 
 // Config configures a store. The zero value (or nil) uses the defaults.
 type Config struct {
@@ -50,8 +49,8 @@ type Config struct {
 
 // core is the store's implementation, shared by Store and StdlibStore.
 type core struct {
-	c       conn
-	table   string
+	sqlstore.Outbox
+	c       sqlstore.Pool
 	channel string
 	notify  bool
 	close   func()
@@ -60,10 +59,7 @@ type core struct {
 }
 
 type queries struct {
-	t, seq string
-
-	claim, claimOrdered, markSent, markFailed, expired, purge, stats string
-	seqInsert, insertHead                                            string
+	claim, claimOrdered, markFailed, seqInsert string
 }
 
 // Store is a PostgreSQL outbox used through pgx. It implements
@@ -82,6 +78,8 @@ var (
 	_ ferrystore.Driver[*sql.Tx] = (*StdlibStore)(nil)
 	_ ferrystore.Listener        = (*Store)(nil)
 	_ ferrystore.Listener        = (*StdlibStore)(nil)
+	_ ferrystore.Admin           = (*Store)(nil)
+	_ ferrystore.Admin           = (*StdlibStore)(nil)
 )
 
 // New returns a store on pool. The store never closes pool.
@@ -89,7 +87,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: ferrypg.New: pool is nil", ferrytype.ErrInvalidConfig)
 	}
-	c, err := newCore(pgxConn{Pgx(pool), pool}, cfg)
+	c, err := newCore(pgxPool{Pgx(pool), pool}, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +108,7 @@ func NewStdlib(db *sql.DB, cfg *Config) (*StdlibStore, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: ferrypg.NewStdlib: db is nil", ferrytype.ErrInvalidConfig)
 	}
-	c, err := newCore(sqlConn{ferrystore.SQL(db), db}, cfg)
+	c, err := newCore(sqlstore.SQLPool(db), cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -124,19 +122,20 @@ func (s *Store) UnwrapTx(tx pgx.Tx) ferrystore.Executor { return Pgx(tx) }
 // UnwrapTx returns an executor for the caller's database/sql transaction.
 func (s *StdlibStore) UnwrapTx(tx *sql.Tx) ferrystore.Executor { return ferrystore.SQL(tx) }
 
-func newCore(c conn, cfg *Config) (core, error) {
-	table := DefaultTable
-	var notify bool
+func newCore(c sqlstore.Pool, cfg *Config) (core, error) {
+	var (
+		configured string
+		notify     bool
+	)
 	if cfg != nil {
-		if cfg.Table != "" {
-			table = cfg.Table
-		}
-		notify = cfg.Notify
+		configured, notify = cfg.Table, cfg.Notify
 	}
-	if err := ferrytype.ValidateIdentifier("table", table, 49); err != nil {
+	table, err := sqlstore.TableName(configured, 49)
+	if err != nil {
 		return core{}, err
 	}
-	return core{c: c, table: table, channel: "ferry_" + table, notify: notify, q: buildQueries(table)}, nil
+	return core{Outbox: sqlstore.NewOutbox(dialect{}, c, table), c: c, channel: "ferry_" + table, notify: notify,
+		q: buildQueries(table)}, nil
 }
 
 func quote(name string) string { return `"` + name + `"` }
@@ -146,11 +145,13 @@ const claimCols = "t.event_id, t.aggregate_type, t.aggregate_id, t.aggregate_seq
 
 func buildQueries(table string) queries {
 	t, seq := quote(table), quote(table+"_seq")
-	q := queries{t: t, seq: seq}
+	var q queries
 	update := " UPDATE " + t + " t SET status = 'SENDING', lease_token = $2," +
 		" locked_until = now() + $3::bigint * interval '1 microsecond', attempts = t.attempts + 1" +
 		" FROM c WHERE t.event_id = c.event_id RETURNING " + claimCols
-	// One statement: the locking SELECT and the UPDATE of exactly its ids.
+	// TransitionClaim in one statement: the locking SELECT (the pending
+	// index, status NEW, oldest available first) and the UPDATE of
+	// exactly its ids.
 	q.claim = "WITH c AS (SELECT event_id FROM " + t + " WHERE status = 'NEW' AND available_at <= now()" +
 		" ORDER BY available_at, event_id LIMIT $1 FOR UPDATE SKIP LOCKED)" + update
 	// FOR UPDATE locks only the rows of e; the NOT EXISTS sub-select is a
@@ -160,33 +161,15 @@ func buildQueries(table string) queries {
 		" AND NOT EXISTS (SELECT 1 FROM " + t + " p WHERE p.aggregate_type = e.aggregate_type" +
 		" AND p.aggregate_id = e.aggregate_id AND p.aggregate_seq < e.aggregate_seq AND p.status NOT IN ('SENT', 'DISCARDED'))" +
 		" ORDER BY e.available_at, e.event_id LIMIT $1 FOR UPDATE OF e SKIP LOCKED)" + update
-	q.markSent = "UPDATE " + t + " SET status = 'SENT', lease_token = NULL, locked_until = NULL, sent_at = now()" +
-		" WHERE status = 'SENDING' AND lease_token = $1 AND event_id = ANY($2::text[])"
+	// TransitionFailRetry or TransitionFailDead, all rows in one
+	// statement, by the primary key; RETURNING says which rows changed.
 	q.markFailed = "UPDATE " + t + " t SET status = f.status, available_at = now() + f.delay_us * interval '1 microsecond'," +
 		" lease_token = NULL, locked_until = NULL, last_error = f.err" +
 		" FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[]) AS f(id, token, status, delay_us, err)" +
-		" WHERE t.event_id = f.id AND t.lease_token = f.token AND t.status = 'SENDING'"
-	q.expired = "SELECT event_id, lease_token, attempts FROM " + t +
-		" WHERE status = 'SENDING' AND locked_until < now() ORDER BY locked_until LIMIT $1"
-	q.purge = "DELETE FROM " + t + " WHERE event_id IN (SELECT event_id FROM " + t +
-		" WHERE status = 'SENT' AND available_at < now() - $1::bigint * interval '1 microsecond'" +
-		" AND sent_at < now() - $1::bigint * interval '1 microsecond'" +
-		" ORDER BY available_at, event_id LIMIT $2 FOR UPDATE SKIP LOCKED)"
-	q.stats = "SELECT count(*) FILTER (WHERE status = 'NEW'), count(*) FILTER (WHERE status = 'SENDING')," +
-		" count(*) FILTER (WHERE status = 'DEAD'), count(*) FILTER (WHERE status = 'NEW' AND available_at <= now())," +
-		" COALESCE((EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status IN ('NEW', 'SENDING'))) * 1000000)::bigint, 0)" +
-		" FROM " + t + " WHERE status IN ('NEW', 'SENDING', 'DEAD')"
+		" WHERE t.event_id = f.id AND t.lease_token = f.token AND t.status = 'SENDING' RETURNING t.event_id"
 	q.seqInsert = "INSERT INTO " + seq + " AS s (aggregate_type, aggregate_id, last_seq)"
-	q.insertHead = "INSERT INTO " + t + " (event_id, aggregate_type, aggregate_id, aggregate_seq, event_type," +
-		" payload, headers, destination, exchange, available_at) VALUES "
 	return q
 }
-
-// Dialect returns "postgres".
-func (s *core) Dialect() string { return "postgres" }
-
-// Table returns the outbox table's name.
-func (s *core) Table() string { return s.table }
 
 // Channel returns the LISTEN/NOTIFY channel of the table: "ferry_" + table.
 func (s *core) Channel() string { return s.channel }
@@ -206,85 +189,77 @@ func (s *core) Close() error {
 // computes each row's sequence from it. With notifications on, the same
 // statement calls pg_notify.
 func (s *core) Enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferrytype.Event, opts ferrystore.EnqueueOptions) error {
+	return classify(s.enqueue(ctx, ex, rows, opts))
+}
+
+func (s *core) enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferrytype.Event, opts ferrystore.EnqueueOptions) error {
 	if len(rows) == 0 {
 		return nil
 	}
 	var (
 		b    strings.Builder
-		args = make([]any, 0, len(rows)*10+8)
+		args []any
 		seq  = make([]string, len(rows))
+		ctes int
 	)
-	arg := func(v any) string {
-		args = append(args, v)
-		return fmt.Sprintf("$%d", len(args))
+	with := func() {
+		if ctes == 0 {
+			b.WriteString("WITH ")
+		} else {
+			b.WriteString(", ")
+		}
+		ctes++
 	}
 	for i := range seq {
 		seq[i] = "0"
 	}
-	ctes := 0
 	if !opts.SkipSequence {
 		for g, grp := range sqlutil.GroupByAggregate(rows) {
-			if ctes == 0 {
-				b.WriteString("WITH ")
-			} else {
-				b.WriteString(", ")
-			}
-			ctes++
-			fmt.Fprintf(&b, "s%d AS (%s VALUES (%s, %s, %s::bigint) ON CONFLICT (aggregate_type, aggregate_id)"+
-				" DO UPDATE SET last_seq = s.last_seq + EXCLUDED.last_seq RETURNING last_seq)",
-				g, s.q.seqInsert, arg(grp.Type), arg(grp.ID), arg(len(grp.Rows)))
+			with()
+			fmt.Fprintf(&b, "s%d AS (%s VALUES (?, ?, ?::bigint) ON CONFLICT (aggregate_type, aggregate_id)"+
+				" DO UPDATE SET last_seq = s.last_seq + EXCLUDED.last_seq RETURNING last_seq)", g, s.q.seqInsert)
+			args = append(args, grp.Type, grp.ID, len(grp.Rows))
 			for j, i := range grp.Rows {
 				seq[i] = fmt.Sprintf("(SELECT last_seq FROM s%d) - %d", g, len(grp.Rows)-1-j)
 			}
 		}
 	}
 	if s.notify {
-		if ctes == 0 {
-			b.WriteString("WITH ")
-		} else {
-			b.WriteString(", ")
-		}
+		with()
 		b.WriteString("ins AS (")
 	}
-	b.WriteString(s.q.insertHead)
-	for i := range rows {
-		ev := &rows[i]
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		h, err := sqlutil.EncodeHeaders(ev.Headers)
-		if err != nil {
-			return fmt.Errorf("enqueue: %w", err)
-		}
-		var headers any
-		if h != nil {
-			headers = string(h)
-		}
-		fmt.Fprintf(&b, "(%s, %s, %s, %s, %s, %s::json, %s::json, %s, %s, now() + %s::bigint * interval '1 microsecond')",
-			arg(ev.ID), arg(ev.AggregateType), arg(ev.AggregateID), seq[i], arg(ev.Type), arg(string(ev.Payload)),
-			arg(headers), arg(ev.Destination), arg(ev.Exchange), arg(sqlutil.Micros(ev.Delay)))
+	ins, insArgs, err := sqlstore.InsertRows(&s.Outbox, rows, seq)
+	if err != nil {
+		return err
 	}
+	b.WriteString(ins)
+	args = append(args, insArgs...)
 	if !s.notify {
-		if _, err := ex.Exec(ctx, b.String(), args...); err != nil {
-			return fmt.Errorf("enqueue: insert into %s: %w", s.table, err)
+		if _, err := ex.Exec(ctx, sqlutil.Rebind("postgres", b.String()), args...); err != nil {
+			return fmt.Errorf("enqueue: insert into %s: %w", s.Table(), err)
 		}
 		return nil
 	}
-	fmt.Fprintf(&b, " RETURNING 1) SELECT pg_notify(%s, '') FROM (SELECT 1 FROM ins LIMIT 1) x", arg(s.channel))
-	r, err := ex.Query(ctx, b.String(), args...)
+	b.WriteString(" RETURNING 1) SELECT pg_notify(?, '') FROM (SELECT 1 FROM ins LIMIT 1) x")
+	r, err := ex.Query(ctx, sqlutil.Rebind("postgres", b.String()), append(args, s.channel)...)
 	if err != nil {
-		return fmt.Errorf("enqueue: insert into %s: %w", s.table, err)
+		return fmt.Errorf("enqueue: insert into %s: %w", s.Table(), err)
 	}
 	for r.Next() {
 	}
 	if err := r.Close(); err != nil {
-		return fmt.Errorf("enqueue: insert into %s: %w", s.table, err)
+		return fmt.Errorf("enqueue: insert into %s: %w", s.Table(), err)
 	}
 	return nil
 }
 
 // Claim leases up to p.Limit rows in one statement.
 func (s *core) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype.Message, error) {
+	msgs, err := s.claim(ctx, p)
+	return msgs, classify(err)
+}
+
+func (s *core) claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype.Message, error) {
 	query := s.q.claim
 	if p.Ordered {
 		query = s.q.claimOrdered
@@ -293,27 +268,8 @@ func (s *core) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
-	defer rows.Close()
-	var out []ferrytype.Message
-	for rows.Next() {
-		var (
-			m       ferrytype.Message
-			payload string
-			headers sql.NullString
-		)
-		if err := rows.Scan(&m.ID, &m.AggregateType, &m.AggregateID, &m.Sequence, &m.Type, &payload,
-			&headers, &m.Destination, &m.Exchange, &m.Attempt, &m.CreatedAt); err != nil {
-			return nil, fmt.Errorf("claim: scan: %w", err)
-		}
-		m.Payload = []byte(payload)
-		if headers.Valid {
-			if m.Headers, err = sqlutil.DecodeHeaders([]byte(headers.String)); err != nil {
-				return nil, fmt.Errorf("claim: event %s: %w", m.ID, err)
-			}
-		}
-		out = append(out, m)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := sqlstore.ScanMessages(rows)
+	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
 	// RETURNING does not keep the SELECT's order.
@@ -326,22 +282,11 @@ func (s *core) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype
 	return out, nil
 }
 
-// MarkSent marks SENT the ids still SENDING under token.
-func (s *core) MarkSent(ctx context.Context, token string, ids []string) (int64, error) {
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	n, err := s.c.Exec(ctx, s.q.markSent, token, ids)
-	if err != nil {
-		return 0, fmt.Errorf("mark sent: %w", err)
-	}
-	return n, nil
-}
-
-// MarkFailed records failed attempts in one statement.
-func (s *core) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (int64, error) {
+// MarkFailed records failed attempts in one statement, whose RETURNING
+// names the rows it changed; the others were fenced.
+func (s *core) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (ferrystore.MarkFailedResult, error) {
 	if len(fails) == 0 {
-		return 0, nil
+		return ferrystore.MarkFailedResult{}, nil
 	}
 	ids := make([]string, len(fails))
 	tokens := make([]string, len(fails))
@@ -350,87 +295,29 @@ func (s *core) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (int6
 	errs := make([]string, len(fails))
 	for i, f := range fails {
 		ids[i], tokens[i], delays[i], errs[i] = f.ID, f.Token, sqlutil.Micros(f.Delay), sqlutil.Truncate(f.Error, 2000)
-		statuses[i] = string(ferrytype.StatusNew)
+		statuses[i] = string(ferrytype.TransitionFailRetry.To)
 		if f.Dead {
-			statuses[i] = string(ferrytype.StatusDead)
+			statuses[i] = string(ferrytype.TransitionFailDead.To)
 		}
 	}
-	n, err := s.c.Exec(ctx, s.q.markFailed, ids, tokens, statuses, delays, errs)
+	rows, err := s.c.Query(ctx, s.q.markFailed, ids, tokens, statuses, delays, errs)
 	if err != nil {
-		return 0, fmt.Errorf("mark failed: %w", err)
+		return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed: %w", classify(err))
 	}
-	return n, nil
-}
-
-// ExpiredLeases returns SENDING rows whose lease ended.
-func (s *core) ExpiredLeases(ctx context.Context, limit int) ([]ferrystore.Lease, error) {
-	rows, err := s.c.Query(ctx, s.q.expired, limit)
+	changed, err := sqlutil.ScanKeys(rows)
 	if err != nil {
-		return nil, fmt.Errorf("expired leases: %w", err)
+		return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed: %w", classify(err))
 	}
-	defer rows.Close()
-	var out []ferrystore.Lease
-	for rows.Next() {
-		var l ferrystore.Lease
-		if err := rows.Scan(&l.ID, &l.Token, &l.Attempts); err != nil {
-			return nil, fmt.Errorf("expired leases: %w", err)
-		}
-		out = append(out, l)
-	}
-	return out, rows.Err()
-}
-
-// PurgeSent deletes up to limit SENT rows older than olderThan.
-func (s *core) PurgeSent(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
-	n, err := s.c.Exec(ctx, s.q.purge, sqlutil.Micros(olderThan), limit)
-	if err != nil {
-		return 0, fmt.Errorf("purge sent: %w", err)
-	}
-	return n, nil
-}
-
-// Stats counts pending, sending and dead rows.
-func (s *core) Stats(ctx context.Context) (ferrystore.Stats, error) {
-	var st ferrystore.Stats
-	rows, err := s.c.Query(ctx, s.q.stats)
-	if err != nil {
-		return st, fmt.Errorf("stats: %w", err)
-	}
-	defer rows.Close()
-	var oldest int64
-	if rows.Next() {
-		if err := rows.Scan(&st.New, &st.Sending, &st.Dead, &st.Ready, &oldest); err != nil {
-			return st, fmt.Errorf("stats: %w", err)
-		}
-	}
-	st.OldestPending = time.Duration(oldest) * time.Microsecond
-	return st, rows.Err()
-}
-
-func migrationData(table string) map[string]string {
-	return map[string]string{
-		"Table":          quote(table),
-		"SeqTable":       quote(table + "_seq"),
-		"PendingIndex":   quote(table + "_pending_idx"),
-		"AggregateIndex": quote(table + "_aggregate_idx"),
-	}
+	return ferrystore.MarkFailedResultOf(fails, func(i int) bool { return changed[fails[i].ID] }), nil
 }
 
 // Migrations returns the migrations rendered for this store's table.
-func (s *core) Migrations() (fs.FS, error) {
-	return migrate.Render(migrationsFS, "migrations", migrationData(s.table))
-}
+func (s *core) Migrations() (fs.FS, error) { return MigrationFS(s.Table()) }
 
 // MigrationFS returns the migrations for table (DefaultTable when empty),
 // for use with another migration tool.
 func MigrationFS(table string) (fs.FS, error) {
-	if table == "" {
-		table = DefaultTable
-	}
-	if err := ferrytype.ValidateIdentifier("table", table, 49); err != nil {
-		return nil, err
-	}
-	return migrate.Render(migrationsFS, "migrations", migrationData(table))
+	return sqlstore.MigrationFS(dialect{}, migrationsFS, table, 49)
 }
 
 // Migrate applies pending migrations in one transaction under an advisory
@@ -440,16 +327,5 @@ func (s *core) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return apply(ctx, s.c, "outbox:"+s.table, fsys)
-}
-
-var pgRowColumns = strings.NewReplacer("payload,", "payload::text,", "headers,", "headers::text,").Replace(sqlutil.RowColumns)
-
-// Get returns one row by event id.
-func (s *core) Get(ctx context.Context, id string) (ferrystore.Row, error) {
-	rows, err := s.c.Query(ctx, "SELECT "+pgRowColumns+" FROM "+s.q.t+" WHERE event_id = $1", id)
-	if err != nil {
-		return ferrystore.Row{}, fmt.Errorf("get event %s: %w", id, err)
-	}
-	return sqlutil.ScanRow(rows, id)
+	return apply(ctx, s.c, "outbox:"+s.Table(), fsys)
 }

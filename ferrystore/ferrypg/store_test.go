@@ -6,12 +6,14 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrypg"
 	"github.com/ferrydev/ferry/ferrystore/ferrystoretest"
+	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
@@ -50,20 +52,28 @@ func TestConformancePgx(t *testing.T) {
 	})
 }
 
-func TestConformanceStdlib(t *testing.T) {
-	ferrystoretest.Exercise(t, ferrystoretest.Harness[*sql.Tx]{
-		New: func(t *testing.T) ferrystore.Driver[*sql.Tx] { return testsvc.Store(t, "postgres").Driver },
-		NewWithTable: func(table string) (ferrystore.Driver[*sql.Tx], error) {
-			return ferrypg.NewStdlib(sql.OpenDB(nil), &ferrypg.Config{Table: table})
-		},
-		Begin: func(ctx context.Context, t *testing.T, _ ferrystore.Driver[*sql.Tx]) (*sql.Tx, func() error, func() error) {
-			tx, err := testsvc.PostgresSQL(t).BeginTx(ctx, nil)
-			require.NoError(t, err)
-			return tx, tx.Commit, tx.Rollback
-		},
-		LockRow: lockRow,
-		Exec:    exec,
-	})
+var stdlibHarness = ferrystoretest.Harness[*sql.Tx]{
+	New: func(t *testing.T) ferrystore.Driver[*sql.Tx] { return testsvc.Store(t, "postgres").Driver },
+	NewWithTable: func(table string) (ferrystore.Driver[*sql.Tx], error) {
+		return ferrypg.NewStdlib(sql.OpenDB(nil), &ferrypg.Config{Table: table})
+	},
+	Begin: func(ctx context.Context, t *testing.T, _ ferrystore.Driver[*sql.Tx]) (*sql.Tx, func() error, func() error) {
+		tx, err := testsvc.PostgresSQL(t).BeginTx(ctx, nil)
+		require.NoError(t, err)
+		return tx, tx.Commit, tx.Rollback
+	},
+	LockRow: lockRow,
+	Exec:    exec,
+}
+
+func TestConformanceStdlib(t *testing.T) { ferrystoretest.Exercise(t, stdlibHarness) }
+
+func TestClassifyKeepsTheDriverError(t *testing.T) {
+	err := ferrystoretest.DuplicateEvent(t, stdlibHarness)
+	require.ErrorIs(t, err, ferrytype.ErrDuplicate)
+	var pe *pgconn.PgError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "23505", pe.Code)
 }
 
 func pgInbox[D ferrystore.InboxDriver[T], T any](t *testing.T, mk func(*ferrypg.InboxConfig) (D, error)) (ferrystore.InboxDriver[T], func(string, ...any) error) {

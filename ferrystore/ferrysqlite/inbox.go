@@ -4,17 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"errors"
 	"fmt"
 	"io/fs"
 	"time"
 
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
-
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/migrate"
+	"github.com/ferrydev/ferry/internal/sqlstore"
 	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
@@ -40,7 +37,7 @@ type InboxConfig struct {
 // BEGIN, which serialises concurrent deliveries of one operation.
 type Inbox struct {
 	sqlutil.InboxBase
-	db      *sql.DB
+	sqlstore.SQLTxs
 	tables  sqlutil.InboxTables
 	m, c, v string
 }
@@ -59,43 +56,13 @@ func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Inbox{db: db, tables: t, m: quote(t.Markers), c: quote(t.Conflicts), v: quote(t.Versions)}
-	s.InboxBase = sqlutil.InboxBase{Pool: ferrystore.SQL(db), SQL: sqlutil.InboxSQL{
-		InsertMarker: "INSERT INTO " + s.m + " (consumer_name, business_key, event_id, fields, fingerprint, outcome)" +
-			" VALUES (?, ?, ?, ?, ?, ?)",
-		GetMarker: "SELECT " + sqlutil.MarkerColumns + " FROM " + s.m + " WHERE consumer_name = ? AND business_key = ?",
-		Conflicts: "SELECT " + sqlutil.ConflictColumns + " FROM " + s.c +
-			" WHERE (? OR status = 'OPEN') AND (? = '' OR consumer_name = ?) ORDER BY id DESC LIMIT ?",
-		GetConflict: "SELECT " + sqlutil.ConflictColumns + " FROM " + s.c + " WHERE id = ?",
-		ResolveConflict: "UPDATE " + s.c + " SET status = 'RESOLVED', decision = ?, resolved_by = ?, note = ?," +
-			" resolved_at = " + now + " WHERE id = ? AND status = 'OPEN'",
-		MarkerCount:     "SELECT COUNT(*) FROM " + s.m + " WHERE ? = '' OR consumer_name = ?",
-		OpenConflicts:   "SELECT consumer_name, COUNT(*) FROM " + s.c + " WHERE status = 'OPEN' GROUP BY consumer_name",
-		ExistingMarkers: sqlutil.InExistingMarkers(s.m),
-	}}
+	s := &Inbox{SQLTxs: sqlstore.SQLTxs{SQLDB: sqlstore.NewSQLDB(db, false)}, tables: t, m: quote(t.Markers), c: quote(t.Conflicts), v: quote(t.Versions)}
+	s.InboxBase = sqlutil.InboxBase{Pool: ferrystore.SQL(db), SQL: sqlutil.PlainInboxSQL(s.m, s.c, now)}
 	return s, nil
 }
 
 // Dialect returns "sqlite".
 func (s *Inbox) Dialect() string { return "sqlite" }
-
-// Close does nothing: the database is the caller's.
-func (s *Inbox) Close() error { return nil }
-
-// DB returns the database.
-func (s *Inbox) DB() *sql.DB { return s.db }
-
-// Begin starts a transaction.
-func (s *Inbox) Begin(ctx context.Context) (*sql.Tx, error) { return s.db.BeginTx(ctx, nil) }
-
-// Commit commits tx.
-func (s *Inbox) Commit(_ context.Context, tx *sql.Tx) error { return tx.Commit() }
-
-// Rollback rolls tx back.
-func (s *Inbox) Rollback(_ context.Context, tx *sql.Tx) error { return tx.Rollback() }
-
-// UnwrapTx returns an executor for tx.
-func (s *Inbox) UnwrapTx(tx *sql.Tx) ferrystore.Executor { return ferrystore.SQL(tx) }
 
 // Migrations returns the inbox migrations rendered for its tables.
 func (s *Inbox) Migrations() (fs.FS, error) {
@@ -112,13 +79,13 @@ func (s *Inbox) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return Apply(ctx, s.db, "inbox:"+s.tables.Markers, fsys)
+	return Apply(ctx, s.DB(), "inbox:"+s.tables.Markers, fsys)
 }
 
 // RecordConflict stores c, or counts one more occurrence of it.
 func (s *Inbox) RecordConflict(ctx context.Context, c ferrystore.Conflict) (int64, error) {
 	var id int64
-	err := s.db.QueryRowContext(ctx, "INSERT INTO "+s.c+" (consumer_name, business_key, stored_event_id, stored_fields,"+
+	err := s.DB().QueryRowContext(ctx, "INSERT INTO "+s.c+" (consumer_name, business_key, stored_event_id, stored_fields,"+
 		" stored_fingerprint, incoming_event_id, incoming_fields, incoming_fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"+
 		" ON CONFLICT (consumer_name, business_key, incoming_fingerprint)"+
 		" DO UPDATE SET occurrences = occurrences + 1, last_seen = "+now+" RETURNING id",
@@ -143,29 +110,13 @@ func (s *Inbox) AdvanceVersion(ctx context.Context, ex ferrystore.Executor, cons
 		consumer, aggregate, version, contiguous)
 }
 
-func sqliteCode(err error) int {
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		return se.Code()
-	}
-	return 0
-}
-
-// IsDuplicate reports a primary key or unique constraint violation.
-func (s *Inbox) IsDuplicate(err error) bool {
-	c := sqliteCode(err)
-	return c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || c == sqlite3.SQLITE_CONSTRAINT_UNIQUE
-}
-
-// IsRetryable reports SQLITE_BUSY and SQLITE_LOCKED.
-func (s *Inbox) IsRetryable(err error) bool {
-	c := sqliteCode(err) & 0xff
-	return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
-}
+// Classify wraps a driver error in ferry's classes (see
+// ferrystore.Classifier).
+func (s *Inbox) Classify(err error) error { return classify(err) }
 
 // PurgeMarkers deletes up to limit markers older than olderThan.
 func (s *Inbox) PurgeMarkers(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
-	n, err := ferrystore.SQL(s.db).Exec(ctx, "DELETE FROM "+s.m+" WHERE rowid IN (SELECT rowid FROM "+s.m+
+	n, err := ferrystore.SQL(s.DB()).Exec(ctx, "DELETE FROM "+s.m+" WHERE rowid IN (SELECT rowid FROM "+s.m+
 		" WHERE created_at < "+nowPlus+" ORDER BY created_at LIMIT ?)", modifier(-olderThan), limit)
 	if err != nil {
 		return 0, fmt.Errorf("purge markers: %w", err)

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/sqlstore"
 )
 
 // DSN turns a URL into a modernc.org/sqlite data source name with ferry's
@@ -57,9 +59,12 @@ func DSN(rawURL string) (dsn string, memory bool, err error) {
 	return "file:" + strings.TrimPrefix(path, "file:") + "?" + q.Encode(), memory, nil
 }
 
-// Open opens the SQLite database at rawURL (see DSN) and returns a store
-// that closes it on Close.
-func Open(ctx context.Context, rawURL string, cfg *Config) (*Store, error) {
+// Schemes returns the URL schemes Open and OpenInbox accept.
+func Schemes() []string { return []string{"sqlite"} }
+
+// openDB opens the database at rawURL (see DSN) and checks that it
+// answers.
+func openDB(ctx context.Context, rawURL string) (*sql.DB, error) {
 	dsn, memory, err := DSN(rawURL)
 	if err != nil {
 		return nil, err
@@ -71,15 +76,41 @@ func Open(ctx context.Context, rawURL string, cfg *Config) (*Store, error) {
 	if memory {
 		db.SetMaxOpenConns(1)
 	}
-	if err := db.PingContext(ctx); err != nil {
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open %s: %w", rawURL, err)
 	}
-	s, err := New(db, cfg)
-	if err != nil {
-		db.Close()
+	return db, nil
+}
+
+// Open opens the SQLite database at rawURL (see DSN) and returns a store
+// that closes it on Close.
+func Open(ctx context.Context, rawURL string, cfg *Config) (*Store, error) {
+	if _, err := New(new(sql.DB), cfg); err != nil {
 		return nil, err
 	}
-	s.owned = true
+	db, err := openDB(ctx, rawURL)
+	if err != nil {
+		return nil, err
+	}
+	s, _ := New(db, cfg)
+	s.SQLDB = sqlstore.NewSQLDB(db, true)
+	return s, nil
+}
+
+// OpenInbox opens the SQLite database at rawURL (see DSN) and returns the
+// inbox tables in it; Close closes the database.
+func OpenInbox(ctx context.Context, rawURL string, cfg *InboxConfig) (*Inbox, error) {
+	if _, err := NewInbox(new(sql.DB), cfg); err != nil {
+		return nil, err
+	}
+	db, err := openDB(ctx, rawURL)
+	if err != nil {
+		return nil, err
+	}
+	s, _ := NewInbox(db, cfg)
+	s.SQLTxs = sqlstore.SQLTxs{SQLDB: sqlstore.NewSQLDB(db, true)}
 	return s, nil
 }

@@ -3,32 +3,44 @@ package ferrysqlite_test
 import (
 	"context"
 	"database/sql"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrysqlite"
 	"github.com/ferrydev/ferry/ferrystore/ferrystoretest"
+	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
-func TestConformance(t *testing.T) {
-	ferrystoretest.Exercise(t, ferrystoretest.Harness[*sql.Tx]{
-		New: func(t *testing.T) ferrystore.Driver[*sql.Tx] { return testsvc.Store(t, "sqlite").Driver },
-		NewWithTable: func(table string) (ferrystore.Driver[*sql.Tx], error) {
-			return ferrysqlite.New(sql.OpenDB(nil), &ferrysqlite.Config{Table: table})
-		},
-		Begin: func(ctx context.Context, t *testing.T, s ferrystore.Driver[*sql.Tx]) (*sql.Tx, func() error, func() error) {
-			tx, err := s.(*ferrysqlite.Store).DB().BeginTx(ctx, nil)
-			require.NoError(t, err)
-			return tx, tx.Commit, tx.Rollback
-		},
-		Exec: func(ctx context.Context, t *testing.T, s ferrystore.Store, query string) {
-			_, err := s.(*ferrysqlite.Store).DB().ExecContext(ctx, query)
-			require.NoError(t, err, query)
-		},
-	})
+var harness = ferrystoretest.Harness[*sql.Tx]{
+	New: func(t *testing.T) ferrystore.Driver[*sql.Tx] { return testsvc.Store(t, "sqlite").Driver },
+	NewWithTable: func(table string) (ferrystore.Driver[*sql.Tx], error) {
+		return ferrysqlite.New(sql.OpenDB(nil), &ferrysqlite.Config{Table: table})
+	},
+	Begin: func(ctx context.Context, t *testing.T, s ferrystore.Driver[*sql.Tx]) (*sql.Tx, func() error, func() error) {
+		tx, err := s.(*ferrysqlite.Store).DB().BeginTx(ctx, nil)
+		require.NoError(t, err)
+		return tx, tx.Commit, tx.Rollback
+	},
+	Exec: func(ctx context.Context, t *testing.T, s ferrystore.Store, query string) {
+		_, err := s.(*ferrysqlite.Store).DB().ExecContext(ctx, query)
+		require.NoError(t, err, query)
+	},
+}
+
+func TestConformance(t *testing.T) { ferrystoretest.Exercise(t, harness) }
+
+func TestClassifyKeepsTheDriverError(t *testing.T) {
+	err := ferrystoretest.DuplicateEvent(t, harness)
+	require.ErrorIs(t, err, ferrytype.ErrDuplicate)
+	var se *sqlite.Error
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY, se.Code())
 }
 
 func TestInboxConformance(t *testing.T) {
@@ -43,4 +55,27 @@ func TestInboxConformance(t *testing.T) {
 		// SQLite runs one writer at a time: fewer keys keep the test short.
 		ConcurrentKeys: 300,
 	})
+}
+
+func TestClassifyBusyIsLockConflict(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "busy.db")
+	s, err := ferrysqlite.Open(ctx, "sqlite://"+path, nil)
+	require.NoError(t, err)
+	defer s.Close()
+	require.NoError(t, s.Migrate(ctx))
+	tx, err := s.DB().BeginTx(ctx, nil) // immediate: it holds the write lock
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+
+	impatient, err := ferrysqlite.Open(ctx, "sqlite://"+path+"?_pragma=busy_timeout(0)", nil)
+	require.NoError(t, err)
+	defer impatient.Close()
+	_, err = impatient.DB().BeginTx(ctx, nil)
+	require.Error(t, err)
+	err = impatient.Classify(err)
+	require.ErrorIs(t, err, ferrytype.ErrLockConflict)
+	require.ErrorIs(t, err, ferrytype.ErrRetryable)
+	var se *sqlite.Error
+	require.ErrorAs(t, err, &se)
 }

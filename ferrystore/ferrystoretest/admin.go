@@ -33,9 +33,10 @@ func (b *bundle[TTx]) enqueueDead(t *testing.T, events ...ferry.Event) []string 
 	for i, m := range msgs {
 		fails[i] = ferrystore.Failure{ID: m.ID, Token: token, Dead: true, Error: "attempt 1: rejected: no"}
 	}
-	n, err := b.store.MarkFailed(b.ctx, fails)
+	res, err := b.store.MarkFailed(b.ctx, fails)
 	require.NoError(t, err)
-	require.Equal(t, int64(len(fails)), n)
+	require.ElementsMatch(t, ids, res.Dead)
+	require.Empty(t, res.Fenced)
 	return ids
 }
 

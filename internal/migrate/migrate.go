@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"testing/fstest"
 	"text/template"
 )
 
@@ -29,7 +28,7 @@ func Render(src fs.FS, dir string, data any) (fs.FS, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := fstest.MapFS{}
+	out := files{}
 	for _, e := range entries {
 		if e.IsDir() || !strings.HasSuffix(e.Name(), ".sql") {
 			continue
@@ -46,7 +45,7 @@ func Render(src fs.FS, dir string, data any) (fs.FS, error) {
 		if err := tmpl.Execute(&b, data); err != nil {
 			return nil, fmt.Errorf("render migration %s: %w", e.Name(), err)
 		}
-		out[e.Name()] = &fstest.MapFile{Data: b.Bytes(), Mode: 0o444}
+		out[e.Name()] = b.Bytes()
 	}
 	return out, nil
 }

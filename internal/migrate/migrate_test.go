@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"io/fs"
 	"testing"
 	"testing/fstest"
 
@@ -53,4 +54,22 @@ func TestRenderFailsOnMissingKey(t *testing.T) {
 	migs, err := List(out)
 	require.NoError(t, err)
 	require.Equal(t, `CREATE TABLE "t" ();`, migs[0].Up)
+}
+
+func TestRenderedFilesAreAFileSystem(t *testing.T) {
+	src := fstest.MapFS{
+		"m/0001_a.up.sql":   {Data: []byte("CREATE TABLE {{.T}} (x int);")},
+		"m/0001_a.down.sql": {Data: []byte("DROP TABLE {{.T}};")},
+	}
+	out, err := Render(src, "m", map[string]string{"T": "t1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fstest.TestFS(out, "0001_a.up.sql", "0001_a.down.sql"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := fs.ReadFile(out, "0001_a.up.sql")
+	if err != nil || string(b) != "CREATE TABLE t1 (x int);" {
+		t.Fatalf("got %q, %v", b, err)
+	}
 }

@@ -1,17 +1,14 @@
 // Package open turns the CLI's --database-url and --broker-url into a store,
-// an inbox store and a publisher. The URL's scheme picks the adapter.
+// an inbox store and a publisher. The URL's scheme picks the adapter; each
+// store package parses and opens its own URLs, and names its schemes.
 package open
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
-	"time"
-
-	"github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
@@ -31,32 +28,83 @@ func scheme(raw string) string {
 	return strings.ToLower(s)
 }
 
+// database is how one store package opens its URLs.
+type database struct {
+	schemes func() []string
+	store   func(ctx context.Context, rawURL, table string) (ferrystore.Store, error)
+	inbox   func(ctx context.Context, rawURL string, cfg *InboxConfig) (ferrystore.InboxStore, error)
+}
+
+// databases lists the store packages; each parses and opens its own URLs.
+var databases = []database{
+	{
+		schemes: ferrymysql.Schemes,
+		store: func(ctx context.Context, rawURL, table string) (ferrystore.Store, error) {
+			return asStore(ferrymysql.Open(ctx, rawURL, &ferrymysql.Config{Table: table}))
+		},
+		inbox: func(ctx context.Context, rawURL string, c *InboxConfig) (ferrystore.InboxStore, error) {
+			return asInbox(ferrymysql.OpenInbox(ctx, rawURL, &ferrymysql.InboxConfig{MarkerTable: c.MarkerTable,
+				ConflictTable: c.ConflictTable, VersionTable: c.VersionTable}))
+		},
+	},
+	{
+		schemes: ferrypg.Schemes,
+		store: func(ctx context.Context, rawURL, table string) (ferrystore.Store, error) {
+			return asStore(ferrypg.Open(ctx, rawURL, &ferrypg.Config{Table: table}))
+		},
+		inbox: func(ctx context.Context, rawURL string, c *InboxConfig) (ferrystore.InboxStore, error) {
+			return asInbox(ferrypg.OpenInbox(ctx, rawURL, &ferrypg.InboxConfig{MarkerTable: c.MarkerTable,
+				ConflictTable: c.ConflictTable, VersionTable: c.VersionTable}))
+		},
+	},
+	{
+		schemes: ferrysqlite.Schemes,
+		store: func(ctx context.Context, rawURL, table string) (ferrystore.Store, error) {
+			return asStore(ferrysqlite.Open(ctx, rawURL, &ferrysqlite.Config{Table: table}))
+		},
+		inbox: func(ctx context.Context, rawURL string, c *InboxConfig) (ferrystore.InboxStore, error) {
+			return asInbox(ferrysqlite.OpenInbox(ctx, rawURL, &ferrysqlite.InboxConfig{MarkerTable: c.MarkerTable,
+				ConflictTable: c.ConflictTable, VersionTable: c.VersionTable}))
+		},
+	},
+}
+
+// asStore and asInbox return a store package's result as the interface,
+// checking err first: a typed nil pointer returned as the interface would
+// not compare equal to nil.
+func asStore[S ferrystore.Store](s S, err error) (ferrystore.Store, error) {
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func asInbox[S ferrystore.InboxStore](s S, err error) (ferrystore.InboxStore, error) {
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// databaseFor returns the store package whose schemes include rawURL's.
+func databaseFor(rawURL string) (database, error) {
+	sch := scheme(rawURL)
+	for _, d := range databases {
+		if slices.Contains(d.schemes(), sch) {
+			return d, nil
+		}
+	}
+	return database{}, schemeError(rawURL)
+}
+
 // Store opens the outbox table named table (default when empty) in the
 // database at rawURL: mysql://, postgres:// (or postgresql://), sqlite:.
 func Store(ctx context.Context, rawURL, table string) (ferrystore.Store, error) {
-	// Each case checks err itself: a typed nil pointer returned as the
-	// interface would not compare equal to nil.
-	switch scheme(rawURL) {
-	case "mysql", "mariadb":
-		s, err := ferrymysql.Open(ctx, rawURL, &ferrymysql.Config{Table: table})
-		if err != nil {
-			return nil, err
-		}
-		return s, nil
-	case "postgres", "postgresql":
-		s, err := ferrypg.Open(ctx, rawURL, &ferrypg.Config{Table: table})
-		if err != nil {
-			return nil, err
-		}
-		return s, nil
-	case "sqlite":
-		s, err := ferrysqlite.Open(ctx, rawURL, &ferrysqlite.Config{Table: table})
-		if err != nil {
-			return nil, err
-		}
-		return s, nil
+	d, err := databaseFor(rawURL)
+	if err != nil {
+		return nil, err
 	}
-	return nil, schemeError(rawURL)
+	return d.store(ctx, rawURL, table)
 }
 
 // schemeError explains a database URL without a known scheme.
@@ -83,82 +131,12 @@ func InboxStore(ctx context.Context, rawURL string, cfg *InboxConfig) (ferrystor
 	if cfg == nil {
 		cfg = &InboxConfig{}
 	}
-	switch scheme(rawURL) {
-	case "mysql", "mariadb":
-		mc, err := ferrymysql.ParseURL(rawURL)
-		if err != nil {
-			return nil, err
-		}
-		conn, err := mysql.NewConnector(mc)
-		if err != nil {
-			return nil, fmt.Errorf("open %s: %w", ferrytype.RedactURL(rawURL), err)
-		}
-		db := sql.OpenDB(conn)
-		db.SetMaxOpenConns(4)
-		return owned(ctx, rawURL, db.PingContext, db.Close, func() (ferrystore.InboxStore, error) {
-			return ferrymysql.NewInbox(db, &ferrymysql.InboxConfig{MarkerTable: cfg.MarkerTable,
-				ConflictTable: cfg.ConflictTable, VersionTable: cfg.VersionTable})
-		})
-	case "postgres", "postgresql":
-		pc, err := pgxpool.ParseConfig(rawURL)
-		if err != nil {
-			return nil, fmt.Errorf("%w: database URL %s: cannot parse", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(rawURL))
-		}
-		pool, err := pgxpool.NewWithConfig(ctx, pc)
-		if err != nil {
-			return nil, fmt.Errorf("open %s: %w", ferrytype.RedactURL(rawURL), err)
-		}
-		return owned(ctx, rawURL, pool.Ping, func() error { pool.Close(); return nil }, func() (ferrystore.InboxStore, error) {
-			return ferrypg.NewInbox(pool, &ferrypg.InboxConfig{MarkerTable: cfg.MarkerTable,
-				ConflictTable: cfg.ConflictTable, VersionTable: cfg.VersionTable})
-		})
-	case "sqlite":
-		dsn, memory, err := ferrysqlite.DSN(rawURL)
-		if err != nil {
-			return nil, err
-		}
-		db, err := sql.Open("sqlite", dsn)
-		if err != nil {
-			return nil, fmt.Errorf("open %s: %w", rawURL, err)
-		}
-		if memory {
-			db.SetMaxOpenConns(1)
-		}
-		return owned(ctx, rawURL, db.PingContext, db.Close, func() (ferrystore.InboxStore, error) {
-			return ferrysqlite.NewInbox(db, &ferrysqlite.InboxConfig{MarkerTable: cfg.MarkerTable,
-				ConflictTable: cfg.ConflictTable, VersionTable: cfg.VersionTable})
-		})
-	}
-	return nil, schemeError(rawURL)
-}
-
-// owned builds the inbox store (which validates its table names without
-// I/O), pings the database, and makes Close close the connections; on any
-// failure it closes them at once.
-func owned(ctx context.Context, rawURL string, ping func(context.Context) error, closeDB func() error,
-	build func() (ferrystore.InboxStore, error)) (ferrystore.InboxStore, error) {
-	s, err := build()
+	d, err := databaseFor(rawURL)
 	if err != nil {
-		_ = closeDB()
 		return nil, err
 	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := ping(pctx); err != nil {
-		_ = closeDB()
-		return nil, fmt.Errorf("open %s: %w", ferrytype.RedactURL(rawURL), err)
-	}
-	return ownedInbox{InboxStore: s, closeDB: closeDB}, nil
+	return d.inbox(ctx, rawURL, cfg)
 }
-
-// ownedInbox is an inbox store on connections it opened itself.
-type ownedInbox struct {
-	ferrystore.InboxStore
-	closeDB func() error
-}
-
-// Close closes the store's connections.
-func (o ownedInbox) Close() error { return o.closeDB() }
 
 // NATSConfig is the stream topology of a NATS publisher.
 type NATSConfig = ferrynats.Config

@@ -144,12 +144,27 @@ func (b *InboxBase) OpenConflicts(ctx context.Context) (map[string]int64, error)
 // placeholders and an IN list: markers is the quoted marker table.
 func InExistingMarkers(markers string) func(consumer string, keys []string) (string, []any) {
 	return func(consumer string, keys []string) (string, []any) {
-		args := make([]any, 0, len(keys)+1)
-		args = append(args, consumer)
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		return "SELECT business_key FROM " + markers + " WHERE consumer_name = ? AND business_key IN (" +
-			Placeholders(len(keys), false, 0) + ")", args
+		in, args := InList("business_key", keys)
+		return "SELECT business_key FROM " + markers + " WHERE consumer_name = ? AND " + in, append([]any{consumer}, args...)
+	}
+}
+
+// PlainInboxSQL is the inbox SQL of the dialects with ? placeholders that
+// need no casts (MySQL, SQLite): m and c are the quoted marker and
+// conflict tables, now the database clock.
+func PlainInboxSQL(m, c, now string) InboxSQL {
+	return InboxSQL{
+		InsertMarker: "INSERT INTO " + m + " (consumer_name, business_key, event_id, fields, fingerprint, outcome)" +
+			" VALUES (?, ?, ?, ?, ?, ?)",
+		GetMarker: "SELECT " + MarkerColumns + " FROM " + m + " WHERE consumer_name = ? AND business_key = ?",
+		Conflicts: "SELECT " + ConflictColumns + " FROM " + c +
+			" WHERE (? OR status = 'OPEN') AND (? = '' OR consumer_name = ?) ORDER BY id DESC LIMIT ?",
+		GetConflict: "SELECT " + ConflictColumns + " FROM " + c + " WHERE id = ?",
+		ResolveConflict: "UPDATE " + c + " SET status = 'RESOLVED', decision = ?, resolved_by = ?, note = ?," +
+			" resolved_at = " + now + " WHERE id = ? AND status = 'OPEN'",
+		MarkerCount: "SELECT COUNT(*) FROM " + m + " WHERE ? = '' OR consumer_name = ?",
+		// through the (status, id) index
+		OpenConflicts:   "SELECT consumer_name, COUNT(*) FROM " + c + " WHERE status = 'OPEN' GROUP BY consumer_name",
+		ExistingMarkers: InExistingMarkers(m),
 	}
 }

@@ -30,6 +30,15 @@ func Placeholders(n int, numbered bool, start int) string {
 	return b.String()
 }
 
+// InList is "col IN (?, ...)" matching vals, with the arguments it binds.
+func InList(col string, vals []string) (string, []any) {
+	args := make([]any, len(vals))
+	for i, v := range vals {
+		args[i] = v
+	}
+	return col + " IN (" + Placeholders(len(vals), false, 0) + ")", args
+}
+
 // EncodeHeaders returns headers as a JSON object, or nil for none.
 func EncodeHeaders(h map[string]string) ([]byte, error) {
 	if len(h) == 0 {

@@ -1,0 +1,48 @@
+package ferrymysql
+
+import (
+	"time"
+
+	"github.com/ferrydev/ferry/internal/sqlstore"
+	"github.com/ferrydev/ferry/internal/sqlutil"
+)
+
+// dialect spells MySQL's and MariaDB's SQL for the shared store: DATETIME(6)
+// times from NOW(6), durations as microseconds.
+type dialect struct{}
+
+var _ sqlstore.Dialect = dialect{}
+
+// Classify wraps a driver error in ferry's classes.
+func (dialect) Classify(err error) error { return classify(err) }
+
+func (dialect) Name() string                 { return "mysql" }
+func (dialect) Quote(name string) string     { return quote(name) }
+func (dialect) Rebind(q string) string       { return q }
+func (dialect) Now() string                  { return "NOW(6)" }
+func (dialect) Shift() string                { return "NOW(6) + INTERVAL ? MICROSECOND" }
+func (dialect) Duration(d time.Duration) any { return d.Microseconds() }
+func (dialect) CountIf(cond string) string   { return "COALESCE(SUM(" + cond + "), 0)" }
+func (dialect) Text(col string) string       { return col }
+func (dialect) JSON() string                 { return "?" }
+func (dialect) Moment(expr string) string    { return expr }
+func (dialect) Ping() string                 { return "SELECT 1" }
+func (dialect) AgeMicros(expr string) string {
+	return "TIMESTAMPDIFF(MICROSECOND, " + expr + ", NOW(6))"
+}
+func (dialect) In(col string, vals []string) (string, []any) { return sqlutil.InList(col, vals) }
+
+// KeyText converts the key to utf8mb4 text in the outbox's binary
+// collation, so that the comparison with aggregate_id can use its index.
+func (dialect) KeyText(expr string) string {
+	return "CONVERT(" + expr + " USING utf8mb4) COLLATE utf8mb4_bin"
+}
+
+// DeleteLimited uses MySQL's DELETE ... ORDER BY ... LIMIT.
+func (dialect) DeleteLimited(table, where, order string) string {
+	return "DELETE FROM " + table + " WHERE " + where + " ORDER BY " + order + " LIMIT ?"
+}
+
+func (dialect) After(at time.Time, id string) (string, []any) {
+	return "(available_at > ? OR (available_at = ? AND event_id > ?))", []any{at, at, id}
+}

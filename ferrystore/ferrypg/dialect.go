@@ -1,0 +1,51 @@
+package ferrypg
+
+import (
+	"time"
+
+	"github.com/ferrydev/ferry/internal/sqlstore"
+	"github.com/ferrydev/ferry/internal/sqlutil"
+)
+
+// dialect spells PostgreSQL's SQL for the shared store: timestamptz times
+// from now(), durations as a bigint count of microseconds, id lists as one
+// text[] argument.
+type dialect struct{}
+
+var _ sqlstore.Dialect = dialect{}
+
+// Classify wraps a driver error in ferry's classes.
+func (dialect) Classify(err error) error { return classify(err) }
+
+func (dialect) Name() string                 { return "postgres" }
+func (dialect) Quote(name string) string     { return quote(name) }
+func (dialect) Rebind(q string) string       { return sqlutil.Rebind("postgres", q) }
+func (dialect) Now() string                  { return "now()" }
+func (dialect) Shift() string                { return "now() + ?::bigint * interval '1 microsecond'" }
+func (dialect) Duration(d time.Duration) any { return d.Microseconds() }
+func (dialect) CountIf(cond string) string   { return "count(*) FILTER (WHERE " + cond + ")" }
+func (dialect) Text(col string) string       { return col + "::text" }
+func (dialect) JSON() string                 { return "?::json" }
+func (dialect) KeyText(expr string) string   { return expr + "::text" }
+func (dialect) Moment(expr string) string    { return expr }
+func (dialect) Ping() string                 { return "SELECT 1" }
+
+func (dialect) AgeMicros(expr string) string {
+	return "(EXTRACT(EPOCH FROM now() - " + expr + ") * 1000000)::bigint"
+}
+
+func (dialect) In(col string, vals []string) (string, []any) {
+	return col + " = ANY(?::text[])", []any{vals}
+}
+
+// DeleteLimited deletes through a sub-select that skips rows another
+// transaction holds, so that two purges never wait for each other.
+func (dialect) DeleteLimited(table, where, order string) string {
+	return "DELETE FROM " + table + " WHERE event_id IN (SELECT event_id FROM " + table +
+		" WHERE " + where + " ORDER BY " + order + " LIMIT ? FOR UPDATE SKIP LOCKED)"
+}
+
+// After is a row comparison, which walks the pending index from the cursor.
+func (dialect) After(at time.Time, id string) (string, []any) {
+	return "(available_at, event_id) > (?::timestamptz, ?::text)", []any{at, id}
+}

@@ -1,0 +1,61 @@
+package ferrysqlite
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ferrydev/ferry/internal/sqlstore"
+	"github.com/ferrydev/ferry/internal/sqlutil"
+)
+
+// now is the database clock as stored: UTC text with milliseconds.
+const now = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+
+// nowPlus is now shifted by a modifier bound as a parameter ("+1.500000 seconds").
+const nowPlus = "strftime('%Y-%m-%d %H:%M:%f', 'now', ?)"
+
+func modifier(d time.Duration) string { return fmt.Sprintf("%+.6f seconds", d.Seconds()) }
+
+// dialect spells SQLite's SQL for the shared store: times are UTC text that
+// sorts as it compares, durations are date-function modifiers.
+type dialect struct{}
+
+var _ sqlstore.Dialect = dialect{}
+
+// Classify wraps a driver error in ferry's classes.
+func (dialect) Classify(err error) error { return classify(err) }
+
+func (dialect) Name() string                 { return "sqlite" }
+func (dialect) Quote(name string) string     { return quote(name) }
+func (dialect) Rebind(q string) string       { return q }
+func (dialect) Now() string                  { return now }
+func (dialect) Shift() string                { return nowPlus }
+func (dialect) Duration(d time.Duration) any { return modifier(d) }
+func (dialect) CountIf(cond string) string   { return "COALESCE(SUM(" + cond + "), 0)" }
+func (dialect) Text(col string) string       { return col }
+func (dialect) JSON() string                 { return "?" }
+func (dialect) KeyText(expr string) string   { return "CAST(" + expr + " AS TEXT)" }
+
+// Ping reads the schema, so that an unreadable database file fails.
+func (dialect) Ping() string { return "SELECT count(*) FROM sqlite_schema" }
+
+func (dialect) AgeMicros(expr string) string {
+	return "CAST((julianday('now') - julianday(" + expr + ")) * 86400000000 AS INTEGER)"
+}
+
+// Moment compares times through julianday(), whatever their exact text
+// format, at the price of not using an index on the column.
+func (dialect) Moment(expr string) string { return "julianday(" + expr + ")" }
+
+func (dialect) In(col string, vals []string) (string, []any) { return sqlutil.InList(col, vals) }
+
+func (dialect) DeleteLimited(table, where, order string) string {
+	return "DELETE FROM " + table + " WHERE event_id IN (SELECT event_id FROM " + table +
+		" WHERE " + where + " ORDER BY " + order + " LIMIT ?)"
+}
+
+// After compares with the cursor as stored: UTC text with milliseconds.
+func (dialect) After(at time.Time, id string) (string, []any) {
+	s := at.UTC().Format("2006-01-02 15:04:05.000")
+	return "(available_at > ? OR (available_at = ? AND event_id > ?))", []any{s, s, id}
+}

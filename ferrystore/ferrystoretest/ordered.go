@@ -1,0 +1,48 @@
+package ferrystoretest
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrydev/ferry/ferrystore"
+)
+
+// exerciseOrderedClaim checks ordered claims.
+func exerciseOrderedClaim[TTx any](t *testing.T, h Harness[TTx]) {
+	t.Run("OrderedClaimWaitsForEarlierEvents", func(t *testing.T) {
+		b := setup(t, h)
+		a := b.enqueue(t, ev("Created", "A", `{}`), ev("Paid", "A", `{}`), ev("Shipped", "A", `{}`))
+		bID := b.enqueue(t, ev("Created", "B", `{}`))[0]
+		msgs, token := b.claim(t, 10, true)
+		require.ElementsMatch(t, []string{a[0], bID}, ids(msgs), "only each aggregate's first pending event")
+		again, _ := b.claim(t, 10, true)
+		require.Empty(t, again, "A's second event waits while the first is SENDING")
+		_, err := b.store.MarkSent(b.ctx, token, []string{a[0]})
+		require.NoError(t, err)
+		msgs, token = b.claim(t, 10, true)
+		require.Equal(t, []string{a[1]}, ids(msgs))
+		// A DEAD event holds back the rest of its aggregate.
+		_, err = b.store.MarkFailed(b.ctx, []ferrystore.Failure{{ID: a[1], Token: token, Dead: true, Error: "x"}})
+		require.NoError(t, err)
+		again, _ = b.claim(t, 10, true)
+		require.Empty(t, again, "a DEAD event blocks its aggregate")
+		unordered, _ := b.claim(t, 10, false)
+		require.Equal(t, []string{a[2]}, ids(unordered), "unordered claims ignore order")
+	})
+
+	if h.LockRow != nil {
+		t.Run("OrderedClaimSkipsPastALockedHead", func(t *testing.T) {
+			b := setup(t, h)
+			a := b.enqueue(t, ev("Created", "A", `{}`), ev("Paid", "A", `{}`))
+			// Another relay is claiming A's first event right now: its row
+			// is locked and still NEW. The second must not be claimed.
+			release := h.LockRow(b.ctx, t, b.store, a[0])
+			msgs, _ := b.claim(t, 10, true)
+			release()
+			require.Empty(t, msgs, "event 2 claimed while event 1 was being claimed")
+			msgs, _ = b.claim(t, 10, true)
+			require.Equal(t, []string{a[0]}, ids(msgs))
+		})
+	}
+}

@@ -1,0 +1,235 @@
+package sqlstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/sqlutil"
+)
+
+// Ping checks that the database answers, with one round trip.
+func (o *Outbox) Ping(ctx context.Context) error {
+	rows, err := o.pool.Query(ctx, o.d.Ping())
+	if err == nil {
+		for rows.Next() {
+		}
+		err = rows.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("ping: %w", err)
+	}
+	return nil
+}
+
+// CountByStatus counts rows per status; it reads the pending index only.
+func (o *Outbox) CountByStatus(ctx context.Context, statuses ...ferrytype.Status) (map[ferrytype.Status]int64, error) {
+	out := map[ferrytype.Status]int64{}
+	if len(statuses) == 0 {
+		return out, nil
+	}
+	names := make([]string, len(statuses))
+	for i, st := range statuses {
+		names[i] = string(st)
+		out[st] = 0
+	}
+	cond, args := o.d.In("status", names)
+	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT status, COUNT(*) FROM "+o.t+" WHERE "+cond+" GROUP BY status"), args...)
+	if err != nil {
+		return nil, fmt.Errorf("count by status: %w", err)
+	}
+	counts, err := sqlutil.ScanCounts(rows)
+	if err != nil {
+		return nil, fmt.Errorf("count by status: %w", err)
+	}
+	for st, n := range counts {
+		out[ferrytype.Status(st)] = n
+	}
+	return out, nil
+}
+
+// PendingByDestination groups NEW and SENDING rows by destination. It
+// reads every pending row (the pending index, then the row for its
+// destination and created_at): its cost grows with the backlog, like
+// Stats'.
+func (o *Outbox) PendingByDestination(ctx context.Context, limit int) ([]ferrystore.DestinationStats, error) {
+	if limit < 1 || limit > ferrystore.MaxListLimit {
+		return nil, fmt.Errorf("%w: pending by destination: limit %d must be within 1..%d",
+			ferrytype.ErrInvalidConfig, limit, ferrystore.MaxListLimit)
+	}
+	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT CASE WHEN destination = '' THEN event_type ELSE destination END AS route, "+
+		o.d.CountIf("status = 'NEW'")+", "+o.d.CountIf("status = 'SENDING'")+", "+o.d.AgeMicros("MIN(created_at)")+
+		" FROM "+o.t+" WHERE status IN ('NEW', 'SENDING') GROUP BY route ORDER BY MIN(created_at), route LIMIT ?"), limit)
+	if err != nil {
+		return nil, fmt.Errorf("pending by destination: %w", err)
+	}
+	defer rows.Close()
+	var out []ferrystore.DestinationStats
+	for rows.Next() {
+		var (
+			d      ferrystore.DestinationStats
+			oldest int64
+		)
+		if err := rows.Scan(&d.Destination, &d.New, &d.Sending, &oldest); err != nil {
+			return nil, fmt.Errorf("pending by destination: %w", err)
+		}
+		d.OldestPending = time.Duration(max(oldest, 0)) * time.Microsecond
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+// Attempts counts NEW, SENDING and DEAD rows by status and attempts.
+func (o *Outbox) Attempts(ctx context.Context) ([]ferrystore.AttemptCount, error) {
+	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT status, attempts, COUNT(*) FROM "+o.t+
+		" WHERE status IN ('NEW', 'SENDING', 'DEAD') GROUP BY status, attempts ORDER BY status, attempts LIMIT ?"),
+		ferrystore.MaxListLimit)
+	if err != nil {
+		return nil, fmt.Errorf("attempts: %w", err)
+	}
+	return sqlutil.ScanAttempts(rows)
+}
+
+// List returns rows matching f, oldest first.
+func (o *Outbox) List(ctx context.Context, f ferrystore.Filter) ([]ferrystore.Row, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	var (
+		where []string
+		args  []any
+	)
+	add := func(cond string, a ...any) {
+		where = append(where, cond)
+		args = append(args, a...)
+	}
+	statuses := make([]string, len(f.Statuses))
+	for i, st := range f.Statuses {
+		statuses[i] = string(st)
+	}
+	in := func(col string, vals []string) {
+		cond, a := o.d.In(col, vals)
+		add(cond, a...)
+	}
+	in("status", statuses)
+	if len(f.IDs) > 0 {
+		in("event_id", f.IDs)
+	}
+	for _, c := range []struct{ col, v string }{
+		{"aggregate_type", f.AggregateType}, {"aggregate_id", f.AggregateID}, {"event_type", f.Type},
+	} {
+		if c.v != "" {
+			add(c.col+" = ?", c.v)
+		}
+	}
+	if f.Destination != "" {
+		add("(destination = ? OR (destination = '' AND event_type = ?))", f.Destination, f.Destination)
+	}
+	if f.Failed {
+		add("last_error IS NOT NULL AND last_error <> ''")
+	}
+	if f.MinAge > 0 {
+		add("created_at <= "+o.d.Shift(), ago(o.d, f.MinAge))
+	}
+	if f.MaxAge > 0 {
+		add("created_at >= "+o.d.Shift(), ago(o.d, f.MaxAge))
+	}
+	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT "+o.cols+" FROM "+o.t+" WHERE "+strings.Join(where, " AND ")+
+		" ORDER BY created_at, event_id LIMIT ?"), append(args, f.Limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	return sqlutil.ScanRows(rows)
+}
+
+// Retry makes the DEAD rows among ids NEW again with attempts 0
+// (ferrytype.TransitionRevive).
+func (o *Outbox) Retry(ctx context.Context, ids []string) (int64, error) {
+	t := ferrytype.TransitionRevive
+	return o.fromDead(ctx, "retry dead events", "UPDATE "+o.t+" SET status = "+lit(t.To)+", attempts = 0, available_at = "+
+		o.d.Now()+", lease_token = NULL, locked_until = NULL WHERE status = "+lit(t.From)+" AND ", ids)
+}
+
+// Discard moves the DEAD rows among ids to DISCARDED
+// (ferrytype.TransitionDiscard).
+func (o *Outbox) Discard(ctx context.Context, ids []string, reason string) (int64, error) {
+	t := ferrytype.TransitionDiscard
+	return o.fromDead(ctx, "discard dead events", "UPDATE "+o.t+" SET status = "+lit(t.To)+", discarded_at = "+o.d.Now()+
+		", discard_reason = ? WHERE status = "+lit(t.From)+" AND ", ids, sqlutil.Truncate(reason, 2000))
+}
+
+func (o *Outbox) fromDead(ctx context.Context, what, update string, ids []string, lead ...any) (int64, error) {
+	if err := ferrystore.ValidateIDs(ids); err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	q, args := o.in(update, "event_id", ids, lead...)
+	n, err := o.pool.Exec(ctx, q, args...)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	return n, nil
+}
+
+// PurgeDiscarded deletes up to limit DISCARDED rows discarded more than
+// olderThan ago (ferrytype.TransitionPurgeDiscarded), through the pending
+// index.
+func (o *Outbox) PurgeDiscarded(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
+	n, err := o.pool.Exec(ctx, o.d.Rebind(o.d.DeleteLimited(o.t, "status = "+lit(ferrytype.TransitionPurgeDiscarded.From)+
+		" AND discarded_at < "+o.d.Shift(), "available_at, event_id")), ago(o.d, olderThan), limit)
+	if err != nil {
+		return 0, fmt.Errorf("purge discarded: %w", err)
+	}
+	return n, nil
+}
+
+// MissingEvents finds business rows without their event. The NOT EXISTS
+// probe uses the aggregate index (aggregate_type, aggregate_id); the key
+// is converted to text (KeyText) so that the comparison can use it.
+func (o *Outbox) MissingEvents(ctx context.Context, q ferrystore.MissingEventsQuery) ([]ferrystore.MissingEvent, error) {
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	key := o.d.KeyText("b." + o.d.Quote(q.KeyColumn))
+	tm := "b." + o.d.Quote(q.TimeColumn)
+	at, bound := o.d.Moment(tm), o.d.Moment(o.d.Shift())
+	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT "+key+", "+tm+" FROM "+o.d.Quote(q.Table)+" b"+
+		" WHERE "+at+" >= "+bound+" AND "+at+" < "+bound+
+		" AND NOT EXISTS (SELECT 1 FROM "+o.t+" o WHERE o.aggregate_type = ? AND o.aggregate_id = "+key+
+		" AND o.event_type = ?) ORDER BY "+at+" LIMIT ?"),
+		ago(o.d, q.Window), ago(o.d, q.Grace), q.AggregateType, q.EventType, q.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("missing events in %s: %w", q.Table, err)
+	}
+	return sqlutil.ScanMissing(rows)
+}
+
+// SentEvents returns a page of SENT events for reconciliation. It walks
+// the pending index (status, available_at, event_id) from the cursor;
+// event type and sent_at are checked on each row it reaches.
+func (o *Outbox) SentEvents(ctx context.Context, q ferrystore.SentEventsQuery) ([]ferrystore.Row, error) {
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	shift, older := o.d.Shift(), ago(o.d, q.OlderThan)
+	where := "status = 'SENT' AND available_at >= " + shift + " AND available_at < " + shift +
+		" AND sent_at < " + shift + " AND event_type = ?"
+	args := []any{ago(o.d, q.Window), older, older, q.EventType}
+	if q.AggregateType != "" {
+		where += " AND aggregate_type = ?"
+		args = append(args, q.AggregateType)
+	}
+	if q.After.ID != "" {
+		cond, a := o.d.After(q.After.AvailableAt, q.After.ID)
+		where += " AND " + cond
+		args = append(args, a...)
+	}
+	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT "+o.cols+" FROM "+o.t+" WHERE "+where+
+		" ORDER BY available_at, event_id LIMIT ?"), append(args, q.Limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("sent events: %w", err)
+	}
+	return sqlutil.ScanRows(rows)
+}

@@ -1,0 +1,106 @@
+// Package sqlstore is the outbox store that the SQL dialects share: every
+// operation whose statement differs between MySQL, PostgreSQL and SQLite
+// only in spelling (the clock, durations, placeholders, id lists, bounded
+// deletes) is written here once against a Dialect. A dialect package keeps
+// what truly differs: its claim, its enqueue, LISTEN, opening URLs, and the
+// Dialect value itself.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/ferrydev/ferry/ferrystore"
+)
+
+// Dialect spells the pieces of SQL that differ between databases. Every
+// statement is written with ? placeholders and passed through Rebind.
+type Dialect interface {
+	// Name is the dialect's name, as ferrystore.Store.Dialect returns it.
+	Name() string
+	// Quote quotes a validated identifier.
+	Quote(ident string) string
+	// Rebind rewrites the ? placeholders of q into the dialect's own.
+	Rebind(q string) string
+	// Now is the database clock, in the form the dialect stores times.
+	Now() string
+	// Shift is the database clock moved by the signed duration bound at
+	// its one ? placeholder, encoded by Duration.
+	Shift() string
+	// Duration encodes a signed duration as Shift's argument.
+	Duration(d time.Duration) any
+	// AgeMicros is how long ago the time expr was on the database clock,
+	// in whole microseconds.
+	AgeMicros(expr string) string
+	// CountIf counts the rows of a group for which cond holds.
+	CountIf(cond string) string
+	// Text reads a JSON column as text.
+	Text(col string) string
+	// JSON is the placeholder of a JSON argument bound as text.
+	JSON() string
+	// In matches col against vals: "col IN (?, ?)" or
+	// "col = ANY(?::text[])", with the arguments it binds.
+	In(col string, vals []string) (string, []any)
+	// DeleteLimited deletes at most a bound number of rows of table
+	// matching where, the first in order; the statement's last placeholder
+	// takes the bound.
+	DeleteLimited(table, where, order string) string
+	// After matches the rows after (at, id) in the order (available_at,
+	// event_id), with the arguments it binds.
+	After(at time.Time, id string) (string, []any)
+	// KeyText converts a business table's key column expr to text that
+	// compares with aggregate_id through the aggregate index.
+	KeyText(expr string) string
+	// Moment makes a stored time expr comparable with Shift.
+	Moment(expr string) string
+	// Ping is a query of one round trip that reads the database.
+	Ping() string
+	// Classify wraps a driver error in ferry's classes
+	// (ferrystore.Classifier).
+	Classify(err error) error
+}
+
+// Pool is a store's own connections: statements and transactions.
+type Pool interface {
+	ferrystore.Executor
+	// Begin starts a transaction.
+	Begin(ctx context.Context) (Tx, error)
+}
+
+// Tx is a transaction begun on a Pool.
+type Tx interface {
+	ferrystore.Executor
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
+}
+
+// SQLPool adapts a database/sql pool to Pool.
+func SQLPool(db *sql.DB) Pool { return sqlPool{ferrystore.SQL(db), db} }
+
+type sqlPool struct {
+	ferrystore.Executor
+	db *sql.DB
+}
+
+func (p sqlPool) Begin(ctx context.Context) (Tx, error) {
+	tx, err := p.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	return sqlTx{ferrystore.SQL(tx), tx}, nil
+}
+
+type sqlTx struct {
+	ferrystore.Executor
+	tx *sql.Tx
+}
+
+func (t sqlTx) Commit(context.Context) error   { return t.tx.Commit() }
+func (t sqlTx) Rollback(context.Context) error { return t.tx.Rollback() }
+
+// later encodes a delay, never negative, for Shift.
+func later(d Dialect, dur time.Duration) any { return d.Duration(max(dur, 0)) }
+
+// ago encodes a time span back from now, never forward, for Shift.
+func ago(d Dialect, dur time.Duration) any { return d.Duration(-max(dur, 0)) }

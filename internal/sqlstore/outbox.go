@@ -1,0 +1,256 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/sqlutil"
+)
+
+// Outbox implements the ferrystore.Store and ferrystore.Admin operations
+// that every dialect runs the same way, on the store's own pool. A dialect's
+// store embeds it and adds Claim, Enqueue, migrations and opening.
+//
+// Statements that find rows by status walk the pending index (status,
+// available_at, event_id): idx_pending in MySQL, <table>_pending_idx
+// elsewhere. Statements given event ids find them by the primary key.
+type Outbox struct {
+	d    Dialect
+	pool Pool
+	// name is the table's name; t is it quoted.
+	name, t string
+	// cols lists sqlutil.RowColumns as the dialect selects them.
+	cols string
+
+	markSent, markFailed, expired, purge, stats, get string
+}
+
+// NewOutbox returns the shared store of the validated table on pool. Every
+// error of the pool's statements is classified by d.
+func NewOutbox(d Dialect, pool Pool, table string) Outbox {
+	t := d.Quote(table)
+	if pool != nil {
+		pool = Classifying(pool, d.Classify)
+	}
+	o := Outbox{d: d, pool: pool, name: table, t: t}
+	o.cols = strings.NewReplacer("payload,", d.Text("payload")+",", "headers,", d.Text("headers")+",").
+		Replace(sqlutil.RowColumns)
+	now, shift := d.Now(), d.Shift()
+	// TransitionConfirm, by the primary key; the id list is spliced in.
+	o.markSent = "UPDATE " + t + " SET status = " + lit(ferrytype.TransitionConfirm.To) +
+		", lease_token = NULL, locked_until = NULL, sent_at = " + now +
+		" WHERE status = " + lit(ferrytype.TransitionConfirm.From) + " AND lease_token = ? AND "
+	// TransitionFailRetry or TransitionFailDead, by the primary key.
+	o.markFailed = d.Rebind("UPDATE " + t + " SET status = ?, available_at = " + shift +
+		", lease_token = NULL, locked_until = NULL, last_error = ?" +
+		" WHERE status = " + lit(ferrytype.TransitionFailRetry.From) + " AND lease_token = ? AND event_id = ?")
+	// The pending index, status SENDING.
+	o.expired = d.Rebind("SELECT event_id, lease_token, attempts FROM " + t +
+		" WHERE status = " + lit(ferrytype.StatusSending) + " AND locked_until < " + now + " ORDER BY locked_until LIMIT ?")
+	// TransitionPurgeSent: the pending index, status SENT, oldest first.
+	o.purge = d.Rebind(d.DeleteLimited(t, "status = "+lit(ferrytype.TransitionPurgeSent.From)+
+		" AND available_at < "+shift+" AND sent_at < "+shift, "available_at, event_id"))
+	// The pending index, statuses NEW, SENDING and DEAD.
+	o.stats = d.Rebind("SELECT " + d.CountIf("status = 'NEW'") + ", " + d.CountIf("status = 'SENDING'") + ", " +
+		d.CountIf("status = 'DEAD'") + ", " + d.CountIf("status = 'NEW' AND available_at <= "+now) + "," +
+		" COALESCE(" + d.AgeMicros("MIN(CASE WHEN status IN ('NEW', 'SENDING') THEN created_at END)") + ", 0)" +
+		" FROM " + t + " WHERE status IN ('NEW', 'SENDING', 'DEAD')")
+	o.get = d.Rebind("SELECT " + o.cols + " FROM " + t + " WHERE event_id = ?")
+	return o
+}
+
+// lit is a status as an SQL literal.
+func lit(s ferrytype.Status) string { return "'" + string(s) + "'" }
+
+// Dialect returns the dialect's name.
+func (o *Outbox) Dialect() string { return o.d.Name() }
+
+// Table returns the outbox table's name.
+func (o *Outbox) Table() string { return o.name }
+
+// Classify wraps a driver error in ferry's classes.
+func (o *Outbox) Classify(err error) error { return o.d.Classify(err) }
+
+// in splices the id list into q (ending in "AND ") and binds it after the
+// leading arguments.
+func (o *Outbox) in(q, col string, vals []string, lead ...any) (string, []any) {
+	cond, args := o.d.In(col, vals)
+	return o.d.Rebind(q + cond), append(lead, args...)
+}
+
+// MarkSent marks SENT the ids still SENDING under token, in one statement.
+func (o *Outbox) MarkSent(ctx context.Context, token string, ids []string) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	q, args := o.in(o.markSent, "event_id", ids, token)
+	n, err := o.pool.Exec(ctx, q, args...)
+	if err != nil {
+		return 0, fmt.Errorf("mark sent: %w", err)
+	}
+	return n, nil
+}
+
+// MarkFailed records failed attempts in one transaction, one statement a
+// row; a row the statement did not change was fenced.
+func (o *Outbox) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (_ ferrystore.MarkFailedResult, err error) {
+	if len(fails) == 0 {
+		return ferrystore.MarkFailedResult{}, nil
+	}
+	tx, err := o.pool.Begin(ctx)
+	if err != nil {
+		return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed: begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	changed := make([]bool, len(fails))
+	for i, f := range fails {
+		to := ferrytype.TransitionFailRetry.To
+		if f.Dead {
+			to = ferrytype.TransitionFailDead.To
+		}
+		n, err := tx.Exec(ctx, o.markFailed, string(to), later(o.d, f.Delay), sqlutil.Truncate(f.Error, 2000), f.Token, f.ID)
+		if err != nil {
+			return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed %s: %w", f.ID, err)
+		}
+		changed[i] = n > 0
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed: commit: %w", err)
+	}
+	return ferrystore.MarkFailedResultOf(fails, func(i int) bool { return changed[i] }), nil
+}
+
+// ExpiredLeases returns up to limit SENDING rows whose lease ended.
+func (o *Outbox) ExpiredLeases(ctx context.Context, limit int) ([]ferrystore.Lease, error) {
+	rows, err := o.pool.Query(ctx, o.expired, limit)
+	if err != nil {
+		return nil, fmt.Errorf("expired leases: %w", err)
+	}
+	defer rows.Close()
+	var out []ferrystore.Lease
+	for rows.Next() {
+		var l ferrystore.Lease
+		if err := rows.Scan(&l.ID, &l.Token, &l.Attempts); err != nil {
+			return nil, fmt.Errorf("expired leases: %w", err)
+		}
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}
+
+// PurgeSent deletes up to limit SENT rows older than olderThan.
+func (o *Outbox) PurgeSent(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
+	a := ago(o.d, olderThan)
+	n, err := o.pool.Exec(ctx, o.purge, a, a, limit)
+	if err != nil {
+		return 0, fmt.Errorf("purge sent: %w", err)
+	}
+	return n, nil
+}
+
+// Stats counts pending, sending and dead rows.
+func (o *Outbox) Stats(ctx context.Context) (ferrystore.Stats, error) {
+	var st ferrystore.Stats
+	rows, err := o.pool.Query(ctx, o.stats)
+	if err != nil {
+		return st, fmt.Errorf("stats: %w", err)
+	}
+	defer rows.Close()
+	var oldest int64
+	if rows.Next() {
+		if err := rows.Scan(&st.New, &st.Sending, &st.Dead, &st.Ready, &oldest); err != nil {
+			return st, fmt.Errorf("stats: %w", err)
+		}
+	}
+	st.OldestPending = time.Duration(oldest) * time.Microsecond
+	if err := rows.Err(); err != nil {
+		return st, fmt.Errorf("stats: %w", err)
+	}
+	return st, nil
+}
+
+// Get returns one row by event id.
+func (o *Outbox) Get(ctx context.Context, id string) (ferrystore.Row, error) {
+	rows, err := o.pool.Query(ctx, o.get, id)
+	if err != nil {
+		return ferrystore.Row{}, fmt.Errorf("get event %s: %w", id, err)
+	}
+	return sqlutil.ScanRow(rows, id)
+}
+
+// InsertRows is o's INSERT of rows, with ? placeholders (not yet
+// rebound), and its arguments; seq[i] is the SQL expression of row i's
+// aggregate sequence number.
+func InsertRows(o *Outbox, rows []ferrytype.Event, seq []string) (string, []any, error) {
+	var b strings.Builder
+	b.WriteString("INSERT INTO " + o.t + " (event_id, aggregate_type, aggregate_id, aggregate_seq, event_type," +
+		" payload, headers, destination, exchange, available_at) VALUES ")
+	args := make([]any, 0, len(rows)*9)
+	js := o.d.JSON()
+	for i := range rows {
+		ev := &rows[i]
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("(?, ?, ?, " + seq[i] + ", ?, " + js + ", " + js + ", ?, ?, " + o.d.Shift() + ")")
+		h, err := sqlutil.EncodeHeaders(ev.Headers)
+		if err != nil {
+			return "", nil, fmt.Errorf("enqueue: %w", err)
+		}
+		var headers any
+		if h != nil {
+			headers = string(h)
+		}
+		args = append(args, ev.ID, ev.AggregateType, ev.AggregateID, ev.Type, string(ev.Payload), headers,
+			ev.Destination, ev.Exchange, later(o.d, ev.Delay))
+	}
+	return b.String(), args, nil
+}
+
+// Insert runs InsertRows in ex.
+func Insert(ctx context.Context, o *Outbox, ex ferrystore.Executor, rows []ferrytype.Event, seq []string) error {
+	q, args, err := InsertRows(o, rows, seq)
+	if err != nil {
+		return err
+	}
+	if _, err := ex.Exec(ctx, o.d.Rebind(q), args...); err != nil {
+		return fmt.Errorf("enqueue: insert into %s: %w", o.name, o.d.Classify(err))
+	}
+	return nil
+}
+
+// ScanMessages reads claimed rows (event_id, aggregate_type, aggregate_id,
+// aggregate_seq, event_type, payload, headers, destination, exchange,
+// attempts, created_at) and closes them.
+func ScanMessages(rows ferrystore.Rows) ([]ferrytype.Message, error) {
+	defer rows.Close()
+	var out []ferrytype.Message
+	for rows.Next() {
+		var (
+			m       ferrytype.Message
+			payload []byte
+			headers sql.NullString
+			created sqlutil.NullTime
+		)
+		if err := rows.Scan(&m.ID, &m.AggregateType, &m.AggregateID, &m.Sequence, &m.Type, &payload,
+			&headers, &m.Destination, &m.Exchange, &m.Attempt, &created); err != nil {
+			return nil, fmt.Errorf("scan: %w", err)
+		}
+		h, err := sqlutil.DecodeHeaders([]byte(headers.String))
+		if err != nil {
+			return nil, fmt.Errorf("event %s: %w", m.ID, err)
+		}
+		m.Payload, m.Headers, m.CreatedAt = payload, h, created.Time
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
