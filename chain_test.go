@@ -85,7 +85,7 @@ func TestChainOutboxRelayConsumerInbox(t *testing.T) {
 	defer consumer.Stop(ctx)
 
 	total := orders + orders/25 + 2
-	waitFor(t, 2*time.Minute, func() bool {
+	testsvc.WaitFor(t, 2*time.Minute, func() bool {
 		st := consumer.Stats()
 		return st.Acked+st.Parked >= int64(total)
 	}, func() string { return fmt.Sprintf("consumer %+v, relay %+v", consumer.Stats(), relay.Stats()) })

@@ -321,7 +321,7 @@ func (in *Inbox[TTx]) once(ctx context.Context, op Operation, fields []byte, fp 
 		Fingerprint: fp, Outcome: outcome.String()}
 	if err := in.driver.InsertMarker(ctx, ex, marker); err != nil {
 		// Roll back explicitly before anything else, then read what is
-		// stored (R2.4).
+		// stored.
 		done = true
 		_ = in.driver.Rollback(context.WithoutCancel(ctx), tx)
 		if err = in.driver.Classify(err); !errors.Is(err, ferrytype.ErrDuplicate) {

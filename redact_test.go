@@ -90,7 +90,7 @@ func TestLibraryLogsCarryNoPassword(t *testing.T) {
 	dbProxy.Cut()
 	r := b.relay(t, pub, &ferry.RelayConfig{Logger: log, PollInterval: 10 * time.Millisecond,
 		PublishTimeout: 100 * time.Millisecond, Retry: ferry.ExponentialBackoff{Initial: 5 * time.Millisecond}})
-	waitFor(t, 30*time.Second, func() bool {
+	testsvc.WaitFor(t, 30*time.Second, func() bool {
 		return r.Stats().Unknown >= 3 && strings.Contains(buf.String(), "outbox metrics: poll failed")
 	}, func() string { return buf.String() })
 	out := buf.String()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
 // settleRecorder records what HookSweep and HookSettle report.
@@ -59,7 +60,7 @@ func TestRelaySweptTransitionsAreCountedAndReported(t *testing.T) {
 			return nil
 		},
 	})
-	waitFor(t, 30*time.Second, func() bool { return r.Stats().Dead == 1 }, func() string { return fmt.Sprintf("%+v", r.Stats()) })
+	testsvc.WaitFor(t, 30*time.Second, func() bool { return r.Stats().Dead == 1 }, func() string { return fmt.Sprintf("%+v", r.Stats()) })
 	row, err := b.st.Driver.Get(b.ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, ferrytype.StatusDead, row.Status)

@@ -93,7 +93,7 @@ func (b *relayBundle) relay(t testing.TB, pub ferrybroker.Publisher, cfg *ferry.
 func (b *relayBundle) waitSettled(t testing.TB, d time.Duration) ferrystore.Stats {
 	t.Helper()
 	var st ferrystore.Stats
-	waitFor(t, d, func() bool {
+	testsvc.WaitFor(t, d, func() bool {
 		var err error
 		st, err = b.st.Driver.Stats(b.ctx)
 		require.NoError(t, err)
@@ -155,11 +155,6 @@ func (p *countingPublisher) count(id string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.counts[id]
-}
-
-func waitFor(t testing.TB, d time.Duration, cond func() bool, why func() string) {
-	t.Helper()
-	testsvc.WaitFor(t, d, cond, why)
 }
 
 func fastRetry() ferry.RetryPolicy {
@@ -235,14 +230,14 @@ func TestRelayLateMarkIsFenced(t *testing.T) {
 			relayB := b.relay(t, b.publisher(t), &ferry.RelayConfig{
 				SweepInterval: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond, Retry: fastRetry(),
 			})
-			waitFor(t, 30*time.Second, func() bool { return relayB.Stats().Confirmed == 1 },
+			testsvc.WaitFor(t, 30*time.Second, func() bool { return relayB.Stats().Confirmed == 1 },
 				func() string { return fmt.Sprintf("B: %+v", relayB.Stats()) })
 			rowB, err := b.st.Driver.Get(b.ctx, id)
 			require.NoError(t, err)
 			require.Equal(t, ferrytype.StatusSent, rowB.Status)
 
 			close(resume)
-			waitFor(t, 10*time.Second, func() bool { return relayA.Stats().Fenced == 1 },
+			testsvc.WaitFor(t, 10*time.Second, func() bool { return relayA.Stats().Fenced == 1 },
 				func() string { return fmt.Sprintf("A: %+v", relayA.Stats()) })
 			require.Zero(t, relayA.Stats().Confirmed, "A's late mark changed nothing")
 			row, err := b.st.Driver.Get(b.ctx, id)
@@ -373,7 +368,7 @@ func TestRelayDeadAfterMaxAttempts(t *testing.T) {
 		PollInterval: 10 * time.Millisecond,
 		Retry:        ferry.ExponentialBackoff{Initial: time.Millisecond, MaxAttempts: 3},
 	})
-	waitFor(t, 30*time.Second, func() bool { return r.Stats().Dead == 1 }, func() string { return fmt.Sprintf("%+v", r.Stats()) })
+	testsvc.WaitFor(t, 30*time.Second, func() bool { return r.Stats().Dead == 1 }, func() string { return fmt.Sprintf("%+v", r.Stats()) })
 	row, err := b.st.Driver.Get(b.ctx, ids[0])
 	require.NoError(t, err)
 	require.Equal(t, ferrytype.StatusDead, row.Status)
@@ -423,7 +418,7 @@ func TestRelayRetentionPurgesSentRowsOnly(t *testing.T) {
 	r := b.relay(t, b.publisher(t), &ferry.RelayConfig{
 		PollInterval: 10 * time.Millisecond, Retention: time.Millisecond, PurgeInterval: 10 * time.Millisecond, PurgeBatch: 2,
 	})
-	waitFor(t, 30*time.Second, func() bool { return r.Stats().Purged == 5 }, func() string { return fmt.Sprintf("%+v", r.Stats()) })
+	testsvc.WaitFor(t, 30*time.Second, func() bool { return r.Stats().Purged == 5 }, func() string { return fmt.Sprintf("%+v", r.Stats()) })
 	for _, id := range ids {
 		_, err := b.st.Driver.Get(b.ctx, id)
 		require.ErrorIs(t, err, ferrytype.ErrNotFound)
@@ -433,10 +428,12 @@ func TestRelayRetentionPurgesSentRowsOnly(t *testing.T) {
 	require.Equal(t, ferrytype.StatusNew, row.Status, "a pending event is never purged")
 }
 
-// countingStore counts claims and signals each one.
+// countingStore signals each claim as it starts (claims) and, when
+// claimed is not nil, how many events it returned as it ends.
 type countingStore struct {
 	ferrystore.Driver[*sql.Tx]
-	claims chan time.Time
+	claims  chan time.Time
+	claimed chan int
 }
 
 func (s *countingStore) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype.Message, error) {
@@ -444,7 +441,23 @@ func (s *countingStore) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]
 	case s.claims <- time.Now():
 	default:
 	}
-	return s.Driver.Claim(ctx, p)
+	msgs, err := s.Driver.Claim(ctx, p)
+	if s.claimed != nil && err == nil {
+		s.claimed <- len(msgs)
+	}
+	return msgs, err
+}
+
+// receive returns the next value from ch, failing the test after d.
+func receive[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("no %s within %s", what, d)
+		panic("unreachable")
+	}
 }
 
 func TestRelayIdlePollsOncePerInterval(t *testing.T) {
@@ -466,20 +479,25 @@ func TestRelayIdlePollsOncePerInterval(t *testing.T) {
 }
 
 func TestRelayWakesOnEnqueueBeforeCommit(t *testing.T) {
-	b := setupRelay(t, "sqlite")
+	b := setupRelay(t, "mysql") // SQLite would block the look on the writer's lock until the commit
 	wake := ferry.NewWakeup()
 	ob, err := ferry.NewOutbox(b.st.Driver, &ferry.OutboxConfig{Wakeup: wake})
 	require.NoError(t, err)
-	r := b.relay(t, b.publisher(t), &ferry.RelayConfig{PollInterval: time.Hour, Wakeup: wake})
+	cs := &countingStore{Driver: b.st.Driver, claims: make(chan time.Time, 100), claimed: make(chan int, 100)}
+	r, err := ferry.NewRelay(cs, b.publisher(t), &ferry.RelayConfig{Lanes: 1, PollInterval: time.Hour, Wakeup: wake})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(b.ctx))
+	t.Cleanup(func() { _ = r.Stop(context.Background()) })
+	require.Zero(t, receive(t, cs.claimed, 10*time.Second, "claim at start"))
 	tx, err := b.st.DB.BeginTx(b.ctx, nil)
 	require.NoError(t, err)
 	_, err = ob.EnqueueTx(b.ctx, tx, ferry.Event{Type: "T", Payload: json.RawMessage(`{}`), Destination: b.subject})
 	require.NoError(t, err)
-	// The ring came before the commit; the relay's first look finds
-	// nothing and it looks again shortly after.
-	time.Sleep(30 * time.Millisecond) //nolint:forbidigo // delays the commit on purpose: the window under test
+	// The ring came before the commit: the look it causes ends before the
+	// commit and finds nothing; the relay must look again after it.
+	require.Zero(t, receive(t, cs.claimed, 10*time.Second, "claim after the ring"))
 	require.NoError(t, tx.Commit())
-	waitFor(t, 5*time.Second, func() bool { return r.Stats().Confirmed == 1 }, func() string { return fmt.Sprintf("%+v", r.Stats()) })
+	testsvc.WaitFor(t, 5*time.Second, func() bool { return r.Stats().Confirmed == 1 }, func() string { return fmt.Sprintf("%+v", r.Stats()) })
 }
 
 func TestRelayWakesOnPostgresNotify(t *testing.T) {
@@ -492,7 +510,7 @@ func TestRelayWakesOnPostgresNotify(t *testing.T) {
 	r := b.relay(t, b.publisher(t), &ferry.RelayConfig{PollInterval: time.Hour})
 	for i := 1; i <= 3; i++ {
 		b.enqueue(t, 1, func(int) string { return "1" })
-		waitFor(t, 5*time.Second, func() bool { return r.Stats().Confirmed == int64(i) },
+		testsvc.WaitFor(t, 5*time.Second, func() bool { return r.Stats().Confirmed == int64(i) },
 			func() string { return fmt.Sprintf("%+v", r.Stats()) })
 	}
 }
@@ -541,7 +559,7 @@ func TestRelayFencedFailureCountsNeitherDeadNorRetried(t *testing.T) {
 			return nil
 		},
 	})
-	waitFor(t, 30*time.Second, func() bool { return r.Stats().Fenced == 1 }, func() string { return fmt.Sprintf("%+v", r.Stats()) })
+	testsvc.WaitFor(t, 30*time.Second, func() bool { return r.Stats().Fenced == 1 }, func() string { return fmt.Sprintf("%+v", r.Stats()) })
 	st := r.Stats()
 	require.Zero(t, st.Dead, "the rejected event's mark was fenced: it did not go DEAD")
 	require.Equal(t, int64(1), st.Retried, "the unknown outcome went back to NEW")

@@ -31,7 +31,11 @@ func Apply(ctx context.Context, db *sql.DB, component string, fsys fs.FS) error 
 	if !got.Valid || got.Int64 != 1 {
 		return fmt.Errorf("migrate: could not take lock ferry_migrate within 60s")
 	}
-	defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK('ferry_migrate')") //nolint:errcheck
+	defer func() {
+		// The connection goes back to the pool: release the lock even when
+		// ctx ended. A failed release ends with the session anyway.
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK('ferry_migrate')")
+	}()
 	return sqlstore.Migrate(ctx, ferrystore.SQL(conn), dialect{}, `(
   component  VARCHAR(128) NOT NULL,
   version    INT          NOT NULL,
