@@ -96,21 +96,30 @@ func TestOneTraceFromEnqueueThroughPublishToConsume(t *testing.T) {
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	stream := testsvc.Name("TRACED_")
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subject}})
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subject, subject + ".parked"}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
 	waitFor(t, 30*time.Second, func() bool { return relay.Stats().Confirmed == 1 }, "the event confirmed")
 
-	// The consumer: reads the message from JetStream and processes it.
-	msgs := testsvc.ReadStream(t, nc, stream, 1, 30*time.Second)
-	require.Len(t, msgs, 1)
-	d := &ferrybroker.Delivery{Route: msgs[0].Subject, Payload: msgs[0].Data, Headers: map[string]string{}}
-	for k, v := range msgs[0].Header {
-		d.Headers[k] = v[0]
+	// The consumer: a JetStream consumer with the tracing hooks runs the
+	// handler in the process span's context.
+	handlerSpan := make(chan trace.SpanContext, 1)
+	consumer, err := ferrynats.NewConsumer(js, func(ctx context.Context, d *ferrybroker.Delivery) error {
+		handlerSpan <- trace.SpanContextFromContext(ctx)
+		return nil
+	}, &ferrynats.ConsumerConfig{Stream: stream, Durable: "traced", Declare: true, FilterSubjects: []string{subject},
+		ParkSubject: subject + ".parked", Hooks: []ferrybroker.Hook{tracing}})
+	require.NoError(t, err)
+	require.NoError(t, consumer.Start(ctx))
+	t.Cleanup(func() { _ = consumer.Stop(context.Background()) })
+	var inHandler trace.SpanContext
+	select {
+	case inHandler = <-handlerSpan:
+	case <-ctx.Done():
+		t.Fatal("the consumer never ran the handler")
 	}
-	d.FillFromHeaders()
-	_, process := tracing.StartConsume(context.Background(), d)
-	process.End()
+	waitFor(t, 30*time.Second, func() bool { return consumer.Stats().Acked == 1 }, "the delivery acked")
+	require.NoError(t, consumer.Stop(ctx))
 
 	// One trace: request → create → {send (returned)..., send (confirmed), process}.
 	root := spansNamed(rec, "POST /orders/42/pay")[0]
@@ -145,6 +154,8 @@ func TestOneTraceFromEnqueueThroughPublishToConsume(t *testing.T) {
 	require.Equal(t, traceID, p[0].SpanContext().TraceID())
 	require.Equal(t, c.SpanContext().SpanID(), p[0].Parent().SpanID(), "process is a child of create")
 	require.Equal(t, trace.SpanKindConsumer, p[0].SpanKind())
+	require.Equal(t, p[0].SpanContext().SpanID(), inHandler.SpanID(), "the handler runs in the process span")
+	require.Equal(t, codes.Unset, p[0].Status().Code)
 	require.Equal(t, ids[0], attr(p[0], "messaging.message.id").AsString())
 	require.Equal(t, "order:42", attr(p[0], ferryotel.AttrAggregate).AsString())
 }
