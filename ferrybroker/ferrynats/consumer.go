@@ -97,6 +97,11 @@ type ConsumerStats = ferrybroker.ConsumerStats
 // terminated. A delivery left by the consumer (stopping, a handler cut off)
 // is negatively acknowledged without delay: JetStream delivers it again at
 // once.
+//
+// Delivery counts come from JetStream, which counts across consumers and
+// restarts, but takes back a delivery it made to a consumer no longer
+// listening (one that was stopping): a message left at a stop may come
+// back with the same count, and Redelivered false.
 type Consumer struct {
 	js      jetstream.JetStream
 	handler ferrybroker.Handler

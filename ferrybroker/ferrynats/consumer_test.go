@@ -64,7 +64,7 @@ func consumerHarness(connect func(t testing.TB) *nats.Conn) ferrybrokertest.Cons
 					// Short, so that a delivery left by a fault comes
 					// back soon; handlers in flight keep theirs with
 					// progress signals.
-					AckWait: 3 * time.Second,
+					AckWait: 10 * time.Second,
 				})
 				require.NoError(t, err)
 				return c
