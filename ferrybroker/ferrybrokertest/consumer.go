@@ -447,7 +447,9 @@ func ExerciseConsumer(t *testing.T, h ConsumerHarness) {
 		require.Error(t, c.Stop(ended), "Stop gave up on a handler still running")
 		idle(t, c)
 		st := rec.agrees(t, c)
-		require.Equal(t, ferrybroker.ConsumerStats{Delivered: 1, Handled: 1, Left: 1}, st)
+		require.Equal(t, int64(1), st.Handled, "%+v", st)
+		require.Zero(t, st.Acked, "%+v", st)
+		require.Positive(t, st.Left, "%+v", st)
 		b.unsettled(t, 1) // the cut-off delivery is not acked
 
 		got := make(chan *ferrybroker.Delivery, 1)
@@ -542,7 +544,9 @@ func ExerciseConsumer(t *testing.T, h ConsumerHarness) {
 		idle(t, c)
 		st := rec.agrees(t, c)
 		require.Equal(t, int64(n-1), st.Acked)
-		require.Equal(t, int64(1), st.Left)
+		// At least the slow one is left; a broker may hand it back to the
+		// stopping consumer once more, which leaves it again.
+		require.Positive(t, st.Left)
 		b.unsettled(t, 1) // the acks of later deliveries did not take the slow one with them
 
 		got := make(chan string, n)
