@@ -360,8 +360,10 @@ func (c *Consumer) handle(msg jetstream.Msg) {
 			}
 		}
 		// The effect is committed: only now may JetStream forget the
-		// message. The ack covers this message only (AckExplicit).
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ParkTimeout)
+		// message. The ack covers this message only (AckExplicit), and
+		// counts once the server confirmed it; past AckWait the server
+		// redelivers anyway.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.AckWait)
 		aerr := msg.DoubleAck(actx)
 		cancel()
 		if aerr != nil {
