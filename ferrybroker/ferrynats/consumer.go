@@ -214,13 +214,25 @@ func (c *Consumer) Start(ctx context.Context) error {
 		defer close(work)
 		for {
 			msg, err := iter.Next()
-			if err != nil {
-				if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-					c.log.Error("receive failed; consumer stops", "error", err)
-				}
+			switch {
+			case err == nil:
+				work <- msg
+				continue
+			case errors.Is(err, jetstream.ErrMsgIteratorClosed):
+				// Stop, or a terminal error (the consumer was deleted),
+				// which Next reported before.
 				return
 			}
-			work <- msg
+			// The iterator goes on after other errors: wait a moment, so
+			// that a repeating one is no hot loop.
+			c.log.Error("receive failed; receiving again", "error", err)
+			pause := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-pause.C:
+			case <-c.stopping:
+				pause.Stop()
+				return
+			}
 		}
 	}()
 	for i := 0; i < c.cfg.Concurrency; i++ {

@@ -2,6 +2,8 @@ package ferrynats_test
 
 import (
 	"context"
+	"log/slog"
+	"os"
 	"testing"
 	"time"
 
@@ -65,6 +67,9 @@ func consumerHarness(connect func(t testing.TB) *nats.Conn) ferrybrokertest.Cons
 					// back soon; handlers in flight keep theirs with
 					// progress signals.
 					AckWait: 10 * time.Second,
+					// Warnings and errors on stderr, which go test shows
+					// when the package fails.
+					Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 				})
 				require.NoError(t, err)
 				return c
