@@ -14,9 +14,9 @@ import (
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
-// consumerHarness runs the consumer suite on a fresh quorum queue bound to
-// amq.topic, declared (with its parking queue) by the consumers.
-func consumerHarness() ferrybrokertest.ConsumerHarness {
+// consumerHarness runs the consumer suite on a fresh queue of type typ bound
+// to amq.topic, declared (with its parking queue) by the consumers.
+func consumerHarness(typ ferryamqp.QueueType) ferrybrokertest.ConsumerHarness {
 	return ferrybrokertest.ConsumerHarness{New: func(t *testing.T) ferrybrokertest.ConsumerSetup {
 		conn := dial(t)
 		ctx := testsvc.Context(t, 5*time.Minute)
@@ -77,5 +77,11 @@ func consumerHarness() ferrybrokertest.ConsumerHarness {
 }
 
 func TestConsumerConformance(t *testing.T) {
-	ferrybrokertest.ExerciseConsumer(t, consumerHarness())
+	ferrybrokertest.ExerciseConsumer(t, consumerHarness(ferryamqp.QueueQuorum))
+}
+
+// Classic queues keep no delivery count: the consumer counts failures per
+// message id.
+func TestConsumerConformanceClassicQueue(t *testing.T) {
+	ferrybrokertest.ExerciseConsumer(t, consumerHarness(ferryamqp.QueueClassic))
 }

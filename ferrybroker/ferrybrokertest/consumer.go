@@ -280,7 +280,30 @@ func fastRetry() ferrybroker.RetryPolicy {
 }
 
 // ExerciseConsumer runs the consumer conformance suite: every broker's
-// consumer passes it against the real broker.
+// consumer passes it against the real broker. Each subtest takes a fresh
+// setup from h and checks, through the consumer's stats, a recording hook
+// and the broker's own count of unsettled messages:
+//
+//   - a delivery is acked only after its handler returned nil, and each
+//     delivery is settled exactly once (hooks and Stats agree);
+//   - a Delivery carries the message: id, type, route, payload, headers,
+//     Redelivered and DeliveryCount on a retry;
+//   - a poison error parks at once, with the park headers; a transient
+//     error (a panic is one) is retried and parked on the last delivery
+//     RetryPolicy allows, with its count;
+//   - a malformed message (a payload that is not JSON, a header the
+//     consumer's Validate requires) is parked with its reason, without
+//     the handler, delivered once: no hot loop;
+//   - a handler that blocks keeps its message unacked through a Stop that
+//     gives up on it, and a restarted consumer gets it again;
+//   - Stop waits for the handlers in flight and acks what they committed;
+//     what was not handled comes back to the next consumer, nothing twice;
+//   - Concurrency handlers run at once, and while one is held, the acks
+//     of the others do not settle it;
+//   - the fault point after the handler leaves the delivery unacked;
+//   - Stop is safe before Start and twice; Run stops when its context ends.
+//
+// Verdicts wait on signals or poll with deadlines, never on sleeps.
 func ExerciseConsumer(t *testing.T, h ConsumerHarness) {
 	setup := func(t *testing.T) *consumerBundle {
 		return &consumerBundle{ConsumerSetup: h.New(t), ctx: ctxFor(t)}
