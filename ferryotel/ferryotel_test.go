@@ -172,3 +172,29 @@ func TestExtractIgnoresHeaderCase(t *testing.T) {
 	ctx := tracing.Extract(context.Background(), map[string]string{"Traceparent": ev.Headers["traceparent"]})
 	require.Equal(t, rec.Ended()[0].SpanContext().SpanID(), trace.SpanContextFromContext(ctx).SpanID())
 }
+
+// A consumer's handler that fails ends its process span as an error, with
+// the error recorded; the hooks work with any consumer that calls them.
+func TestProcessSpanOfAFailedHandler(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tracing := ferryotel.New(&ferryotel.Config{TracerProvider: tp, System: "rabbitmq"})
+	obs := ferrybroker.NewConsumerObserver("points", []ferrybroker.Hook{tracing})
+	d := &ferrybroker.Delivery{MessageID: "evt-1", Route: "orders.paid", Type: "OrderPaid", DeliveryCount: 2,
+		Headers: map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}
+	var inHandler trace.SpanContext
+	err := obs.Handle(context.Background(), func(ctx context.Context, d *ferrybroker.Delivery) error {
+		inHandler = trace.SpanContextFromContext(ctx)
+		return fmt.Errorf("points service unavailable")
+	}, d)
+	require.Error(t, err)
+	p := spansNamed(rec, "process orders.paid")
+	require.Len(t, p, 1)
+	require.Equal(t, "0af7651916cd43dd8448eb211c80319c", p[0].SpanContext().TraceID().String(), "a child of the message's context")
+	require.Equal(t, p[0].SpanContext().SpanID(), inHandler.SpanID())
+	require.Equal(t, codes.Error, p[0].Status().Code)
+	require.Equal(t, "points service unavailable", p[0].Status().Description)
+	require.Equal(t, int64(2), attr(p[0], ferryotel.AttrDeliveryCount).AsInt64())
+	require.Len(t, p[0].Events(), 1, "the error is recorded")
+}
