@@ -322,9 +322,21 @@ func (s *consSession) cancel(ctx context.Context) {
 
 func (s *consSession) close() {
 	s.closeOnce.Do(func() {
-		s.settleMu.Lock()
-		s.closed = true
-		s.settleMu.Unlock()
+		// Wait for acks being sent, but no longer than a channel close
+		// may take: on a connection RabbitMQ blocked, a send can hang.
+		marked := make(chan struct{})
+		go func() {
+			s.settleMu.Lock()
+			s.closed = true
+			s.settleMu.Unlock()
+			close(marked)
+		}()
+		t := time.NewTimer(closeTimeout)
+		select {
+		case <-marked:
+		case <-t.C:
+		}
+		t.Stop()
 		close(s.stop)
 		closeChannel(s.ch)
 		if s.park != nil {
