@@ -64,6 +64,13 @@ func consumerHarness(typ ferryamqp.QueueType) ferrybrokertest.ConsumerHarness {
 			Parked: func(t *testing.T, want int, d time.Duration) []ferrybrokertest.Received {
 				return received(testsvc.ReadRabbitMQQueue(t, conn, queue+".parking", want, d))
 			},
+			BreakParking: func(t *testing.T) {
+				ch, err := conn.Channel()
+				require.NoError(t, err)
+				defer ch.Close()
+				_, err = ch.QueueDelete(queue+".parking", false, false, false)
+				require.NoError(t, err)
+			},
 			Unsettled: func(t *testing.T) int {
 				ch, err := conn.Channel()
 				require.NoError(t, err)

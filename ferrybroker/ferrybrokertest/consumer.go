@@ -57,6 +57,9 @@ type ConsumerSetup struct {
 	// not acked (waiting or in flight). It is called with no consumer
 	// running.
 	Unsettled func(t *testing.T) int
+	// BreakParking, when set, makes parking fail from now on (it deletes
+	// the parking queue or stream), with a consumer running.
+	BreakParking func(t *testing.T)
 }
 
 // ConsumerHarness adapts one broker's consumer to the suite.
@@ -301,6 +304,8 @@ func fastRetry() ferrybroker.RetryPolicy {
 //   - Concurrency handlers run at once, and while one is held, the acks
 //     of the others do not settle it;
 //   - the fault point after the handler leaves the delivery unacked;
+//   - a delivery whose park fails is retried, never acked (when the
+//     harness can break parking);
 //   - Stop is safe before Start and twice; Run stops when its context ends.
 //
 // Verdicts wait on signals or poll with deadlines, never on sleeps.
@@ -620,6 +625,32 @@ func ExerciseConsumer(t *testing.T, h ConsumerHarness) {
 			require.Len(t, seen.get(id), 1, "every message came back, the handled one included: %s", id)
 		}
 		b.unsettled(t, 0)
+	})
+
+	t.Run("FailedParkIsRetriedNeverAcked", func(t *testing.T) {
+		b := setup(t)
+		if b.BreakParking == nil {
+			t.Skip("the harness cannot break parking")
+		}
+		handled := make(chan struct{}, 1)
+		c, rec := b.start(t, func(ctx context.Context, d *ferrybroker.Delivery) error {
+			select {
+			case handled <- struct{}{}:
+			default:
+			}
+			return ferrytype.Poison(errors.New("unknown currency XXX"))
+		}, ConsumerOptions{Concurrency: 1, Retry: fastRetry()})
+		b.BreakParking(t)
+		b.publish(t, 1)
+		wait(t, handled, time.Minute, "the handler ran")
+		waitFor(t, time.Minute, func() bool { s := c.Stats(); return s.ParkFailed >= 2 && s.Retried >= 1 },
+			func() string { return fmt.Sprintf("%+v", c.Stats()) })
+		require.NoError(t, c.Stop(b.ctx))
+		idle(t, c)
+		st := rec.agrees(t, c)
+		require.Zero(t, st.Acked, "%+v", st)
+		require.Zero(t, st.Parked, "no copy was stored: %+v", st)
+		b.unsettled(t, 1) // never acked without a stored copy
 	})
 
 	t.Run("StopIsSafeTwiceAndBeforeStart", func(t *testing.T) {

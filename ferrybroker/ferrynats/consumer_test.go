@@ -89,6 +89,9 @@ func consumerHarness(connect func(t testing.TB) *nats.Conn) ferrybrokertest.Cons
 				}, nil)
 				return out
 			},
+			BreakParking: func(t *testing.T) {
+				require.NoError(t, js.DeleteStream(ctx, parkStream))
+			},
 			Unsettled: func(t *testing.T) int {
 				st, err := js.Stream(ctx, stream)
 				require.NoError(t, err)
