@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
@@ -109,7 +110,7 @@ func TestChainOutboxRelayConsumerInbox(t *testing.T) {
 	parkedMsgs := readSubject(t, producer.nc, producer.stream, parkSubject, 2)
 	reasons := map[string]bool{}
 	for _, pm := range parkedMsgs {
-		reasons[pm.Headers().Get(ferrynats.HeaderParkReason)] = true
+		reasons[pm.Headers().Get(ferrybroker.HeaderParkReason)] = true
 	}
 	require.Len(t, reasons, 2)
 	for r := range reasons {

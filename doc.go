@@ -119,7 +119,7 @@
 //
 // # Testing
 //
-// Every store runs ferrystore/ferrystoretest and every publisher
-// ferrybroker/ferrybrokertest, against real servers. Tests skip when a
+// Every store runs ferrystore/ferrystoretest and every publisher and
+// consumer ferrybroker/ferrybrokertest, against real servers. Tests skip when a
 // service is unreachable unless FERRY_REQUIRE_SERVICES=1.
 package ferry

@@ -1,7 +1,12 @@
 // Package ferrybroker defines the Publisher interface the relay publishes
-// through, and the header names every broker adapter uses for an event's
-// metadata. Adapters live in ferryamqp, ferrynats and ferrykafka; each runs
-// the conformance suite in ferrybrokertest.
+// through, the header names every broker adapter uses for an event's
+// metadata, and the consumer contract: the Consumer interface, Handler and
+// Delivery, ConsumerStats, RetryPolicy, the park headers and the consumer
+// hooks (HookDelivered, HookHandleStart, HookHandled, HookSettled) through
+// which ferryprom and ferryotel observe any broker's consumer. Adapters
+// live in ferryamqp and ferrynats; each runs the conformance suites in
+// ferrybrokertest (Exercise for publishers, ExerciseConsumer for
+// consumers).
 package ferrybroker
 
 import (

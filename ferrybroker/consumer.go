@@ -36,8 +36,8 @@ type Delivery struct {
 // delivery. An error wrapping ferrytype.ErrPoison parks the delivery at
 // once with the error as its reason; any other error is transient: the
 // delivery is retried after a delay and parked only after the consumer's
-// delivery limit. A handler must never return nil before its effect is
-// committed: the ack lets the broker forget the message.
+// delivery limit (see RetryPolicy). A handler must never return nil before
+// its effect is committed: the ack lets the broker forget the message.
 type Handler func(ctx context.Context, d *Delivery) error
 
 // FillFromHeaders sets the ferry metadata fields of d from d.Headers.
@@ -58,6 +58,71 @@ func HandlerFunc(fn func(d *Delivery) error) Handler {
 	return func(_ context.Context, d *Delivery) error { return fn(d) }
 }
 
+// Consumer is what every broker's consumer (ferryamqp.Consumer,
+// ferrynats.Consumer) does: it receives deliveries, runs a Handler for
+// each with at most a configured number of handlers at once, and settles
+// each delivery exactly once:
+//
+//   - acked, only after the handler returned nil;
+//   - parked, when the handler returned an error wrapping
+//     ferrytype.ErrPoison, when the message is malformed, or when a
+//     transient error came on delivery RetryPolicy.MaxDeliveries: a copy
+//     with the park headers (HeaderParkReason and the others) is stored
+//     where the consumer parks, and only then is the original settled;
+//   - retried, after a transient error: the broker delivers it again after
+//     RetryPolicy's delay;
+//   - left, when the consumer did not decide (it is stopping, the handler
+//     was cut off, a fault point fired, the ack could not be sent): the
+//     broker delivers it again.
+//
+// Acks are never cumulative across a delivery still in flight.
+type Consumer interface {
+	// Start connects (or binds to the client it was given), checks or
+	// declares what it consumes and starts taking deliveries; ctx bounds
+	// the start only. Starting a stopped consumer returns
+	// ferrytype.ErrClosed.
+	Start(ctx context.Context) error
+	// Stop stops taking deliveries, lets the handlers in flight finish and
+	// acks those that returned nil; deliveries taken but not started go
+	// back to the broker. If ctx ends first, the handlers' contexts are
+	// cancelled and their deliveries left to the broker; Stop then returns
+	// ctx's error. Stopping twice, or before Start, is safe.
+	Stop(ctx context.Context) error
+	// Run starts the consumer, runs it until ctx ends, then stops it,
+	// giving the handlers in flight the consumer's shutdown timeout.
+	Run(ctx context.Context) error
+	// Stats returns the consumer's counters.
+	Stats() ConsumerStats
+}
+
+// ConsumerStats counts what a consumer did since it was created. Every
+// delivered message is settled once: once the consumer is idle,
+// Delivered == Acked + Retried + Parked + Left, and InFlight is 0.
+type ConsumerStats struct {
+	// Delivered counts deliveries taken from the broker.
+	Delivered int64
+	// Handled counts handler calls that returned (nil or an error).
+	Handled int64
+	// Acked counts deliveries acked after their handler returned nil.
+	Acked int64
+	// Retried counts deliveries handed back to the broker, after a
+	// transient failure (or a failed park), for a later delivery.
+	Retried int64
+	// Parked counts deliveries whose copy was stored where the consumer
+	// parks, after which the original was settled.
+	Parked int64
+	// ParkFailed counts attempts to park that failed; the delivery is
+	// retried instead (and counted in Retried or Left).
+	ParkFailed int64
+	// Left counts deliveries the consumer did not settle (stopping, cut
+	// off, a fault point, a failed ack): the broker delivers them again.
+	Left int64
+	// InFlight is the number of deliveries taken and not yet settled:
+	// handlers running, parks in progress, retries waiting for their
+	// delay.
+	InFlight int64
+}
+
 // Named fault points of consumers (see the consumers' FaultPoint configs).
 const (
 	// FaultConsumerAfterHandle is reached after the handler returned nil —
@@ -65,4 +130,24 @@ const (
 	// crash here leaves a committed effect whose delivery comes again: the
 	// inbox must report it as a duplicate.
 	FaultConsumerAfterHandle = "consumer.after-handle"
+)
+
+// Headers a consumer sets on the parked copy of a message, next to the
+// original's own headers (which are kept). Values are strings.
+const (
+	// HeaderParkReason says why the message was parked: the handler's
+	// poison error, the reason it is malformed, or the delivery limit
+	// with the last error.
+	HeaderParkReason = "Ferry-Park-Reason"
+	// HeaderParkedAt is when it was parked (RFC 3339, UTC).
+	HeaderParkedAt = "Ferry-Parked-At"
+	// HeaderParkRoute is the routing key or subject the original was
+	// published to: republish it there once the cause is fixed.
+	HeaderParkRoute = "Ferry-Park-Route"
+	// HeaderParkSource is the queue or stream the original was consumed
+	// from.
+	HeaderParkSource = "Ferry-Park-Source"
+	// HeaderParkDeliveryCount is the delivery count when it was parked, in
+	// decimal (0: unknown).
+	HeaderParkDeliveryCount = "Ferry-Park-Delivery-Count"
 )

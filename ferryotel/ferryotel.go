@@ -22,8 +22,12 @@
 //     creation context. It carries the outcome (confirmed, returned,
 //     rejected, unknown) and is marked as an error unless confirmed: a
 //     retried event shows one send span per attempt.
-//   - process {destination} (CONSUMER), started by StartConsume in the
-//     consumer, as a child of the creation context carried by the message.
+//   - process {destination} (CONSUMER), one per handler call, as a child
+//     of the creation context carried by the message: made by the
+//     consumer hooks (pass Tracing in the ConsumerConfig.Hooks of
+//     ferryamqp or ferrynats) around the handler, which runs in its
+//     context, or by StartConsume in a consumer of your own. It is marked
+//     as an error when the handler failed.
 //
 // One trace thus spans the request that committed the change, the outbox
 // write, every publish attempt and every consumer's processing.
@@ -77,9 +81,11 @@ type Config struct {
 	System string
 }
 
-// Tracing implements ferry.HookEnqueue (pass it in ferry.OutboxConfig.Hooks)
-// and ferry.HookPublish (ferry.RelayConfig.Hooks), and starts consumer spans
-// (StartConsume). It is safe for concurrent use.
+// Tracing implements ferry.HookEnqueue (pass it in ferry.OutboxConfig.Hooks),
+// ferry.HookPublish (ferry.RelayConfig.Hooks), and ferrybroker.HookHandleStart
+// and HookHandled (a consumer's ConsumerConfig.Hooks), which trace each
+// handler call; StartConsume does the same for consumers without hooks. It
+// is safe for concurrent use.
 type Tracing struct {
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
@@ -87,8 +93,10 @@ type Tracing struct {
 }
 
 var (
-	_ ferry.HookEnqueue = (*Tracing)(nil)
-	_ ferry.HookPublish = (*Tracing)(nil)
+	_ ferry.HookEnqueue           = (*Tracing)(nil)
+	_ ferry.HookPublish           = (*Tracing)(nil)
+	_ ferrybroker.HookHandleStart = (*Tracing)(nil)
+	_ ferrybroker.HookHandled     = (*Tracing)(nil)
 )
 
 // New returns a Tracing configured by cfg.
@@ -212,6 +220,31 @@ func (t *Tracing) StartConsume(ctx context.Context, d *ferrybroker.Delivery) (co
 		attrs = append(attrs, AttrDeliveryCount.Int(d.DeliveryCount))
 	}
 	return t.tracer.Start(parent, "process "+route, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+}
+
+// processSpan is the context key of the span OnHandleStart started.
+type processSpan struct{}
+
+// OnHandleStart implements ferrybroker.HookHandleStart: it starts the
+// process span of d (see StartConsume), and the handler runs in its
+// context.
+func (t *Tracing) OnHandleStart(ctx context.Context, _ string, d *ferrybroker.Delivery) context.Context {
+	ctx, span := t.StartConsume(ctx, d)
+	return context.WithValue(ctx, processSpan{}, span)
+}
+
+// OnHandled implements ferrybroker.HookHandled: it ends the span
+// OnHandleStart started, recording the handler's error.
+func (t *Tracing) OnHandled(ctx context.Context, _ string, _ *ferrybroker.Delivery, err error, _ time.Duration) {
+	span, ok := ctx.Value(processSpan{}).(trace.Span)
+	if !ok {
+		return
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }
 
 // headerCarrier adapts string headers to a propagation.TextMapCarrier.

@@ -96,21 +96,30 @@ func TestOneTraceFromEnqueueThroughPublishToConsume(t *testing.T) {
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	stream := testsvc.Name("TRACED_")
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subject}})
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subject, subject + ".parked"}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
 	waitFor(t, 30*time.Second, func() bool { return relay.Stats().Confirmed == 1 }, "the event confirmed")
 
-	// The consumer: reads the message from JetStream and processes it.
-	msgs := testsvc.ReadStream(t, nc, stream, 1, 30*time.Second)
-	require.Len(t, msgs, 1)
-	d := &ferrybroker.Delivery{Route: msgs[0].Subject, Payload: msgs[0].Data, Headers: map[string]string{}}
-	for k, v := range msgs[0].Header {
-		d.Headers[k] = v[0]
+	// The consumer: a JetStream consumer with the tracing hooks runs the
+	// handler in the process span's context.
+	handlerSpan := make(chan trace.SpanContext, 1)
+	consumer, err := ferrynats.NewConsumer(js, func(ctx context.Context, d *ferrybroker.Delivery) error {
+		handlerSpan <- trace.SpanContextFromContext(ctx)
+		return nil
+	}, &ferrynats.ConsumerConfig{Stream: stream, Durable: "traced", Declare: true, FilterSubjects: []string{subject},
+		ParkSubject: subject + ".parked", Hooks: []ferrybroker.Hook{tracing}})
+	require.NoError(t, err)
+	require.NoError(t, consumer.Start(ctx))
+	t.Cleanup(func() { _ = consumer.Stop(context.Background()) })
+	var inHandler trace.SpanContext
+	select {
+	case inHandler = <-handlerSpan:
+	case <-ctx.Done():
+		t.Fatal("the consumer never ran the handler")
 	}
-	d.FillFromHeaders()
-	_, process := tracing.StartConsume(context.Background(), d)
-	process.End()
+	waitFor(t, 30*time.Second, func() bool { return consumer.Stats().Acked == 1 }, "the delivery acked")
+	require.NoError(t, consumer.Stop(ctx))
 
 	// One trace: request → create → {send (returned)..., send (confirmed), process}.
 	root := spansNamed(rec, "POST /orders/42/pay")[0]
@@ -145,6 +154,8 @@ func TestOneTraceFromEnqueueThroughPublishToConsume(t *testing.T) {
 	require.Equal(t, traceID, p[0].SpanContext().TraceID())
 	require.Equal(t, c.SpanContext().SpanID(), p[0].Parent().SpanID(), "process is a child of create")
 	require.Equal(t, trace.SpanKindConsumer, p[0].SpanKind())
+	require.Equal(t, p[0].SpanContext().SpanID(), inHandler.SpanID(), "the handler runs in the process span")
+	require.Equal(t, codes.Unset, p[0].Status().Code)
 	require.Equal(t, ids[0], attr(p[0], "messaging.message.id").AsString())
 	require.Equal(t, "order:42", attr(p[0], ferryotel.AttrAggregate).AsString())
 }
@@ -160,4 +171,30 @@ func TestExtractIgnoresHeaderCase(t *testing.T) {
 	require.NotEmpty(t, ev.Headers["traceparent"])
 	ctx := tracing.Extract(context.Background(), map[string]string{"Traceparent": ev.Headers["traceparent"]})
 	require.Equal(t, rec.Ended()[0].SpanContext().SpanID(), trace.SpanContextFromContext(ctx).SpanID())
+}
+
+// A consumer's handler that fails ends its process span as an error, with
+// the error recorded; the hooks work with any consumer that calls them.
+func TestProcessSpanOfAFailedHandler(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tracing := ferryotel.New(&ferryotel.Config{TracerProvider: tp, System: "rabbitmq"})
+	obs := ferrybroker.NewConsumerObserver("points", []ferrybroker.Hook{tracing})
+	d := &ferrybroker.Delivery{MessageID: "evt-1", Route: "orders.paid", Type: "OrderPaid", DeliveryCount: 2,
+		Headers: map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}
+	var inHandler trace.SpanContext
+	err := obs.Handle(context.Background(), func(ctx context.Context, d *ferrybroker.Delivery) error {
+		inHandler = trace.SpanContextFromContext(ctx)
+		return fmt.Errorf("points service unavailable")
+	}, d)
+	require.Error(t, err)
+	p := spansNamed(rec, "process orders.paid")
+	require.Len(t, p, 1)
+	require.Equal(t, "0af7651916cd43dd8448eb211c80319c", p[0].SpanContext().TraceID().String(), "a child of the message's context")
+	require.Equal(t, p[0].SpanContext().SpanID(), inHandler.SpanID())
+	require.Equal(t, codes.Error, p[0].Status().Code)
+	require.Equal(t, "points service unavailable", p[0].Status().Description)
+	require.Equal(t, int64(2), attr(p[0], ferryotel.AttrDeliveryCount).AsInt64())
+	require.Len(t, p[0].Events(), 1, "the error is recorded")
 }

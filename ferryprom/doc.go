@@ -1,7 +1,8 @@
 // Package ferryprom exports ferry's metrics to Prometheus. It is a plugin:
 // the core never imports Prometheus; Metrics attaches to relays and
 // ConsumerMetrics to inboxes through the hook interfaces of package ferry,
-// ConsumerMetrics also wraps broker and task handlers, and OutboxCollector
+// ConsumerMetrics to broker consumers through those of package ferrybroker,
+// ConsumerMetrics also wraps task handlers, and OutboxCollector
 // and ConflictCollector read the outbox and conflict tables through their
 // stores. Each registers with the prometheus.Registerer it is given, never
 // with the global one.
@@ -35,13 +36,17 @@
 //	ferry_outbox_last_poll_timestamp_seconds              gauge    time of the last successful poll
 //	ferry_outbox_poll_errors_total                        counter  failed polls
 //
-// # Consumer metrics (ConsumerMetrics: inbox hook, handler and task wrappers)
+// # Consumer metrics (ConsumerMetrics: inbox and consumer hooks, task wrappers)
 //
-// Inbox and handler series have the label consumer (the inbox's consumer
-// name); task series the label type (the task type).
+// Inbox series have the label consumer (the inbox's consumer name), broker
+// consumer series the label consumer too (the consumer's
+// ConsumerConfig.Name: give it the inbox's name to line the two up); task
+// series the label type (the task type).
 //
 //	ferry_inbox_operations_total{outcome}             counter    operations by outcome: applied, duplicate, conflict, stale
 //	ferry_inbox_operation_duration_seconds{outcome}   histogram  Inbox.Process of operations that reached an outcome
+//	ferry_consumer_received_total                     counter    deliveries taken from the broker, redeliveries included
+//	ferry_consumer_settled_total{action}              counter    deliveries settled by action: acked, retried, parked, left
 //	ferry_consumer_deliveries_total{result}           counter    handler calls by result: ok, transient, poison, canceled
 //	ferry_consumer_handle_duration_seconds{result}    histogram  one handler call
 //	ferry_consumer_in_flight_deliveries               gauge      handler calls running now
@@ -59,8 +64,8 @@
 // the delivery was parked (ferry conflicts list shows it). The counter
 // says when conflicts happen; the open-conflicts gauge stays up until each
 // is resolved, which is what an alert wants. An operation
-// that ended in an error was rolled back and has no outcome; the wrapped
-// handler counts it as transient. Tasks also run through a relay (a task
+// that ended in an error was rolled back and has no outcome; the consumer
+// hooks count its handler call as transient. Tasks also run through a relay (a task
 // worker is one), so Metrics in the worker's RelayConfig.Hooks counts them
 // by task table like events, and OutboxCollector on the task table gives
 // the age of the oldest pending task.

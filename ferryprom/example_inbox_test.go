@@ -19,8 +19,10 @@ import (
 
 // A consumer's metrics: the inbox reports each operation's outcome through
 // its hook, and the wrapped broker handler reports each delivery's result.
-// Any broker's consumer runs the wrapped handler (ferrynats.NewConsumer,
-// ...); here the deliveries are handed to it directly.
+// ferryamqp's and ferrynats' consumers report it through their hooks
+// instead (ConsumerConfig.Hooks: []ferrybroker.Hook{metrics}), with what
+// they did with each delivery; here the deliveries are handed to a
+// wrapped handler directly.
 func ExampleConsumerMetrics() {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "ferryprom-example-")

@@ -32,10 +32,12 @@ type ConsumerConfig struct {
 
 // ConsumerMetrics counts what the consumer side does: the outcomes of
 // inbox operations (it implements ferry.HookInbox: pass it in
-// ferry.InboxConfig.Hooks), the results of broker handlers (wrap them with
-// Handler) and of task executions (wrap the task handlers with Tasks).
-// Series are labelled by consumer name, or by task type; one
-// ConsumerMetrics serves every consumer and task worker of a process.
+// ferry.InboxConfig.Hooks), what broker consumers do with each delivery
+// (it implements ferrybroker's consumer hooks: pass it in the consumer's
+// ConsumerConfig.Hooks, as ferryamqp and ferrynats take them) and the
+// results of task executions (wrap the task handlers with Tasks). Series
+// are labelled by consumer name, or by task type; one ConsumerMetrics
+// serves every consumer and task worker of a process.
 //
 // Task executions also flow through the relay hooks: a task worker is a
 // relay whose "broker" is the task handlers, so ferry.Metrics in the task
@@ -47,6 +49,7 @@ type ConsumerConfig struct {
 // the relay cannot see: the time and result of each execution, by type.
 type ConsumerMetrics struct {
 	ops, deliveries, tasks           *prometheus.CounterVec
+	received, settled                *prometheus.CounterVec
 	opDuration, handleDuration, task *prometheus.HistogramVec
 	inFlight                         *prometheus.GaugeVec
 
@@ -54,7 +57,21 @@ type ConsumerMetrics struct {
 	taskTypes sync.Map // task type -> *resultSeries
 }
 
-var _ ferry.HookInbox = (*ConsumerMetrics)(nil)
+var (
+	_ ferry.HookInbox             = (*ConsumerMetrics)(nil)
+	_ ferrybroker.HookDelivered   = (*ConsumerMetrics)(nil)
+	_ ferrybroker.HookHandleStart = (*ConsumerMetrics)(nil)
+	_ ferrybroker.HookHandled     = (*ConsumerMetrics)(nil)
+	_ ferrybroker.HookSettled     = (*ConsumerMetrics)(nil)
+)
+
+// settleActions are the label values of ferrybroker's actions, by action.
+var settleActions = [...]string{
+	ferrybroker.ActionAcked:   "acked",
+	ferrybroker.ActionRetried: "retried",
+	ferrybroker.ActionParked:  "parked",
+	ferrybroker.ActionLeft:    "left",
+}
 
 // inboxOutcomes in the order of ferry.InboxOutcome.
 var inboxOutcomes = [...]string{
@@ -121,6 +138,12 @@ func NewConsumerMetrics(reg prometheus.Registerer, cfg *ConsumerConfig) (*Consum
 		opDuration: histogram("ferry_inbox_operation_duration_seconds",
 			"Duration of Inbox.Process for operations that reached an outcome, reruns after deadlocks included.",
 			"consumer", "outcome"),
+		received: counter("ferry_consumer_received_total",
+			"Deliveries a broker consumer took from the broker, redeliveries included.", "consumer"),
+		settled: counter("ferry_consumer_settled_total",
+			"Deliveries a broker consumer settled, by action: acked (after its handler returned nil), retried "+
+				"(delivered again after a delay), parked (a copy stored where the consumer parks), left (not "+
+				"settled: stopping, cut off, or a failed ack; the broker delivers it again).", "consumer", "action"),
 		deliveries: counter("ferry_consumer_deliveries_total",
 			"Deliveries a broker handler processed, by result: ok (acked), transient (delivered again later), "+
 				"poison (parked), canceled (cut off by shutdown or timeout: delivered again).", "consumer", "result"),
@@ -134,7 +157,8 @@ func NewConsumerMetrics(reg prometheus.Registerer, cfg *ConsumerConfig) (*Consum
 		task: histogram("ferry_task_duration_seconds",
 			"Duration of one task handler execution, by result.", "type", "result"),
 	}
-	for _, col := range []prometheus.Collector{m.ops, m.opDuration, m.deliveries, m.handleDuration, m.inFlight, m.tasks, m.task} {
+	for _, col := range []prometheus.Collector{m.ops, m.opDuration, m.received, m.settled, m.deliveries, m.handleDuration,
+		m.inFlight, m.tasks, m.task} {
 		if err := reg.Register(col); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
@@ -152,6 +176,8 @@ type consumerSeries struct {
 	opDuration [len(inboxOutcomes)]prometheus.Observer
 	handled    resultSeries
 	inFlight   prometheus.Gauge
+	received   prometheus.Counter
+	settled    [len(settleActions)]prometheus.Counter
 }
 
 // resultSeries holds a counter and a histogram per result.
@@ -185,7 +211,10 @@ func (m *ConsumerMetrics) consumer(name string) *consumerSeries {
 		return s.(*consumerSeries)
 	}
 	s := &consumerSeries{handled: *newResultSeries(m.deliveries, m.handleDuration, name),
-		inFlight: m.inFlight.WithLabelValues(name)}
+		inFlight: m.inFlight.WithLabelValues(name), received: m.received.WithLabelValues(name)}
+	for a := ferrybroker.ActionAcked; a <= ferrybroker.ActionLeft; a++ {
+		s.settled[a] = m.settled.WithLabelValues(name, settleActions[a])
+	}
 	for o := ferry.InboxApplied; o <= ferry.InboxStale; o++ {
 		s.ops[o] = m.ops.WithLabelValues(name, inboxOutcomes[o])
 		s.opDuration[o] = m.opDuration.WithLabelValues(name, inboxOutcomes[o])
@@ -209,18 +238,49 @@ func (m *ConsumerMetrics) OnInbox(consumer string, outcome ferry.InboxOutcome, t
 	s.opDuration[outcome].Observe(took.Seconds())
 }
 
-// Handler wraps a broker handler of consumer: each call is counted by its
+// OnDelivered implements ferrybroker.HookDelivered.
+func (m *ConsumerMetrics) OnDelivered(consumer string, _ *ferrybroker.Delivery) {
+	m.consumer(consumer).received.Inc()
+}
+
+// OnHandleStart implements ferrybroker.HookHandleStart: the call is in
+// flight until OnHandled.
+func (m *ConsumerMetrics) OnHandleStart(ctx context.Context, consumer string, _ *ferrybroker.Delivery) context.Context {
+	m.consumer(consumer).inFlight.Inc()
+	return ctx
+}
+
+// OnHandled implements ferrybroker.HookHandled: the call is counted by its
 // result (ok, transient, poison, canceled, as ferrybroker.Handler defines
-// them), timed, and counted in flight while it runs. It works with any
-// broker's consumer; h's behaviour is unchanged.
-func (m *ConsumerMetrics) Handler(consumer string, h ferrybroker.Handler) ferrybroker.Handler {
+// them) and timed.
+func (m *ConsumerMetrics) OnHandled(ctx context.Context, consumer string, _ *ferrybroker.Delivery, err error, took time.Duration) {
 	s := m.consumer(consumer)
+	s.inFlight.Dec()
+	s.handled.observe(result(ctx, err), took)
+}
+
+// OnSettled implements ferrybroker.HookSettled.
+func (m *ConsumerMetrics) OnSettled(consumer string, _ *ferrybroker.Delivery, st ferrybroker.Settlement) {
+	if st.Action < ferrybroker.ActionAcked || st.Action > ferrybroker.ActionLeft {
+		m.settled.WithLabelValues(consumer, st.Action.String()).Inc()
+		return
+	}
+	m.consumer(consumer).settled[st.Action].Inc()
+}
+
+// Handler wraps a broker handler of consumer for a consumer that takes no
+// hooks: each call is counted by its result, timed, and counted in flight
+// while it runs, as the handle hooks do. h's behaviour is unchanged. With
+// ferryamqp's or ferrynats' consumers, pass m in ConsumerConfig.Hooks
+// instead, which also counts what the consumer did with each delivery;
+// doing both counts every call twice.
+func (m *ConsumerMetrics) Handler(consumer string, h ferrybroker.Handler) ferrybroker.Handler {
+	m.consumer(consumer)
 	return func(ctx context.Context, d *ferrybroker.Delivery) error {
-		s.inFlight.Inc()
-		defer s.inFlight.Dec()
+		ctx = m.OnHandleStart(ctx, consumer, d)
 		start := time.Now()
 		err := h(ctx, d)
-		s.handled.observe(result(ctx, err), time.Since(start))
+		m.OnHandled(ctx, consumer, d, err, time.Since(start))
 		return err
 	}
 }

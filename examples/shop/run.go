@@ -220,7 +220,8 @@ func consume(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler) (fun
 		c, err := ferrynats.NewConsumer(js, h, &ferrynats.ConsumerConfig{
 			Stream: Stream, Durable: o.Role, FilterSubjects: []string{RoutePaid}, Declare: true,
 			ParkSubject: ParkSubject(o.Role), Concurrency: conc, AckWait: 5 * time.Second,
-			RetryInitial: 50 * time.Millisecond, RetryMax: 2 * time.Second, MaxDeliver: 50, FaultPoint: o.FaultPoint,
+			Retry:      ferrybroker.RetryPolicy{MaxDeliveries: 50, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
+			FaultPoint: o.FaultPoint,
 		})
 		if err == nil {
 			err = c.Start(ctx)
@@ -239,9 +240,9 @@ func consume(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler) (fun
 	case strings.HasPrefix(o.BrokerURL, "amqp:") || strings.HasPrefix(o.BrokerURL, "amqps:"):
 		topo := AMQPTopology()
 		c, err := ferryamqp.DialConsumer(o.BrokerURL, o.Role, OnlyPaid(h), &ferryamqp.ConsumerConfig{
-			Concurrency: conc, Prefetch: conc, Declare: true, Topology: topo, MaxDeliveries: 15,
+			Concurrency: conc, Prefetch: conc, Declare: true, Topology: topo,
 			Queue:      ferryamqp.Queue{DeliveryLimit: amqpDeliveryLimit},
-			RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second,
+			Retry:      ferrybroker.RetryPolicy{MaxDeliveries: 15, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
 			Connection: ferryamqp.ConnectionConfig{Name: "shop-" + o.Role}, FaultPoint: o.FaultPoint,
 		})
 		if err == nil {
@@ -252,7 +253,7 @@ func consume(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler) (fun
 		}
 		return c.Stop, func() Stats {
 			s := c.Stats()
-			return Stats{Acked: s.Acked, Parked: s.Parked, Retried: s.Requeued}
+			return Stats{Acked: s.Acked, Parked: s.Parked, Retried: s.Retried}
 		}, nil
 	}
 	return nil, nil, fmt.Errorf("shop: unsupported broker URL %q", o.BrokerURL)
@@ -264,7 +265,7 @@ func consume(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler) (fun
 // crashing reaches the limit without ever failing, and the broker
 // dead-letters a good message. The limit is the backstop for a message
 // that kills its consumer; the consumer parks failing messages itself
-// after MaxDeliveries (15). Keep the limit far above that, and the
+// after Retry.MaxDeliveries (15). Keep the limit far above that, and the
 // prefetch small.
 const amqpDeliveryLimit = 200
 

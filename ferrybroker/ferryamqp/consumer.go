@@ -4,15 +4,11 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"runtime/debug"
-	"strings"
+	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -21,24 +17,11 @@ import (
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
-// Headers a Consumer sets on a parked copy, next to the original's
-// headers and properties.
-const (
-	// HeaderReason says why the message was parked: the handler's error,
-	// the validation error, or the delivery limit with the last error.
-	HeaderReason = "x-ferry-reason"
-	// HeaderFailedAt is when it was parked (RFC 3339, UTC).
-	HeaderFailedAt = "x-ferry-failed-at"
-	// HeaderOriginalExchange, HeaderOriginalRoutingKey and
-	// HeaderOriginalQueue say where it came from: republish it there once
-	// the cause is fixed.
-	HeaderOriginalExchange   = "x-ferry-original-exchange"
-	HeaderOriginalRoutingKey = "x-ferry-original-routing-key"
-	HeaderOriginalQueue      = "x-ferry-original-queue"
-	// HeaderDeliveryCount is the delivery count when it was parked (0:
-	// unknown).
-	HeaderDeliveryCount = "x-ferry-delivery-count"
-)
+// HeaderParkExchange is the exchange the original of a parked copy was
+// published to, next to the park headers every consumer sets
+// (ferrybroker.HeaderParkReason, HeaderParkedAt, HeaderParkRoute: its
+// routing key, HeaderParkSource: the queue, HeaderParkDeliveryCount).
+const HeaderParkExchange = "Ferry-Park-Exchange"
 
 // ConsumerConfig configures a Consumer. A nil config uses the defaults;
 // zero fields take the default named in their comment.
@@ -50,18 +33,13 @@ type ConsumerConfig struct {
 	// small: on RabbitMQ 3.x every delivery returned to the queue, also by
 	// a clean stop, counts as a delivery attempt.
 	Prefetch int
-	// MaxDeliveries parks a delivery whose handler failed with a transient
-	// error once its DeliveryCount reached this. Default 10. Quorum queues
-	// count deliveries (x-delivery-count) across consumers and restarts;
-	// on classic queues the count is kept in memory, per message id, and
-	// lost on restart.
-	MaxDeliveries int
-	// RetryDelay is how long a delivery whose handler failed waits before
-	// it is returned to the queue (basic.nack with requeue), doubling with
-	// each delivery up to MaxRetryDelay, with jitter: no hot loop.
-	// Defaults 200ms and 30s. The delivery keeps its prefetch slot while
-	// it waits.
-	RetryDelay, MaxRetryDelay time.Duration
+	// Retry says when a failed delivery is retried and when it is parked
+	// (defaults: 10 deliveries, 200ms doubling up to 30s). A delivery to
+	// retry waits its delay, keeping its prefetch slot, then goes back to
+	// the queue (basic.nack with requeue). Quorum queues count deliveries
+	// (x-delivery-count) across consumers and restarts; on classic queues
+	// the count is kept in memory, per message id, and lost on restart.
+	Retry ferrybroker.RetryPolicy
 	// HandlerTimeout bounds one handler call through its context. Default
 	// 0: no bound.
 	HandlerTimeout time.Duration
@@ -78,8 +56,9 @@ type ConsumerConfig struct {
 	// the queue, say).
 	Topology Topology
 	// Validate, when set, checks each delivery before the handler runs; an
-	// error parks the delivery as invalid. A JSON content type (or none)
-	// is always checked to hold valid JSON.
+	// error parks the delivery as malformed (ferrybroker.RequireHeaders
+	// is one). A JSON content type (or none) is always checked to hold
+	// valid JSON (ferrybroker.CheckPayload).
 	Validate func(d *ferrybroker.Delivery) error
 	// ParkTimeout bounds the publish and confirm of a parked copy. Default
 	// 30s.
@@ -90,9 +69,12 @@ type ConsumerConfig struct {
 	Tag string
 	// Connection configures the connection DialConsumer opens.
 	Connection ConnectionConfig
-	// OnSettle, when set, is called after each delivery was settled, with
-	// what was done. It runs on the handler's goroutine: keep it fast.
-	OnSettle func(d *ferrybroker.Delivery, s Settlement)
+	// Name is the consumer's name given to the hooks. Default: the queue.
+	Name string
+	// Hooks observe the consumer: each value implements some of
+	// ferrybroker's consumer hook interfaces (ferrybroker.HookSettled, ...),
+	// as ferryprom.ConsumerMetrics and ferryotel.Tracing do.
+	Hooks []ferrybroker.Hook
 	// Logger receives the consumer's logs. Default: discarded.
 	Logger *slog.Logger
 	// FaultPoint, when set, is called at
@@ -102,56 +84,8 @@ type ConsumerConfig struct {
 	FaultPoint func(ctx context.Context, point string) error
 }
 
-// Action is what a Consumer did with a delivery.
-type Action int
-
-// The ways a delivery is settled.
-const (
-	// ActionAcked: the handler returned nil (its effect is committed) and
-	// the ack was sent.
-	ActionAcked Action = iota + 1
-	// ActionRequeued: the handler failed transiently; after a delay the
-	// delivery went back to the queue (basic.nack, requeue).
-	ActionRequeued
-	// ActionParked: a copy went to the parking queue with the reason,
-	// RabbitMQ confirmed it, and then the original was acked.
-	ActionParked
-	// ActionLeft: left unacked (the consumer is stopping, the channel
-	// closed, or the ack could not be sent): RabbitMQ delivers it again.
-	ActionLeft
-)
-
-// String returns the action's name in lower case.
-func (a Action) String() string {
-	switch a {
-	case ActionAcked:
-		return "acked"
-	case ActionRequeued:
-		return "requeued"
-	case ActionParked:
-		return "parked"
-	case ActionLeft:
-		return "left"
-	}
-	return fmt.Sprintf("action(%d)", int(a))
-}
-
-// Settlement reports how one delivery was settled.
-type Settlement struct {
-	Action Action
-	// Err is the handler's (or validation's) error for requeued and parked
-	// deliveries, the broker's error for a left one; nil when acked.
-	Err error
-}
-
-// ConsumerStats counts what a consumer did since it was created.
-type ConsumerStats struct {
-	Received int64 // deliveries handed to a handler or to validation
-	Acked    int64
-	Requeued int64
-	Parked   int64
-	Left     int64
-}
+// ConsumerStats counts what a consumer did (see ferrybroker.ConsumerStats).
+type ConsumerStats = ferrybroker.ConsumerStats
 
 // Consumer consumes one queue with manual acks and runs a Handler for each
 // delivery, acking only after the handler returned nil, on the channel the
@@ -179,9 +113,10 @@ type Consumer struct {
 	timers   map[uint64]*retryTimer
 	timerSeq uint64
 
-	running                                 atomic.Int64
-	received, acked, requeued, parked, left atomic.Int64
+	obs *ferrybroker.ConsumerObserver
 }
+
+var _ ferrybroker.Consumer = (*Consumer)(nil)
 
 // retryTimer is a failed delivery waiting to be requeued.
 type retryTimer struct {
@@ -232,14 +167,9 @@ func newConsumer(queue string, h ferrybroker.Handler, cfg *ConsumerConfig) (*Con
 	if c.Prefetch == 0 {
 		c.Prefetch = 4 * c.Concurrency
 	}
-	if c.MaxDeliveries == 0 {
-		c.MaxDeliveries = 10
-	}
-	if c.RetryDelay == 0 {
-		c.RetryDelay = 200 * time.Millisecond
-	}
-	if c.MaxRetryDelay == 0 {
-		c.MaxRetryDelay = 30 * time.Second
+	c.Retry = c.Retry.WithDefaults()
+	if c.Name == "" {
+		c.Name = queue
 	}
 	if c.ParkTimeout == 0 {
 		c.ParkTimeout = 30 * time.Second
@@ -268,17 +198,14 @@ func newConsumer(queue string, h ferrybroker.Handler, cfg *ConsumerConfig) (*Con
 	case c.Prefetch < c.Concurrency || c.Prefetch > 65535:
 		return nil, fmt.Errorf("%w: ConsumerConfig.Prefetch %d must be within Concurrency (%d)..65535",
 			ferrytype.ErrInvalidConfig, c.Prefetch, c.Concurrency)
-	case c.MaxDeliveries < 1:
-		return nil, fmt.Errorf("%w: ConsumerConfig.MaxDeliveries %d must be positive", ferrytype.ErrInvalidConfig, c.MaxDeliveries)
-	case c.RetryDelay < 0 || c.MaxRetryDelay < c.RetryDelay:
-		return nil, fmt.Errorf("%w: ConsumerConfig.RetryDelay %s must be within 0..MaxRetryDelay (%s)",
-			ferrytype.ErrInvalidConfig, c.RetryDelay, c.MaxRetryDelay)
+	case c.Retry.Validate() != nil:
+		return nil, fmt.Errorf("ConsumerConfig.Retry: %w", c.Retry.Validate())
 	case c.HandlerTimeout < 0 || c.ParkTimeout < 0 || c.ShutdownTimeout < 0:
 		return nil, fmt.Errorf("%w: ConsumerConfig timeouts must not be negative", ferrytype.ErrInvalidConfig)
-	case c.Declare && q.Type == QueueQuorum && q.DeliveryLimit > 0 && c.MaxDeliveries > q.DeliveryLimit:
-		return nil, fmt.Errorf("%w: ConsumerConfig.MaxDeliveries %d exceeds the queue's DeliveryLimit %d: "+
+	case c.Declare && q.Type == QueueQuorum && q.DeliveryLimit > 0 && c.Retry.MaxDeliveries > q.DeliveryLimit:
+		return nil, fmt.Errorf("%w: ConsumerConfig.Retry.MaxDeliveries %d exceeds the queue's DeliveryLimit %d: "+
 			"RabbitMQ would dead-letter failing messages before the consumer parks them with their reason",
-			ferrytype.ErrInvalidConfig, c.MaxDeliveries, q.DeliveryLimit)
+			ferrytype.ErrInvalidConfig, c.Retry.MaxDeliveries, q.DeliveryLimit)
 	}
 	if err := q.validate(); err != nil {
 		return nil, err
@@ -287,16 +214,14 @@ func newConsumer(queue string, h ferrybroker.Handler, cfg *ConsumerConfig) (*Con
 		return nil, err
 	}
 	co := &Consumer{queue: queue, h: h, cfg: c, park: q.ParkingQueue, log: c.Logger.With("queue", queue),
-		sem: make(chan struct{}, c.Concurrency), fails: newFailCounts(10000), timers: map[uint64]*retryTimer{}}
+		sem: make(chan struct{}, c.Concurrency), fails: newFailCounts(10000), timers: map[uint64]*retryTimer{},
+		obs: ferrybroker.NewConsumerObserver(c.Name, c.Hooks)}
 	co.link = newLink(co.log, c.Connection, co.openSession)
 	return co, nil
 }
 
 // Stats returns the consumer's counters.
-func (c *Consumer) Stats() ConsumerStats {
-	return ConsumerStats{Received: c.received.Load(), Acked: c.acked.Load(), Requeued: c.requeued.Load(),
-		Parked: c.parked.Load(), Left: c.left.Load()}
-}
+func (c *Consumer) Stats() ConsumerStats { return c.obs.Stats() }
 
 // ParkingQueue returns the name of the queue the consumer parks messages
 // in.
@@ -313,6 +238,24 @@ type consSession struct {
 	dead       chan struct{}
 	stop       chan struct{}
 	closeOnce  sync.Once
+
+	// settleMu orders acks and nacks before the channel's close: a frame
+	// sent on a channel RabbitMQ already closed is a connection error
+	// (CHANNEL_ERROR, expected 'channel.open'), which would end every
+	// channel of a connection the caller may share.
+	settleMu sync.RWMutex
+	closed   bool
+}
+
+// settle runs fn, an ack or nack on the session's channel, unless the
+// channel is closing: then the delivery goes back with the channel.
+func (s *consSession) settle(fn func() error) error {
+	s.settleMu.RLock()
+	defer s.settleMu.RUnlock()
+	if s.closed {
+		return errChannelClosed
+	}
+	return fn()
 }
 
 func (c *Consumer) openSession(ctx context.Context, conn *amqp.Connection) (*consSession, error) {
@@ -368,13 +311,32 @@ func (s *consSession) done() <-chan struct{} { return s.dead }
 // cancel stops RabbitMQ sending deliveries (basic.cancel); the channel
 // stays open so that deliveries in progress can still be acked.
 func (s *consSession) cancel(ctx context.Context) {
-	if err := rpc(ctx, func() error { return s.ch.Cancel(s.tag, false) }); err != nil {
+	if ctx.Err() != nil {
+		return // closing the channel cancels as well
+	}
+	// Under settleMu: basic.cancel must not follow channel.close.
+	if err := rpc(ctx, func() error { return s.settle(func() error { return s.ch.Cancel(s.tag, false) }) }); err != nil {
 		s.c.log.Warn("cancel consumer", "error", err)
 	}
 }
 
 func (s *consSession) close() {
 	s.closeOnce.Do(func() {
+		// Wait for acks being sent, but no longer than a channel close
+		// may take: on a connection RabbitMQ blocked, a send can hang.
+		marked := make(chan struct{})
+		go func() {
+			s.settleMu.Lock()
+			s.closed = true
+			s.settleMu.Unlock()
+			close(marked)
+		}()
+		t := time.NewTimer(closeTimeout)
+		select {
+		case <-marked:
+		case <-t.C:
+		}
+		t.Stop()
 		close(s.stop)
 		closeChannel(s.ch)
 		if s.park != nil {
@@ -430,13 +392,13 @@ func (c *Consumer) Stop(ctx context.Context) error {
 	c.mu.Unlock()
 	for _, rt := range timers {
 		if rt.t.Stop() {
-			c.settle(rt.fd, Settlement{Action: ActionLeft, Err: errors.New("consumer stopping")})
+			c.settle(rt.fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: errors.New("consumer stopping")})
 		}
 	}
 	if s, err := c.link.current(ctx, -1); err == nil {
 		s.cancel(ctx)
 	}
-	c.log.Info("consumer cancelled; finishing the handlers in progress", "in_progress", c.running.Load())
+	c.log.Info("consumer cancelled; finishing the handlers in progress", "in_flight", c.obs.Stats().InFlight)
 	done := make(chan struct{})
 	go func() {
 		c.inflight.Wait()
@@ -451,7 +413,8 @@ func (c *Consumer) Stop(ctx context.Context) error {
 	}
 	c.link.shutdown()
 	c.hcancel()
-	c.log.Info("consumer stopped", "acked", c.acked.Load(), "parked", c.parked.Load())
+	st := c.obs.Stats()
+	c.log.Info("consumer stopped", "acked", st.Acked, "parked", st.Parked)
 	return err
 }
 
@@ -490,19 +453,19 @@ func (c *Consumer) work(s *consSession) {
 			<-c.sem
 			return
 		}
+		fd := c.delivery(&d)
+		c.obs.Delivered(fd)
 		c.mu.Lock()
 		if c.stopped {
 			c.mu.Unlock()
 			<-c.sem
 			// Not started: it goes back to the queue with the channel.
-			c.settle(c.delivery(&d), Settlement{Action: ActionLeft, Err: errors.New("consumer stopping")})
+			c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: errors.New("consumer stopping")})
 			return
 		}
 		c.inflight.Add(1)
-		c.running.Add(1)
 		c.mu.Unlock()
-		c.handle(s, d)
-		c.running.Add(-1)
+		c.handle(s, d, fd)
 		c.inflight.Done()
 		<-c.sem
 	}
@@ -510,11 +473,9 @@ func (c *Consumer) work(s *consSession) {
 
 // handle runs the order of work of one delivery: validate, run the
 // handler (which commits), then ack; or park, or requeue after a delay.
-func (c *Consumer) handle(s *consSession, d amqp.Delivery) {
-	c.received.Add(1)
-	fd := c.delivery(&d)
+func (c *Consumer) handle(s *consSession, d amqp.Delivery, fd *ferrybroker.Delivery) {
 	if err := c.validate(&d, fd); err != nil {
-		c.parkOrRetry(s, d, fd, fmt.Errorf("invalid message: %w", err))
+		c.parkOrRetry(s, d, fd, err)
 		return
 	}
 	ctx := c.hctx
@@ -523,58 +484,52 @@ func (c *Consumer) handle(s *consSession, d amqp.Delivery) {
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.HandlerTimeout)
 		defer cancel()
 	}
-	err := c.call(ctx, fd)
+	err := c.obs.Handle(ctx, c.h, fd)
+	if pe := (*ferrybroker.PanicError)(nil); errors.As(err, &pe) {
+		c.log.Error("handler panicked", "message_id", fd.MessageID, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
+	}
 	switch {
 	case err == nil:
 		if c.cfg.FaultPoint != nil {
 			if ferr := c.cfg.FaultPoint(ctx, ferrybroker.FaultConsumerAfterHandle); ferr != nil {
 				c.log.Warn("fault after handle: delivery left unacked", "message_id", fd.MessageID, "error", ferr)
-				c.settle(fd, Settlement{Action: ActionLeft, Err: ferr})
+				c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: ferr})
 				return
 			}
 		}
 		// The effect is committed: only now may RabbitMQ forget the
 		// message. A single ack (multiple=false) on the delivery's own
 		// channel: it covers this delivery and nothing else.
-		if aerr := d.Ack(false); aerr != nil {
+		if aerr := s.settle(func() error { return d.Ack(false) }); aerr != nil {
 			c.log.Warn("ack after commit failed; RabbitMQ will redeliver and the handler must find the effect done",
 				"message_id", fd.MessageID, "error", aerr)
-			c.settle(fd, Settlement{Action: ActionLeft, Err: aerr})
+			c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: aerr})
 			return
 		}
-		c.settle(fd, Settlement{Action: ActionAcked})
+		c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionAcked})
 	case c.hctx.Err() != nil:
 		// Stop gave up waiting: not a failure of the message.
-		c.settle(fd, Settlement{Action: ActionLeft, Err: err})
-	case errors.Is(err, ferrytype.ErrPoison):
-		c.parkOrRetry(s, d, fd, err)
-	case fd.DeliveryCount >= c.cfg.MaxDeliveries:
-		c.parkOrRetry(s, d, fd, fmt.Errorf("failed on delivery %d of at most %d: %w", fd.DeliveryCount, c.cfg.MaxDeliveries, err))
+		c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: err})
+	case c.cfg.Retry.ParkReason(err, fd.DeliveryCount) != nil:
+		c.parkOrRetry(s, d, fd, c.cfg.Retry.ParkReason(err, fd.DeliveryCount))
 	default:
 		c.log.Debug("handler failed; requeueing after a delay", "message_id", fd.MessageID,
 			"delivery_count", fd.DeliveryCount, "error", err)
-		c.requeueLater(d, fd, err)
+		c.requeueLater(s, d, fd, err)
 	}
-}
-
-// call runs the handler, turning a panic into an error.
-func (c *Consumer) call(ctx context.Context, fd *ferrybroker.Delivery) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			c.log.Error("handler panicked", "message_id", fd.MessageID, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-			err = fmt.Errorf("handler panicked: %v", r)
-		}
-	}()
-	return c.h(ctx, fd)
 }
 
 func (c *Consumer) validate(d *amqp.Delivery, fd *ferrybroker.Delivery) error {
-	ct := strings.ToLower(strings.TrimSpace(strings.Split(d.ContentType, ";")[0]))
-	if (ct == "" || ct == "application/json" || strings.HasSuffix(ct, "+json")) && !json.Valid(d.Body) {
-		return errors.New("payload is not valid JSON")
+	if err := ferrybroker.CheckPayload(d.ContentType, d.Body); err != nil {
+		return err
 	}
 	if c.cfg.Validate != nil {
-		return c.cfg.Validate(fd)
+		if err := c.cfg.Validate(fd); err != nil {
+			if !errors.Is(err, ferrybroker.ErrMalformed) {
+				err = fmt.Errorf("%w: %w", ferrybroker.ErrMalformed, err)
+			}
+			return err
+		}
 	}
 	return nil
 }
@@ -630,21 +585,16 @@ func intValue(v any) (int64, bool) {
 
 // requeueLater returns d to the queue after a delay growing with its
 // delivery count.
-func (c *Consumer) requeueLater(d amqp.Delivery, fd *ferrybroker.Delivery, cause error) {
+func (c *Consumer) requeueLater(s *consSession, d amqp.Delivery, fd *ferrybroker.Delivery, cause error) {
 	if fd.MessageID != "" {
 		c.fails.inc(fd.MessageID)
 	}
-	n := max(fd.DeliveryCount, 1)
-	delay := c.cfg.RetryDelay
-	for i := 1; i < n && delay < c.cfg.MaxRetryDelay; i++ {
-		delay *= 2
-	}
-	delay = time.Duration(float64(min(delay, c.cfg.MaxRetryDelay)) * (0.8 + 0.4*rand.Float64()))
+	delay := c.cfg.Retry.Delay(max(fd.DeliveryCount, 1))
 	c.mu.Lock()
 	if c.stopped {
 		c.mu.Unlock()
 		// The channel closes soon and returns it to the queue.
-		c.settle(fd, Settlement{Action: ActionLeft, Err: cause})
+		c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: cause})
 		return
 	}
 	c.timerSeq++
@@ -656,14 +606,14 @@ func (c *Consumer) requeueLater(d amqp.Delivery, fd *ferrybroker.Delivery, cause
 		c.mu.Unlock()
 		if !mine {
 			// Stop took it as it fired: left for the channel close.
-			c.settle(fd, Settlement{Action: ActionLeft, Err: errors.New("consumer stopping")})
+			c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: errors.New("consumer stopping")})
 			return
 		}
-		if err := d.Nack(false, true); err != nil {
-			c.settle(fd, Settlement{Action: ActionLeft, Err: err})
+		if err := s.settle(func() error { return d.Nack(false, true) }); err != nil {
+			c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: err})
 			return
 		}
-		c.settle(fd, Settlement{Action: ActionRequeued, Err: cause})
+		c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionRetried, Err: cause})
 	})}
 	c.mu.Unlock()
 }
@@ -672,20 +622,21 @@ func (c *Consumer) requeueLater(d amqp.Delivery, fd *ferrybroker.Delivery, cause
 // delay instead: it is never acked without a confirmed parked copy.
 func (c *Consumer) parkOrRetry(s *consSession, d amqp.Delivery, fd *ferrybroker.Delivery, reason error) {
 	if err := c.parkCopy(s, &d, fd, reason); err != nil {
+		c.obs.ParkFailed()
 		c.log.Error("could not park a message; it goes back to the queue", "message_id", fd.MessageID,
 			"parking_queue", c.park, "reason", reason, "error", err)
-		c.requeueLater(d, fd, reason)
+		c.requeueLater(s, d, fd, reason)
 		return
 	}
-	if err := d.Ack(false); err != nil {
+	if err := s.settle(func() error { return d.Ack(false) }); err != nil {
 		// The copy is parked; the original comes back and is parked
 		// again: a duplicate in the parking queue, nothing lost.
 		c.log.Warn("ack of a parked message failed; it will be delivered and parked again", "message_id", fd.MessageID, "error", err)
-		c.settle(fd, Settlement{Action: ActionLeft, Err: err})
+		c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: err})
 		return
 	}
 	c.log.Warn("message parked", "message_id", fd.MessageID, "parking_queue", c.park, "reason", reason)
-	c.settle(fd, Settlement{Action: ActionParked, Err: reason})
+	c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionParked, Err: reason})
 }
 
 // parkCopy publishes a copy of d to the parking queue, with the reason in
@@ -700,12 +651,12 @@ func (c *Consumer) parkCopy(s *consSession, d *amqp.Delivery, fd *ferrybroker.De
 	if len(msg) > 4096 {
 		msg = msg[:4096] + "..."
 	}
-	h[HeaderReason] = msg
-	h[HeaderFailedAt] = time.Now().UTC().Format(time.RFC3339Nano)
-	h[HeaderOriginalExchange] = d.Exchange
-	h[HeaderOriginalRoutingKey] = d.RoutingKey
-	h[HeaderOriginalQueue] = c.queue
-	h[HeaderDeliveryCount] = int64(fd.DeliveryCount)
+	h[ferrybroker.HeaderParkReason] = msg
+	h[ferrybroker.HeaderParkedAt] = time.Now().UTC().Format(time.RFC3339Nano)
+	h[HeaderParkExchange] = d.Exchange
+	h[ferrybroker.HeaderParkRoute] = d.RoutingKey
+	h[ferrybroker.HeaderParkSource] = c.queue
+	h[ferrybroker.HeaderParkDeliveryCount] = strconv.Itoa(fd.DeliveryCount)
 	pub := amqp.Publishing{
 		Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding, DeliveryMode: amqp.Persistent,
 		Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo, MessageId: d.MessageId,
@@ -731,26 +682,11 @@ func (c *Consumer) parkCopy(s *consSession, d *amqp.Delivery, fd *ferrybroker.De
 	return nil
 }
 
-func (c *Consumer) settle(fd *ferrybroker.Delivery, s Settlement) {
-	switch s.Action {
-	case ActionAcked:
-		c.acked.Add(1)
-		if fd.MessageID != "" {
-			c.fails.forget(fd.MessageID)
-		}
-	case ActionRequeued:
-		c.requeued.Add(1)
-	case ActionParked:
-		c.parked.Add(1)
-		if fd.MessageID != "" {
-			c.fails.forget(fd.MessageID)
-		}
-	case ActionLeft:
-		c.left.Add(1)
+func (c *Consumer) settle(fd *ferrybroker.Delivery, s ferrybroker.Settlement) {
+	if (s.Action == ferrybroker.ActionAcked || s.Action == ferrybroker.ActionParked) && fd.MessageID != "" {
+		c.fails.forget(fd.MessageID)
 	}
-	if c.cfg.OnSettle != nil {
-		c.cfg.OnSettle(fd, s)
-	}
+	c.obs.Settled(fd, s)
 }
 
 // failCounts counts transient failures per message id, for queues that

@@ -136,17 +136,17 @@ func TestConsumerAcksOnlyAfterCommit(t *testing.T) {
 		}
 		return nil
 	}
-	onSettle := func(d *ferrybroker.Delivery, s Settlement) {
+	onSettle := func(_ string, d *ferrybroker.Delivery, s ferrybroker.Settlement) {
 		j.mu.Lock()
 		defer j.mu.Unlock()
 		j.seq++
 		c, ok := j.commit[d]
 		switch s.Action {
-		case ActionAcked:
+		case ferrybroker.ActionAcked:
 			if !ok || c >= j.seq {
 				violations = append(violations, fmt.Sprintf("%s acked without a prior commit", d.MessageID))
 			}
-		case ActionRequeued:
+		case ferrybroker.ActionRetried:
 			if ok {
 				violations = append(violations, fmt.Sprintf("%s requeued after its commit", d.MessageID))
 			}
@@ -154,8 +154,9 @@ func TestConsumerAcksOnlyAfterCommit(t *testing.T) {
 			violations = append(violations, fmt.Sprintf("%s: unexpected %s (%v)", d.MessageID, s.Action, s.Err))
 		}
 	}
-	c := b.start(t, b.conn, handler, b.config(ConsumerConfig{Concurrency: 8, Prefetch: 32, MaxDeliveries: 20,
-		RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond, OnSettle: onSettle}))
+	c := b.start(t, b.conn, handler, b.config(ConsumerConfig{Concurrency: 8, Prefetch: 32,
+		Retry: ferrybroker.RetryPolicy{MaxDeliveries: 20, RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond},
+		Hooks: []ferrybroker.Hook{ferrybroker.SettledFunc(onSettle)}}))
 	waitUntil(t, 2*time.Minute, func() bool { return distinct.Load() == int64(len(msgs)) })
 	require.NoError(t, c.Stop(b.ctx))
 	j.mu.Lock()
@@ -163,7 +164,7 @@ func TestConsumerAcksOnlyAfterCommit(t *testing.T) {
 	j.mu.Unlock()
 	st := c.Stats()
 	require.Equal(t, int64(len(msgs)), st.Acked, "%+v", st)
-	require.Positive(t, st.Requeued)
+	require.Positive(t, st.Retried)
 	require.Zero(t, st.Parked)
 	n, _ := b.depth(t, b.queue)
 	require.Zero(t, n, "every message was acked")
@@ -205,13 +206,13 @@ func TestConsumerKilledMidBatchRedeliversEveryUnacked(t *testing.T) {
 		return nil
 	}
 	c1 := b.start(t, rc.Connection, h1, b.config(ConsumerConfig{Concurrency: 8, Prefetch: 50,
-		OnSettle: func(d *ferrybroker.Delivery, s Settlement) {
-			if s.Action == ActionAcked {
+		Hooks: []ferrybroker.Hook{ferrybroker.SettledFunc(func(_ string, d *ferrybroker.Delivery, s ferrybroker.Settlement) {
+			if s.Action == ferrybroker.ActionAcked {
 				mu.Lock()
 				acked1[d.MessageID] = true
 				mu.Unlock()
 			}
-		}}))
+		})}}))
 	waitUntil(t, time.Minute, func() bool { return done1.Load() >= 100 && inFlight.Load() >= stuck })
 	rc.cut()
 	release()
@@ -269,143 +270,6 @@ func TestConsumerKilledMidBatchRedeliversEveryUnacked(t *testing.T) {
 	require.Less(t, dup, 50, "only acks in flight at the cut may be lost")
 }
 
-// Poison messages are parked with their reason, never acked and
-// forgotten: an ErrPoison at once, a transient failure after
-// MaxDeliveries deliveries, an undecodable payload without running the
-// handler.
-func TestConsumerParksPoisonWithReason(t *testing.T) {
-	b := setupConsumer(t)
-	msgs := b.publish(t, 3)
-	poison, flaky, good := msgs[0].ID, msgs[1].ID, msgs[2].ID
-	// An undecodable message, published by someone else.
-	ch, err := b.conn.Channel()
-	require.NoError(t, err)
-	require.NoError(t, ch.Publish("amq.topic", b.rk, false, false, amqp.Publishing{
-		MessageId: "bad-json", ContentType: "application/json", Body: []byte(`{"amount": 1`), DeliveryMode: amqp.Persistent}))
-	require.NoError(t, ch.Close())
-
-	var calls sync.Map
-	c := b.start(t, b.conn, func(ctx context.Context, d *ferrybroker.Delivery) error {
-		n, _ := calls.LoadOrStore(d.MessageID, new(atomic.Int64))
-		n.(*atomic.Int64).Add(1)
-		switch d.MessageID {
-		case poison:
-			return ferrytype.Poison(errors.New("unknown event type OrderPaidV9"))
-		case flaky:
-			return errors.New("points service unavailable")
-		}
-		return nil
-	}, b.config(ConsumerConfig{MaxDeliveries: 3, RetryDelay: time.Millisecond, MaxRetryDelay: 10 * time.Millisecond}))
-	waitUntil(t, time.Minute, func() bool { s := c.Stats(); return s.Parked == 3 && s.Acked == 1 })
-	require.NoError(t, c.Stop(b.ctx))
-
-	count := func(id string) int64 {
-		n, ok := calls.Load(id)
-		if !ok {
-			return 0
-		}
-		return n.(*atomic.Int64).Load()
-	}
-	require.EqualValues(t, 1, count(poison), "a poison message is not retried")
-	require.EqualValues(t, 3, count(flaky), "parked on its third delivery")
-	require.EqualValues(t, 0, count("bad-json"), "the handler never sees an undecodable message")
-	require.EqualValues(t, 1, count(good))
-
-	n, _ := b.depth(t, b.queue)
-	require.Zero(t, n)
-	parked := map[string]amqp.Delivery{}
-	for _, d := range testsvc.ReadRabbitMQQueue(t, b.conn, c.ParkingQueue(), 3, time.Minute) {
-		parked[d.MessageId] = d
-	}
-	require.Len(t, parked, 3)
-	require.Contains(t, parked[poison].Headers[HeaderReason], "unknown event type OrderPaidV9")
-	require.Contains(t, parked[flaky].Headers[HeaderReason], "failed on delivery 3 of at most 3: points service unavailable")
-	require.Contains(t, parked["bad-json"].Headers[HeaderReason], "invalid message: payload is not valid JSON")
-	for id, d := range parked {
-		require.Equal(t, b.rk, d.Headers[HeaderOriginalRoutingKey], id)
-		require.Equal(t, "amq.topic", d.Headers[HeaderOriginalExchange], id)
-		require.Equal(t, b.queue, d.Headers[HeaderOriginalQueue], id)
-		require.NotEmpty(t, d.Headers[HeaderFailedAt], id)
-		require.Equal(t, amqp.Persistent, d.DeliveryMode, id)
-	}
-	require.EqualValues(t, 3, parked[flaky].Headers[HeaderDeliveryCount])
-	require.Equal(t, msgs[0].Headers["traceparent"], parked[poison].Headers["traceparent"])
-	require.JSONEq(t, string(msgs[1].Payload), string(parked[flaky].Body))
-}
-
-// Stop cancels the consumer, lets the handlers in progress finish and acks
-// them; the prefetched deliveries that never started go back to the queue.
-func TestConsumerStopFinishesInFlightAndLeavesTheRest(t *testing.T) {
-	b := setupConsumer(t)
-	b.publish(t, 10)
-	gate := make(chan struct{})
-	var started, finished atomic.Int64
-	cancelled := make(chan struct{})
-	var once sync.Once
-	logs := signalHandler{msg: "consumer cancelled; finishing the handlers in progress", fn: func() { once.Do(func() { close(cancelled) }) }}
-	c := b.start(t, b.conn, func(ctx context.Context, d *ferrybroker.Delivery) error {
-		started.Add(1)
-		<-gate
-		finished.Add(1)
-		return nil
-	}, b.config(ConsumerConfig{Concurrency: 2, Prefetch: 10, Logger: slog.New(logs)}))
-	waitUntil(t, time.Minute, func() bool { return started.Load() == 2 })
-	stopped := make(chan error, 1)
-	go func() { stopped <- c.Stop(b.ctx) }()
-	<-cancelled
-	select {
-	case err := <-stopped:
-		t.Fatalf("Stop returned (%v) while handlers were running", err)
-	default:
-	}
-	close(gate)
-	require.NoError(t, <-stopped)
-	require.EqualValues(t, 2, started.Load())
-	require.EqualValues(t, 2, finished.Load())
-	require.EqualValues(t, 2, c.Stats().Acked)
-	left := testsvc.ReadRabbitMQQueue(t, b.conn, b.queue, 8, time.Minute)
-	require.Len(t, left, 8)
-	for _, d := range left {
-		require.True(t, d.Redelivered, "prefetched, never started, returned")
-	}
-}
-
-// The Delivery a handler gets carries the event's metadata, and a
-// redelivery says so with its count.
-func TestConsumerDeliveryFields(t *testing.T) {
-	b := setupConsumer(t)
-	m := b.publish(t, 1)[0]
-	var (
-		mu   sync.Mutex
-		seen []ferrybroker.Delivery
-	)
-	c := b.start(t, b.conn, func(ctx context.Context, d *ferrybroker.Delivery) error {
-		mu.Lock()
-		defer mu.Unlock()
-		seen = append(seen, *d)
-		if len(seen) == 1 {
-			return errors.New("try again")
-		}
-		return nil
-	}, b.config(ConsumerConfig{RetryDelay: time.Millisecond}))
-	waitUntil(t, time.Minute, func() bool { return c.Stats().Acked == 1 })
-	require.NoError(t, c.Stop(b.ctx))
-	require.Len(t, seen, 2)
-	first, second := seen[0], seen[1]
-	require.Equal(t, m.ID, first.MessageID)
-	require.Equal(t, "OrderPaid", first.Type)
-	require.Equal(t, "order", first.AggregateType)
-	require.Equal(t, m.AggregateID, first.AggregateID)
-	require.Equal(t, m.Sequence, first.Sequence)
-	require.Equal(t, b.rk, first.Route)
-	require.JSONEq(t, string(m.Payload), string(first.Payload))
-	require.Equal(t, m.Headers["traceparent"], first.Headers["traceparent"])
-	require.False(t, first.Redelivered)
-	require.Equal(t, 1, first.DeliveryCount)
-	require.True(t, second.Redelivered)
-	require.Equal(t, 2, second.DeliveryCount)
-}
-
 // A message that kills its consumer every time (the handler never gets to
 // return) cannot be parked by the consumer: the quorum queue's delivery
 // limit dead-letters it, at least once, to the parking queue.
@@ -416,7 +280,7 @@ func TestQuorumDeliveryLimitParksAMessageThatCrashesItsConsumer(t *testing.T) {
 	testsvc.DeleteRabbitMQQueue(t, queue)
 	testsvc.DeleteRabbitMQQueue(t, queue+".parking")
 	cfg := func() *ConsumerConfig {
-		return &ConsumerConfig{Declare: true, MaxDeliveries: 2, Queue: Queue{DeliveryLimit: 2},
+		return &ConsumerConfig{Declare: true, Retry: ferrybroker.RetryPolicy{MaxDeliveries: 2}, Queue: Queue{DeliveryLimit: 2},
 			Topology: Topology{Bindings: []Binding{{Queue: queue, Exchange: "amq.topic", RoutingKey: queue}}}}
 	}
 	// Declare it before publishing.
@@ -468,8 +332,10 @@ func TestConsumerConfigErrors(t *testing.T) {
 	require.ErrorContains(t, err, "handler is nil")
 	_, err = NewConsumer(conn, "q", h, &ConsumerConfig{Concurrency: 8, Prefetch: 4})
 	require.ErrorContains(t, err, "ConsumerConfig.Prefetch 4")
-	_, err = NewConsumer(conn, "q", h, &ConsumerConfig{Declare: true, MaxDeliveries: 30})
-	require.ErrorContains(t, err, "exceeds the queue's DeliveryLimit 20")
+	_, err = NewConsumer(conn, "q", h, &ConsumerConfig{Declare: true, Retry: ferrybroker.RetryPolicy{MaxDeliveries: 30}})
+	require.ErrorContains(t, err, "ConsumerConfig.Retry.MaxDeliveries 30 exceeds the queue's DeliveryLimit 20")
+	_, err = NewConsumer(conn, "q", h, &ConsumerConfig{Retry: ferrybroker.RetryPolicy{RetryDelay: time.Second, MaxRetryDelay: time.Millisecond}})
+	require.ErrorContains(t, err, "ConsumerConfig.Retry: ")
 	c, err := NewConsumer(conn, testsvc.Name("ferry_missing_"), h, nil)
 	require.NoError(t, err)
 	err = c.Start(context.Background())
@@ -496,7 +362,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 			return errors.New("transient") // some retry timers too
 		}
 		return nil
-	}, b.config(ConsumerConfig{RetryDelay: time.Millisecond}))
+	}, b.config(ConsumerConfig{Retry: ferrybroker.RetryPolicy{RetryDelay: time.Millisecond}}))
 	require.NoError(t, err)
 	require.NoError(t, c.Start(b.ctx))
 	waitUntil(t, time.Minute, func() bool { return c.Stats().Acked == 100 })
@@ -512,37 +378,24 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	}
 }
 
-// The named fault point after the handler committed and before the ack: a
-// crash there leaves the delivery unacked, and it comes back to the next
-// consumer, which must find the effect done.
-func TestFaultAfterHandleLeavesTheDeliveryUnacked(t *testing.T) {
+// A parked copy keeps the original's AMQP properties and says which
+// exchange it came through, next to the park headers the suite checks.
+func TestConsumerParkedCopyKeepsAMQPProperties(t *testing.T) {
 	b := setupConsumer(t)
-	b.publish(t, 3)
-	var handled atomic.Int64
-	first := b.start(t, b.conn, func(context.Context, *ferrybroker.Delivery) error {
-		handled.Add(1)
-		return nil
-	}, b.config(ConsumerConfig{Concurrency: 1, Prefetch: 1,
-		FaultPoint: func(_ context.Context, point string) error {
-			if point == ferrybroker.FaultConsumerAfterHandle {
-				return errors.New("crash")
-			}
-			return nil
-		}}))
-	waitUntil(t, time.Minute, func() bool { return handled.Load() >= 1 })
-	require.NoError(t, first.Stop(b.ctx))
-	require.Zero(t, first.Stats().Acked, "nothing acked past the fault point")
-	seen := map[string]int{}
-	var mu sync.Mutex
-	second := b.start(t, b.conn, func(_ context.Context, d *ferrybroker.Delivery) error {
-		mu.Lock()
-		seen[d.MessageID]++
-		mu.Unlock()
-		return nil
-	}, b.config(ConsumerConfig{Concurrency: 1}))
-	waitUntil(t, time.Minute, func() bool { return second.Stats().Acked == 3 })
-	require.Len(t, seen, 3, "every message came back, the handled one included")
-	if n, _ := b.depth(t, b.queue); n != 0 {
-		t.Fatalf("%d messages left in the queue", n)
-	}
+	m := b.publish(t, 1)[0]
+	c := b.start(t, b.conn, func(ctx context.Context, d *ferrybroker.Delivery) error {
+		return ferrytype.Poison(errors.New("unknown event type OrderPaidV9"))
+	}, b.config(ConsumerConfig{}))
+	waitUntil(t, time.Minute, func() bool { return c.Stats().Parked == 1 })
+	require.NoError(t, c.Stop(b.ctx))
+	got := testsvc.ReadRabbitMQQueue(t, b.conn, c.ParkingQueue(), 1, time.Minute)
+	require.Len(t, got, 1)
+	d := got[0]
+	require.Equal(t, m.ID, d.MessageId)
+	require.Equal(t, "OrderPaid", d.Type)
+	require.Equal(t, amqp.Persistent, d.DeliveryMode)
+	require.Equal(t, "amq.topic", d.Headers[HeaderParkExchange])
+	require.Equal(t, b.rk, d.Headers[ferrybroker.HeaderParkRoute])
+	require.Equal(t, b.queue, d.Headers[ferrybroker.HeaderParkSource])
+	require.Equal(t, "1", d.Headers[ferrybroker.HeaderParkDeliveryCount])
 }

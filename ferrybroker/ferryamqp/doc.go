@@ -101,13 +101,15 @@
 //
 // # Consuming
 //
-// A Consumer (NewConsumer, DialConsumer) consumes one queue with manual
+// A Consumer (NewConsumer, DialConsumer) is a ferrybroker.Consumer and
+// passes ferrybrokertest.ExerciseConsumer. It consumes one queue with manual
 // acks, at most ConsumerConfig.Prefetch deliveries ahead and
 // ConsumerConfig.Concurrency handlers at once. For each delivery, in this
 // order:
 //
 //  1. receive it and validate it (a JSON content type, or none, must hold
-//     valid JSON; ConsumerConfig.Validate adds checks);
+//     valid JSON; ConsumerConfig.Validate adds checks, such as
+//     ferrybroker.RequireHeaders);
 //  2. run the Handler, which begins a transaction, checks idempotency,
 //     writes the business effect and commits (ferry's inbox does this);
 //  3. only after the handler returned nil, ack the delivery.
@@ -130,13 +132,15 @@
 //
 // # Failures and parking
 //
-// A handler error is transient unless it wraps ferrytype.ErrPoison: the
-// delivery waits RetryDelay, doubling with its delivery count up to
-// MaxRetryDelay, then goes back to the queue (basic.nack with requeue):
-// no hot loop, and the delivery keeps its prefetch slot while it waits.
-// A poison error, an invalid message, or a transient failure on delivery
-// MaxDeliveries parks the message: a copy carrying HeaderReason,
-// HeaderFailedAt, the original exchange, routing key and queue is
+// ConsumerConfig.Retry, a ferrybroker.RetryPolicy, decides. A handler
+// error is transient unless it wraps ferrytype.ErrPoison: the delivery
+// waits Retry.RetryDelay, doubling with its delivery count up to
+// Retry.MaxRetryDelay, then goes back to the queue (basic.nack with
+// requeue): no hot loop, and the delivery keeps its prefetch slot while it
+// waits. A poison error, a malformed message, or a transient failure on
+// delivery Retry.MaxDeliveries parks the message: a copy carrying the park
+// headers (ferrybroker.HeaderParkReason, HeaderParkedAt, HeaderParkRoute,
+// HeaderParkSource, HeaderParkDeliveryCount, and HeaderParkExchange) is
 // published with a confirm to the parking queue, and only then is the
 // original acked. If parking fails, the message is requeued: it is never
 // acked and forgotten.
@@ -148,7 +152,7 @@
 // handler returns ErrPoison. The queue's x-delivery-limit is a backstop for
 // a message that kills its consumer before it can park it: past the limit
 // RabbitMQ dead-letters it to the parking queue itself, with the reason
-// delivery_limit in x-death. Keep MaxDeliveries (default 10) at or below
+// delivery_limit in x-death. Keep Retry.MaxDeliveries (default 10) at or below
 // the queue's delivery limit (default 20), so that the consumer parks first,
 // with the real reason.
 //

@@ -1,6 +1,8 @@
-// Package ferrybrokertest is the conformance suite every ferry publisher
-// runs against a real broker. A broker's test file builds a Harness and
-// calls Exercise.
+// Package ferrybrokertest holds the conformance suites every broker
+// adapter runs against its real broker: Exercise for publishers (a broker's
+// test file builds a Harness) and ExerciseConsumer for consumers (a
+// ConsumerHarness: publish a raw message, build a consumer from a handler
+// and ConsumerOptions, read what was parked, count what is not settled).
 package ferrybrokertest
 
 import (

@@ -16,13 +16,16 @@ import (
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
-// Headers a parked message carries, next to the original's own.
+// Headers of a parked copy that only JetStream has, next to the park
+// headers every consumer sets (ferrybroker.HeaderParkReason,
+// HeaderParkedAt, HeaderParkRoute: the original's subject,
+// HeaderParkSource: the stream, HeaderParkDeliveryCount).
 const (
-	HeaderParkReason     = "Ferry-Park-Reason"
-	HeaderParkSubject    = "Ferry-Park-Subject"
-	HeaderParkStreamSeq  = "Ferry-Park-Stream-Seq"
-	HeaderParkDeliveries = "Ferry-Park-Deliveries"
-	HeaderParkedAt       = "Ferry-Parked-At"
+	// HeaderParkStreamSeq is the stream sequence of the original.
+	HeaderParkStreamSeq = "Ferry-Park-Stream-Seq"
+	// HeaderParkMsgID is the original's Nats-Msg-Id: the copy has an id
+	// of its own, which makes a repeated park a duplicate.
+	HeaderParkMsgID = "Ferry-Park-Msg-Id"
 )
 
 // ConsumerConfig configures a Consumer. Zero fields take the default named
@@ -37,109 +40,133 @@ type ConsumerConfig struct {
 	// Declare creates or updates the durable consumer at start; otherwise
 	// it must exist (with explicit acks).
 	Declare bool
-	// ParkSubject receives poison messages and messages that failed
-	// MaxDeliver times, with the reason in headers. Required: a message is
-	// never acked and forgotten. A stream must capture the subject, or
-	// parking fails and the message is retried instead.
+	// ParkSubject receives poison and malformed messages and messages
+	// whose last delivery allowed by Retry failed, with the park headers.
+	// Required: a message is never acked and forgotten. A stream must
+	// capture the subject, or parking fails and the message is retried
+	// instead.
 	ParkSubject string
 	// Concurrency is the number of handlers running at once. Default 4.
 	Concurrency int
-	// MaxDeliver is how many deliveries a transient failure gets before
-	// the message is parked. Default 10.
-	MaxDeliver int
+	// Retry says when a failed delivery is retried and when it is parked
+	// (defaults: 10 deliveries, 200ms doubling up to 30s). A delivery to
+	// retry is negatively acknowledged with its delay (NakWithDelay).
+	// JetStream counts deliveries across consumers and restarts.
+	Retry ferrybroker.RetryPolicy
 	// AckWait is how long JetStream waits for an ack before redelivering.
 	// A handler running longer keeps its message with progress signals.
 	// Default 30s.
 	AckWait time.Duration
-	// RetryInitial and RetryMax bound the delay before a message that
-	// failed is delivered again; it doubles per delivery. Defaults 1s, 1m.
-	RetryInitial, RetryMax time.Duration
+	// HandlerTimeout bounds one handler call through its context. Default
+	// 0: no bound.
+	HandlerTimeout time.Duration
+	// Validate, when set, checks each delivery before the handler runs; an
+	// error parks the delivery as malformed (ferrybroker.RequireHeaders
+	// is one). A message with a JSON Content-Type header, or none, is
+	// always checked to hold valid JSON (ferrybroker.CheckPayload).
+	Validate func(d *ferrybroker.Delivery) error
+	// ParkTimeout bounds the publish of a parked copy. Default 30s.
+	ParkTimeout time.Duration
+	// ShutdownTimeout bounds the stop at the end of Run. Default 30s.
+	ShutdownTimeout time.Duration
+	// Name is the consumer's name given to the hooks. Default: Durable.
+	Name string
+	// Hooks observe the consumer: each value implements some of
+	// ferrybroker's consumer hook interfaces (ferrybroker.HookSettled, ...),
+	// as ferryprom.ConsumerMetrics and ferryotel.Tracing do.
+	Hooks []ferrybroker.Hook
 	// Logger receives the consumer's logs. Default: discarded.
 	Logger *slog.Logger
 	// FaultPoint, when set, is called at ferrybroker.FaultConsumerAfterHandle;
-	// a non-nil error acts as a crash there: the delivery is left unacked.
-	// For fault-injection tests only.
+	// a non-nil error acts as a crash there: the delivery is left unacked
+	// (not even negatively acknowledged), and JetStream delivers it again
+	// after AckWait. For fault-injection tests only.
 	FaultPoint func(ctx context.Context, point string) error
 }
 
-// ConsumerStats counts what a consumer did.
-type ConsumerStats struct {
-	Handled, Acked, Retried, Parked, ParkFailed int64
-}
+// ConsumerStats counts what a consumer did (see ferrybroker.ConsumerStats).
+type ConsumerStats = ferrybroker.ConsumerStats
 
-// Consumer runs a handler on the messages of a durable JetStream consumer.
-// The order of work is R1.6's: the handler commits its effect, then the
-// message is acked. A transient failure is negatively acknowledged with a
-// growing delay; a poison message (an error wrapping ferrytype.ErrPoison)
-// or one that failed MaxDeliver times is copied to ParkSubject with its
-// reason, and only once the copy is stored is the original terminated.
+// Consumer runs a handler on the messages of a durable JetStream consumer,
+// as ferrybroker.Consumer describes: the handler commits its effect, then
+// the message is acked (and the ack confirmed by the server). A transient
+// failure is negatively acknowledged with the delay of ConsumerConfig.Retry;
+// a poison message (an error wrapping ferrytype.ErrPoison), a malformed
+// one, or one whose last allowed delivery failed is copied to ParkSubject
+// with the park headers, and only once the copy is stored is the original
+// terminated. A delivery left by the consumer (stopping, a handler cut off)
+// is negatively acknowledged without delay: JetStream delivers it again at
+// once.
+//
+// Delivery counts come from JetStream, which counts across consumers and
+// restarts, but takes back a delivery it made to a consumer no longer
+// listening (one that was stopping): a message left at a stop may come
+// back with the same count, and Redelivered false.
 type Consumer struct {
 	js      jetstream.JetStream
 	handler ferrybroker.Handler
 	cfg     ConsumerConfig
 	log     *slog.Logger
+	obs     *ferrybroker.ConsumerObserver
 
-	mu      sync.Mutex
-	started bool
-	stopped bool
-	iter    jetstream.MessagesContext
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	stats   struct {
-		sync.Mutex
-		ConsumerStats
-	}
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	stopping chan struct{}
+	iter     jetstream.MessagesContext
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 }
 
-// NewConsumer returns a consumer; Start runs it.
+var _ ferrybroker.Consumer = (*Consumer)(nil)
+
+// NewConsumer returns a consumer; Start or Run runs it.
 func NewConsumer(js jetstream.JetStream, handler ferrybroker.Handler, cfg *ConsumerConfig) (*Consumer, error) {
 	if js == nil || handler == nil || cfg == nil {
 		return nil, fmt.Errorf("%w: ferrynats.NewConsumer needs JetStream, a handler and a config", ferrytype.ErrInvalidConfig)
 	}
 	c := *cfg
+	if c.Concurrency == 0 {
+		c.Concurrency = 4
+	}
+	c.Retry = c.Retry.WithDefaults()
+	if c.AckWait == 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.ParkTimeout == 0 {
+		c.ParkTimeout = 30 * time.Second
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.Name == "" {
+		c.Name = c.Durable
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
 	switch {
 	case c.Stream == "" || c.Durable == "":
 		return nil, fmt.Errorf("%w: ConsumerConfig.Stream and Durable are required", ferrytype.ErrInvalidConfig)
 	case c.ParkSubject == "":
 		return nil, fmt.Errorf("%w: ConsumerConfig.ParkSubject is required: poison messages must go somewhere", ferrytype.ErrInvalidConfig)
+	case c.Concurrency < 1 || c.Concurrency > 4096:
+		return nil, fmt.Errorf("%w: ConsumerConfig.Concurrency %d must be within 1..4096", ferrytype.ErrInvalidConfig, c.Concurrency)
+	case c.Retry.Validate() != nil:
+		return nil, fmt.Errorf("ConsumerConfig.Retry: %w", c.Retry.Validate())
+	case c.AckWait < 0 || c.HandlerTimeout < 0 || c.ParkTimeout < 0 || c.ShutdownTimeout < 0:
+		return nil, fmt.Errorf("%w: ConsumerConfig durations must not be negative", ferrytype.ErrInvalidConfig)
 	}
-	if c.Concurrency <= 0 {
-		c.Concurrency = 4
-	}
-	if c.MaxDeliver <= 0 {
-		c.MaxDeliver = 10
-	}
-	if c.AckWait <= 0 {
-		c.AckWait = 30 * time.Second
-	}
-	if c.RetryInitial <= 0 {
-		c.RetryInitial = time.Second
-	}
-	if c.RetryMax <= 0 {
-		c.RetryMax = time.Minute
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	return &Consumer{js: js, handler: handler, cfg: c, log: c.Logger.With("stream", c.Stream, "consumer", c.Durable)}, nil
+	return &Consumer{js: js, handler: handler, cfg: c, log: c.Logger.With("stream", c.Stream, "consumer", c.Durable),
+		obs: ferrybroker.NewConsumerObserver(c.Name, c.Hooks)}, nil
 }
 
 // Stats returns the consumer's counters.
-func (c *Consumer) Stats() ConsumerStats {
-	c.stats.Lock()
-	defer c.stats.Unlock()
-	return c.stats.ConsumerStats
-}
-
-func (c *Consumer) count(f func(*ConsumerStats)) {
-	c.stats.Lock()
-	f(&c.stats.ConsumerStats)
-	c.stats.Unlock()
-}
+func (c *Consumer) Stats() ConsumerStats { return c.obs.Stats() }
 
 // Start binds to (or declares) the durable consumer and starts handling
-// messages.
+// messages; ctx bounds the start only.
 func (c *Consumer) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -178,6 +205,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 	}
 	c.iter = iter
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	c.stopping = make(chan struct{})
 	c.started = true
 	work := make(chan jetstream.Msg)
 	c.wg.Add(1)
@@ -186,13 +214,25 @@ func (c *Consumer) Start(ctx context.Context) error {
 		defer close(work)
 		for {
 			msg, err := iter.Next()
-			if err != nil {
-				if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-					c.log.Error("receive failed; consumer stops", "error", err)
-				}
+			switch {
+			case err == nil:
+				work <- msg
+				continue
+			case errors.Is(err, jetstream.ErrMsgIteratorClosed):
+				// Stop, or a terminal error (the consumer was deleted),
+				// which Next reported before.
 				return
 			}
-			work <- msg
+			// The iterator goes on after other errors: wait a moment, so
+			// that a repeating one is no hot loop.
+			c.log.Error("receive failed; receiving again", "error", err)
+			pause := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-pause.C:
+			case <-c.stopping:
+				pause.Stop()
+				return
+			}
 		}
 	}()
 	for i := 0; i < c.cfg.Concurrency; i++ {
@@ -207,10 +247,11 @@ func (c *Consumer) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops fetching, lets the handlers finish the messages already
-// received (acking what committed) and returns. Messages not handled stay
-// unacked and are delivered again. If ctx ends first, the handlers'
-// context is cancelled. Stopping twice is safe.
+// Stop stops fetching and lets the handlers in flight finish, acking those
+// that returned nil; messages received but not started are negatively
+// acknowledged, so JetStream delivers them again at once. If ctx ends
+// first, the handlers' context is cancelled, their messages are left, and
+// Stop returns without waiting further. Stopping twice is safe.
 func (c *Consumer) Stop(ctx context.Context) error {
 	c.mu.Lock()
 	if !c.started || c.stopped {
@@ -219,6 +260,7 @@ func (c *Consumer) Stop(ctx context.Context) error {
 		return nil
 	}
 	c.stopped = true
+	close(c.stopping)
 	c.mu.Unlock()
 	c.iter.Drain()
 	done := make(chan struct{})
@@ -227,16 +269,25 @@ func (c *Consumer) Stop(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		err = ctx.Err()
-		c.cancel()
-		<-done
+		err = fmt.Errorf("stop: handlers still running: %w", ctx.Err())
 	}
 	c.cancel()
 	return err
 }
 
-func (c *Consumer) handle(msg jetstream.Msg) {
-	ctx := c.ctx
+// Run starts the consumer and runs it until ctx ends, then stops it,
+// giving handlers in flight up to ShutdownTimeout to finish.
+func (c *Consumer) Run(ctx context.Context) error {
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ShutdownTimeout)
+	defer cancel()
+	return c.Stop(stopCtx)
+}
+
+func (c *Consumer) delivery(msg jetstream.Msg) (*ferrybroker.Delivery, *jetstream.MsgMetadata) {
 	d := &ferrybroker.Delivery{Route: msg.Subject(), Payload: msg.Data(), Headers: map[string]string{}}
 	for k, v := range msg.Headers() {
 		if len(v) > 0 {
@@ -246,11 +297,49 @@ func (c *Consumer) handle(msg jetstream.Msg) {
 	d.MessageID = d.Headers[jetstream.MsgIDHeader]
 	d.FillFromHeaders()
 	meta, err := msg.Metadata()
-	if err == nil {
-		d.DeliveryCount = int(meta.NumDelivered)
-		d.Redelivered = meta.NumDelivered > 1
+	if err != nil {
+		return d, nil
 	}
+	d.DeliveryCount = int(meta.NumDelivered)
+	d.Redelivered = meta.NumDelivered > 1
+	return d, meta
+}
 
+func (c *Consumer) validate(d *ferrybroker.Delivery) error {
+	if err := ferrybroker.CheckPayload(d.Headers["Content-Type"], d.Payload); err != nil {
+		return err
+	}
+	if c.cfg.Validate != nil {
+		if err := c.cfg.Validate(d); err != nil {
+			if !errors.Is(err, ferrybroker.ErrMalformed) {
+				err = fmt.Errorf("%w: %w", ferrybroker.ErrMalformed, err)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Consumer) handle(msg jetstream.Msg) {
+	d, meta := c.delivery(msg)
+	c.obs.Delivered(d)
+	select {
+	case <-c.stopping:
+		// Received, not started: back to the stream at once.
+		c.leave(msg, d, errors.New("consumer stopping"))
+		return
+	default:
+	}
+	if err := c.validate(d); err != nil {
+		c.park(msg, d, meta, err)
+		return
+	}
+	ctx := c.ctx
+	if c.cfg.HandlerTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.HandlerTimeout)
+		defer cancel()
+	}
 	// Keep the message while a long handler runs.
 	stopProgress := make(chan struct{})
 	go func() {
@@ -265,48 +354,72 @@ func (c *Consumer) handle(msg jetstream.Msg) {
 			}
 		}
 	}()
-	err = c.handler(ctx, d)
+	err := c.obs.Handle(ctx, c.handler, d)
 	close(stopProgress)
-	c.count(func(s *ConsumerStats) { s.Handled++ })
+	if pe := (*ferrybroker.PanicError)(nil); errors.As(err, &pe) {
+		c.log.Error("handler panicked", "message_id", d.MessageID, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
+	}
 
-	if err == nil {
+	switch {
+	case err == nil:
 		if c.cfg.FaultPoint != nil {
 			if ferr := c.cfg.FaultPoint(ctx, ferrybroker.FaultConsumerAfterHandle); ferr != nil {
+				// As a crash would: no nak, JetStream redelivers it after
+				// the ack wait.
 				c.log.Warn("fault after handle: delivery left unacked", "message_id", d.MessageID, "error", ferr)
+				c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: ferr})
 				return
 			}
 		}
-		if err := msg.Ack(); err != nil {
+		// The effect is committed: only now may JetStream forget the
+		// message. The ack covers this message only (AckExplicit), and
+		// counts once the server confirmed it; past AckWait the server
+		// redelivers anyway.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.AckWait)
+		aerr := msg.DoubleAck(actx)
+		cancel()
+		if aerr != nil {
 			// The effect is committed; the redelivery will be a duplicate.
-			c.log.Warn("ack failed; the message will come again", "message_id", d.MessageID, "error", err)
+			c.log.Warn("ack failed; the message will come again", "message_id", d.MessageID, "error", aerr)
+			c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: aerr})
 			return
 		}
-		c.count(func(s *ConsumerStats) { s.Acked++ })
+		c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionAcked})
+	case c.ctx.Err() != nil:
+		// Stop gave up waiting: not a failure of the message.
+		c.leave(msg, d, err)
+	case c.cfg.Retry.ParkReason(err, d.DeliveryCount) != nil:
+		c.park(msg, d, meta, c.cfg.Retry.ParkReason(err, d.DeliveryCount))
+	default:
+		c.retry(msg, d, err)
+	}
+}
+
+// retry negatively acknowledges msg with the policy's delay.
+func (c *Consumer) retry(msg jetstream.Msg, d *ferrybroker.Delivery, cause error) {
+	delay := c.cfg.Retry.Delay(max(d.DeliveryCount, 1))
+	c.log.Debug("handler failed; delivering again later", "message_id", d.MessageID, "delivery_count", d.DeliveryCount,
+		"retry_in", delay, "error", cause)
+	if err := msg.NakWithDelay(delay); err != nil {
+		c.log.Warn("nak failed; the message comes back after the ack wait", "message_id", d.MessageID, "error", err)
+		c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: err})
 		return
 	}
-	if errors.Is(err, ferrytype.ErrPoison) || d.DeliveryCount >= c.cfg.MaxDeliver {
-		reason := err.Error()
-		if !errors.Is(err, ferrytype.ErrPoison) {
-			reason = fmt.Sprintf("failed %d deliveries: %s", d.DeliveryCount, reason)
-		}
-		c.park(ctx, msg, d, meta, reason)
-		return
+	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionRetried, Err: cause})
+}
+
+// leave hands msg back without a decision: JetStream delivers it again at
+// once (or after the ack wait, if even the nak fails).
+func (c *Consumer) leave(msg jetstream.Msg, d *ferrybroker.Delivery, cause error) {
+	if err := msg.Nak(); err != nil {
+		c.log.Debug("nak failed; the message comes back after the ack wait", "message_id", d.MessageID, "error", err)
 	}
-	delay := c.cfg.RetryInitial << min(max(d.DeliveryCount-1, 0), 20)
-	if delay > c.cfg.RetryMax || delay <= 0 {
-		delay = c.cfg.RetryMax
-	}
-	c.log.Info("handler failed; delivering again later", "message_id", d.MessageID, "delivery", d.DeliveryCount,
-		"retry_in", delay, "error", err)
-	if nerr := msg.NakWithDelay(delay); nerr != nil {
-		c.log.Warn("nak failed; the message comes back after the ack wait", "message_id", d.MessageID, "error", nerr)
-	}
-	c.count(func(s *ConsumerStats) { s.Retried++ })
+	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: cause})
 }
 
 // park stores a copy of msg on the park subject, then terminates msg. If
 // the copy cannot be stored, msg is delivered again later instead.
-func (c *Consumer) park(ctx context.Context, msg jetstream.Msg, d *ferrybroker.Delivery, meta *jetstream.MsgMetadata, reason string) {
+func (c *Consumer) park(msg jetstream.Msg, d *ferrybroker.Delivery, meta *jetstream.MsgMetadata, reason error) {
 	h := nats.Header{}
 	for k, v := range msg.Headers() {
 		h[k] = v
@@ -315,25 +428,33 @@ func (c *Consumer) park(ctx context.Context, msg jetstream.Msg, d *ferrybroker.D
 	if meta != nil {
 		seq = meta.Sequence.Stream
 	}
-	h.Set(HeaderParkReason, reason)
-	h.Set(HeaderParkSubject, msg.Subject())
+	text := reason.Error()
+	if len(text) > 4096 {
+		text = text[:4096] + "..."
+	}
+	h.Set(ferrybroker.HeaderParkReason, text)
+	h.Set(ferrybroker.HeaderParkedAt, time.Now().UTC().Format(time.RFC3339Nano))
+	h.Set(ferrybroker.HeaderParkRoute, msg.Subject())
+	h.Set(ferrybroker.HeaderParkSource, c.cfg.Stream)
+	h.Set(ferrybroker.HeaderParkDeliveryCount, strconv.Itoa(d.DeliveryCount))
 	h.Set(HeaderParkStreamSeq, strconv.FormatUint(seq, 10))
-	h.Set(HeaderParkDeliveries, strconv.Itoa(d.DeliveryCount))
-	h.Set(HeaderParkedAt, time.Now().UTC().Format(time.RFC3339Nano))
+	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
+		h.Set(HeaderParkMsgID, id)
+	}
 	// The parked copy's id makes a repeated park a JetStream duplicate.
 	h.Set(jetstream.MsgIDHeader, fmt.Sprintf("park:%s:%s:%d", c.cfg.Stream, c.cfg.Durable, seq))
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	pctx, cancel := context.WithTimeout(context.Background(), c.cfg.ParkTimeout)
 	defer cancel()
 	if _, err := c.js.PublishMsg(pctx, &nats.Msg{Subject: c.cfg.ParkSubject, Data: msg.Data(), Header: h}); err != nil {
-		c.count(func(s *ConsumerStats) { s.ParkFailed++ })
+		c.obs.ParkFailed()
 		c.log.Error("park failed; the message will be delivered again", "message_id", d.MessageID,
-			"park_subject", c.cfg.ParkSubject, "error", err)
-		_ = msg.NakWithDelay(c.cfg.RetryMax)
+			"park_subject", c.cfg.ParkSubject, "reason", reason, "error", err)
+		c.retry(msg, d, reason)
 		return
 	}
 	if err := msg.Term(); err != nil {
 		c.log.Warn("terminate after park failed; the message may be parked twice", "message_id", d.MessageID, "error", err)
 	}
-	c.count(func(s *ConsumerStats) { s.Parked++ })
 	c.log.Warn("message parked", "message_id", d.MessageID, "park_subject", c.cfg.ParkSubject, "reason", reason)
+	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionParked, Err: reason})
 }

@@ -1,0 +1,94 @@
+package ferryamqp_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
+	"github.com/ferrydev/ferry/ferrybroker/ferrybrokertest"
+	"github.com/ferrydev/ferry/internal/testsvc"
+)
+
+// consumerHarness runs the consumer suite on a fresh queue of type typ bound
+// to amq.topic, declared (with its parking queue) by the consumers.
+func consumerHarness(typ ferryamqp.QueueType) ferrybrokertest.ConsumerHarness {
+	return ferrybrokertest.ConsumerHarness{New: func(t *testing.T) ferrybrokertest.ConsumerSetup {
+		conn := dial(t)
+		ctx := testsvc.Context(t, 5*time.Minute)
+		queue, rk := testsvc.Name("ferry_cq_"), testsvc.Name("ferry.rk.")
+		testsvc.DeleteRabbitMQQueue(t, queue)
+		testsvc.DeleteRabbitMQQueue(t, queue+".parking")
+		config := func(o ferrybrokertest.ConsumerOptions) *ferryamqp.ConsumerConfig {
+			return &ferryamqp.ConsumerConfig{
+				Concurrency: o.Concurrency, Retry: o.Retry, Hooks: o.Hooks, Validate: o.Validate, FaultPoint: o.FaultPoint,
+				Declare:  true,
+				Topology: ferryamqp.Topology{Bindings: []ferryamqp.Binding{{Queue: queue, Exchange: "amq.topic", RoutingKey: rk}}},
+			}
+		}
+		// Declare the queue now, as consumers will, so that publishes
+		// route.
+		c, err := ferryamqp.NewConsumer(conn, queue, func(context.Context, *ferrybroker.Delivery) error { return nil },
+			config(ferrybrokertest.ConsumerOptions{}))
+		require.NoError(t, err)
+		require.NoError(t, c.Start(ctx))
+		require.NoError(t, c.Stop(ctx))
+
+		ch, err := conn.Channel()
+		require.NoError(t, err)
+		require.NoError(t, ch.Confirm(false))
+		t.Cleanup(func() { _ = ch.Close() })
+		return ferrybrokertest.ConsumerSetup{
+			Route: rk,
+			Publish: func(t *testing.T, m ferrybrokertest.RawMessage) {
+				h := amqp.Table{}
+				for k, v := range m.Headers {
+					h[k] = v
+				}
+				dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "amq.topic", rk, true, false, amqp.Publishing{
+					MessageId: m.ID, Headers: h, Body: m.Payload, DeliveryMode: amqp.Persistent})
+				require.NoError(t, err)
+				ok, err := dc.WaitContext(ctx)
+				require.NoError(t, err)
+				require.True(t, ok, "RabbitMQ nacked the publish")
+			},
+			NewConsumer: func(t *testing.T, h ferrybroker.Handler, o ferrybrokertest.ConsumerOptions) ferrybroker.Consumer {
+				c, err := ferryamqp.NewConsumer(conn, queue, h, config(o))
+				require.NoError(t, err)
+				return c
+			},
+			Parked: func(t *testing.T, want int, d time.Duration) []ferrybrokertest.Received {
+				return received(testsvc.ReadRabbitMQQueue(t, conn, queue+".parking", want, d))
+			},
+			BreakParking: func(t *testing.T) {
+				ch, err := conn.Channel()
+				require.NoError(t, err)
+				defer ch.Close()
+				_, err = ch.QueueDelete(queue+".parking", false, false, false)
+				require.NoError(t, err)
+			},
+			Unsettled: func(t *testing.T) int {
+				ch, err := conn.Channel()
+				require.NoError(t, err)
+				defer ch.Close()
+				q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+				require.NoError(t, err)
+				return q.Messages
+			},
+		}
+	}}
+}
+
+func TestConsumerConformance(t *testing.T) {
+	ferrybrokertest.ExerciseConsumer(t, consumerHarness(ferryamqp.QueueQuorum))
+}
+
+// Classic queues keep no delivery count: the consumer counts failures per
+// message id.
+func TestConsumerConformanceClassicQueue(t *testing.T) {
+	ferrybrokertest.ExerciseConsumer(t, consumerHarness(ferryamqp.QueueClassic))
+}

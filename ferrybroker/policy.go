@@ -1,0 +1,124 @@
+package ferrybroker
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+// RetryPolicy says what a consumer does with a delivery its handler did
+// not finish. Every consumer's config holds one (ConsumerConfig.Retry);
+// zero fields take the default named in their comment.
+//
+//   - nil: the delivery is acked.
+//   - An error wrapping ferrytype.ErrPoison: parked at once, whatever the
+//     delivery count. So is a malformed message, before the handler runs.
+//   - Any other error is transient: the delivery comes again after Delay,
+//     until a failure on delivery MaxDeliveries parks it with its last
+//     error.
+//   - A handler cut off by the consumer's Stop: left to the broker,
+//     neither a failure nor counted towards parking by the consumer.
+type RetryPolicy struct {
+	// MaxDeliveries parks a delivery whose handler failed with a transient
+	// error once its delivery count reached this. Default 10.
+	MaxDeliveries int
+	// RetryDelay is the delay before a delivery whose handler failed
+	// comes again, doubling with each delivery up to MaxRetryDelay, with
+	// ±20% jitter: no hot loop. Defaults 200ms and 30s.
+	RetryDelay, MaxRetryDelay time.Duration
+}
+
+// Default values of RetryPolicy.
+const (
+	DefaultMaxDeliveries = 10
+	DefaultRetryDelay    = 200 * time.Millisecond
+	DefaultMaxRetryDelay = 30 * time.Second
+)
+
+// WithDefaults returns p with its zero fields set to their defaults.
+func (p RetryPolicy) WithDefaults() RetryPolicy {
+	if p.MaxDeliveries == 0 {
+		p.MaxDeliveries = DefaultMaxDeliveries
+	}
+	if p.RetryDelay == 0 {
+		p.RetryDelay = DefaultRetryDelay
+	}
+	if p.MaxRetryDelay == 0 {
+		p.MaxRetryDelay = max(DefaultMaxRetryDelay, p.RetryDelay)
+	}
+	return p
+}
+
+// Validate reports a field out of range, naming it.
+func (p RetryPolicy) Validate() error {
+	switch {
+	case p.MaxDeliveries < 1:
+		return fmt.Errorf("%w: RetryPolicy.MaxDeliveries %d must be positive", ferrytype.ErrInvalidConfig, p.MaxDeliveries)
+	case p.RetryDelay < 0 || p.MaxRetryDelay < p.RetryDelay:
+		return fmt.Errorf("%w: RetryPolicy.RetryDelay %s must be within 0..MaxRetryDelay (%s)",
+			ferrytype.ErrInvalidConfig, p.RetryDelay, p.MaxRetryDelay)
+	}
+	return nil
+}
+
+// Delay returns how long a delivery that failed on delivery deliveryCount
+// (1 for the first) waits before it comes again: RetryDelay doubled per
+// earlier delivery, at most MaxRetryDelay, ±20% jitter.
+func (p RetryPolicy) Delay(deliveryCount int) time.Duration {
+	d := p.RetryDelay
+	for i := 1; i < deliveryCount && d < p.MaxRetryDelay; i++ {
+		d *= 2
+	}
+	d = min(d, p.MaxRetryDelay)
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// ParkReason returns why a delivery whose handler failed with err on
+// delivery deliveryCount must be parked, or nil if it is to be retried.
+func (p RetryPolicy) ParkReason(err error, deliveryCount int) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ferrytype.ErrPoison):
+		return err
+	case deliveryCount >= p.MaxDeliveries:
+		return fmt.Errorf("failed on delivery %d of at most %d: %w", deliveryCount, p.MaxDeliveries, err)
+	}
+	return nil
+}
+
+// ErrMalformed marks a message that cannot be handled as it is: its
+// payload does not decode, or a header it needs is missing. Consumers park
+// it without running the handler; the park reason wraps it.
+var ErrMalformed = errors.New("malformed message")
+
+// CheckPayload returns an error wrapping ErrMalformed if a message of the
+// given content type cannot hold body: a JSON content type, or none, must
+// hold valid JSON (an event's payload is JSON).
+func CheckPayload(contentType string, body []byte) error {
+	ct := strings.ToLower(strings.TrimSpace(strings.Split(contentType, ";")[0]))
+	if (ct == "" || ct == "application/json" || strings.HasSuffix(ct, "+json")) && !json.Valid(body) {
+		return fmt.Errorf("%w: payload is not valid JSON", ErrMalformed)
+	}
+	return nil
+}
+
+// RequireHeaders returns a validation for a consumer's config
+// (ConsumerConfig.Validate) that finds a delivery malformed when one of
+// the named headers is missing or empty. RequireHeaders(HeaderEventID,
+// HeaderEventType) accepts only events published by a ferry relay.
+func RequireHeaders(names ...string) func(d *Delivery) error {
+	return func(d *Delivery) error {
+		for _, n := range names {
+			if d.Headers[n] == "" {
+				return fmt.Errorf("%w: missing header %s", ErrMalformed, n)
+			}
+		}
+		return nil
+	}
+}
