@@ -21,13 +21,37 @@ import (
 )
 
 // The library packages depend on no test bed: neither the reference shop
-// nor the crash code.
+// nor the crash code. The code that runs in production (the library but
+// its conformance suites, and this command) depends on no test harness
+// either: not the test services, not the fault proxy.
 func TestLibraryImportsNoTestBed(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command on PATH")
 	}
-	cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}",
-		".", "./ferrystore/...", "./ferrybroker/...", "./ferryprom", "./ferryotel", "./ferryredis", "./ferrytype")
+	library := []string{".", "./ferrystore/...", "./ferrybroker/...", "./ferryadmin", "./ferryprom", "./ferryotel",
+		"./ferryredis", "./ferrytype"}
+	testBed := []string{"github.com/ferrydev/ferry/examples", "github.com/ferrydev/ferry/internal/fault",
+		"github.com/ferrydev/ferry/chaos"}
+	harnesses := []string{"github.com/ferrydev/ferry/internal/testsvc", "github.com/ferrydev/ferry/internal/faultnet"}
+
+	deps := goList(t, append([]string{"-deps"}, library...)...)
+	require.Contains(t, deps, "github.com/ferrydev/ferry", "go list ran on the module's root")
+	checkNone(t, "a library package", deps, testBed)
+
+	var runtime []string
+	for _, pkg := range goList(t, append(library, "./cmd/ferry")...) {
+		if !strings.HasSuffix(pkg, "test") { // ferrystoretest, ferrybrokertest: suites for tests
+			runtime = append(runtime, pkg)
+		}
+	}
+	require.Contains(t, runtime, "github.com/ferrydev/ferry/cmd/ferry")
+	checkNone(t, "production code", goList(t, append([]string{"-deps"}, runtime...)...), harnesses)
+}
+
+// goList runs go list -f {{.ImportPath}} with args in the module's root.
+func goList(t *testing.T, args ...string) []string {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list", "-f", "{{.ImportPath}}"}, args...)...)
 	cmd.Dir = filepath.Join("..", "..")
 	out, err := cmd.Output()
 	var ee *exec.ExitError
@@ -35,13 +59,15 @@ func TestLibraryImportsNoTestBed(t *testing.T) {
 		t.Fatalf("go list: %v\n%s", err, ee.Stderr)
 	}
 	require.NoError(t, err)
-	deps := strings.Fields(string(out))
-	require.Contains(t, deps, "github.com/ferrydev/ferry", "go list ran on the module's root")
+	return strings.Fields(string(out))
+}
+
+func checkNone(t *testing.T, who string, deps, banned []string) {
+	t.Helper()
 	for _, dep := range deps {
-		for _, banned := range []string{"github.com/ferrydev/ferry/examples", "github.com/ferrydev/ferry/internal/fault",
-			"github.com/ferrydev/ferry/chaos"} {
-			if dep == banned || strings.HasPrefix(dep, banned+"/") {
-				t.Errorf("a library package depends on %s", dep)
+		for _, b := range banned {
+			if dep == b || strings.HasPrefix(dep, b+"/") {
+				t.Errorf("%s depends on %s", who, dep)
 			}
 		}
 	}

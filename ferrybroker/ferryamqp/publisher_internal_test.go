@@ -398,13 +398,7 @@ func TestDialReconnectsAfterConnectionLoss(t *testing.T) {
 
 func waitUntil(t testing.TB, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not reached within %s", d)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testsvc.WaitFor(t, d, cond, nil)
 }
 
 // While RabbitMQ blocks the connection (a resource alarm) it stops reading

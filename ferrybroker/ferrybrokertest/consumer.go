@@ -13,6 +13,7 @@ import (
 
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
 // RawMessage is a message the suite publishes to the queue or stream under
@@ -216,17 +217,7 @@ func idle(t *testing.T, c ferrybroker.Consumer) {
 
 func waitFor(t *testing.T, d time.Duration, cond func() bool, why func() string) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			msg := "condition not met"
-			if why != nil {
-				msg = why()
-			}
-			t.Fatalf("not reached within %s: %s", d, msg)
-		}
-		time.Sleep(5 * time.Millisecond) // poll
-	}
+	testsvc.WaitFor(t, d, cond, why)
 }
 
 // wait receives from ch or fails the test after d.
