@@ -21,20 +21,6 @@ import (
 	"github.com/ferrydev/ferry/internal/open"
 )
 
-// brokerSystem names the broker of a URL for messaging.system.
-func brokerSystem(rawURL string) string {
-	scheme, _, _ := strings.Cut(strings.ToLower(rawURL), "://")
-	switch scheme {
-	case "nats", "tls":
-		return "nats"
-	case "amqp", "amqps":
-		return "rabbitmq"
-	case "kafka":
-		return "kafka"
-	}
-	return ""
-}
-
 type relayFlags struct {
 	brokerURL       string
 	batchSize       int
@@ -210,7 +196,7 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 	}
 	defer pub.Close()
 	var hooks []ferry.Hook
-	tracing, stopTracing, err := setupTracing(ctx, brokerSystem(f.brokerURL), log)
+	tracing, stopTracing, err := setupTracing(ctx, open.BrokerSystem(f.brokerURL), log)
 	if err != nil {
 		return err
 	}

@@ -49,6 +49,9 @@ func New(ctx context.Context, conn *amqp.Connection, cfg *Config) (*Publisher, e
 	return p, nil
 }
 
+// Schemes returns the URL schemes Dial accepts: amqp and amqps.
+func Schemes() []string { return []string{"amqp", "amqps"} }
+
 // Dial connects to the RabbitMQ server at url
 // (amqp://user:password@host:5672/vhost, or amqps:// for TLS; see
 // ConnectionConfig.TLS) and returns a publisher that owns the connection:

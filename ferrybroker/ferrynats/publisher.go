@@ -99,6 +99,9 @@ type DialConfig struct {
 	Options []nats.Option
 }
 
+// Schemes returns the URL schemes Dial accepts: nats and tls.
+func Schemes() []string { return []string{"nats", "tls"} }
+
 // Dial connects to the NATS server at url (nats://user:password@host:4222,
 // tls://host:4222, or a comma-separated list) and returns a publisher that
 // closes the connection on Close. The connection reconnects forever;

@@ -15,6 +15,7 @@ import (
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
 	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/open"
 )
 
 // Broker is the broker a bench publishes to, with a destination of its own
@@ -42,8 +43,8 @@ type Broker struct {
 // RabbitMQ queue type ("quorum" or "classic").
 func OpenBroker(ctx context.Context, rawURL, name, queueType string) (*Broker, error) {
 	b := &Broker{url: rawURL}
-	switch scheme(rawURL) {
-	case "amqp", "amqps":
+	switch open.BrokerSystem(rawURL) {
+	case "rabbitmq":
 		conn, err := amqp.DialConfig(rawURL, amqp.Config{Heartbeat: 10 * time.Second, Properties: amqp.Table{"connection_name": "ferry-bench"}})
 		if err != nil {
 			return nil, fmt.Errorf("connect to %s: %s", ferrytype.RedactURL(rawURL), ferrytype.RedactURL(err.Error()))
@@ -63,7 +64,7 @@ func OpenBroker(ctx context.Context, rawURL, name, queueType string) (*Broker, e
 			b.Close()
 			return nil, fmt.Errorf("bind queue %s: %w", b.queue, err)
 		}
-	case "nats", "tls":
+	case "nats":
 		nc, err := nats.Connect(rawURL, nats.Name("ferry-bench"))
 		if err != nil {
 			return nil, fmt.Errorf("connect to %s: %s", ferrytype.RedactURL(rawURL), ferrytype.RedactURL(err.Error()))

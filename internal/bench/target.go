@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
@@ -16,6 +15,7 @@ import (
 	"github.com/ferrydev/ferry/ferrystore/ferrypg"
 	"github.com/ferrydev/ferry/ferrystore/ferrysqlite"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/open"
 	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
@@ -42,21 +42,17 @@ type Target struct {
 func OpenTarget(ctx context.Context, rawURL, prefix string) (*Target, error) {
 	t := &Target{name: prefix}
 	table := prefix + "_outbox"
-	var err error
-	switch scheme(rawURL) {
-	case "mysql", "mariadb":
-		var s *ferrymysql.Store
-		if s, err = ferrymysql.Open(ctx, rawURL, &ferrymysql.Config{Table: table}); err != nil {
-			return nil, err
-		}
+	// The URL's scheme picks the store, as for ferry relay; the bench then
+	// needs each store's own connections for its producers.
+	st, err := open.Store(ctx, rawURL, table)
+	if err != nil {
+		return nil, err
+	}
+	t.closes = append(t.closes, func() { st.Close() })
+	switch s := st.(type) {
+	case *ferrymysql.Store:
 		t.Dialect, t.Store, t.DB, t.Driver = "mysql", s, s.DB(), s
-		t.closes = append(t.closes, func() { s.Close() })
-	case "postgres", "postgresql":
-		var s *ferrypg.Store
-		if s, err = ferrypg.Open(ctx, rawURL, &ferrypg.Config{Table: table}); err != nil {
-			return nil, err
-		}
-		t.closes = append(t.closes, func() { s.Close() })
+	case *ferrypg.Store:
 		db := stdlib.OpenDBFromPool(s.Pool())
 		t.closes = append([]func(){func() { db.Close() }}, t.closes...)
 		d, err := ferrypg.NewStdlib(db, &ferrypg.Config{Table: table})
@@ -65,15 +61,12 @@ func OpenTarget(ctx context.Context, rawURL, prefix string) (*Target, error) {
 			return nil, err
 		}
 		t.Dialect, t.Store, t.DB, t.Driver = "postgres", s, db, d
-	case "sqlite":
-		var s *ferrysqlite.Store
-		if s, err = ferrysqlite.Open(ctx, rawURL, &ferrysqlite.Config{Table: table}); err != nil {
-			return nil, err
-		}
+	case *ferrysqlite.Store:
 		t.Dialect, t.Store, t.DB, t.Driver = "sqlite", s, s.DB(), s
-		t.closes = append(t.closes, func() { s.Close() })
 	default:
-		return nil, fmt.Errorf("%w: database URL %s: want mysql://, postgres:// or sqlite:", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(rawURL))
+		t.Close()
+		return nil, fmt.Errorf("%w: database URL %s: the bench has no producers for a %s store",
+			ferrytype.ErrInvalidConfig, ferrytype.RedactURL(rawURL), st.Dialect())
 	}
 	t.tables = append(t.tables, table, table+"_seq")
 	if err := t.Store.Migrate(ctx); err != nil {
@@ -223,12 +216,4 @@ func (t *Target) retain(ctx context.Context, n int) error {
 		return err
 	}
 	return nil
-}
-
-func scheme(raw string) string {
-	s, _, ok := strings.Cut(raw, ":")
-	if !ok {
-		return ""
-	}
-	return strings.ToLower(s)
 }

@@ -151,10 +151,58 @@ type BrokerConfig struct {
 	AMQP AMQPConfig
 }
 
+// broker is one broker package: the URL schemes it serves, its name as
+// OpenTelemetry's messaging.system, and how it connects a publisher.
+type broker struct {
+	schemes func() []string
+	system  string
+	dial    func(ctx context.Context, rawURL string, cfg *BrokerConfig) (ferrybroker.Publisher, error)
+}
+
+// brokers is every broker package the CLI serves, in one explicit table:
+// each package names its own schemes.
+var brokers = []broker{
+	{
+		schemes: ferrynats.Schemes,
+		system:  "nats",
+		dial: func(ctx context.Context, rawURL string, cfg *BrokerConfig) (ferrybroker.Publisher, error) {
+			return asPublisher(ferrynats.Dial(ctx, rawURL, &ferrynats.DialConfig{Config: cfg.NATS}))
+		},
+	},
+	{
+		schemes: ferryamqp.Schemes,
+		system:  "rabbitmq",
+		dial: func(ctx context.Context, rawURL string, cfg *BrokerConfig) (ferrybroker.Publisher, error) {
+			return asPublisher(ferryamqp.Dial(ctx, rawURL, &cfg.AMQP))
+		},
+	},
+}
+
+func asPublisher[P ferrybroker.Publisher](p P, err error) (ferrybroker.Publisher, error) {
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func brokerFor(rawURL string) (broker, bool) {
+	sch := scheme(rawURL)
+	for _, b := range brokers {
+		if slices.Contains(b.schemes(), sch) {
+			return b, true
+		}
+	}
+	return broker{}, false
+}
+
 // IsAMQP reports whether rawURL names a RabbitMQ server.
-func IsAMQP(rawURL string) bool {
-	s := scheme(rawURL)
-	return s == "amqp" || s == "amqps"
+func IsAMQP(rawURL string) bool { return BrokerSystem(rawURL) == "rabbitmq" }
+
+// BrokerSystem names the broker at rawURL as OpenTelemetry's
+// messaging.system does ("nats", "rabbitmq"), or "" for an unknown scheme.
+func BrokerSystem(rawURL string) string {
+	b, _ := brokerFor(rawURL)
+	return b.system
 }
 
 // Publisher connects to the broker at rawURL: nats:// or tls:// (NATS
@@ -163,20 +211,10 @@ func Publisher(ctx context.Context, rawURL string, cfg *BrokerConfig) (ferrybrok
 	if cfg == nil {
 		cfg = &BrokerConfig{}
 	}
-	switch scheme(rawURL) {
-	case "nats", "tls":
-		p, err := ferrynats.Dial(ctx, rawURL, &ferrynats.DialConfig{Config: cfg.NATS})
-		if err != nil {
-			return nil, err
-		}
-		return p, nil
-	case "amqp", "amqps":
-		p, err := ferryamqp.Dial(ctx, rawURL, &cfg.AMQP)
-		if err != nil {
-			return nil, err
-		}
-		return p, nil
-	case "":
+	if b, ok := brokerFor(rawURL); ok {
+		return b.dial(ctx, rawURL, cfg)
+	}
+	if scheme(rawURL) == "" {
 		return nil, fmt.Errorf("%w: no broker URL: set --broker-url or FERRY_BROKER_URL "+
 			"(nats://host:4222, amqp://user:pass@host:5672/vhost)", ferrytype.ErrInvalidConfig)
 	}

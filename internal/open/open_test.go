@@ -56,3 +56,37 @@ func TestInvalidTableIsRefusedBeforeConnecting(t *testing.T) {
 	_, err := open.Store(context.Background(), "mysql://nobody@127.0.0.1:1/none", "bad-name")
 	require.ErrorIs(t, err, ferrytype.ErrInvalidIdentifier)
 }
+
+func TestEachSchemeDialsItsBroker(t *testing.T) {
+	ctx := testsvc.Context(t, time.Minute)
+	for _, c := range []struct{ url, system string }{
+		{testsvc.URL(testsvc.EnvNATS), "nats"},
+		{testsvc.URL(testsvc.EnvAMQP), "rabbitmq"},
+	} {
+		t.Run(c.system, func(t *testing.T) {
+			require.Equal(t, c.system, open.BrokerSystem(c.url))
+			// Skip, or fail under FERRY_REQUIRE_SERVICES, when the server
+			// is absent.
+			if c.system == "nats" {
+				testsvc.NATS(t)
+			} else {
+				testsvc.UseRabbitMQ(t)
+				testsvc.RabbitMQ(t)
+			}
+			p, err := open.Publisher(ctx, c.url, nil)
+			require.NoError(t, err)
+			require.NoError(t, p.Close())
+		})
+	}
+	require.True(t, open.IsAMQP("AMQPS://h:5671/"), "schemes are case-insensitive")
+	require.False(t, open.IsAMQP("nats://h:4222"))
+}
+
+func TestUnknownBrokerSchemeIsInvalidConfig(t *testing.T) {
+	for _, u := range []string{"", "kafka://app:s3cr3t@broker:9092", "mysql://root@127.0.0.1/test"} {
+		require.Empty(t, open.BrokerSystem(u), u)
+		_, err := open.Publisher(context.Background(), u, nil)
+		require.ErrorIs(t, err, ferrytype.ErrInvalidConfig, u)
+		require.NotContains(t, err.Error(), "s3cr3t")
+	}
+}
