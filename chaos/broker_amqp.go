@@ -141,9 +141,14 @@ func (b *amqpBroker) parked(ctx context.Context) (map[string][]parkedMsg, error)
 	return out, nil
 }
 
-// restart stops RabbitMQ's application, waits, and starts it again.
+// restart stops RabbitMQ's application, waits, and starts it again. Once
+// begun, the stop runs to its end even when ctx (the fault phase) ends
+// meanwhile: a stop_app killed halfway leaves the fault neither landed nor
+// healed. ctx only cuts the time the broker stays down.
 func (b *amqpBroker) restart(ctx context.Context, down time.Duration) error {
-	if _, err := rabbitmqctl(ctx, "stop_app"); err != nil {
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if _, err := rabbitmqctl(stopCtx, "stop_app"); err != nil {
 		return err
 	}
 	select {

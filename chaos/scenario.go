@@ -41,14 +41,19 @@ func (sc *Scenario) Applies(db, broker string) bool {
 }
 
 // every runs fn at random intervals around d until ctx ends.
-func every(ctx context.Context, d time.Duration, fn func()) {
+func every(ctx context.Context, d time.Duration, fn func()) { after(ctx, d/2+rand.N(d), d, fn) }
+
+// after calls fn once after first, then every d/2..3d/2, until ctx ends.
+func after(ctx context.Context, first, d time.Duration, fn func()) {
+	wait := first
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(d/2 + rand.N(d)):
+		case <-time.After(wait):
 		}
 		fn()
+		wait = d/2 + rand.N(d)
 	}
 }
 
@@ -178,7 +183,9 @@ var Scenarios = []*Scenario{
 		About:   "the broker is stopped and started mid-run (rabbitmqctl stop_app / start_app)",
 		Brokers: []string{"amqp"},
 		faults: func(ctx context.Context, s *system) {
-			every(ctx, 6*time.Second, func() {
+			// The first restart comes within a second or two, so that it
+			// lands while orders are still placed however fast the run is.
+			after(ctx, time.Second, 6*time.Second, func() {
 				s.say("broker: stop_app")
 				if err := s.broker.restart(ctx, 2*time.Second); err != nil {
 					s.say("broker restart failed: %v", err)
