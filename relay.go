@@ -40,7 +40,8 @@ type RelayConfig struct {
 	BatchSize int
 	// Lanes is the number of claim→publish→mark loops run concurrently,
 	// so that one batch is claimed while another waits for confirms.
-	// Default 2. A lane that found events claims again at once; an idle
+	// Default 2. A lane that claimed events claims again at once when it
+	// is done with them, and a full batch brings another lane in; an idle
 	// relay makes one probe per interval (see PollInterval), not one per
 	// lane.
 	Lanes int
