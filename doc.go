@@ -93,10 +93,16 @@
 //
 // # Wake-ups
 //
-// A relay polls once per PollInterval when idle, whatever its number of
-// lanes. It wakes at once on a Wakeup rung by an Outbox in the same process
-// and, on PostgreSQL, on the NOTIFY that EnqueueTx sends inside the
-// transaction (delivered at commit).
+// A relay whose lanes find events claims again at once. Once they run dry,
+// it probes the store (Store.Ready: one read of the pending index, no
+// locks) every MinPollInterval (1ms), lengthening the interval by a
+// quarter at each empty probe up to PollInterval (60ms): a relay deployed
+// in its own process notices new events within milliseconds while busy,
+// and an idle one makes about one query per PollInterval, whatever its
+// number of lanes. It also wakes at once on a Wakeup rung by an Outbox in
+// the same process and, on PostgreSQL, on the NOTIFY that EnqueueTx sends
+// inside the transaction (delivered at commit) when the store has
+// ferrypg.Config.Notify.
 //
 // # Operations
 //

@@ -40,8 +40,10 @@ type RelayConfig struct {
 	BatchSize int
 	// Lanes is the number of claim→publish→mark loops run concurrently,
 	// so that one batch is claimed while another waits for confirms.
-	// Default 2. An idle relay still polls once per PollInterval, not once
-	// per lane.
+	// Default 2. A lane that claimed events claims again at once when it
+	// is done with them, and a full batch brings another lane in; an idle
+	// relay makes one probe per interval (see PollInterval), not one per
+	// lane.
 	Lanes int
 	// Ordered publishes an aggregate's events one at a time, in sequence
 	// order: event N+1 is claimed only after event N was confirmed (SENT),
@@ -49,8 +51,19 @@ type RelayConfig struct {
 	// event of its aggregate until it is retried or discarded. Default
 	// false: maximum throughput, no order between concurrent batches.
 	Ordered bool
-	// PollInterval is how often an idle relay looks for events it was not
-	// woken for. Default 1s.
+	// MinPollInterval is the probe interval right after the relay found
+	// events: once its lanes run out of work, the relay asks the store
+	// (Store.Ready, one read of the pending index) this often whether
+	// events are ready, and wakes a lane when they are. Each probe that
+	// finds nothing lengthens the interval by a quarter, up to
+	// PollInterval; a claim that finds events brings it back to
+	// MinPollInterval. Default 1ms.
+	MinPollInterval time.Duration
+	// PollInterval is the longest an idle relay waits between two probes:
+	// an idle relay makes about one query per PollInterval (plus a sweep
+	// per SweepInterval), and notices an event enqueued after a long idle
+	// time within PollInterval. Default 60ms: about 17 queries a second
+	// when idle.
 	PollInterval time.Duration
 	// Lease is how long a claim holds its events; a relay that has not
 	// recorded an outcome by then loses them to the sweeper. Default 30s.
@@ -105,7 +118,9 @@ func (c *RelayConfig) withDefaults() (RelayConfig, error) {
 	if out.Lanes == 0 {
 		out.Lanes = 2
 	}
-	def(&out.PollInterval, time.Second)
+	def(&out.PollInterval, 60*time.Millisecond)
+	def(&out.MinPollInterval, time.Millisecond)
+	out.MinPollInterval = min(out.MinPollInterval, out.PollInterval)
 	def(&out.Lease, 30*time.Second)
 	def(&out.PublishTimeout, 10*time.Second)
 	def(&out.SweepInterval, 5*time.Second)
@@ -129,6 +144,8 @@ func (c *RelayConfig) withDefaults() (RelayConfig, error) {
 		return out, fmt.Errorf("%w: RelayConfig.Lanes %d must be within 1..64", ErrInvalidConfig, out.Lanes)
 	case out.PollInterval < time.Millisecond:
 		return out, fmt.Errorf("%w: RelayConfig.PollInterval %s is below 1ms", ErrInvalidConfig, out.PollInterval)
+	case out.MinPollInterval < 100*time.Microsecond:
+		return out, fmt.Errorf("%w: RelayConfig.MinPollInterval %s is below 100µs", ErrInvalidConfig, out.MinPollInterval)
 	case out.PublishTimeout <= 0 || out.Lease <= 0:
 		return out, fmt.Errorf("%w: RelayConfig.Lease and PublishTimeout must be positive", ErrInvalidConfig)
 	case out.PublishTimeout >= out.Lease:
@@ -189,6 +206,7 @@ type Relay struct {
 	bgWG     sync.WaitGroup
 
 	kick      chan struct{} // one token wakes one lane
+	active    atomic.Int64  // lanes inside a cycle
 	lastRing  atomic.Int64  // unix nanos of the last wake-up signal
 	missDelay atomic.Int64  // next re-poll delay after a signalled miss
 }
@@ -344,7 +362,7 @@ func (r *Relay) Drain(ctx context.Context) (DrainResult, error) {
 	if err := r.Start(ctx); err != nil {
 		return DrainResult{}, err
 	}
-	tick := time.NewTicker(min(r.cfg.PollInterval, 100*time.Millisecond))
+	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	var (
 		res DrainResult
@@ -392,16 +410,43 @@ func (r *Relay) ring() {
 	r.kickOne()
 }
 
-// poller wakes one lane per poll interval: an idle relay queries the
-// database once per interval, however many lanes it has.
+// poller looks for events while the lanes are idle. While a lane is in a
+// cycle it makes no query: a lane that finds events claims again at once.
+// Otherwise it probes the store (Store.Ready) and wakes one lane when
+// events are ready. The interval starts at MinPollInterval and grows by a
+// quarter at each look that is not followed by claimed events, up to
+// PollInterval; any claimed event brings it back. So an idle relay makes
+// about one query per PollInterval, and a busy one notices new events
+// within a few milliseconds of its lanes running dry. A probe that finds
+// events a claim cannot take (an ordered claim held back by an earlier
+// event) still lengthens the interval.
 func (r *Relay) poller() {
-	t := time.NewTicker(r.cfg.PollInterval)
+	fast := r.cfg.MinPollInterval
+	d := fast
+	t := time.NewTimer(d)
 	defer t.Stop()
+	seen := r.c.claimed.Load()
 	for {
 		select {
 		case <-r.stopping:
 			return
 		case <-t.C:
+		}
+		if c := r.c.claimed.Load(); c != seen {
+			seen, d = c, fast
+		} else {
+			d = min(d+max(d/4, 100*time.Microsecond), r.cfg.PollInterval)
+		}
+		t.Reset(d)
+		if r.active.Load() > 0 {
+			continue // a lane is looking already
+		}
+		ready, err := r.store.Ready(r.workCtx)
+		if err != nil {
+			r.log.Debug("probe failed; claiming instead", "error", err)
+			ready = true
+		}
+		if ready {
 			r.kickOne()
 		}
 	}
@@ -482,26 +527,27 @@ func (r *Relay) lane() {
 				return
 			default:
 			}
+			r.active.Add(1)
 			n, err := r.cycle()
+			r.active.Add(-1)
 			if err != nil {
 				r.c.errors.Add(1)
 				r.log.Error("relay cycle failed", "error", err, "retry_in", errBackoff)
 				if !r.sleep(errBackoff) {
 					return
 				}
-				errBackoff = min(errBackoff*2, r.cfg.PollInterval*5)
+				errBackoff = min(errBackoff*2, max(r.cfg.PollInterval*5, time.Second))
 				continue
 			}
 			errBackoff = 50 * time.Millisecond
 			if n == r.cfg.BatchSize {
 				r.kickOne() // more may be waiting: bring another lane in
-				continue
 			}
-			if n == 0 {
-				r.maybeRepoll()
-			} else {
+			if n > 0 {
 				r.missDelay.Store(0)
+				continue // more may have committed meanwhile: look again at once
 			}
+			r.maybeRepoll()
 			break
 		}
 	}

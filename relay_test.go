@@ -454,11 +454,19 @@ func TestRelayRetentionPurgesSentRowsOnly(t *testing.T) {
 }
 
 // countingStore signals each claim as it starts (claims) and, when
-// claimed is not nil, how many events it returned as it ends.
+// claimed is not nil, how many events it returned as it ends; when probes
+// is not nil, it signals each probe's answer there.
 type countingStore struct {
 	ferrystore.Driver[*sql.Tx]
 	claims  chan time.Time
 	claimed chan int
+	probes  chan probe
+}
+
+// probe is one Store.Ready call: when it started and what it answered.
+type probe struct {
+	at    time.Time
+	ready bool
 }
 
 func (s *countingStore) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype.Message, error) {
@@ -473,6 +481,18 @@ func (s *countingStore) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]
 	return msgs, err
 }
 
+func (s *countingStore) Ready(ctx context.Context) (bool, error) {
+	at := time.Now()
+	ok, err := s.Driver.Ready(ctx)
+	if s.probes != nil && err == nil {
+		select {
+		case s.probes <- probe{at: at, ready: ok}:
+		default:
+		}
+	}
+	return ok, err
+}
+
 // receive returns the next value from ch, failing the test after d.
 func receive[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
 	t.Helper()
@@ -485,22 +505,58 @@ func receive[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
 	}
 }
 
-func TestRelayIdlePollsOncePerInterval(t *testing.T) {
+func TestRelayIdleProbesOncePerInterval(t *testing.T) {
 	b := setupRelay(t, "sqlite")
-	cs := &countingStore{Driver: b.st.Driver, claims: make(chan time.Time, 100)}
+	cs := &countingStore{Driver: b.st.Driver, claims: make(chan time.Time, 100), probes: make(chan probe, 1000)}
 	const interval = 40 * time.Millisecond
 	r, err := ferry.NewRelay(cs, b.publisher(t), &ferry.RelayConfig{Lanes: 8, PollInterval: interval, DisableListen: true})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(b.ctx))
 	defer r.Stop(b.ctx)
-	first := <-cs.claims // the look at start
-	var lastAt time.Time
-	for i := 0; i < 10; i++ {
-		lastAt = <-cs.claims
+	receive(t, cs.claims, 10*time.Second, "claim at start")
+	// The interval grows by a quarter per empty probe from 1ms: it reaches
+	// PollInterval within 20 probes.
+	for i := 0; i < 20; i++ {
+		require.False(t, receive(t, cs.probes, 10*time.Second, "probe").ready)
 	}
-	// Ten more claims by eight idle lanes took at least ten intervals
-	// (less a margin for ticker jitter): one query per interval.
-	require.GreaterOrEqual(t, lastAt.Sub(first), 9*interval, "idle lanes poll more than once per interval")
+	first := receive(t, cs.probes, 10*time.Second, "probe").at
+	var last time.Time
+	for i := 0; i < 10; i++ {
+		last = receive(t, cs.probes, 10*time.Second, "probe").at
+	}
+	// Ten more probes took at least ten intervals (less a margin for timer
+	// jitter): an idle relay of eight lanes makes one query per interval.
+	require.GreaterOrEqual(t, last.Sub(first), 9*interval, "an idle relay probes more than once per interval")
+	select {
+	case at := <-cs.claims:
+		t.Fatalf("an idle relay claimed at %s although every probe found nothing", at)
+	default:
+	}
+}
+
+func TestRelayProbeFindsEventsOfAnotherProcess(t *testing.T) {
+	for _, kind := range []string{"mysql", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			b := setupRelay(t, kind)
+			cs := &countingStore{Driver: b.st.Driver, claims: make(chan time.Time, 100),
+				claimed: make(chan int, 100), probes: make(chan probe, 1000)}
+			// No Wakeup and no LISTEN: the producer is another process,
+			// and only the probe can notice its commits.
+			r, err := ferry.NewRelay(cs, b.publisher(t), &ferry.RelayConfig{DisableListen: true})
+			require.NoError(t, err)
+			require.NoError(t, r.Start(b.ctx))
+			t.Cleanup(func() { _ = r.Stop(context.Background()) })
+			require.Zero(t, receive(t, cs.claimed, 10*time.Second, "claim at start"))
+			for i := 1; i <= 3; i++ {
+				b.enqueue(t, 1, func(int) string { return "1" })
+				// The relay claims the event only after a probe saw it.
+				for p := receive(t, cs.probes, 10*time.Second, "probe"); !p.ready; p = receive(t, cs.probes, 10*time.Second, "probe") {
+				}
+				testsvc.WaitFor(t, 10*time.Second, func() bool { return r.Stats().Confirmed == int64(i) },
+					func() string { return fmt.Sprintf("%+v", r.Stats()) })
+			}
+		})
+	}
 }
 
 func TestRelayWakesOnEnqueueBeforeCommit(t *testing.T) {
@@ -509,7 +565,7 @@ func TestRelayWakesOnEnqueueBeforeCommit(t *testing.T) {
 	ob, err := ferry.NewOutbox(b.st.Driver, &ferry.OutboxConfig{Wakeup: wake})
 	require.NoError(t, err)
 	cs := &countingStore{Driver: b.st.Driver, claims: make(chan time.Time, 100), claimed: make(chan int, 100)}
-	r, err := ferry.NewRelay(cs, b.publisher(t), &ferry.RelayConfig{Lanes: 1, PollInterval: time.Hour, Wakeup: wake})
+	r, err := ferry.NewRelay(cs, b.publisher(t), &ferry.RelayConfig{Lanes: 1, PollInterval: time.Hour, MinPollInterval: time.Hour, Wakeup: wake})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(b.ctx))
 	t.Cleanup(func() { _ = r.Stop(context.Background()) })
@@ -532,7 +588,7 @@ func TestRelayWakesOnPostgresNotify(t *testing.T) {
 	require.NoError(t, err)
 	b.ob, err = ferry.NewOutbox(notifying, nil)
 	require.NoError(t, err)
-	r := b.relay(t, b.publisher(t), &ferry.RelayConfig{PollInterval: time.Hour})
+	r := b.relay(t, b.publisher(t), &ferry.RelayConfig{PollInterval: time.Hour, MinPollInterval: time.Hour})
 	for i := 1; i <= 3; i++ {
 		b.enqueue(t, 1, func(int) string { return "1" })
 		testsvc.WaitFor(t, 5*time.Second, func() bool { return r.Stats().Confirmed == int64(i) },

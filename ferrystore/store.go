@@ -61,6 +61,11 @@ type Store interface {
 	// PurgeSent deletes up to limit SENT rows sent more than olderThan ago
 	// and returns how many it deleted.
 	PurgeSent(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
+	// Ready reports whether any NEW row is available now: what an idle
+	// relay asks between claims. It reads at most one entry of the pending
+	// index (status, available_at), takes no locks and writes nothing, so
+	// it may run every few milliseconds.
+	Ready(ctx context.Context) (bool, error)
 	// Stats counts rows by status and measures the oldest pending row.
 	Stats(ctx context.Context) (Stats, error)
 	// Get returns one row by event id, or an error wrapping

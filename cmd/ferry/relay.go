@@ -27,6 +27,7 @@ type relayFlags struct {
 	lanes           int
 	ordered         bool
 	pollInterval    time.Duration
+	minPollInterval time.Duration
 	lease           time.Duration
 	publishTimeout  time.Duration
 	maxAttempts     int
@@ -97,8 +98,12 @@ event was enqueued in.`,
 	bindEnv(fl, "lanes", "FERRY_LANES")
 	fl.BoolVar(&f.ordered, "ordered", false, "publish each aggregate's events one at a time, in order")
 	bindEnv(fl, "ordered", "FERRY_ORDERED")
-	fl.DurationVar(&f.pollInterval, "poll-interval", time.Second, "how often an idle relay looks for events")
+	fl.DurationVar(&f.pollInterval, "poll-interval", 60*time.Millisecond,
+		"longest wait between two probes for events of an idle relay (about one query per interval)")
 	bindEnv(fl, "poll-interval", "FERRY_POLL_INTERVAL")
+	fl.DurationVar(&f.minPollInterval, "min-poll-interval", time.Millisecond,
+		"probe interval right after events were found; each empty probe lengthens it by a quarter up to --poll-interval")
+	bindEnv(fl, "min-poll-interval", "FERRY_MIN_POLL_INTERVAL")
 	fl.DurationVar(&f.lease, "lease", 30*time.Second, "how long a claim holds its events")
 	bindEnv(fl, "lease", "FERRY_LEASE")
 	fl.DurationVar(&f.publishTimeout, "publish-timeout", 10*time.Second, "bound on one batch's publish and confirms (< lease)")
@@ -157,7 +162,8 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 		ok   bool
 	}{
 		{"--batch-size", f.batchSize >= 1}, {"--lanes", f.lanes >= 1}, {"--max-attempts", f.maxAttempts >= 1},
-		{"--poll-interval", f.pollInterval > 0}, {"--lease", f.lease > 0}, {"--publish-timeout", f.publishTimeout > 0},
+		{"--poll-interval", f.pollInterval > 0}, {"--min-poll-interval", f.minPollInterval > 0},
+		{"--lease", f.lease > 0}, {"--publish-timeout", f.publishTimeout > 0},
 		{"--retry-initial", f.retryInitial > 0}, {"--retry-max", f.retryMax > 0}, {"--retention", f.retention >= 0},
 		{"--sweep-interval", f.sweepInterval > 0},
 		{"--metrics-interval", f.metricsInterval > 0}, {"--ready-timeout", f.readyTimeout > 0},
@@ -241,7 +247,8 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 	}
 	relay, err := ferry.NewRelay(store, pub, &ferry.RelayConfig{
 		BatchSize: f.batchSize, Lanes: f.lanes, Ordered: f.ordered, PollInterval: f.pollInterval,
-		Lease: f.lease, PublishTimeout: f.publishTimeout, Retention: f.retention, SweepInterval: f.sweepInterval,
+		MinPollInterval: f.minPollInterval,
+		Lease:           f.lease, PublishTimeout: f.publishTimeout, Retention: f.retention, SweepInterval: f.sweepInterval,
 		Retry:  ferry.ExponentialBackoff{Initial: f.retryInitial, Max: f.retryMax, MaxAttempts: f.maxAttempts},
 		Logger: log, FaultPoint: g.faultPoint, Hooks: hooks,
 	})

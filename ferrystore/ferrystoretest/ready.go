@@ -1,0 +1,63 @@
+package ferrystoretest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// exerciseReady checks the idle relay's probe: it sees exactly the rows a
+// claim would take.
+func exerciseReady[TTx any](t *testing.T, h Harness[TTx]) {
+	ready := func(t *testing.T, b *bundle[TTx]) bool {
+		t.Helper()
+		ok, err := b.store.Ready(b.ctx)
+		require.NoError(t, err)
+		return ok
+	}
+
+	t.Run("EmptyTableIsNotReady", func(t *testing.T) {
+		b := setup(t, h)
+		require.False(t, ready(t, b))
+	})
+
+	t.Run("CommittedEventIsReady", func(t *testing.T) {
+		b := setup(t, h)
+		b.enqueue(t, ev("A", "1", `{}`))
+		require.True(t, ready(t, b))
+	})
+
+	t.Run("UncommittedEventIsNotReady", func(t *testing.T) {
+		b := setup(t, h)
+		if h.LockRow == nil {
+			t.Skip("a writer's open transaction blocks readers on this database")
+		}
+		tx, _, rollback := h.Begin(b.ctx, t, b.store)
+		_, err := b.ob.EnqueueTx(b.ctx, tx, ev("A", "1", `{}`))
+		require.NoError(t, err)
+		defer func() { require.NoError(t, rollback()) }()
+		require.False(t, ready(t, b), "the probe reads committed rows only")
+	})
+
+	t.Run("DelayedEventIsNotReady", func(t *testing.T) {
+		b := setup(t, h)
+		later := ev("A", "1", `{}`)
+		later.Delay = time.Hour
+		b.enqueue(t, later)
+		require.False(t, ready(t, b))
+	})
+
+	t.Run("ClaimedAndSentEventsAreNotReady", func(t *testing.T) {
+		b := setup(t, h)
+		b.enqueue(t, ev("A", "1", `{}`), ev("A", "2", `{}`))
+		msgs, token := b.claim(t, 1, false)
+		require.Len(t, msgs, 1)
+		require.True(t, ready(t, b), "one event is still NEW")
+		_, err := b.store.MarkSent(b.ctx, token, ids(msgs))
+		require.NoError(t, err)
+		rest, _ := b.claim(t, 10, false)
+		require.Len(t, rest, 1)
+		require.False(t, ready(t, b), "one event SENT, one SENDING: nothing to claim")
+	})
+}
