@@ -153,6 +153,10 @@ func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 	}
 	rep, err := bench.Run(ctx, cfg, cmd.ErrOrStderr())
 	if err != nil {
+		if rep != nil && !f.json {
+			fmt.Fprintln(cmd.OutOrStdout(), "the run failed; the scenarios completed before it:")
+			rep.WriteText(cmd.OutOrStdout())
+		}
 		return err
 	}
 	if f.json {

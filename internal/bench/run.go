@@ -180,6 +180,8 @@ type Report struct {
 
 // Run runs cfg's scenarios and reports each figure to progress as it
 // completes. It creates its own tables, queue and stream and removes them.
+// When a scenario fails, Run returns the error with a report of the
+// scenarios completed before it.
 func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	cfg = cfg.withDefaults()
 	for _, s := range cfg.Scenarios {
@@ -251,14 +253,14 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 			took, err := b.Raw(ctx, cfg.Events, cfg.Window)
 			return float64(cfg.Events) / took.Seconds(), err
 		}); err != nil {
-			return nil, fmt.Errorf("raw broker: %w", err)
+			return rep.partial(), fmt.Errorf("raw broker: %w", err)
 		}
 		say("raw broker: %.0f msg/s (window %d)", rep.RawBroker, cfg.Window)
 	}
 	if want(ScenarioRawDB) {
 		rep.RawLoops = maxRelays
 		if rep.RawDB, err = median(func() (float64, error) { return RawDB(ctx, t, cfg.Events, maxRelays, cfg.Batch) }); err != nil {
-			return nil, fmt.Errorf("raw database: %w", err)
+			return rep.partial(), fmt.Errorf("raw database: %w", err)
 		}
 		say("raw claim+mark: %.0f events/s (%d loops, batch %d)", rep.RawDB, maxRelays, cfg.Batch)
 	}
@@ -268,7 +270,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 				spec := RelaySpec{Relays: n, Ordered: ordered, Lanes: cfg.Lanes, Batch: cfg.Batch}
 				r, err := drains(func() (drainRun, error) { return drainInProcess(ctx, t, b, cfg.Events, spec, m) })
 				if err != nil {
-					return nil, fmt.Errorf("relay drain: %w", err)
+					return rep.partial(), fmt.Errorf("relay drain: %w", err)
 				}
 				rep.Relay = append(rep.Relay, figure(n, ordered, r))
 				say("relay: %d relay(s), ordered=%v: %.0f events/s, CPU µs/event %s", n, ordered, r.Rate, r.CPU)
@@ -278,7 +280,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 				if r, err = drains(func() (drainRun, error) {
 					return drainProcesses(ctx, t, b, cfg.Events, spec, cfg.RelayBinary, cfg.RelayEnv, m)
 				}); err != nil {
-					return nil, fmt.Errorf("relay process drain: %w", err)
+					return rep.partial(), fmt.Errorf("relay process drain: %w", err)
 				}
 				rep.RelayProcess = append(rep.RelayProcess, figure(n, ordered, r))
 				say("relay: %d ferry relay process(es), ordered=%v: %.0f events/s, CPU µs/event %s", n, ordered, r.Rate, r.CPU)
@@ -289,7 +291,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		for _, n := range cfg.Relays {
 			r, err := drains(func() (drainRun, error) { return drainPlain(ctx, t, b, cfg.Events, n, cfg.Batch, m) })
 			if err != nil {
-				return nil, fmt.Errorf("plain relay drain: %w", err)
+				return rep.partial(), fmt.Errorf("plain relay drain: %w", err)
 			}
 			rep.Plain = append(rep.Plain, figure(n, false, r))
 			say("plain relay: %d loop(s): %.0f events/s, CPU µs/event %s", n, r.Rate, r.CPU)
@@ -301,21 +303,21 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		}
 		live, err := Live(ctx, t, b, cfg.LiveRate, cfg.LiveFor, 1, cfg.Lanes)
 		if err != nil {
-			return nil, fmt.Errorf("live: %w", err)
+			return rep.partial(), fmt.Errorf("live: %w", err)
 		}
 		rep.Live = &live
 		sayLive(live)
 		if cfg.RelayBinary != "" {
 			l, err := liveProcess(ctx, t, b, cfg.LiveRate, cfg.LiveFor, cfg.RelayBinary, cfg.RelayEnv, RelaySpec{Lanes: cfg.Lanes, Batch: cfg.Batch})
 			if err != nil {
-				return nil, fmt.Errorf("live: %w", err)
+				return rep.partial(), fmt.Errorf("live: %w", err)
 			}
 			rep.LiveProcess = &l
 			sayLive(l)
 		}
 		l, err := livePlain(ctx, t, b, cfg.LiveRate, cfg.LiveFor, cfg.PlainPoll, cfg.Batch)
 		if err != nil {
-			return nil, fmt.Errorf("live: %w", err)
+			return rep.partial(), fmt.Errorf("live: %w", err)
 		}
 		rep.LivePlain = &l
 		sayLive(l)
@@ -324,7 +326,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		for _, w := range []int{1, 16} {
 			p, err := Producer(ctx, t, cfg.ProducerTxs, w)
 			if err != nil {
-				return nil, fmt.Errorf("producer: %w", err)
+				return rep.partial(), fmt.Errorf("producer: %w", err)
 			}
 			rep.Producer = append(rep.Producer, p)
 			say("producer, %d writer(s): business %.0f, hand INSERT %.0f, EnqueueTx %.0f, EnqueueTx no sequence %.0f tx/s",
@@ -335,7 +337,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		for _, w := range []int{1, 8} {
 			in, err := Inbox(ctx, t, cfg.InboxOps, w)
 			if err != nil {
-				return nil, fmt.Errorf("inbox: %w", err)
+				return rep.partial(), fmt.Errorf("inbox: %w", err)
 			}
 			rep.Inbox = append(rep.Inbox, in)
 			say("consumer, %d worker(s): bare %.0f, inbox %.0f ops/s", w, in.Bare, in.Inbox)
@@ -344,7 +346,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	if want(ScenarioClaim) {
 		c, err := Claim(ctx, t, cfg.Retained, cfg.Batch, cfg.ClaimRounds)
 		if err != nil {
-			return nil, fmt.Errorf("claim: %w", err)
+			return rep.partial(), fmt.Errorf("claim: %w", err)
 		}
 		rep.Claim = &c
 		say("claim of %d: empty p50 %s p99 %s; with %d SENT rows p50 %s p99 %s", c.Batch,
@@ -353,6 +355,13 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	rep.Ratios = rep.ratios()
 	rep.Targets = rep.targets()
 	return rep, nil
+}
+
+// partial completes the report of the scenarios measured so far.
+func (r *Report) partial() *Report {
+	r.Ratios = r.ratios()
+	r.Targets = r.targets()
+	return r
 }
 
 // ratios computes each of ferry's figures as a fraction of its raw limit,
