@@ -219,7 +219,7 @@ func (r *Report) writeTargets(w io.Writer) {
 		if x.Note != "" {
 			v += "  [" + x.Note + "]"
 		}
-		fmt.Fprintf(w, "  %-70s %s\n", x.Name, v)
+		fmt.Fprintf(w, "  %-72s %s\n", x.Name, v)
 	}
 }
 

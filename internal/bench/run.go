@@ -441,7 +441,7 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "broker:   %s\n", r.Broker)
 	}
 	fmt.Fprintf(w, "%d events per drain, batch %d, median of %d\n\n", r.Events, r.Batch, r.Repeat)
-	row := func(name, value string) { fmt.Fprintf(w, "  %-58s %14s\n", name, value) }
+	row := func(name, value string) { fmt.Fprintf(w, "  %-66s %14s\n", name, value) }
 	per := func(v float64, unit string) string { return fmt.Sprintf("%.0f %s", v, unit) }
 	if r.RawBroker > 0 || r.RawDB > 0 || len(r.Relay) > 0 {
 		fmt.Fprintln(w, "throughput")
@@ -495,7 +495,7 @@ func (r *Report) WriteText(w io.Writer) {
 				}
 				v += fmt.Sprintf("  (target %s %.2f: %s)", cmp, x.Target, verdict)
 			}
-			fmt.Fprintf(w, "  %-58s %s\n", x.Name, v)
+			fmt.Fprintf(w, "  %-66s %s\n", x.Name, v)
 		}
 	}
 	r.writeTargets(w)
