@@ -52,18 +52,26 @@ func (p *plainRelay) loop(ctx context.Context, poll time.Duration, sent *atomic.
 	defer closePub()
 	for {
 		token := uuid.NewString()
+		// A polling loop is stopped by ending ctx, which may cut a batch
+		// short: its events stay leased, as after a crash.
+		stopped := func(err error) bool { return poll > 0 && ctx.Err() != nil && err != nil }
 		rows, err := p.claim(ctx, conn, token)
+		if stopped(err) {
+			return nil
+		}
 		if err != nil {
-			if poll > 0 && ctx.Err() != nil {
-				return nil
-			}
 			return fmt.Errorf("plain claim: %w", err)
 		}
 		if len(rows) > 0 {
-			if err := publish(ctx, rows); err != nil {
+			if err := publish(ctx, rows); stopped(err) {
+				return nil
+			} else if err != nil {
 				return fmt.Errorf("plain publish: %w", err)
 			}
 			k, err := p.mark(ctx, conn, token, rows)
+			if stopped(err) {
+				return nil
+			}
 			if err != nil {
 				return fmt.Errorf("plain mark: %w", err)
 			}
