@@ -17,12 +17,13 @@ import (
 )
 
 type benchFlags struct {
-	brokerURL  string
-	scenarios  string
-	json       bool
-	cpuProfile string
-	relays     []int
-	cfg        bench.Config
+	brokerURL   string
+	relayBinary string
+	scenarios   string
+	json        bool
+	cpuProfile  string
+	relays      []int
+	cfg         bench.Config
 }
 
 func newBench(g *globals) *cobra.Command {
@@ -38,16 +39,25 @@ measured side by side do not):
   raw-broker  the broker's client library alone publishing persistent messages
               with confirms (RabbitMQ: a pipelined window; NATS: async publish)
   raw-db      the relay's claim and mark-SENT statements alone, no broker
-  relay       1 and 4 relays draining pre-filled events, unordered and ordered
-  live        producers committing at --live-rate while a relay runs:
-              commit→confirm latency p50 / p99 / max
+  relay       1 and 4 relays draining pre-filled events, unordered and ordered:
+              in the bench's process, and as ferry relay --drain processes
+              with default settings (this binary, or --relay-binary)
+  plain       a plain hand-written relay with the same protocol and the same
+              loop counts, for comparison: ferry / plain ratios
+  live        producers committing one event per transaction at --live-rate:
+              commit → delivery at a consumer, p50 / p99 / max, for a relay in
+              the bench's process, a ferry relay process with default
+              settings, and the plain relay polling every 10ms
   producer    business tx alone, with a hand-written outbox INSERT, with EnqueueTx
   inbox       the seed's points award bare and inside the inbox, 1 and 8 workers
   claim       claim latency on an empty outbox and with --retained SENT rows
 
 It works on tables, a queue and a stream of its own (ferry_bench_*) and
-removes them; it never touches your outbox. Without --database-url and
---broker-url it runs on a temporary SQLite file and an embedded NATS server.`,
+removes them; it never touches your outbox. Where the database and the
+broker run on this machine, it reads their CPU time from /proc and reports
+the CPU per event of the database, the broker and the relay. Without
+--database-url and --broker-url it runs on a temporary SQLite file and an
+embedded NATS server.`,
 		Example: `  ferry bench --database-url mysql://root@127.0.0.1:3306/test --broker-url amqp://guest:guest@127.0.0.1:5672/
   ferry bench --database-url postgres://127.0.0.1:5432/test --broker-url amqp://guest:guest@127.0.0.1:5672/ --json
   ferry bench --scenarios claim --retained 10000000 --database-url ...`,
@@ -70,6 +80,7 @@ removes them; it never touches your outbox. Without --database-url and
 	fl.DurationVar(&f.cfg.LiveFor, "live-for", 10*time.Second, "length of the live scenario")
 	fl.IntVar(&f.cfg.Retained, "retained", 1000000, "SENT rows retained in the claim scenario")
 	fl.StringVar(&f.cfg.QueueType, "queue-type", "quorum", "RabbitMQ queue type: quorum or classic")
+	fl.StringVar(&f.relayBinary, "relay-binary", "", `ferry binary run as relay processes (default: this one; "none" skips those figures)`)
 	return cmd
 }
 
@@ -77,6 +88,13 @@ func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 	ctx := cmd.Context()
 	cfg := f.cfg
 	cfg.DatabaseURL, cfg.BrokerURL, cfg.Relays = g.databaseURL, f.brokerURL, f.relays
+	switch f.relayBinary {
+	case "":
+		cfg.RelayBinary, cfg.RelayEnv = benchRelay()
+	case "none":
+	default:
+		cfg.RelayBinary = f.relayBinary
+	}
 	if f.scenarios != "all" {
 		for _, s := range strings.Split(f.scenarios, ",") {
 			s = strings.TrimSpace(s)
@@ -101,7 +119,7 @@ func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 		}
 	}
 	needBroker := len(cfg.Scenarios) == 0 || slices.ContainsFunc(cfg.Scenarios, func(s string) bool {
-		return s == bench.ScenarioRawBroker || s == bench.ScenarioRelay || s == bench.ScenarioLive
+		return s == bench.ScenarioRawBroker || s == bench.ScenarioRelay || s == bench.ScenarioPlain || s == bench.ScenarioLive
 	})
 	if cfg.DatabaseURL == "" || (cfg.BrokerURL == "" && needBroker) {
 		dir, err := os.MkdirTemp("", "ferry-bench-")
@@ -135,6 +153,10 @@ func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 	}
 	rep, err := bench.Run(ctx, cfg, cmd.ErrOrStderr())
 	if err != nil {
+		if rep != nil && !f.json {
+			fmt.Fprintln(cmd.OutOrStdout(), "the run failed; the scenarios completed before it:")
+			rep.WriteText(cmd.OutOrStdout())
+		}
 		return err
 	}
 	if f.json {
@@ -142,4 +164,16 @@ func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 	}
 	rep.WriteText(cmd.OutOrStdout())
 	return nil
+}
+
+// benchRelay returns the ferry binary the bench runs as ferry relay
+// processes, and environment to add to theirs: this executable, unless it
+// is a test binary (which runs tests, not ferry, when started with
+// arguments); this package's tests set their own.
+var benchRelay = func() (path string, env []string) {
+	p, err := os.Executable()
+	if err != nil || strings.HasSuffix(p, ".test") {
+		return "", nil
+	}
+	return p, nil
 }

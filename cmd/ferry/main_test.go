@@ -41,6 +41,8 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(execute(newRootWith(&globals{faultPoint: crash}), os.Args[1:], os.Stdout, os.Stderr))
 	}
+	// ferry bench runs ferry relay processes: this binary, as ferry.
+	benchRelay = func() (string, []string) { return os.Args[0], []string{envExecMain + "=1"} }
 	os.Exit(m.Run())
 }
 
@@ -319,7 +321,7 @@ func TestMigrateInboxTables(t *testing.T) {
 // checks its JSON report; it times nothing.
 func TestBenchRunsOnTheEmbeddedDefault(t *testing.T) {
 	code, out, errOut := ferryCLI(t, "bench", "--json", "--events", "200", "--repeat", "1", "--relays", "1",
-		"--live-rate", "100", "--live-for", "500ms", "--retained", "1000", "--scenarios", "raw-db,relay,live,claim")
+		"--live-rate", "100", "--live-for", "500ms", "--retained", "1000", "--scenarios", "raw-db,relay,plain,live,claim")
 	require.Equal(t, exitOK, code, errOut)
 	var rep struct {
 		Database string  `json:"database"`
@@ -328,9 +330,28 @@ func TestBenchRunsOnTheEmbeddedDefault(t *testing.T) {
 		Relay    []struct {
 			Rate float64 `json:"events_per_second"`
 		} `json:"relay"`
+		RelayProcess []struct {
+			Rate float64 `json:"events_per_second"`
+			CPU  struct {
+				Relay *float64 `json:"relay_us_per_event"`
+			} `json:"cpu"`
+		} `json:"relay_process"`
+		Plain []struct {
+			Rate float64 `json:"events_per_second"`
+		} `json:"plain"`
 		Live struct {
 			Events int `json:"events"`
 		} `json:"live"`
+		LiveProcess struct {
+			Events int    `json:"events"`
+			Mode   string `json:"mode"`
+		} `json:"live_process"`
+		LivePlain struct {
+			Events int `json:"events"`
+		} `json:"live_plain"`
+		Targets []struct {
+			Name string `json:"name"`
+		} `json:"targets"`
 		Ratios []struct {
 			Name  string  `json:"name"`
 			Value float64 `json:"value"`
@@ -343,4 +364,16 @@ func TestBenchRunsOnTheEmbeddedDefault(t *testing.T) {
 	require.Len(t, rep.Relay, 2) // unordered and ordered
 	require.Equal(t, 50, rep.Live.Events)
 	require.NotEmpty(t, rep.Ratios)
+	// The relay as deployed: ferry relay processes, and the plain relay.
+	require.Len(t, rep.RelayProcess, 2)
+	for _, f := range rep.RelayProcess {
+		require.Positive(t, f.Rate)
+		require.NotNil(t, f.CPU.Relay)
+	}
+	require.Len(t, rep.Plain, 1)
+	require.Positive(t, rep.Plain[0].Rate)
+	require.Equal(t, "process", rep.LiveProcess.Mode)
+	require.Equal(t, 50, rep.LiveProcess.Events)
+	require.Equal(t, 50, rep.LivePlain.Events)
+	require.NotEmpty(t, rep.Targets)
 }

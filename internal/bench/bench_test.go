@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +20,43 @@ import (
 	"github.com/ferrydev/ferry/internal/natsembed"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
+
+var ferryBinary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// relayBinary returns a ferry binary for the relay-process figures:
+// FERRY_BENCH_BINARY, or one built once into a temporary directory.
+func relayBinary(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("FERRY_BENCH_BINARY"); p != "" {
+		return p
+	}
+	ferryBinary.once.Do(func() {
+		dir, err := os.MkdirTemp("", "ferry-bench-test-")
+		if err != nil {
+			ferryBinary.err = err
+			return
+		}
+		ferryBinary.path = filepath.Join(dir, "ferry")
+		out, err := exec.Command("go", "build", "-o", ferryBinary.path, "github.com/ferrydev/ferry/cmd/ferry").CombinedOutput()
+		if err != nil {
+			ferryBinary.err = fmt.Errorf("go build ./cmd/ferry: %w: %s", err, out)
+		}
+	})
+	require.NoError(t, ferryBinary.err)
+	return ferryBinary.path
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if ferryBinary.path != "" {
+		os.RemoveAll(filepath.Dir(ferryBinary.path))
+	}
+	os.Exit(code)
+}
 
 // TestRunMeasuresEveryScenario runs every scenario at a tiny size on each
 // database the tests reach, and checks that each produced its figures and
@@ -54,7 +96,7 @@ func TestRunMeasuresEveryScenario(t *testing.T) {
 			rep, err := bench.Run(ctx, bench.Config{
 				DatabaseURL: url, BrokerURL: broker, Events: 400, Repeat: 1, Batch: 50,
 				Relays: []int{1, 2}, LiveRate: 200, LiveFor: time.Second, Retained: 100001,
-				ClaimRounds: 10, ProducerTxs: 100, InboxOps: 100,
+				ClaimRounds: 10, ProducerTxs: 100, InboxOps: 100, RelayBinary: relayBinary(t),
 			}, &progress)
 			require.NoError(t, err, progress.String())
 
@@ -64,10 +106,38 @@ func TestRunMeasuresEveryScenario(t *testing.T) {
 			for _, f := range rep.Relay {
 				require.Positive(t, f.Rate, "%+v", f)
 			}
-			require.NotNil(t, rep.Live)
-			require.Equal(t, 200, rep.Live.Events)
-			require.Positive(t, rep.Live.P99)
-			require.LessOrEqual(t, rep.Live.P50, rep.Live.P99)
+			require.Len(t, rep.RelayProcess, 4)
+			require.Len(t, rep.Plain, 2)
+			// The servers' CPU is measured in every drain or in none: on
+			// SQLite and the embedded NATS server (the bench's own process)
+			// in none; on local services where /proc shows their sockets.
+			all := append(append(slices.Clone(rep.Relay), rep.RelayProcess...), rep.Plain...)
+			dbCPU, brokerCPU := all[0].CPU.DB != nil, all[0].CPU.Broker != nil
+			if !c.amqp {
+				require.False(t, dbCPU || brokerCPU, "%+v", all[0].CPU)
+			}
+			for _, f := range all {
+				require.Positive(t, f.Rate, "%+v", f)
+				require.NotNil(t, f.CPU.Relay, "%+v", f)
+				require.GreaterOrEqual(t, *f.CPU.Relay, 0.0)
+				require.Equal(t, dbCPU, f.CPU.DB != nil, "database CPU %+v", f)
+				require.Equal(t, brokerCPU, f.CPU.Broker != nil, "broker CPU %+v", f)
+				for _, v := range []*float64{f.CPU.DB, f.CPU.Broker} {
+					if v != nil {
+						require.GreaterOrEqual(t, *v, 0.0)
+					}
+				}
+			}
+			for _, l := range []*bench.LiveResult{rep.Live, rep.LiveProcess, rep.LivePlain} {
+				require.NotNil(t, l)
+				require.Equal(t, 200, l.Events, l.Mode)
+				require.Positive(t, l.P99, l.Mode)
+				require.LessOrEqual(t, l.P50, l.P99, l.Mode)
+				require.LessOrEqual(t, l.P99, l.Max, l.Mode)
+			}
+			require.Equal(t, []string{bench.LiveInProcess, bench.LiveProcess, bench.LivePlain},
+				[]string{rep.Live.Mode, rep.LiveProcess.Mode, rep.LivePlain.Mode})
+			require.Len(t, rep.Targets, 9)
 			require.Len(t, rep.Producer, 2)
 			require.Len(t, rep.Inbox, 2)
 			for _, p := range rep.Producer {
@@ -84,12 +154,17 @@ func TestRunMeasuresEveryScenario(t *testing.T) {
 				names[r.Name] = true
 			}
 			for _, want := range []string{"relay (2, unordered) / raw claim+mark", "relay (2, ordered) / raw publish",
-				"EnqueueTx / hand INSERT, 16 writer(s)", "inbox / bare, 8 worker(s)", "claim p99 with 100001 SENT rows / empty"} {
+				"EnqueueTx / hand INSERT, 16 writer(s)", "inbox / bare, 8 worker(s)", "claim p99 with 100001 SENT rows / empty",
+				"ferry (2, process) / plain (2 loops), rate", "ferry (2, process) / plain (2 loops), relay CPU per event",
+				"live process / plain, commit→delivery p99"} {
 				require.True(t, names[want], "ratio %q missing from %v", want, names)
 			}
 			var text bytes.Buffer
 			rep.WriteText(&text)
-			require.Contains(t, text.String(), "raw claim + mark SENT")
+			for _, want := range []string{"raw claim + mark SENT", "ferry relay processes, 2, unordered", "plain relay loops, 2, unordered",
+				"ferry relay process, defaults: rate; p50 / p99 / max", "targets for the relay as deployed"} {
+				require.Contains(t, text.String(), want)
+			}
 
 			// The bench dropped every table it created.
 			q := "SELECT COUNT(*) FROM information_schema.tables WHERE table_name LIKE 'ferry_bench_%'"

@@ -232,3 +232,96 @@ func (b *Broker) rawNATS(ctx context.Context, n, window int) (time.Duration, err
 	}
 	return took, nil
 }
+
+// Count returns how many messages the destination holds.
+func (b *Broker) Count(ctx context.Context) (int, error) {
+	if b.Kind == "amqp" {
+		ch, err := b.conn.Channel()
+		if err != nil {
+			return 0, err
+		}
+		defer ch.Close()
+		q, err := ch.QueueDeclarePassive(b.queue, true, false, false, false, amqp.Table{"x-queue-type": b.queueType})
+		return q.Messages, err
+	}
+	s, err := b.js.Stream(ctx, b.stream)
+	if err != nil {
+		return 0, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return int(info.State.Msgs), nil
+}
+
+// expect waits up to 10s for the destination to hold exactly n messages:
+// the broker's own count, checked after every drain.
+func (b *Broker) expect(ctx context.Context, n int) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := b.Count(ctx)
+		if err != nil {
+			return fmt.Errorf("count messages at the broker: %w", err)
+		}
+		if got == n {
+			return nil
+		}
+		if got > n || time.Now().After(deadline) {
+			return fmt.Errorf("the broker holds %d messages for %d events", got, n)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Consume delivers the id of each message arriving at the destination to
+// fn, with the time it arrived, until the returned stop is called: a
+// consumer on the queue with automatic acks (RabbitMQ), or an ordered
+// consumer of new messages on the stream (NATS).
+func (b *Broker) Consume(ctx context.Context, fn func(id string, at time.Time)) (stop func(), err error) {
+	if b.Kind == "amqp" {
+		ch, err := b.conn.Channel()
+		if err != nil {
+			return nil, err
+		}
+		if err := ch.Qos(1000, 0, false); err != nil {
+			ch.Close()
+			return nil, err
+		}
+		ds, err := ch.ConsumeWithContext(ctx, b.queue, "", true, false, false, false, nil)
+		if err != nil {
+			ch.Close()
+			return nil, err
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for d := range ds {
+				fn(d.MessageId, time.Now())
+			}
+		}()
+		return func() { ch.Close(); <-done }, nil
+	}
+	c, err := b.js.OrderedConsumer(ctx, b.stream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
+	if err != nil {
+		return nil, err
+	}
+	cc, err := c.Consume(func(m jetstream.Msg) { fn(m.Headers().Get(jetstream.MsgIDHeader), time.Now()) })
+	if err != nil {
+		return nil, err
+	}
+	return cc.Stop, nil
+}
+
+// relayArgs are the broker flags a ferry relay process needs to publish to
+// the bench's destination: the queue or stream to verify.
+func (b *Broker) relayArgs() []string {
+	if b.Kind == "amqp" {
+		return []string{"--broker-url", b.url, "--queue", b.queue}
+	}
+	return []string{"--broker-url", b.url, "--stream", b.stream}
+}

@@ -72,36 +72,47 @@ type RelaySpec struct {
 // events each in ordered mode) to the broker. It returns events per
 // second from start to the last confirm.
 func Drain(ctx context.Context, t *Target, b *Broker, n int, spec RelaySpec) (float64, error) {
+	d, err := drainInProcess(ctx, t, b, n, spec, newMeter("", ""))
+	return d.Rate, err
+}
+
+// prepare empties the outbox and the destination and fills n events (ten
+// per aggregate).
+func prepare(ctx context.Context, t *Target, b *Broker, n int) error {
 	if err := t.truncate(ctx); err != nil {
-		return 0, err
+		return err
 	}
 	if err := b.Purge(ctx); err != nil {
-		return 0, err
+		return err
 	}
 	aggregates := max(n/10, 1)
-	if err := t.fill(ctx, n, b.Dest, func(i int) string { return fmt.Sprint(i % aggregates) }); err != nil {
-		return 0, err
+	return t.fill(ctx, n, b.Dest, func(i int) string { return fmt.Sprint(i % aggregates) })
+}
+
+func drainInProcess(ctx context.Context, t *Target, b *Broker, n int, spec RelaySpec, m *meter) (drainRun, error) {
+	if err := prepare(ctx, t, b, n); err != nil {
+		return drainRun{}, err
 	}
 	pubs := make([]ferrybroker.Publisher, spec.Relays)
 	for i := range pubs {
 		p, err := b.Publisher(ctx)
 		if err != nil {
-			return 0, err
+			return drainRun{}, err
 		}
 		defer p.Close()
 		pubs[i] = p
 	}
-	start := time.Now()
+	c := m.start()
 	relays := make([]*ferry.Relay, spec.Relays)
 	for i := range relays {
 		r, err := ferry.NewRelay(t.Store, pubs[i], &ferry.RelayConfig{
 			BatchSize: spec.Batch, Lanes: spec.Lanes, Ordered: spec.Ordered, PollInterval: 20 * time.Millisecond,
 		})
 		if err != nil {
-			return 0, err
+			return drainRun{}, err
 		}
 		if err := r.Start(ctx); err != nil {
-			return 0, err
+			return drainRun{}, err
 		}
 		relays[i] = r
 		defer r.Stop(context.Background())
@@ -118,37 +129,41 @@ func Drain(ctx context.Context, t *Target, b *Broker, n int, spec RelaySpec) (fl
 			dead += s.Dead
 		}
 		if confirmed >= int64(n) {
-			return float64(n) / time.Since(start).Seconds(), nil
+			run := c.stop(n, selfCPU()-c.self, true)
+			return run, b.expect(ctx, n)
 		}
 		if dead > 0 {
-			return 0, fmt.Errorf("relay drain: %d events went DEAD", dead)
+			return drainRun{}, fmt.Errorf("relay drain: %d events went DEAD", dead)
 		}
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
-			return 0, fmt.Errorf("relay drain: %d of %d events confirmed: %w", confirmed, n, ctx.Err())
+			return drainRun{}, fmt.Errorf("relay drain: %d of %d events confirmed: %w", confirmed, n, ctx.Err())
 		}
 	}
 }
 
 // LiveResult is the outcome of a live run.
 type LiveResult struct {
+	// Mode is the relay measured: LiveInProcess, LiveProcess or LivePlain.
+	Mode string `json:"mode"`
 	// Rate is the producers' achieved rate, events per second.
 	Rate float64 `json:"rate"`
 	// Events is how many events were committed and confirmed.
 	Events int `json:"events"`
-	// Commit→confirm latency: from the producer's COMMIT returning to the
-	// relay receiving the broker's confirm.
+	// Commit→delivery latency: from the producer's COMMIT returning to
+	// the event's arrival at a consumer of the destination.
 	P50, P99, Max time.Duration
 	// Claims is how many claims returned events; RelayErrors how many
 	// claims and marks failed (each costs the lane a back-off).
 	Claims, RelayErrors int64
 	// ClaimTook and PublishTook are the mean durations of a claim that
-	// returned events and of a batch's publish (confirms included).
+	// returned events and of a batch's publish (confirms included); only
+	// for a relay in the bench's process.
 	ClaimTook, PublishTook time.Duration
 }
 
-// latencies pairs commit times with confirm times by event id, whichever
+// latencies pairs commit times with delivery times by event id, whichever
 // comes first.
 type latencies struct {
 	mu      sync.Mutex
@@ -192,108 +207,11 @@ func (l *latencies) pair(id string, at time.Time, commit bool) {
 }
 
 // OnPublish implements ferry.HookPublish.
-func (l *latencies) OnPublish(_ string, msgs []ferrytype.Message, results []ferrytype.PublishResult, took time.Duration) {
-	now := time.Now()
+func (l *latencies) OnPublish(_ string, _ []ferrytype.Message, _ []ferrytype.PublishResult, took time.Duration) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.publishes++
 	l.publishSum += took
-	l.mu.Unlock()
-	for i, m := range msgs {
-		if results[i].Outcome == ferrytype.OutcomeConfirmed {
-			l.confirm(m.ID, now)
-		}
-	}
-}
-
-// Live measures latency under a steady load: producers commit one event
-// per transaction at rate events per second for d, while relays (with
-// lanes each) in the same process, woken by the producers' commits, relay
-// them. Events committed and confirmed are paired by id. lanes 0 takes the
-// relay's default.
-func Live(ctx context.Context, t *Target, b *Broker, rate int, d time.Duration, relays, lanes int) (LiveResult, error) {
-	var res LiveResult
-	if err := t.truncate(ctx); err != nil {
-		return res, err
-	}
-	if err := b.Purge(ctx); err != nil {
-		return res, err
-	}
-	wake := ferry.NewWakeup()
-	ob, err := ferry.NewOutbox(t.Driver, &ferry.OutboxConfig{Wakeup: wake})
-	if err != nil {
-		return res, err
-	}
-	lat := &latencies{pending: map[string]time.Time{}, commits: map[string]bool{}}
-	rs := make([]*ferry.Relay, relays)
-	for i := range rs {
-		p, err := b.Publisher(ctx)
-		if err != nil {
-			return res, err
-		}
-		defer p.Close()
-		r, err := ferry.NewRelay(t.Store, p, &ferry.RelayConfig{Lanes: lanes, Wakeup: wake, Hooks: []ferry.Hook{lat}})
-		if err != nil {
-			return res, err
-		}
-		if err := r.Start(ctx); err != nil {
-			return res, err
-		}
-		defer r.Stop(context.Background())
-		rs[i] = r
-	}
-	n := int(float64(rate) * d.Seconds())
-	interval := time.Second / time.Duration(rate)
-	start := time.Now()
-	// Enough producers that one slow COMMIT does not hold back the
-	// schedule; each event waits for its own slot.
-	_, err = parallel(n, 16, func(i int) error {
-		if wait := time.Until(start.Add(time.Duration(i-1) * interval)); wait > 0 {
-			time.Sleep(wait)
-		}
-		tx, err := t.DB.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		ids, err := ob.EnqueueTx(ctx, tx, ferry.Event{AggregateType: "order", AggregateID: fmt.Sprint(i),
-			Type: "OrderPaid", Destination: b.Dest, Payload: Payload})
-		if err != nil {
-			tx.Rollback()
-			return err
-		}
-		if err := tx.Commit(); err != nil {
-			return err
-		}
-		lat.commit(ids[0], time.Now())
-		ob.Notify()
-		return nil
-	})
-	if err != nil {
-		return res, err
-	}
-	res.Rate = float64(n) / time.Since(start).Seconds()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		lat.mu.Lock()
-		done := len(lat.got)
-		lat.mu.Unlock()
-		if done >= n {
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return res, fmt.Errorf("live: %d of %d events confirmed within a minute", done, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	res.Events = n
-	res.P50, res.P99, res.Max = percentiles(lat.got)
-	res.ClaimTook = lat.claimSum / time.Duration(max(lat.claims, 1))
-	res.PublishTook = lat.publishSum / time.Duration(max(lat.publishes, 1))
-	for _, r := range rs {
-		st := r.Stats()
-		res.Claims += st.Claims
-		res.RelayErrors += st.Errors
-	}
-	return res, nil
 }
 
 // ClaimResult holds claim latencies with and without retained rows.

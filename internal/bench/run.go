@@ -8,6 +8,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -27,6 +28,7 @@ const (
 	ScenarioRawBroker = "raw-broker"
 	ScenarioRawDB     = "raw-db"
 	ScenarioRelay     = "relay"
+	ScenarioPlain     = "plain"
 	ScenarioLive      = "live"
 	ScenarioProducer  = "producer"
 	ScenarioInbox     = "inbox"
@@ -34,7 +36,7 @@ const (
 )
 
 // AllScenarios lists every scenario.
-var AllScenarios = []string{ScenarioRawBroker, ScenarioRawDB, ScenarioRelay, ScenarioLive, ScenarioProducer, ScenarioInbox, ScenarioClaim}
+var AllScenarios = []string{ScenarioRawBroker, ScenarioRawDB, ScenarioRelay, ScenarioPlain, ScenarioLive, ScenarioProducer, ScenarioInbox, ScenarioClaim}
 
 // Config configures a run. Zero values take the defaults.
 type Config struct {
@@ -68,6 +70,15 @@ type Config struct {
 	ProducerTxs, InboxOps int
 	// QueueType of the RabbitMQ queue. Default "quorum".
 	QueueType string
+	// RelayBinary is a ferry binary: the relay and live scenarios also
+	// run it as ferry relay processes with their default settings, as
+	// users deploy it. Empty skips those figures. RelayEnv is added to the
+	// processes' environment.
+	RelayBinary string
+	RelayEnv    []string
+	// PlainPoll is how often the plain relay looks for events in the live
+	// scenario. Default 10ms.
+	PlainPoll time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -94,17 +105,23 @@ func (c Config) withDefaults() Config {
 	if len(c.Relays) == 0 {
 		c.Relays = []int{1, 4}
 	}
+	if c.PlainPoll <= 0 {
+		c.PlainPoll = 10 * time.Millisecond
+	}
 	if c.QueueType == "" {
 		c.QueueType = "quorum"
 	}
 	return c
 }
 
-// RelayFigure is one relay drain.
+// RelayFigure is one relay drain: the median run's rate and each party's
+// CPU time per event in that run.
 type RelayFigure struct {
+	// Relays is the number of relays, processes or plain relay loops.
 	Relays  int     `json:"relays"`
 	Ordered bool    `json:"ordered"`
 	Rate    float64 `json:"events_per_second"`
+	CPU     CPU     `json:"cpu"`
 }
 
 // Ratio is one of ferry's figures as a fraction of its raw limit.
@@ -116,6 +133,9 @@ type Ratio struct {
 	Target float64 `json:"target,omitempty"`
 	AtMost bool    `json:"at_most,omitempty"`
 	Met    *bool   `json:"met,omitempty"`
+	// Note says why a figure was not measured (Value is then 0) or what
+	// it was measured on.
+	Note string `json:"note,omitempty"`
 }
 
 // Report is everything one run measured.
@@ -133,18 +153,35 @@ type Report struct {
 	RawBroker float64 `json:"raw_broker_per_second,omitempty"`
 	// RawDB: events/s claimed and marked SENT with no broker, by as many
 	// loops as the largest relay count.
-	RawDB    float64          `json:"raw_db_per_second,omitempty"`
-	RawLoops int              `json:"raw_db_loops,omitempty"`
-	Relay    []RelayFigure    `json:"relay,omitempty"`
-	Live     *LiveResult      `json:"live,omitempty"`
+	RawDB    float64 `json:"raw_db_per_second,omitempty"`
+	RawLoops int     `json:"raw_db_loops,omitempty"`
+	// Relay: drains by relays in the bench's process; RelayProcess: by
+	// ferry relay --drain processes with default settings; Plain: by the
+	// plain hand-written relay's loops.
+	Relay        []RelayFigure `json:"relay,omitempty"`
+	RelayProcess []RelayFigure `json:"relay_process,omitempty"`
+	Plain        []RelayFigure `json:"plain,omitempty"`
+	// Live: the relay in the bench's process, woken by the producers;
+	// LiveProcess: a ferry relay process with default settings;
+	// LivePlain: the plain relay polling every PlainPoll.
+	Live        *LiveResult `json:"live,omitempty"`
+	LiveProcess *LiveResult `json:"live_process,omitempty"`
+	LivePlain   *LiveResult `json:"live_plain,omitempty"`
+	// Skipped says why figures were not measured.
+	Skipped  []string         `json:"skipped,omitempty"`
 	Producer []ProducerResult `json:"producer,omitempty"`
 	Inbox    []InboxResult    `json:"inbox,omitempty"`
 	Claim    *ClaimResult     `json:"claim,omitempty"`
 	Ratios   []Ratio          `json:"ratios"`
+	// Targets are the project's goals for the relay as deployed, each with
+	// the figure this run measured.
+	Targets []Ratio `json:"targets"`
 }
 
 // Run runs cfg's scenarios and reports each figure to progress as it
 // completes. It creates its own tables, queue and stream and removes them.
+// When a scenario fails, Run returns the error with a report of the
+// scenarios completed before it.
 func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	cfg = cfg.withDefaults()
 	for _, s := range cfg.Scenarios {
@@ -153,9 +190,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		}
 	}
 	want := func(s string) bool { return slices.Contains(cfg.Scenarios, s) }
-	needBroker := want(ScenarioRawBroker) || want(ScenarioRelay) || want(ScenarioLive)
+	needBroker := want(ScenarioRawBroker) || want(ScenarioRelay) || want(ScenarioPlain) || want(ScenarioLive)
 	if needBroker && cfg.BrokerURL == "" {
-		return nil, fmt.Errorf("%w: the raw-broker, relay and live scenarios need a broker: set --broker-url", ferrytype.ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: the raw-broker, relay, plain and live scenarios need a broker: set --broker-url", ferrytype.ErrInvalidConfig)
 	}
 	rep := &Report{Date: time.Now().UTC(), Go: runtime.Version(), CPUs: runtime.NumCPU(), Events: cfg.Events, Batch: cfg.Batch, Repeat: cfg.Repeat}
 	name := "ferry_bench_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
@@ -187,6 +224,26 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		return got[len(got)/2], nil
 	}
 	maxRelays := slices.Max(cfg.Relays)
+	m := newMeter(cfg.DatabaseURL, cfg.BrokerURL)
+	// drains runs a drain Repeat times and keeps the run with the median rate.
+	drains := func(fn func() (drainRun, error)) (drainRun, error) {
+		var got []drainRun
+		for range cfg.Repeat {
+			r, err := fn()
+			if err != nil {
+				return r, err
+			}
+			got = append(got, r)
+		}
+		slices.SortFunc(got, func(a, b drainRun) int { return cmp.Compare(a.Rate, b.Rate) })
+		return got[len(got)/2], nil
+	}
+	figure := func(n int, ordered bool, r drainRun) RelayFigure {
+		return RelayFigure{Relays: n, Ordered: ordered, Rate: r.Rate, CPU: r.CPU}
+	}
+	if cfg.RelayBinary == "" && (want(ScenarioRelay) || want(ScenarioLive)) {
+		rep.Skipped = append(rep.Skipped, "ferry relay as its own process: no ferry binary to run")
+	}
 
 	if want(ScenarioRawBroker) {
 		if rep.RawBroker, err = median(func() (float64, error) {
@@ -196,14 +253,14 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 			took, err := b.Raw(ctx, cfg.Events, cfg.Window)
 			return float64(cfg.Events) / took.Seconds(), err
 		}); err != nil {
-			return nil, fmt.Errorf("raw broker: %w", err)
+			return rep.partial(), fmt.Errorf("raw broker: %w", err)
 		}
 		say("raw broker: %.0f msg/s (window %d)", rep.RawBroker, cfg.Window)
 	}
 	if want(ScenarioRawDB) {
 		rep.RawLoops = maxRelays
 		if rep.RawDB, err = median(func() (float64, error) { return RawDB(ctx, t, cfg.Events, maxRelays, cfg.Batch) }); err != nil {
-			return nil, fmt.Errorf("raw database: %w", err)
+			return rep.partial(), fmt.Errorf("raw database: %w", err)
 		}
 		say("raw claim+mark: %.0f events/s (%d loops, batch %d)", rep.RawDB, maxRelays, cfg.Batch)
 	}
@@ -211,28 +268,65 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		for _, ordered := range []bool{false, true} {
 			for _, n := range cfg.Relays {
 				spec := RelaySpec{Relays: n, Ordered: ordered, Lanes: cfg.Lanes, Batch: cfg.Batch}
-				rate, err := median(func() (float64, error) { return Drain(ctx, t, b, cfg.Events, spec) })
+				r, err := drains(func() (drainRun, error) { return drainInProcess(ctx, t, b, cfg.Events, spec, m) })
 				if err != nil {
-					return nil, fmt.Errorf("relay drain: %w", err)
+					return rep.partial(), fmt.Errorf("relay drain: %w", err)
 				}
-				rep.Relay = append(rep.Relay, RelayFigure{Relays: n, Ordered: ordered, Rate: rate})
-				say("relay: %d relay(s), ordered=%v: %.0f events/s", n, ordered, rate)
+				rep.Relay = append(rep.Relay, figure(n, ordered, r))
+				say("relay: %d relay(s), ordered=%v: %.0f events/s, CPU µs/event %s", n, ordered, r.Rate, r.CPU)
+				if cfg.RelayBinary == "" {
+					continue
+				}
+				if r, err = drains(func() (drainRun, error) {
+					return drainProcesses(ctx, t, b, cfg.Events, spec, cfg.RelayBinary, cfg.RelayEnv, m)
+				}); err != nil {
+					return rep.partial(), fmt.Errorf("relay process drain: %w", err)
+				}
+				rep.RelayProcess = append(rep.RelayProcess, figure(n, ordered, r))
+				say("relay: %d ferry relay process(es), ordered=%v: %.0f events/s, CPU µs/event %s", n, ordered, r.Rate, r.CPU)
 			}
 		}
 	}
+	if want(ScenarioPlain) {
+		for _, n := range cfg.Relays {
+			r, err := drains(func() (drainRun, error) { return drainPlain(ctx, t, b, cfg.Events, n, cfg.Batch, m) })
+			if err != nil {
+				return rep.partial(), fmt.Errorf("plain relay drain: %w", err)
+			}
+			rep.Plain = append(rep.Plain, figure(n, false, r))
+			say("plain relay: %d loop(s): %.0f events/s, CPU µs/event %s", n, r.Rate, r.CPU)
+		}
+	}
 	if want(ScenarioLive) {
+		sayLive := func(l LiveResult) {
+			say("live, %s: %.0f events/s, commit→delivery p50 %s p99 %s max %s", l.Mode, l.Rate, ms(l.P50), ms(l.P99), ms(l.Max))
+		}
 		live, err := Live(ctx, t, b, cfg.LiveRate, cfg.LiveFor, 1, cfg.Lanes)
 		if err != nil {
-			return nil, fmt.Errorf("live: %w", err)
+			return rep.partial(), fmt.Errorf("live: %w", err)
 		}
 		rep.Live = &live
-		say("live: %.0f events/s, commit→confirm p50 %s p99 %s max %s", live.Rate, ms(live.P50), ms(live.P99), ms(live.Max))
+		sayLive(live)
+		if cfg.RelayBinary != "" {
+			l, err := liveProcess(ctx, t, b, cfg.LiveRate, cfg.LiveFor, cfg.RelayBinary, cfg.RelayEnv, RelaySpec{Lanes: cfg.Lanes, Batch: cfg.Batch})
+			if err != nil {
+				return rep.partial(), fmt.Errorf("live: %w", err)
+			}
+			rep.LiveProcess = &l
+			sayLive(l)
+		}
+		l, err := livePlain(ctx, t, b, cfg.LiveRate, cfg.LiveFor, cfg.PlainPoll, cfg.Batch)
+		if err != nil {
+			return rep.partial(), fmt.Errorf("live: %w", err)
+		}
+		rep.LivePlain = &l
+		sayLive(l)
 	}
 	if want(ScenarioProducer) {
 		for _, w := range []int{1, 16} {
 			p, err := Producer(ctx, t, cfg.ProducerTxs, w)
 			if err != nil {
-				return nil, fmt.Errorf("producer: %w", err)
+				return rep.partial(), fmt.Errorf("producer: %w", err)
 			}
 			rep.Producer = append(rep.Producer, p)
 			say("producer, %d writer(s): business %.0f, hand INSERT %.0f, EnqueueTx %.0f, EnqueueTx no sequence %.0f tx/s",
@@ -243,7 +337,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		for _, w := range []int{1, 8} {
 			in, err := Inbox(ctx, t, cfg.InboxOps, w)
 			if err != nil {
-				return nil, fmt.Errorf("inbox: %w", err)
+				return rep.partial(), fmt.Errorf("inbox: %w", err)
 			}
 			rep.Inbox = append(rep.Inbox, in)
 			say("consumer, %d worker(s): bare %.0f, inbox %.0f ops/s", w, in.Bare, in.Inbox)
@@ -252,14 +346,22 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	if want(ScenarioClaim) {
 		c, err := Claim(ctx, t, cfg.Retained, cfg.Batch, cfg.ClaimRounds)
 		if err != nil {
-			return nil, fmt.Errorf("claim: %w", err)
+			return rep.partial(), fmt.Errorf("claim: %w", err)
 		}
 		rep.Claim = &c
 		say("claim of %d: empty p50 %s p99 %s; with %d SENT rows p50 %s p99 %s", c.Batch,
 			ms(c.EmptyP50), ms(c.EmptyP99), c.Retained, ms(c.FullP50), ms(c.FullP99))
 	}
 	rep.Ratios = rep.ratios()
+	rep.Targets = rep.targets()
 	return rep, nil
+}
+
+// partial completes the report of the scenarios measured so far.
+func (r *Report) partial() *Report {
+	r.Ratios = r.ratios()
+	r.Targets = r.targets()
+	return r
 }
 
 // ratios computes each of ferry's figures as a fraction of its raw limit,
@@ -315,8 +417,9 @@ func (r *Report) ratios() []Ratio {
 		}
 	}
 	if r.Live != nil {
-		add(fmt.Sprintf("commit→confirm p99 at %.0f/s, ms", r.Live.Rate), float64(r.Live.P99)/float64(time.Millisecond), 5, true)
+		add(fmt.Sprintf("commit→delivery p99 at %.0f/s, in-process relay, ms", r.Live.Rate), float64(r.Live.P99)/float64(time.Millisecond), 5, true)
 	}
+	out = append(out, r.plainRatios()...)
 	for _, p := range r.Producer {
 		add(fmt.Sprintf("EnqueueTx / hand INSERT, %d writer(s)", p.Writers), p.Enqueue/p.Hand, 0.95, false)
 		add(fmt.Sprintf("EnqueueTx without sequence / hand INSERT, %d writer(s)", p.Writers), p.NoSeq/p.Hand, 0.95, false)
@@ -338,7 +441,7 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "broker:   %s\n", r.Broker)
 	}
 	fmt.Fprintf(w, "%d events per drain, batch %d, median of %d\n\n", r.Events, r.Batch, r.Repeat)
-	row := func(name, value string) { fmt.Fprintf(w, "  %-58s %14s\n", name, value) }
+	row := func(name, value string) { fmt.Fprintf(w, "  %-66s %14s\n", name, value) }
 	per := func(v float64, unit string) string { return fmt.Sprintf("%.0f %s", v, unit) }
 	if r.RawBroker > 0 || r.RawDB > 0 || len(r.Relay) > 0 {
 		fmt.Fprintln(w, "throughput")
@@ -356,13 +459,7 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 		row(fmt.Sprintf("relay, %d relay(s), %s", f.Relays, mode), per(f.Rate, "ev/s"))
 	}
-	if l := r.Live; l != nil {
-		fmt.Fprintln(w, "\nlive: one event per transaction, relays woken by the commits")
-		row("achieved rate", per(l.Rate, "ev/s"))
-		row("commit→confirm p50 / p99 / max", ms(l.P50)+" / "+ms(l.P99)+" / "+ms(l.Max))
-		row("claims (events per claim); relay errors", fmt.Sprintf("%d (%.1f); %d", l.Claims, float64(l.Events)/float64(max(l.Claims, 1)), l.RelayErrors))
-		row("mean claim / mean publish with confirms", ms(l.ClaimTook)+" / "+ms(l.PublishTook))
-	}
+	r.writeDeployed(w, row)
 	if len(r.Producer) > 0 {
 		fmt.Fprintln(w, "\nproducer: committed tx/s")
 		for _, p := range r.Producer {
@@ -398,9 +495,10 @@ func (r *Report) WriteText(w io.Writer) {
 				}
 				v += fmt.Sprintf("  (target %s %.2f: %s)", cmp, x.Target, verdict)
 			}
-			fmt.Fprintf(w, "  %-58s %s\n", x.Name, v)
+			fmt.Fprintf(w, "  %-66s %s\n", x.Name, v)
 		}
 	}
+	r.writeTargets(w)
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }

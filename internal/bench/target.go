@@ -33,6 +33,7 @@ type Target struct {
 	Driver ferrystore.Driver[*sql.Tx]
 
 	name   string // prefix of every table the bench creates
+	url    string // the database URL, for relays in their own processes
 	closes []func()
 	tables []string // tables to drop on Close, in order
 }
@@ -40,7 +41,7 @@ type Target struct {
 // OpenTarget opens the database at rawURL (mysql://, postgres://, sqlite:)
 // and creates an outbox table named after prefix, which Close drops again.
 func OpenTarget(ctx context.Context, rawURL, prefix string) (*Target, error) {
-	t := &Target{name: prefix}
+	t := &Target{name: prefix, url: rawURL}
 	table := prefix + "_outbox"
 	// The URL's scheme picks the store, as for ferry relay; the bench then
 	// needs each store's own connections for its producers.
