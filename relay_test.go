@@ -213,11 +213,13 @@ func TestRelayLateMarkIsFenced(t *testing.T) {
 			id := b.enqueue(t, 1, func(int) string { return "1" })[0]
 
 			// Relay A publishes, then stalls before recording the outcome
-			// (as a process paused with SIGSTOP would) past its lease.
+			// (as a process paused with SIGSTOP would) past its lease. It
+			// has one lane, the stalled one: it cannot claim the event
+			// again itself once B has swept it.
 			paused, resume := make(chan struct{}), make(chan struct{})
 			var once sync.Once
 			relayA := b.relay(t, b.publisher(t), &ferry.RelayConfig{
-				Lease: 500 * time.Millisecond, PublishTimeout: 400 * time.Millisecond, SweepInterval: -1,
+				Lanes: 1, Lease: 500 * time.Millisecond, PublishTimeout: 400 * time.Millisecond, SweepInterval: -1,
 				FaultPoint: func(ctx context.Context, point string) error {
 					if point == ferry.FaultAfterPublish {
 						once.Do(func() { close(paused); <-resume })
