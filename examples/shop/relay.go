@@ -32,12 +32,13 @@ type RelayOptions struct {
 	ConfirmWindow int
 	// The relay's settings: the ferry.RelayConfig fields `ferry relay`'s
 	// flags of the same names set (--batch-size, --lanes, --ordered,
-	// --poll-interval, --lease, --publish-timeout, --sweep-interval,
-	// --retry-initial, --retry-max, --max-attempts).
-	BatchSize, Lanes, MaxAttempts                      int
-	Ordered                                            bool
-	PollInterval, Lease, PublishTimeout, SweepInterval time.Duration
-	RetryInitial, RetryMax                             time.Duration
+	// --poll-interval, --min-poll-interval, --lease, --publish-timeout,
+	// --sweep-interval, --retry-initial, --retry-max, --max-attempts).
+	BatchSize, Lanes, MaxAttempts        int
+	Ordered                              bool
+	PollInterval, MinPollInterval        time.Duration
+	Lease, PublishTimeout, SweepInterval time.Duration
+	RetryInitial, RetryMax               time.Duration
 	// ShutdownTimeout bounds the wait for batches in flight at stop.
 	ShutdownTimeout time.Duration
 	// StatsInterval is how often a STATS line is written to Out.
@@ -61,7 +62,8 @@ func (o *RelayOptions) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.BatchSize, "batch-size", 100, "events per claim")
 	fs.IntVar(&o.Lanes, "lanes", 2, "concurrent claim→publish→mark loops")
 	fs.BoolVar(&o.Ordered, "ordered", false, "publish each aggregate's events one at a time, in order")
-	fs.DurationVar(&o.PollInterval, "poll-interval", time.Second, "how often an idle relay looks for events")
+	fs.DurationVar(&o.PollInterval, "poll-interval", 60*time.Millisecond, "longest wait between two probes of an idle relay")
+	fs.DurationVar(&o.MinPollInterval, "min-poll-interval", time.Millisecond, "probe interval right after events were found")
 	fs.DurationVar(&o.Lease, "lease", 30*time.Second, "how long a claim holds its events")
 	fs.DurationVar(&o.PublishTimeout, "publish-timeout", 10*time.Second, "bound on one batch's publish and confirms (< lease)")
 	fs.DurationVar(&o.SweepInterval, "sweep-interval", 5*time.Second, "how often expired leases are returned to NEW")
@@ -124,7 +126,8 @@ func RunRelay(ctx context.Context, o RelayOptions) error {
 	defer pub.Close()
 	relay, err := ferry.NewRelay(store, pub, &ferry.RelayConfig{
 		BatchSize: o.BatchSize, Lanes: o.Lanes, Ordered: o.Ordered, PollInterval: o.PollInterval,
-		Lease: o.Lease, PublishTimeout: o.PublishTimeout, SweepInterval: o.SweepInterval,
+		MinPollInterval: o.MinPollInterval,
+		Lease:           o.Lease, PublishTimeout: o.PublishTimeout, SweepInterval: o.SweepInterval,
 		Retry:  ferry.ExponentialBackoff{Initial: o.RetryInitial, Max: o.RetryMax, MaxAttempts: o.MaxAttempts},
 		Logger: log, FaultPoint: faults,
 	})
