@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
@@ -77,9 +78,9 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ferrytype.ErrInvalidConfig}, args...)...)
 }
 
-// human formats an age for people: milliseconds under a second, tenths
-// under a minute, seconds above.
-func human(d time.Duration) string {
+// FormatAge formats an age for people: milliseconds under a second,
+// tenths under a minute, seconds above; "0s" for zero or less.
+func FormatAge(d time.Duration) string {
 	switch {
 	case d <= 0:
 		return "0s"
@@ -91,11 +92,17 @@ func human(d time.Duration) string {
 	return d.Round(time.Second).String()
 }
 
-// oneLine shortens s to one line of at most n bytes.
-func oneLine(s string, n int) string {
+// OneLine folds s to one line, its runs of white space made one space,
+// and, when it is longer than n bytes, keeps its first n-1 bytes (fewer
+// rather than cut a UTF-8 character in two) and adds "…".
+func OneLine(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > n {
-		s = s[:n-1] + "…"
+	if len(s) <= n {
+		return s
 	}
-	return s
+	cut := max(n-1, 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -59,4 +61,15 @@ func TestKeyTemplateErrors(t *testing.T) {
 		_, err := ferryadmin.ParseKeyTemplate(tmpl)
 		require.ErrorContains(t, err, want, tmpl)
 	}
+}
+
+func TestOneLineNeverCutsACharacter(t *testing.T) {
+	require.Equal(t, "a b c", ferryadmin.OneLine("a\n  b\tc", 10))
+	got := ferryadmin.OneLine("ééééé", 6) // 10 bytes: 5 would cut the third é
+	require.True(t, utf8.ValidString(got), "%q", got)
+	require.Equal(t, "éé…", got)
+	require.Equal(t, "12345678…", ferryadmin.OneLine("1234567890", 9))
+	require.Equal(t, "123456789", ferryadmin.OneLine("123456789", 9))
+	require.Equal(t, "0s", ferryadmin.FormatAge(-time.Second))
+	require.Equal(t, "1.5s", ferryadmin.FormatAge(1537*time.Millisecond))
 }

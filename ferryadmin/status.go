@@ -189,20 +189,20 @@ func attention(st ferrystore.Stats, oldest *Event, maxAge time.Duration) []strin
 	}
 	if oldest != nil && st.OldestPending <= maxAge && oldest.LastError != "" {
 		out = append(out, fmt.Sprintf("publishing fails: the oldest pending event (%s, %s old) failed %d attempts; its last error: %s",
-			oldest.ID, human(st.OldestPending), oldest.Attempts, oneLine(oldest.LastError, 300)))
+			oldest.ID, FormatAge(st.OldestPending), oldest.Attempts, OneLine(oldest.LastError, 300)))
 	}
 	if oldest != nil && st.OldestPending > maxAge {
 		switch {
 		case oldest.Attempts == 0 && oldest.LastError == "" && oldest.AvailableAt.Before(time.Now().Add(-maxAge)):
 			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s old and was never attempted: "+
 				"is a relay running on this table, or is an ordered aggregate held back by a DEAD event?",
-				oldest.ID, human(st.OldestPending)))
+				oldest.ID, FormatAge(st.OldestPending)))
 		case oldest.LastError != "":
 			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s old after %d attempts; its last error: %s",
-				oldest.ID, human(st.OldestPending), oldest.Attempts, oneLine(oldest.LastError, 300)))
+				oldest.ID, FormatAge(st.OldestPending), oldest.Attempts, OneLine(oldest.LastError, 300)))
 		default:
 			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s old (more than %s)",
-				oldest.ID, human(st.OldestPending), maxAge))
+				oldest.ID, FormatAge(st.OldestPending), maxAge))
 		}
 	}
 	return out

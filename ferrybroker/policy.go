@@ -97,6 +97,25 @@ func (p RetryPolicy) ParkReason(err error, deliveryCount int) error {
 // it without running the handler; the park reason wraps it.
 var ErrMalformed = errors.New("malformed message")
 
+// CheckDelivery is what a consumer checks before it runs the handler: the
+// payload against its content type (CheckPayload), then validate, when not
+// nil. Any error it returns wraps ErrMalformed.
+func CheckDelivery(contentType string, d *Delivery, validate func(*Delivery) error) error {
+	if err := CheckPayload(contentType, d.Payload); err != nil {
+		return err
+	}
+	if validate == nil {
+		return nil
+	}
+	if err := validate(d); err != nil {
+		if !errors.Is(err, ErrMalformed) {
+			err = fmt.Errorf("%w: %w", ErrMalformed, err)
+		}
+		return err
+	}
+	return nil
+}
+
 // CheckPayload returns an error wrapping ErrMalformed if a message of the
 // given content type cannot hold body: a JSON content type, or none, must
 // hold valid JSON (an event's payload is JSON).

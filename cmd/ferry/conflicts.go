@@ -235,8 +235,8 @@ func printConflict(w io.Writer, c *ferryadmin.Conflict) {
 		if len(c.Differing) > 0 {
 			mark = "differs"
 		}
-		rows = append(rows, fmt.Sprintf("fields\t%s\t%s\t%s", oneLine(string(c.Stored.Fields), 60),
-			oneLine(string(c.Incoming.Fields), 60), mark))
+		rows = append(rows, fmt.Sprintf("fields\t%s\t%s\t%s", ferryadmin.OneLine(string(c.Stored.Fields), 60),
+			ferryadmin.OneLine(string(c.Incoming.Fields), 60), mark))
 	}
 	rows = append(rows, fmt.Sprintf("fingerprint\t%s…\t%s…\t", prefix(c.Stored.Fingerprint, 12), prefix(c.Incoming.Fingerprint, 12)))
 	table(w, "  ", "FIELD\tSTORED (applied)\tINCOMING (refused, parked)\t", rows)
@@ -250,7 +250,7 @@ func printConflict(w io.Writer, c *ferryadmin.Conflict) {
 			m.CreatedAt.UTC().Format(time.RFC3339))
 	default:
 		fmt.Fprintf(w, "  marker now:  event %s, %s at %s, fields %s\n", m.EventID, m.Outcome,
-			m.CreatedAt.UTC().Format(time.RFC3339), oneLine(string(m.Fields), 80))
+			m.CreatedAt.UTC().Format(time.RFC3339), ferryadmin.OneLine(string(m.Fields), 80))
 	}
 	if r := c.Resolution; r != nil {
 		fmt.Fprintf(w, "  resolved:    %s by %s at %s\n", r.Decision, r.By, r.ResolvedAt.UTC().Format(time.RFC3339))
@@ -269,7 +269,7 @@ func orAbsent(v string, ok bool) string {
 	if !ok {
 		return "(absent)"
 	}
-	return oneLine(v, 60)
+	return ferryadmin.OneLine(v, 60)
 }
 
 func prefix(s string, n int) string {

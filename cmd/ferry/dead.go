@@ -151,7 +151,7 @@ func newDeadList(g *globals) *cobra.Command {
 			lines := make([]string, len(list.Events))
 			for i, e := range list.Events {
 				lines[i] = fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%s", e.ID, e.CreatedAt.UTC().Format(time.RFC3339), e.Type,
-					orDash(e.Aggregate()), e.Destination, e.Attempts, oneLine(e.LastError, 100))
+					orDash(e.Aggregate()), e.Destination, e.Attempts, ferryadmin.OneLine(e.LastError, 100))
 			}
 			table(out, "", "EVENT\tCREATED\tTYPE\tAGGREGATE\tDESTINATION\tATTEMPTS\tLAST ERROR", lines)
 			if list.More {
@@ -320,7 +320,7 @@ lists what would change. Exit code 5 when no DEAD event matched.`,
 				case dryRun:
 					fmt.Fprintf(out, "would %s %d events (first page shown):\n", verb, len(res.IDs))
 					for _, e := range res.Preview {
-						fmt.Fprintf(out, "  %s %s %s %s\n", e.ID, e.Type, orDash(e.Aggregate()), oneLine(e.LastError, 100))
+						fmt.Fprintf(out, "  %s %s %s %s\n", e.ID, e.Type, orDash(e.Aggregate()), ferryadmin.OneLine(e.LastError, 100))
 					}
 				case verb == "retry":
 					fmt.Fprintf(out, "retried %d events: NEW again, attempts 0, same ids; the relay publishes them on its next poll\n", res.Changed)

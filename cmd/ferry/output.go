@@ -8,7 +8,6 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/internal/open"
@@ -49,29 +48,6 @@ func table(w io.Writer, indent string, header string, rows []string) {
 			fmt.Fprintln(w, strings.TrimRight(line, " \n"))
 		}
 	}
-}
-
-// human formats an age for people: milliseconds under a second, tenths
-// under a minute, seconds above.
-func human(d time.Duration) string {
-	switch {
-	case d <= 0:
-		return "0s"
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < time.Minute:
-		return d.Round(100 * time.Millisecond).String()
-	}
-	return d.Round(time.Second).String()
-}
-
-// oneLine shortens s to one line of at most n bytes.
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > n {
-		s = s[:n-1] + "…"
-	}
-	return s
 }
 
 func orDash(s string) string {

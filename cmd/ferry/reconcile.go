@@ -184,7 +184,7 @@ func printReconcile(out io.Writer, rep *ferryadmin.ReconcileReport, f *reconcile
 			more = fmt.Sprintf(" (first %d shown)", f.limit)
 		}
 		fmt.Fprintf(out, "\ncheck %s: %s.%s by %s, created %s to %s ago: %d rows without a %s event (aggregate type %q)%s\n",
-			c.Name, c.Table, c.KeyColumn, c.TimeColumn, human(f.grace), human(f.window), len(c.Missing), c.EventType,
+			c.Name, c.Table, c.KeyColumn, c.TimeColumn, ferryadmin.FormatAge(f.grace), ferryadmin.FormatAge(f.window), len(c.Missing), c.EventType,
 			c.AggregateType, more)
 		if len(c.Missing) > 0 {
 			rows := make([]string, len(c.Missing))
@@ -202,12 +202,12 @@ func printReconcile(out io.Writer, rep *ferryadmin.ReconcileReport, f *reconcile
 		if s.More {
 			more = fmt.Sprintf(" (first %d shown)", f.limit)
 		}
-		fmt.Fprintf(out, "\nevents pending longer than %s: %d%s\n", human(f.pendingOlderThan), len(s.Events), more)
+		fmt.Fprintf(out, "\nevents pending longer than %s: %d%s\n", ferryadmin.FormatAge(f.pendingOlderThan), len(s.Events), more)
 		if len(s.Events) > 0 {
 			rows := make([]string, len(s.Events))
 			for i, e := range s.Events {
 				rows[i] = fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s", e.ID, e.Status, e.Type, e.Attempts,
-					e.CreatedAt.UTC().Format(time.RFC3339), oneLine(e.LastError, 100))
+					e.CreatedAt.UTC().Format(time.RFC3339), ferryadmin.OneLine(e.LastError, 100))
 			}
 			table(out, "  ", "EVENT\tSTATUS\tTYPE\tATTEMPTS\tCREATED\tLAST ERROR", rows)
 		}
@@ -253,7 +253,7 @@ func printEffect(out io.Writer, e *ferryadmin.EffectResult, f *reconcileFlags) {
 		agg = fmt.Sprintf(" (aggregate type %q)", e.AggregateType)
 	}
 	fmt.Fprintf(out, "\neffect %s: %s events%s sent %s to %s ago, consumer %s in %s, marker key %s\n",
-		e.Name, e.EventType, agg, human(e.OlderThan), human(f.window), e.Consumer, e.InboxDatabase, e.Key)
+		e.Name, e.EventType, agg, ferryadmin.FormatAge(e.OlderThan), ferryadmin.FormatAge(f.window), e.Consumer, e.InboxDatabase, e.Key)
 	scope := "all of them"
 	if !e.Complete {
 		scope = "stopped there"

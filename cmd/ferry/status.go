@@ -83,7 +83,7 @@ func runStatus(cmd *cobra.Command, g *globals, f *statusFlags) error {
 	}
 	if f.check && rep.Unhealthy {
 		return exitError{exitFindings, fmt.Errorf("status check: %d DEAD, oldest pending %s (limit %s)",
-			rep.Stats.Dead, human(rep.Stats.OldestPending), f.maxPendingAge)}
+			rep.Stats.Dead, ferryadmin.FormatAge(rep.Stats.OldestPending), f.maxPendingAge)}
 	}
 	return nil
 }
@@ -104,10 +104,10 @@ func printStatus(w io.Writer, rep *ferryadmin.StatusReport) {
 	})
 	fmt.Fprintln(w)
 	if o := rep.OldestPending; o != nil {
-		fmt.Fprintf(w, "oldest pending event: %s old\n", human(st.OldestPending))
+		fmt.Fprintf(w, "oldest pending event: %s old\n", ferryadmin.FormatAge(st.OldestPending))
 		fmt.Fprintf(w, "  %s %s %s → %s, %s, attempts %d\n", o.ID, o.Type, orDash(o.Aggregate()), o.Destination, o.Status, o.Attempts)
 		if o.LastError != "" {
-			fmt.Fprintf(w, "  last error: %s\n", oneLine(o.LastError, 300))
+			fmt.Fprintf(w, "  last error: %s\n", ferryadmin.OneLine(o.LastError, 300))
 		}
 	} else {
 		fmt.Fprintln(w, "oldest pending event: none pending")
@@ -117,7 +117,7 @@ func printStatus(w io.Writer, rep *ferryadmin.StatusReport) {
 		rows := make([]string, len(rep.Destinations))
 		for i, d := range rep.Destinations {
 			rows[i] = fmt.Sprintf("%s\t%d\t%d\t%s", d.Destination, d.New, d.Sending,
-				human(time.Duration(d.OldestPendingSeconds*float64(time.Second))))
+				ferryadmin.FormatAge(time.Duration(d.OldestPendingSeconds*float64(time.Second))))
 		}
 		table(w, "  ", "DESTINATION\tNEW\tSENDING\tOLDEST", rows)
 	}
@@ -144,7 +144,7 @@ func printStatus(w io.Writer, rep *ferryadmin.StatusReport) {
 		fmt.Fprintln(w, "\nevents that failed, oldest first:")
 		rows := make([]string, len(rep.Failed))
 		for i, e := range rep.Failed {
-			rows[i] = fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s", e.ID, e.Status, e.Attempts, e.Type, e.Destination, oneLine(e.LastError, 120))
+			rows[i] = fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s", e.ID, e.Status, e.Attempts, e.Type, e.Destination, ferryadmin.OneLine(e.LastError, 120))
 		}
 		table(w, "  ", "EVENT\tSTATUS\tATTEMPTS\tTYPE\tDESTINATION\tLAST ERROR", rows)
 	}

@@ -520,18 +520,7 @@ func (c *Consumer) handle(s *consSession, d amqp.Delivery, fd *ferrybroker.Deliv
 }
 
 func (c *Consumer) validate(d *amqp.Delivery, fd *ferrybroker.Delivery) error {
-	if err := ferrybroker.CheckPayload(d.ContentType, d.Body); err != nil {
-		return err
-	}
-	if c.cfg.Validate != nil {
-		if err := c.cfg.Validate(fd); err != nil {
-			if !errors.Is(err, ferrybroker.ErrMalformed) {
-				err = fmt.Errorf("%w: %w", ferrybroker.ErrMalformed, err)
-			}
-			return err
-		}
-	}
-	return nil
+	return ferrybroker.CheckDelivery(d.ContentType, fd, c.cfg.Validate)
 }
 
 // delivery converts d.

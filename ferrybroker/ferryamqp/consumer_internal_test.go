@@ -368,14 +368,10 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	waitUntil(t, time.Minute, func() bool { return c.Stats().Acked == 100 })
 	require.NoError(t, c.Stop(b.ctx))
 	require.NoError(t, p.Close())
-	deadline := time.Now().Add(30 * time.Second)
-	for runtime.NumGoroutine() > base {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testsvc.WaitFor(t, 30*time.Second, func() bool { return runtime.NumGoroutine() <= base }, func() string {
+		buf := make([]byte, 1<<20)
+		return fmt.Sprintf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
+	})
 }
 
 // A parked copy keeps the original's AMQP properties and says which

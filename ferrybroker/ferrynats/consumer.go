@@ -306,18 +306,7 @@ func (c *Consumer) delivery(msg jetstream.Msg) (*ferrybroker.Delivery, *jetstrea
 }
 
 func (c *Consumer) validate(d *ferrybroker.Delivery) error {
-	if err := ferrybroker.CheckPayload(d.Headers["Content-Type"], d.Payload); err != nil {
-		return err
-	}
-	if c.cfg.Validate != nil {
-		if err := c.cfg.Validate(d); err != nil {
-			if !errors.Is(err, ferrybroker.ErrMalformed) {
-				err = fmt.Errorf("%w: %w", ferrybroker.ErrMalformed, err)
-			}
-			return err
-		}
-	}
-	return nil
+	return ferrybroker.CheckDelivery(d.Headers["Content-Type"], d, c.cfg.Validate)
 }
 
 func (c *Consumer) handle(msg jetstream.Msg) {
