@@ -22,6 +22,9 @@ type Counters struct {
 	CrashPointsHit     int   `json:"crash_points_hit"`
 	Kills              int   `json:"kills"`
 	Pauses             int   `json:"pauses"`
+	PauseMisses        int   `json:"pause_misses,omitempty"`    // armings no batch took in time
+	PausesFenced       int   `json:"pauses_fenced,omitempty"`   // pauses whose late mark was seen fenced
+	PausesUnfenced     int   `json:"pauses_unfenced,omitempty"` // pauses whose late mark was not
 	Toxics             int   `json:"toxics"`
 	BrokerRestarts     int   `json:"broker_restarts"`
 	Restarts           int   `json:"restarts"`
@@ -173,6 +176,7 @@ func (s *system) check(ctx context.Context, sc *Scenario) (*Result, error) {
 	}
 	s.mu.Lock()
 	c.Kills, c.Pauses, c.Toxics, c.BrokerRestarts, c.Restarts = s.kills, s.pauses, s.toxics, s.brokerRestarts, s.restarts
+	c.PauseMisses, c.PausesFenced, c.PausesUnfenced = s.pauseMisses, s.pausesFenced, s.pausesUnfenced
 	r.Events = append([]string{}, s.events...)
 	s.mu.Unlock()
 	c.CrashPointsHit = deaths - c.Kills
@@ -204,8 +208,8 @@ func (r *Result) String() string {
 	b.WriteString(r.Report.String())
 	c := r.Counters
 	fmt.Fprintf(&b, "counters: unknown confirms %d, broker duplicates %d, duplicates absorbed by the inbox %d, crash points hit %d,\n"+
-		"          kills %d, pauses %d, toxics %d, broker restarts %d, restarts %d, fenced marks %d, leases swept %d, COMMITs cut off %d, parked %v\n",
-		c.UnknownConfirms, c.BrokerDuplicates, c.DuplicatesAbsorbed, c.CrashPointsHit, c.Kills, c.Pauses, c.Toxics,
+		"          kills %d, pauses %d (late marks seen fenced %d, armings withdrawn %d), toxics %d, broker restarts %d, restarts %d, fenced marks %d, leases swept %d, COMMITs cut off %d, parked %v\n",
+		c.UnknownConfirms, c.BrokerDuplicates, c.DuplicatesAbsorbed, c.CrashPointsHit, c.Kills, c.Pauses, c.PausesFenced, c.PauseMisses, c.Toxics,
 		c.BrokerRestarts, c.Restarts, c.Fenced, c.Swept, c.UnknownCommits, c.Parked)
 	if r.OK() {
 		b.WriteString("RESULT: PASS\n")

@@ -24,7 +24,7 @@ type Scenario struct {
 	// first gives a process its extra arguments at its first start.
 	first func(s *system, p *shop.Proc) []string
 	// arm gives a process its extra arguments at each restart.
-	arm func(p *shop.Proc) []string
+	arm func(s *system, p *shop.Proc) []string
 	// setup runs before the processes start.
 	setup func(s *system) error
 	// faults runs during the load, until ctx ends.
@@ -104,40 +104,15 @@ var Scenarios = []*Scenario{
 		Name:  "crashpoints",
 		About: "every process start draws a named crash point (order committed; claim done; published, not confirmed; confirmed, not marked; consumer committed, not acked; inside the consumer transaction) and is killed there",
 		first: func(_ *system, p *shop.Proc) []string { return randomCrash(p) },
-		arm:   randomCrash,
+		arm:   func(_ *system, p *shop.Proc) []string { return randomCrash(p) },
 	},
 	{
-		Name:  "pause",
-		About: "SIGSTOP a relay past its 3 s lease, then SIGCONT it: its late marks change nothing (the broker link is slowed by 400 ms so that a pause lands inside a publish)",
-		setup: func(s *system) error { return s.px.toxic("broker", "latency", `{"latency":400,"jitter":100}`) },
-		faults: func(ctx context.Context, s *system) {
-			// Each relay in turn, so that one is always working.
-			relays := s.byPrefix("relay")
-			n := 0
-			every(ctx, 1500*time.Millisecond, func() {
-				p := relays[n%len(relays)]
-				n++
-				if !p.Running() {
-					return
-				}
-				_ = p.Signal(syscall.SIGSTOP)
-				s.mu.Lock()
-				s.pauses++
-				s.mu.Unlock()
-				s.say("SIGSTOP %s for 4s", p.Name)
-				select {
-				case <-ctx.Done():
-				case <-time.After(4 * time.Second):
-				}
-				_ = p.Signal(syscall.SIGCONT)
-			})
-		},
-		expect: func(r *Result) []string {
-			if r.Counters.Fenced == 0 {
-				return []string{fmt.Sprintf("vacuous: %d pauses, but no late mark was fenced", r.Counters.Pauses)}
-			}
-			return nil
-		},
+		Name:   "pause",
+		About:  "a relay stops itself (SIGSTOP) between the broker's answer and its outcome write, stays stopped until its lease ran out and the batch was swept, then goes on: its late mark must change nothing",
+		first:  func(s *system, p *shop.Proc) []string { return s.pauseArgs(p) },
+		arm:    func(s *system, p *shop.Proc) []string { return s.pauseArgs(p) },
+		faults: func(ctx context.Context, s *system) { s.pauseRelays(ctx) },
+		expect: pauseExpect,
 	},
 	{
 		Name:  "network",

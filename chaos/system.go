@@ -62,7 +62,10 @@ type system struct {
 	mu                              sync.Mutex
 	kills, pauses, restarts, toxics int
 	brokerRestarts                  int
-	events                          []string
+	// The pause scenario's armings that no batch took, and its pauses
+	// whose late mark was, or was not, seen fenced.
+	pauseMisses, pausesFenced, pausesUnfenced int
+	events                                    []string
 }
 
 func (s *system) say(format string, args ...any) {
@@ -141,7 +144,7 @@ func newSystem(ctx context.Context, o Options) (_ *system, err error) {
 	}
 	for i := 0; i < 2; i++ {
 		args := append([]string{"relay", "--database-url", s.ordersURL, "--broker-url", s.broker.url(),
-			"--poll-interval", "50ms", "--lease", "3s", "--publish-timeout", "2s", "--sweep-interval", "500ms",
+			"--poll-interval", "50ms", "--lease", relayLease.String(), "--publish-timeout", "2s", "--sweep-interval", "500ms",
 			"--retry-initial", "50ms", "--retry-max", "1s", "--max-attempts", "1000", "--lose-confirm-pct", "3",
 			"--stats-interval", "200ms"}, s.broker.relayArgs()...)
 		s.procs = append(s.procs, &shop.Proc{Name: fmt.Sprintf("relay-%d", i+1), Args: args})
@@ -290,7 +293,7 @@ func crashAt(point string, n int) []string {
 // crash point), after a short pause, until ctx ends. Order services that
 // finished are left alone. arm, when set, gives each restart's extra
 // arguments.
-func (s *system) supervise(ctx context.Context, arm func(p *shop.Proc) []string) error {
+func (s *system) supervise(ctx context.Context, arm func(s *system, p *shop.Proc) []string) error {
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	down := map[*shop.Proc]time.Time{}
@@ -321,7 +324,7 @@ func (s *system) supervise(ctx context.Context, arm func(p *shop.Proc) []string)
 			delete(down, p)
 			var args []string
 			if arm != nil {
-				args = arm(p)
+				args = arm(s, p)
 			}
 			if err := p.Start(args...); err != nil {
 				return err

@@ -71,7 +71,13 @@ func (p RetryPolicy) Validate() error {
 // earlier delivery, at most MaxRetryDelay, ±20% jitter.
 func (p RetryPolicy) Delay(deliveryCount int) time.Duration {
 	d := p.RetryDelay
-	for i := 1; i < deliveryCount && d < p.MaxRetryDelay; i++ {
+	// At most 63 doublings, none past MaxRetryDelay: the count can come
+	// from a header a publisher set (x-delivery-count on a classic queue).
+	for i := 1; i < deliveryCount && d > 0 && d < p.MaxRetryDelay; i++ {
+		if d > p.MaxRetryDelay/2 {
+			d = p.MaxRetryDelay
+			break
+		}
 		d *= 2
 	}
 	d = min(d, p.MaxRetryDelay)

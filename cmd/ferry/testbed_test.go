@@ -138,7 +138,7 @@ func TestShopRelayHasTheRelayDefaults(t *testing.T) {
 	shared := 0
 	fs.VisitAll(func(f *flag.Flag) {
 		switch f.Name {
-		case "crash-at", "lose-confirm-pct":
+		case "crash-at", "lose-confirm-pct", "pause-at":
 			require.Nil(t, relay.Flags().Lookup(f.Name), "--%s is the shop's alone", f.Name)
 			return
 		case "database-url", "stats-interval":

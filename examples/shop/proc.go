@@ -2,10 +2,13 @@ package shop
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -166,6 +169,26 @@ func (p *Proc) Succeeded() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.state != nil && p.state.Success()
+}
+
+// Stopped reports whether the current run is stopped by a signal
+// (SIGSTOP): its state in /proc is "T". It is false when the process is
+// not running or /proc cannot tell.
+func (p *Proc) Stopped() bool {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses and
+	// may itself contain spaces or parentheses.
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	return len(fields) > 0 && fields[0] == "T"
 }
 
 // State describes how the last run ended ("exit status 1", "signal:

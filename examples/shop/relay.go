@@ -21,7 +21,7 @@ import (
 // `ferry relay` runs it: the store and the publisher opened from URLs the
 // same way, the flags of the same names with the same defaults, the same
 // ferry.NewRelay. What it adds is fault injection, which `ferry relay`
-// does not have: CrashAt and LoseConfirmPct.
+// does not have: CrashAt, PauseAt and LoseConfirmPct.
 type RelayOptions struct {
 	// DatabaseURL is the orders database, whose outbox the relay
 	// publishes; BrokerURL the broker (nats:// or amqp://).
@@ -45,6 +45,10 @@ type RelayOptions struct {
 	StatsInterval time.Duration
 	// CrashAt arms a crash point, "point[:n]" (see RunRole).
 	CrashAt string
+	// PauseAt arms a pause point, "point=file": each time file exists
+	// when the relay reaches point, the relay removes it and stops itself
+	// with SIGSTOP (the chaos suite's pause scenario).
+	PauseAt string
 	// LoseConfirmPct of the broker's confirms are treated as lost: the
 	// relay sees an unknown outcome and publishes the event again.
 	LoseConfirmPct int
@@ -74,6 +78,7 @@ func (o *RelayOptions) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.StatsInterval, "stats-interval", 200*time.Millisecond, "how often to write a STATS line")
 	fs.StringVar(&o.CrashAt, "crash-at", "", "kill this process with SIGKILL the n-th time it reaches a fault point: point[:n]")
 	fs.IntVar(&o.LoseConfirmPct, "lose-confirm-pct", 0, "treat this percent of broker confirms as lost")
+	fs.StringVar(&o.PauseAt, "pause-at", "", "stop this process with SIGSTOP at a fault point whenever a file exists: point=file")
 }
 
 // RunRelay runs the relay until ctx ends, then stops it (finishing the
@@ -87,18 +92,22 @@ func RunRelay(ctx context.Context, o RelayOptions) error {
 	if err != nil {
 		return fmt.Errorf("%w: --crash-at: %w", ErrUsage, err)
 	}
-	faults := crash
+	pause, err := fault.Pause(o.PauseAt)
+	if err != nil {
+		return fmt.Errorf("%w: --pause-at: %w", ErrUsage, err)
+	}
+	var lose func(ctx context.Context, point string) error
 	if o.LoseConfirmPct > 0 {
-		faults = func(ctx context.Context, point string) error {
+		lose = func(_ context.Context, point string) error {
 			if point == ferry.FaultLoseConfirm && rand.IntN(100) < o.LoseConfirmPct {
 				return errors.New("confirm lost (injected)")
-			}
-			if crash != nil {
-				return crash(ctx, point)
 			}
 			return nil
 		}
 	}
+	// A pause comes first: a crash armed at the same point then still
+	// fires after the pause, at its own hit.
+	faults := fault.Chain(pause, lose, crash)
 	logw := o.Log
 	if logw == nil {
 		logw = io.Discard

@@ -34,7 +34,9 @@ var Roles = []string{"setup", "orders", "relay", "points", "sms", "check"}
 //
 // orders, relay, points and sms take --crash-at point[:n]: the process
 // kills itself with SIGKILL the n-th time (default first) it reaches the
-// named fault point. The relay also takes --lose-confirm-pct. They report
+// named fault point. The relay also takes --lose-confirm-pct, and
+// --pause-at point=file: it stops itself with SIGSTOP at the point whenever
+// the file exists (removing it first). They report
 // their counters on STATS lines on stdout (see ParseStats).
 //
 // RunRole is the entry point of the shop's binary (examples/shop/cmd/shop),

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -536,8 +537,10 @@ func (c *Consumer) delivery(d *amqp.Delivery) *ferrybroker.Delivery {
 		}
 	}
 	fd.FillFromHeaders()
+	// A publisher can set x-delivery-count itself on a classic queue: a
+	// value out of range is ignored.
 	switch n, ok := intValue(d.Headers["x-delivery-count"]); {
-	case ok:
+	case ok && n >= 0 && n < math.MaxInt32:
 		// Quorum queues: the number of earlier deliveries.
 		fd.DeliveryCount = int(n) + 1
 	case !d.Redelivered:

@@ -1,13 +1,14 @@
-// Package fault kills a process at a named fault point: a real crash,
-// exactly inside the window under test. It reads no environment variable
-// and no flag; a test or the reference shop's own binary decides when to
-// arm it.
+// Package fault kills or stops a process at a named fault point: a real
+// crash or a real pause, exactly inside the window under test. It reads no
+// environment variable and no flag; a test or the reference shop's own
+// binary decides when to arm it.
 package fault
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -50,4 +51,62 @@ func Parse(spec string) (name string, nth int, err error) {
 		return "", 0, fmt.Errorf("crash point %q: no point name", spec)
 	}
 	return name, nth, nil
+}
+
+// Pause returns a fault-point function that stops this process with
+// SIGSTOP when it reaches the point spec names, spec being "name=file",
+// and only when file exists: the process removes the file, then stops
+// itself, so each file the harness creates arms exactly one pause. The
+// harness disarms a pause by removing the file itself; whichever of the two
+// removes it wins, so the harness knows for certain whether the pause
+// landed. It returns nil for an empty spec. The process goes on where it
+// stopped when it gets SIGCONT.
+func Pause(spec string) (func(ctx context.Context, point string) error, error) {
+	if spec == "" {
+		return nil, nil
+	}
+	name, file, ok := strings.Cut(spec, "=")
+	if !ok || name == "" || file == "" {
+		return nil, fmt.Errorf("pause point %q: want name=file", spec)
+	}
+	return func(_ context.Context, point string) error {
+		if point == name && os.Remove(file) == nil {
+			fmt.Fprintf(os.Stderr, "pause point %s reached: stopping this process\n", point)
+			stopSelf()
+		}
+		return nil
+	}, nil
+}
+
+// Chain returns a fault-point function that calls each non-nil fn in turn
+// and returns the first error; nil when every fn is nil.
+func Chain(fns ...func(ctx context.Context, point string) error) func(ctx context.Context, point string) error {
+	var set []func(ctx context.Context, point string) error
+	for _, fn := range fns {
+		if fn != nil {
+			set = append(set, fn)
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	return func(ctx context.Context, point string) error {
+		for _, fn := range set {
+			if err := fn(ctx, point); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// stopSelf stops the process with SIGSTOP sent to the calling thread: the
+// thread takes the signal on its way back from the system call, so it
+// stops right here. A SIGSTOP sent to the process instead goes to its main
+// thread, and the caller can run on (here: write the outcome the pause is
+// meant to delay) until the stop reaches it.
+func stopSelf() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	_ = syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
 }

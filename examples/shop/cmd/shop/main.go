@@ -5,7 +5,7 @@
 //
 //	shop setup  --orders-db URL --points-db URL
 //	shop orders --orders-db URL --first 1 --last 400 --rate 50 [--crash-at order.after-commit:100]
-//	shop relay  --database-url URL --broker-url URL [--stream SHOP] [--crash-at relay.after-publish:3] [--lose-confirm-pct 3]
+//	shop relay  --database-url URL --broker-url URL [--stream SHOP] [--crash-at relay.after-publish:3] [--lose-confirm-pct 3] [--pause-at relay.after-publish=FILE]
 //	shop points --points-db URL --broker-url URL [--crash-at consumer.after-handle:10]
 //	shop sms    --points-db URL --broker-url URL --gateway URL [--crash-at inbox.before-commit:10]
 //	shop check  --orders-db URL --points-db URL --gateway URL
