@@ -85,6 +85,10 @@ func TestRelayBrokerOutageSpendsNoAttempt(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	proxy.Restore()
+	restored := time.Now()
+	testsvc.WaitFor(t, 30*time.Second, func() bool { return r.Stats().Confirmed > int64(len(before)) },
+		func() string { return fmt.Sprintf("nothing confirmed since the broker came back: %+v", r.Stats()) })
+	resumed := time.Since(restored)
 
 	st := b.waitSettled(t, 2*time.Minute)
 	require.Zero(t, st.Dead)
@@ -104,5 +108,5 @@ func TestRelayBrokerOutageSpendsNoAttempt(t *testing.T) {
 	require.Len(t, logs.lines("broker reachable again", "outage=", "held_back="), 1, "its end is logged once")
 	warn := logs.lines("level=WARN")
 	require.LessOrEqual(t, len(warn), 3, "the outage floods the log: %d warnings:\n%s", len(warn), strings.Join(warn, "\n"))
-	t.Logf("stats %+v; log:\n%s", s, strings.Join(logs.lines(), "\n"))
+	t.Logf("first confirm %s after the broker came back; stats %+v; log:\n%s", resumed, s, strings.Join(logs.lines(), "\n"))
 }
