@@ -2,6 +2,8 @@ package ferry_test
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -13,7 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
+	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
@@ -109,4 +113,65 @@ func TestRelayBrokerOutageSpendsNoAttempt(t *testing.T) {
 	warn := logs.lines("level=WARN")
 	require.LessOrEqual(t, len(warn), 3, "the outage floods the log: %d warnings:\n%s", len(warn), strings.Join(warn, "\n"))
 	t.Logf("first confirm %s after the broker came back; stats %+v; log:\n%s", resumed, s, strings.Join(logs.lines(), "\n"))
+}
+
+// notSentPublisher answers every publish "not sent", as a publisher that
+// cannot report its connection would during an outage, and records when
+// each publish came.
+type notSentPublisher struct {
+	mu    sync.Mutex
+	calls []time.Time
+}
+
+func (p *notSentPublisher) Publish(_ context.Context, msgs []ferrytype.Message) []ferrytype.PublishResult {
+	p.mu.Lock()
+	p.calls = append(p.calls, time.Now())
+	p.mu.Unlock()
+	return ferrybroker.AllNotSent(len(msgs), errors.New("not sent: no connection"))
+}
+
+func (p *notSentPublisher) Close() error { return nil }
+
+func (p *notSentPublisher) times() []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]time.Time(nil), p.calls...)
+}
+
+// A publisher without ferrybroker.Connectivity whose every publish comes
+// back not sent: the relay gives the events back without spending an
+// attempt, and tries again after a backoff that doubles from PollInterval,
+// never in a hot loop; it logs the outage once.
+func TestRelayNotSentBacksOffWithoutSpendingAttempts(t *testing.T) {
+	b := setupRelay(t, "sqlite")
+	ids := b.enqueue(t, 5, func(i int) string { return fmt.Sprint(i) })
+	pub := &notSentPublisher{}
+	logs := &logBuffer{}
+	const poll = 10 * time.Millisecond
+	r := b.relay(t, pub, &ferry.RelayConfig{PollInterval: poll,
+		Retry:  ferry.ExponentialBackoff{Initial: time.Millisecond, MaxAttempts: 1},
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	const publishes = 7
+	testsvc.WaitFor(t, time.Minute, func() bool { return len(pub.times()) >= publishes }, nil)
+	require.NoError(t, r.Stop(b.ctx))
+
+	calls := pub.times()
+	for k := 1; k < publishes; k++ {
+		least := min(poll<<(k-1), time.Second)
+		require.GreaterOrEqual(t, calls[k].Sub(calls[k-1]), least, "publish %d came too soon after publish %d", k+1, k)
+	}
+	for _, id := range ids {
+		row, err := b.st.Driver.Get(b.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, ferrytype.StatusNew, row.Status, "event %s", id)
+		require.Zero(t, row.Attempt, "event %s spent an attempt", id)
+		require.Empty(t, row.LastError)
+	}
+	s := r.Stats()
+	require.Equal(t, int64(1), s.Outages, "%+v", s)
+	require.Zero(t, s.Unknown+s.Dead+s.Retried, "%+v", s)
+	require.Equal(t, s.NotSent, s.Released, "%+v", s)
+	require.GreaterOrEqual(t, s.Released, int64(publishes*len(ids)), "%+v", s)
+	require.Len(t, logs.lines("broker unreachable", "no connection"), 1)
+	require.Empty(t, logs.lines("level=WARN", "publish not confirmed"))
 }
