@@ -43,9 +43,16 @@ type HookSweep interface {
 // HookSettle is called after outcomes were written, by a batch or by the
 // sweeper: sent events marked SENT, retried events back to NEW, dead events
 // DEAD. Every transition out of SENDING that the relay wrote is reported
-// here exactly once.
+// here exactly once, but releases (HookRelease).
 type HookSettle interface {
 	OnSettle(table string, sent, retried, dead int64)
+}
+
+// HookRelease is called after events whose publish never left the process
+// (ferrytype.ErrNotSent: the broker was unreachable) were given back to NEW
+// without spending an attempt, with the number of rows changed.
+type HookRelease interface {
+	OnRelease(table string, events int64)
 }
 
 type relayHooks struct {
@@ -55,6 +62,7 @@ type relayHooks struct {
 	fence_   []HookFenced
 	sweep_   []HookSweep
 	settle_  []HookSettle
+	release_ []HookRelease
 }
 
 func collectRelayHooks(table string, hooks []Hook) relayHooks {
@@ -74,6 +82,9 @@ func collectRelayHooks(table string, hooks []Hook) relayHooks {
 		}
 		if v, ok := x.(HookSettle); ok {
 			h.settle_ = append(h.settle_, v)
+		}
+		if v, ok := x.(HookRelease); ok {
+			h.release_ = append(h.release_, v)
 		}
 	}
 	return h
@@ -106,5 +117,11 @@ func (h relayHooks) sweep(n int64) {
 func (h relayHooks) settle(sent, retried, dead int64) {
 	for _, x := range h.settle_ {
 		x.OnSettle(h.table, sent, retried, dead)
+	}
+}
+
+func (h relayHooks) release(n int64) {
+	for _, x := range h.release_ {
+		x.OnRelease(h.table, n)
 	}
 }

@@ -168,6 +168,9 @@ type RelayStats struct {
 	Rejected   int64 // rejected outcomes
 	Unknown    int64 // unknown outcomes
 	Retried    int64 // events put back to NEW with a delay, by settle or sweep
+	NotSent    int64 // unknown outcomes that never left the process (ferrytype.ErrNotSent), given back without spending an attempt
+	Released   int64 // of those, events given back to NEW (Store.Release)
+	Outages    int64 // broker outages the relay waited out
 	Dead       int64 // events moved to DEAD, by settle or sweep
 	Fenced     int64 // outcome marks that found the lease gone (0 rows)
 	Swept      int64 // expired leases the sweeper returned or killed
@@ -178,6 +181,7 @@ type RelayStats struct {
 type relayCounters struct {
 	claims, claimed, confirmed, duplicates, returned, rejected, unknown atomic.Int64
 	retried, dead, fenced, swept, purged, errors                        atomic.Int64
+	notSent, released, outages                                          atomic.Int64
 }
 
 // Relay moves events from an outbox table to a broker. Several relays,
@@ -188,6 +192,19 @@ type relayCounters struct {
 // the broker confirmed it, and an event whose outcome is unknown is
 // published again with the same id. A relay that loses its lease while
 // publishing may still publish; its late mark then changes nothing.
+//
+// A broker outage spends no event's attempts. While the publisher reports
+// its connection down (ferrybroker.Connectivity: ferryamqp and ferrynats
+// do, RabbitMQ's blocked connections included) the relay claims nothing
+// and makes no probe; it looks again every PollInterval and claims within
+// one of the broker's return. Results that never left the process
+// (ferrytype.ErrNotSent) give their events back to NEW with the claim's
+// attempt taken back (Store.Release); with a publisher that cannot report
+// its connection, such results pause claiming for a backoff that grows
+// from PollInterval to a second. An outage is logged once as it starts,
+// with its cause, and once as it ends, with its length, the publishes
+// held back and the events pending. Unknown outcomes of messages that
+// were written stay attempts, as they must: the broker may have them.
 type Relay struct {
 	store ferrystore.Store
 	pub   ferrybroker.Publisher
@@ -195,6 +212,9 @@ type Relay struct {
 	log   *slog.Logger
 	hooks relayHooks
 	c     relayCounters
+	// conn is the publisher's connectivity, nil when it has none.
+	conn   ferrybroker.Connectivity
+	outage outage
 
 	mu       sync.Mutex
 	started  bool
@@ -221,6 +241,7 @@ func NewRelay(store ferrystore.Store, pub ferrybroker.Publisher, cfg *RelayConfi
 		return nil, err
 	}
 	r := &Relay{store: store, pub: pub, cfg: c, log: c.Logger.With("table", store.Table())}
+	r.conn, _ = pub.(ferrybroker.Connectivity)
 	r.hooks = collectRelayHooks(store.Table(), c.Hooks)
 	return r, nil
 }
@@ -231,6 +252,7 @@ func (r *Relay) Stats() RelayStats {
 		Claims: r.c.claims.Load(), Claimed: r.c.claimed.Load(), Confirmed: r.c.confirmed.Load(),
 		Duplicates: r.c.duplicates.Load(), Returned: r.c.returned.Load(), Rejected: r.c.rejected.Load(),
 		Unknown: r.c.unknown.Load(), Retried: r.c.retried.Load(), Dead: r.c.dead.Load(),
+		NotSent: r.c.notSent.Load(), Released: r.c.released.Load(), Outages: r.c.outages.Load(),
 		Fenced: r.c.fenced.Load(), Swept: r.c.swept.Load(), Purged: r.c.purged.Load(), Errors: r.c.errors.Load(),
 	}
 }
@@ -441,6 +463,9 @@ func (r *Relay) poller() {
 		if r.active.Load() > 0 {
 			continue // a lane is looking already
 		}
+		if r.brokerDown() {
+			continue // nothing could be published: no probe, no claim
+		}
 		ready, err := r.store.Ready(r.workCtx)
 		if err != nil {
 			r.log.Debug("probe failed; claiming instead", "error", err)
@@ -576,6 +601,9 @@ func (r *Relay) maybeRepoll() {
 // returns the number of events claimed.
 func (r *Relay) cycle() (int, error) {
 	ctx := r.workCtx
+	if r.brokerDown() {
+		return 0, nil // claim nothing while nothing could be published
+	}
 	token := sqlutil.NewToken()
 	start := time.Now()
 	msgs, err := r.store.Claim(ctx, ferrystore.ClaimParams{
@@ -617,13 +645,23 @@ func (r *Relay) cycle() (int, error) {
 // settle records each message's outcome under the claim's lease token.
 func (r *Relay) settle(ctx context.Context, token string, leaseEnd time.Time, msgs []ferrytype.Message, results []ferrytype.PublishResult) {
 	sent := make([]string, 0, len(msgs))
-	var fails []ferrystore.Failure
+	var (
+		fails   []ferrystore.Failure
+		unsent  []string
+		unsentE error
+	)
 	for i := range msgs {
 		m, res := &msgs[i], results[i]
 		if res.Outcome == ferrytype.OutcomeConfirmed {
 			if err := r.fault(ctx, FaultLoseConfirm); err != nil {
 				res = ferrytype.Unknown(fmt.Errorf("confirm lost: %w", err))
 			}
+		}
+		if res.NotSent() {
+			// It never left the process: not the event's fault.
+			unsent = append(unsent, m.ID)
+			unsentE = res.Err
+			continue
 		}
 		switch res.Outcome {
 		case ferrytype.OutcomeConfirmed:
@@ -652,6 +690,27 @@ func (r *Relay) settle(ctx context.Context, token string, leaseEnd time.Time, ms
 		}
 		r.log.Log(ctx, level, "publish not confirmed", "event_id", m.ID, "event_type", m.Type,
 			"attempt", m.Attempt, "outcome", res.Outcome.String(), "error", res.Err, "dead", dead, "retry_in", delay)
+	}
+	for i := range results {
+		if len(unsent) == 0 && results[i].Outcome != ferrytype.OutcomeUnknown {
+			r.outageOver() // the broker answered, and every message left
+			break
+		}
+	}
+	if len(unsent) > 0 {
+		r.c.notSent.Add(int64(len(unsent)))
+		r.outageFrom(unsentE, false)
+		r.outage.note(int64(len(unsent)))
+		n, err := retryMark(ctx, leaseEnd, func() (int64, error) { return r.store.Release(ctx, token, unsent) })
+		if err != nil {
+			r.c.errors.Add(1)
+			r.log.Error("giving back unsent events failed; the sweeper will return them after their lease",
+				"error", err, "token", token, "events", len(unsent))
+		} else {
+			r.c.released.Add(n)
+			r.hooks.release(n)
+			r.fenced(token, int64(len(unsent))-n)
+		}
 	}
 	if len(sent) > 0 {
 		n, err := retryMark(ctx, leaseEnd, func() (int64, error) { return r.store.MarkSent(ctx, token, sent) })
@@ -788,4 +847,104 @@ func (r *Relay) purge() {
 		default:
 		}
 	}
+}
+
+// outage tracks a broker outage: from the first sign that publishes cannot
+// leave the process (the publisher reports no connection, or a batch came
+// back not sent) to the first batch that reaches the broker again, or the
+// publisher reporting its connection back. It is logged once at each end.
+type outage struct {
+	mu    sync.Mutex
+	since time.Time // zero: no outage
+	// byConn is true while the publisher's Connectivity gates claims; false
+	// when the outage was seen in results only, and claims are then tried
+	// again after backoff.
+	byConn bool
+	// heldBack counts the publishes given back not sent during the
+	// outage; what was never claimed meanwhile is logged as pending.
+	heldBack int64
+	nextTry  time.Time
+	backoff  time.Duration
+}
+
+func (o *outage) note(n int64) {
+	o.mu.Lock()
+	o.heldBack += n
+	o.mu.Unlock()
+}
+
+// brokerDown reports whether the relay should claim nothing now: the
+// publisher reports its connection down, or a batch came back not sent
+// less than the trial backoff ago.
+func (r *Relay) brokerDown() bool {
+	if r.conn != nil {
+		if err := r.conn.Disconnected(); err != nil {
+			r.outageFrom(err, true)
+			return true
+		}
+	}
+	o := &r.outage
+	o.mu.Lock()
+	if o.since.IsZero() {
+		o.mu.Unlock()
+		return false
+	}
+	if o.byConn {
+		// The connection is back: claim again at once.
+		o.mu.Unlock()
+		r.outageOver()
+		return false
+	}
+	wait := time.Now().Before(o.nextTry)
+	o.mu.Unlock()
+	return wait
+}
+
+// outageFrom records a sign of an outage caused by cause; byConn says
+// whether the publisher's connectivity reported it (else a batch's
+// results did). The first sign starts the outage and is logged.
+func (r *Relay) outageFrom(cause error, byConn bool) {
+	o := &r.outage
+	o.mu.Lock()
+	start := o.since.IsZero()
+	if start {
+		o.since, o.heldBack, o.backoff = time.Now(), 0, 0
+		r.c.outages.Add(1)
+	}
+	o.byConn = byConn
+	if !byConn {
+		// Results say the broker is unreachable although the publisher
+		// (if it can tell) says otherwise: try again after a backoff.
+		o.backoff = min(max(o.backoff*2, r.cfg.PollInterval, 10*time.Millisecond), max(r.cfg.PollInterval, time.Second))
+		o.nextTry = time.Now().Add(o.backoff)
+	}
+	o.mu.Unlock()
+	if start {
+		msg := "<nil>"
+		if cause != nil {
+			msg = ferrytype.RedactURL(cause.Error())
+		}
+		r.log.Warn("broker unreachable: claiming paused, pending events stay NEW and spend no attempt",
+			"cause", msg)
+	}
+}
+
+// outageOver ends the outage, if any, and logs how long it lasted.
+func (r *Relay) outageOver() {
+	o := &r.outage
+	o.mu.Lock()
+	if o.since.IsZero() {
+		o.mu.Unlock()
+		return
+	}
+	took, held := time.Since(o.since), o.heldBack
+	o.since, o.heldBack, o.backoff, o.nextTry, o.byConn = time.Time{}, 0, 0, time.Time{}, false
+	o.mu.Unlock()
+	attrs := []any{"outage", took.Round(time.Millisecond), "held_back", held}
+	ctx, cancel := context.WithTimeout(r.workCtx, time.Second)
+	defer cancel()
+	if st, err := r.store.Stats(ctx); err == nil {
+		attrs = append(attrs, "pending", st.New)
+	}
+	r.log.Info("broker reachable again: claiming resumed", attrs...)
 }

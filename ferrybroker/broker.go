@@ -37,6 +37,21 @@ type Checker interface {
 	Check(ctx context.Context) error
 }
 
+// Connectivity is implemented by publishers that know, without a round
+// trip, whether a publish made now could reach the broker: ferryamqp's and
+// ferrynats's. The relay stops claiming while Connected is false, so that
+// an outage spends no event's attempts, and claims again as soon as it is
+// true (it looks again every RelayConfig.PollInterval).
+type Connectivity interface {
+	// Connected reports whether the connection to the broker is up and the
+	// broker accepts publishes on it: false while the connection is down
+	// or reconnecting, and while RabbitMQ blocks it (a resource alarm).
+	Connected() bool
+	// Disconnected says why Connected is false, nil while it is true. The
+	// error names no password.
+	Disconnected() error
+}
+
 // Header names carrying an event's metadata on a broker message, next to the
 // event's own headers (the trace context among them). The event id also
 // travels in the broker's native id field: AMQP message_id, JetStream
@@ -81,6 +96,16 @@ func AllUnknown(n int, err error) []ferrytype.PublishResult {
 	out := make([]ferrytype.PublishResult, n)
 	for i := range out {
 		out[i] = ferrytype.Unknown(err)
+	}
+	return out
+}
+
+// AllNotSent returns n unknown results of messages that never left the
+// process, caused by err (ferrytype.NotSent).
+func AllNotSent(n int, err error) []ferrytype.PublishResult {
+	out := make([]ferrytype.PublishResult, n)
+	for i := range out {
+		out[i] = ferrytype.NotSent(err)
 	}
 	return out
 }

@@ -42,7 +42,8 @@ type Config struct {
 }
 
 // Metrics counts what relays do. It implements the relay hooks of package
-// ferry (HookClaim, HookPublish, HookFenced, HookSweep, HookSettle): pass
+// ferry (HookClaim, HookPublish, HookFenced, HookSweep, HookSettle,
+// HookRelease): pass
 // it in ferry.RelayConfig.Hooks. One Metrics may serve any number of
 // relays, in the same process, on any tables; the table is a label.
 //
@@ -50,6 +51,7 @@ type Config struct {
 // event and takes no lock once a table was seen.
 type Metrics struct {
 	claims, claimed, duplicates, sent, retried, dead, expired, fenced *prometheus.CounterVec
+	released                                                          *prometheus.CounterVec
 	outcomes                                                          *prometheus.CounterVec
 	claimDuration, publishDuration, latency, attempts                 *prometheus.HistogramVec
 
@@ -62,6 +64,7 @@ var (
 	_ ferry.HookFenced  = (*Metrics)(nil)
 	_ ferry.HookSweep   = (*Metrics)(nil)
 	_ ferry.HookSettle  = (*Metrics)(nil)
+	_ ferry.HookRelease = (*Metrics)(nil)
 )
 
 // outcomes in the order of ferrytype.Outcome.
@@ -112,7 +115,7 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 		claimed: counter("ferry_relay_claimed_events_total",
 			"Events claimed (leased to a relay for one publish attempt)."),
 		outcomes: counter("ferry_relay_publish_outcomes_total",
-			"Publish attempts by the broker's outcome: confirmed, returned (unroutable), rejected, unknown.", "outcome"),
+			"Publish attempts by the broker's outcome: confirmed, returned (unroutable), rejected, unknown (not counting publishes that never left the relay).", "outcome"),
 		duplicates: counter("ferry_relay_publish_duplicates_total",
 			"Confirmed publishes the broker reported as duplicates of a message it already had."),
 		sent: counter("ferry_relay_sent_total",
@@ -125,6 +128,8 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 			"Leases that expired before their relay recorded an outcome, returned by the sweeper."),
 		fenced: counter("ferry_relay_fenced_total",
 			"Outcome marks that changed nothing because the lease had passed to another owner."),
+		released: counter("ferry_relay_released_total",
+			"Events whose publish never left the relay (broker unreachable) given back to NEW without spending an attempt."),
 		claimDuration: histogram("ferry_relay_claim_duration_seconds",
 			"Duration of claim transactions that returned events.", c.DurationBuckets),
 		publishDuration: histogram("ferry_relay_publish_batch_duration_seconds",
@@ -135,7 +140,7 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 			"Attempts an event needed until the broker confirmed it (1: the first).", c.AttemptBuckets),
 	}
 	for _, col := range []prometheus.Collector{m.claims, m.claimed, m.outcomes, m.duplicates, m.sent, m.retried, m.dead,
-		m.expired, m.fenced, m.claimDuration, m.publishDuration, m.latency, m.attempts} {
+		m.expired, m.fenced, m.released, m.claimDuration, m.publishDuration, m.latency, m.attempts} {
 		if err := reg.Register(col); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
@@ -150,6 +155,7 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 // tableMetrics holds one table's children, resolved once.
 type tableMetrics struct {
 	claims, claimed, duplicates, sent, retried, dead, expired, fenced prometheus.Counter
+	released                                                          prometheus.Counter
 	outcomes                                                          [len(outcomeNames)]prometheus.Counter
 	claimDuration, publishDuration, latency, attempts                 prometheus.Observer
 }
@@ -171,6 +177,7 @@ func (m *Metrics) table(name string) *tableMetrics {
 		duplicates: m.duplicates.WithLabelValues(name), sent: m.sent.WithLabelValues(name),
 		retried: m.retried.WithLabelValues(name), dead: m.dead.WithLabelValues(name),
 		expired: m.expired.WithLabelValues(name), fenced: m.fenced.WithLabelValues(name),
+		released:      m.released.WithLabelValues(name),
 		claimDuration: m.claimDuration.WithLabelValues(name), publishDuration: m.publishDuration.WithLabelValues(name),
 		latency: m.latency.WithLabelValues(name), attempts: m.attempts.WithLabelValues(name),
 	}
@@ -199,6 +206,9 @@ func (m *Metrics) OnPublish(table string, msgs []ferrytype.Message, results []fe
 	t.publishDuration.Observe(took.Seconds())
 	now := time.Now()
 	for i := range results {
+		if results[i].NotSent() {
+			continue // never reached the broker: counted when released
+		}
 		o := results[i].Outcome
 		if int(o) < 0 || int(o) >= len(t.outcomes) {
 			o = ferrytype.OutcomeUnknown
@@ -235,4 +245,9 @@ func (m *Metrics) OnSettle(table string, sent, retried, dead int64) {
 	t.sent.Add(float64(sent))
 	t.retried.Add(float64(retried))
 	t.dead.Add(float64(dead))
+}
+
+// OnRelease implements ferry.HookRelease.
+func (m *Metrics) OnRelease(table string, events int64) {
+	m.table(table).released.Add(float64(events))
 }

@@ -56,6 +56,13 @@ type Store interface {
 	// result says which ids took which edge and which were fenced. On an
 	// error nothing was changed.
 	MarkFailed(ctx context.Context, fails []Failure) (MarkFailedResult, error)
+	// Release gives back the rows among ids still SENDING under token,
+	// whose publish never left the process (ferrytype.ErrNotSent): status
+	// NEW, available now, lease cleared, attempts - 1, so that the claim
+	// spent no attempt (ferrytype.TransitionRelease). last_error is left
+	// as it was. It returns how many rows it changed; the others were
+	// fenced.
+	Release(ctx context.Context, token string, ids []string) (int64, error)
 	// ExpiredLeases returns up to limit SENDING rows whose lease ended.
 	ExpiredLeases(ctx context.Context, limit int) ([]Lease, error)
 	// PurgeSent deletes up to limit SENT rows sent more than olderThan ago

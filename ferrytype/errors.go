@@ -32,6 +32,15 @@ var (
 	// conflict): consumers park it with the error as reason instead of
 	// retrying it.
 	ErrPoison = errors.New("ferry: poison message")
+	// ErrNotSent marks the error of an unknown publish outcome whose
+	// message provably never left the process: the publisher was not
+	// connected, the broker blocked the connection before the write, the
+	// message never had a slot in the confirm window, the context ended
+	// before the write. The broker cannot have it, so the attempt is not
+	// the event's fault: the relay gives such events back without
+	// spending an attempt. A message that was written and whose confirm
+	// was lost is never ErrNotSent (see ferrytype.NotSent).
+	ErrNotSent = errors.New("ferry: not sent")
 
 	// ErrRetryable marks a transient database error after which the same
 	// work, run again in a new transaction, may succeed: a deadlock, a

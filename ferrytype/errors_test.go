@@ -61,3 +61,17 @@ func TestClassedKeepsTheErrorAndAddsItsClasses(t *testing.T) {
 		t.Fatal("nil must stay nil")
 	}
 }
+
+func TestNotSentIsAnUnknownOutcomeOfItsOwnClass(t *testing.T) {
+	cause := errors.New("not connected")
+	r := ferrytype.NotSent(cause)
+	require.Equal(t, ferrytype.OutcomeUnknown, r.Outcome, "never confirmed nor failed")
+	require.True(t, r.NotSent())
+	require.ErrorIs(t, r.Err, ferrytype.ErrNotSent)
+	require.ErrorIs(t, r.Err, cause)
+	require.Equal(t, "not connected", r.Err.Error())
+	require.False(t, ferrytype.Unknown(cause).NotSent(), "a plain unknown outcome may have left")
+	require.False(t, ferrytype.Rejected(ferrytype.Classed(cause, ferrytype.ErrNotSent)).NotSent(),
+		"only an unknown outcome is given back")
+	require.True(t, ferrytype.NotSent(nil).NotSent())
+}

@@ -1,6 +1,9 @@
 package ferrytype
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Outcome is what a broker said about one published message.
 type Outcome int
@@ -56,6 +59,23 @@ func Confirmed() PublishResult { return PublishResult{Outcome: OutcomeConfirmed}
 
 // Unknown reports an unknown outcome caused by err.
 func Unknown(err error) PublishResult { return PublishResult{Outcome: OutcomeUnknown, Err: err} }
+
+// NotSent reports an unknown outcome of a message that provably never
+// left the process, caused by err: its Err is in the ErrNotSent class.
+// Publishers use it only where nothing of the message can have reached
+// the broker; anything written to the connection is Unknown.
+func NotSent(err error) PublishResult {
+	if err == nil {
+		err = errors.New("not sent")
+	}
+	return PublishResult{Outcome: OutcomeUnknown, Err: Classed(err, ErrNotSent)}
+}
+
+// NotSent reports an unknown outcome whose message never left the
+// process (see ErrNotSent).
+func (r PublishResult) NotSent() bool {
+	return r.Outcome == OutcomeUnknown && errors.Is(r.Err, ErrNotSent)
+}
 
 // Returned reports an unroutable message.
 func Returned(err error) PublishResult { return PublishResult{Outcome: OutcomeReturned, Err: err} }

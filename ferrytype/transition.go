@@ -33,6 +33,11 @@ var (
 	// TransitionFailDead records a failed attempt past the retry policy's limit
 	// (Store.MarkFailed, under the lease token).
 	TransitionFailDead = Transition{Name: "fail-dead", From: StatusSending, To: StatusDead, By: "relay"}
+	// TransitionRelease gives back a row whose publish never left the
+	// process (ferrytype.ErrNotSent: the broker was unreachable): NEW,
+	// available at once, the claim's attempt taken back (Store.Release,
+	// under the lease token).
+	TransitionRelease = Transition{Name: "release", From: StatusSending, To: StatusNew, By: "relay"}
 	// TransitionSweepRetry returns a row whose lease expired before any outcome was
 	// recorded (Store.ExpiredLeases, then Store.MarkFailed under the
 	// expired token).
@@ -55,7 +60,7 @@ var (
 // Transitions returns every edge of the state machine, in the order a row
 // usually meets them.
 func Transitions() []Transition {
-	return []Transition{TransitionClaim, TransitionConfirm, TransitionFailRetry, TransitionFailDead, TransitionSweepRetry, TransitionSweepDead, TransitionRevive, TransitionDiscard, TransitionPurgeSent, TransitionPurgeDiscarded}
+	return []Transition{TransitionClaim, TransitionConfirm, TransitionFailRetry, TransitionFailDead, TransitionRelease, TransitionSweepRetry, TransitionSweepDead, TransitionRevive, TransitionDiscard, TransitionPurgeSent, TransitionPurgeDiscarded}
 }
 
 // Allowed reports whether some operation moves a row from one status to

@@ -165,8 +165,10 @@ relay:
 }
 
 // What ferry status shows for a relay whose broker is down: the events
-// wait, the oldest one's age and attempts grow, and its last error says
-// why.
+// wait NEW and the oldest one's age grows, but no attempt is spent on the
+// outage (the relay claims nothing while its publisher is disconnected),
+// so nothing is listed as failed; --max-pending-age still flags the
+// backlog.
 func TestStatusShowsABrokerOutage(t *testing.T) {
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
@@ -178,19 +180,18 @@ func TestStatusShowsABrokerOutage(t *testing.T) {
 				Lease: 2 * time.Second, PublishTimeout: 100 * time.Millisecond,
 				Retry: ferry.ExponentialBackoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond, MaxAttempts: 1000}})
 			proxy.Cut()
+			testsvc.WaitFor(t, 30*time.Second, func() bool { return r.Stats().Outages == 1 }, func() string { return "the relay sees the outage" })
 			b.enqueue(t, orderPaid("1", prefix+".paid"), orderPaid("2", prefix+".paid"), orderPaid("3", prefix+".shipped"))
-			testsvc.WaitFor(t, 30*time.Second, func() bool { return r.Stats().Unknown >= 9 }, func() string { return "three failed attempts each" })
 
 			code, out, errOut := b.cli(t, "status")
 			require.Equal(t, exitOK, code, errOut)
 			t.Logf("ferry status, broker down:\n%s", out)
-			require.Regexp(t, `NEW\s+3 \(\d ready now\)|SENDING\s+[1-3]`, out)
+			require.Regexp(t, `NEW\s+3 \(3 ready now\)`, out)
 			require.Contains(t, out, "oldest pending event: ")
-			require.Contains(t, out, "last error: attempt ")
-			require.Contains(t, out, ": unknown: ")
+			require.Contains(t, out, ", NEW, attempts 0")
 			require.Contains(t, out, prefix+".paid")
-			require.Contains(t, out, "attempts of unsent events:")
-			require.Contains(t, out, "events that failed, oldest first:")
+			require.NotContains(t, out, "last error:")
+			require.NotContains(t, out, "events that failed")
 
 			code, out, errOut = b.cli(t, "status", "--json")
 			require.Equal(t, exitOK, code, errOut)
@@ -199,11 +200,11 @@ func TestStatusShowsABrokerOutage(t *testing.T) {
 			require.Equal(t, int64(3), rep.Counts["NEW"]+rep.Counts["SENDING"])
 			require.Greater(t, rep.OldestPendingSeconds, 0.0)
 			require.NotNil(t, rep.OldestPending)
-			require.GreaterOrEqual(t, rep.OldestPending.Attempts, 1)
+			require.Zero(t, rep.OldestPending.Attempts)
 			require.Len(t, rep.Destinations, 2)
 			require.Equal(t, prefix+".paid", rep.Destinations[0].Destination)
 			require.Equal(t, int64(2), rep.Destinations[0].New+rep.Destinations[0].Sending)
-			require.Len(t, rep.Failed, 3)
+			require.Empty(t, rep.Failed)
 
 			// As a check: the oldest event is older than 1ms.
 			code, _, errOut = b.cli(t, "status", "--check", "--max-pending-age", "1ms")
@@ -212,6 +213,7 @@ func TestStatusShowsABrokerOutage(t *testing.T) {
 
 			proxy.Restore()
 			testsvc.WaitFor(t, 60*time.Second, func() bool { return r.Stats().Confirmed == 3 }, func() string { return "delivered once the broker is back" })
+			require.Zero(t, r.Stats().Unknown, "no attempt was spent on the outage")
 			code, out, errOut = b.cli(t, "status", "--check", "--count-sent")
 			require.Equal(t, exitOK, code, errOut)
 			require.Contains(t, out, "none pending")

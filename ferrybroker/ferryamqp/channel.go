@@ -32,13 +32,16 @@ type outgoing struct {
 // no-ops, so a caller whose context ended returns at once while the
 // channel goroutines finish the bookkeeping.
 type job struct {
-	ctx  context.Context
-	out  []outgoing
-	mu   sync.Mutex
-	res  []ferrytype.PublishResult
-	set  []bool
-	left int
-	done chan struct{}
+	ctx context.Context
+	out []outgoing
+	mu  sync.Mutex
+	res []ferrytype.PublishResult
+	set []bool
+	// began marks the messages the writer started to write: only those
+	// may have reached RabbitMQ.
+	began []bool
+	left  int
+	done  chan struct{}
 	// written is closed once the channel goroutine is through the job's
 	// messages: each is published, or failed before it was.
 	written     chan struct{}
@@ -47,7 +50,7 @@ type job struct {
 
 func newJob(ctx context.Context, n int) *job {
 	return &job{ctx: ctx, out: make([]outgoing, n), res: make([]ferrytype.PublishResult, n),
-		set: make([]bool, n), left: n, done: make(chan struct{}), written: make(chan struct{})}
+		set: make([]bool, n), began: make([]bool, n), left: n, done: make(chan struct{}), written: make(chan struct{})}
 }
 
 func (j *job) markWritten() { j.writtenOnce.Do(func() { close(j.written) }) }
@@ -71,6 +74,18 @@ func (j *job) settled(i int) bool {
 	return j.set[i]
 }
 
+// begin records that message i is about to be written, unless it has its
+// outcome already (finish gave up on it): then it must not be written.
+func (j *job) begin(i int) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.set[i] {
+		return false
+	}
+	j.began[i] = true
+	return true
+}
+
 // failFrom resolves every unset message from index i on with r.
 func (j *job) failFrom(i int, r ferrytype.PublishResult) {
 	for ; i < len(j.res); i++ {
@@ -78,14 +93,18 @@ func (j *job) failFrom(i int, r ferrytype.PublishResult) {
 	}
 }
 
-// finish reports every unset message as unknown because of err and
-// returns a copy of the results.
+// finish reports every unset message as unknown because of err (as not
+// sent when the writer never began it) and returns a copy of the results.
 func (j *job) finish(err error) []ferrytype.PublishResult {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for i := range j.res {
-		if !j.set[i] {
+		switch {
+		case j.set[i]:
+		case j.began[i]:
 			j.set[i], j.res[i] = true, ferrytype.Unknown(err)
+		default:
+			j.set[i], j.res[i] = true, ferrytype.NotSent(fmt.Errorf("not sent: %w", err))
 		}
 	}
 	return append([]ferrytype.PublishResult(nil), j.res...)
@@ -284,16 +303,16 @@ func (pc *pubChannel) write(j *job) {
 			continue
 		}
 		if err := j.ctx.Err(); err != nil {
-			j.failFrom(i, ferrytype.Unknown(fmt.Errorf("not sent: %w", err)))
+			j.failFrom(i, ferrytype.NotSent(fmt.Errorf("not sent: %w", err)))
 			return
 		}
 		select {
 		case pc.slots <- struct{}{}:
 		case <-j.ctx.Done():
-			j.failFrom(i, ferrytype.Unknown(fmt.Errorf("not sent: waiting for a confirm window slot: %w", j.ctx.Err())))
+			j.failFrom(i, ferrytype.NotSent(fmt.Errorf("not sent: waiting for a confirm window slot: %w", j.ctx.Err())))
 			return
 		case <-pc.dead:
-			j.failFrom(i, ferrytype.Unknown(fmt.Errorf("not sent: %w", pc.err())))
+			j.failFrom(i, ferrytype.NotSent(fmt.Errorf("not sent: %w", pc.err())))
 			return
 		}
 		if unblocked, reason := pc.block.wait(); unblocked != nil {
@@ -301,13 +320,17 @@ func (pc *pubChannel) write(j *job) {
 			case <-unblocked:
 			case <-j.ctx.Done():
 				<-pc.slots
-				j.failFrom(i, ferrytype.Unknown(fmt.Errorf("not sent: RabbitMQ blocked the connection (%s): %w", reason, j.ctx.Err())))
+				j.failFrom(i, ferrytype.NotSent(fmt.Errorf("not sent: RabbitMQ blocked the connection (%s): %w", reason, j.ctx.Err())))
 				return
 			case <-pc.dead:
 				<-pc.slots
-				j.failFrom(i, ferrytype.Unknown(fmt.Errorf("not sent: %w", pc.err())))
+				j.failFrom(i, ferrytype.NotSent(fmt.Errorf("not sent: %w", pc.err())))
 				return
 			}
+		}
+		if !j.begin(i) {
+			<-pc.slots
+			continue
 		}
 		o := &j.out[i]
 		// Only this goroutine publishes on the channel: the next sequence

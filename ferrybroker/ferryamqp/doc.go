@@ -51,9 +51,19 @@
 //     context ended before the confirm; the channel or connection closed
 //     with the confirm pending (amqp091-go then reports every pending
 //     confirm as a nack; those are not broker nacks, and ferryamqp never
-//     reports them rejected); the connection was down or blocked. The relay
-//     retries unknown outcomes with the same event id, so a message may be
-//     stored twice: consumers deduplicate by business key.
+//     reports them rejected). The relay retries unknown outcomes with the
+//     same event id, so a message may be stored twice: consumers
+//     deduplicate by business key.
+//   - Unknown, not sent (ferrytype.ErrNotSent, PublishResult.NotSent): a
+//     message that provably never left the process: the connection was
+//     down (after Config.ReconnectWait), RabbitMQ blocked the connection
+//     before it was written, it never got a slot in the confirm window, its
+//     channel closed before it was written, or the context ended first.
+//     RabbitMQ cannot have it. The relay gives such events back to NEW
+//     without spending an attempt, and claims nothing while Connected is
+//     false (connection down or blocked; see ferrybroker.Connectivity), so
+//     an outage never makes an event DEAD. A message written to the socket
+//     whose confirm is lost stays plain unknown and counts as an attempt.
 //
 // # Blocked connections
 //
@@ -61,9 +71,10 @@
 // that publish and says so with connection.blocked. A publish would then
 // hang in a socket write that no context interrupts. ferryamqp writes on a
 // goroutine of its own per channel, so Publish always returns when its
-// context ends (every message not confirmed by then unknown), watches
-// connection.blocked and writes nothing more until the alarm clears; Check
-// reports the block.
+// context ends (every message not confirmed by then unknown, not sent
+// for those never written), watches connection.blocked and writes nothing
+// more until the alarm clears; Check, Connected and Disconnected report
+// the block.
 //
 // # Topology
 //

@@ -108,12 +108,15 @@ func TestDialPublishDuringOutageIsPromptlyUnknown(t *testing.T) {
 
 	px.stop()
 	waitUntil(t, 30*time.Second, func() bool { return p.Check(ctx) != nil })
+	require.False(t, p.Connected())
+	require.ErrorIs(t, p.Disconnected(), ErrNotConnected)
 	before := p.Published()
 	for i := 0; i < 5; i++ {
 		start := time.Now()
 		for _, r := range p.Publish(ctx, msgs[10:20]) {
 			require.Equal(t, ferrytype.OutcomeUnknown, r.Outcome)
 			require.ErrorIs(t, r.Err, ErrNotConnected)
+			require.ErrorIs(t, r.Err, ferrytype.ErrNotSent)
 		}
 		took := time.Since(start)
 		require.GreaterOrEqual(t, took, 250*time.Millisecond, "waits for the connection, no hot loop")

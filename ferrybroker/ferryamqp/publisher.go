@@ -26,8 +26,9 @@ type Publisher struct {
 }
 
 var (
-	_ ferrybroker.Publisher = (*Publisher)(nil)
-	_ ferrybroker.Checker   = (*Publisher)(nil)
+	_ ferrybroker.Publisher    = (*Publisher)(nil)
+	_ ferrybroker.Checker      = (*Publisher)(nil)
+	_ ferrybroker.Connectivity = (*Publisher)(nil)
 )
 
 // New returns a publisher on conn, a connection the caller opened and
@@ -58,7 +59,8 @@ func Schemes() []string { return []string{"amqp", "amqps"} }
 // it reconnects with backoff after a loss, declaring or checking the
 // topology again, and closes the connection on Close. Publishes made while
 // the connection is down wait up to Config.ReconnectWait, then end as
-// unknown outcomes, which the relay retries. The first connection must
+// unknown outcomes that were not sent (ferrytype.ErrNotSent), which the
+// relay gives back without spending an attempt. The first connection must
 // succeed. Errors never contain the password.
 func Dial(ctx context.Context, url string, cfg *Config) (*Publisher, error) {
 	p, err := newPublisher(cfg)
@@ -244,17 +246,20 @@ func (s *pubSession) exchangeExists(ctx context.Context, name string) (bool, err
 //     it breaks an AMQP limit and was never sent.
 //   - unknown: everything else that may have reached RabbitMQ: the
 //     context ended first, the channel or connection closed with the
-//     confirm pending, the connection was down or blocked.
+//     confirm pending.
+//   - unknown and not sent (ferrytype.ErrNotSent): the message never left
+//     the process: the connection was down or blocked, or the context
+//     ended or the channel closed before it was written.
 func (p *Publisher) Publish(ctx context.Context, msgs []ferrytype.Message) []ferrytype.PublishResult {
 	if len(msgs) == 0 {
 		return []ferrytype.PublishResult{}
 	}
 	if err := ctx.Err(); err != nil {
-		return ferrybroker.AllUnknown(len(msgs), fmt.Errorf("not sent: %w", err))
+		return ferrybroker.AllNotSent(len(msgs), fmt.Errorf("not sent: %w", err))
 	}
 	s, err := p.link.current(ctx, p.cfg.ReconnectWait)
 	if err != nil {
-		return ferrybroker.AllUnknown(len(msgs), fmt.Errorf("not sent: %w", err))
+		return ferrybroker.AllNotSent(len(msgs), fmt.Errorf("not sent: %w", err))
 	}
 	j := newJob(ctx, len(msgs))
 	checked := map[string]bool{}
@@ -272,7 +277,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []ferrytype.Message) []fer
 		if !seen {
 			exists, err = s.exchangeExists(ctx, ex)
 			if err != nil {
-				j.resolve(i, ferrytype.Unknown(fmt.Errorf("not sent: %w", err)))
+				j.resolve(i, ferrytype.NotSent(fmt.Errorf("not sent: %w", err)))
 				continue
 			}
 			checked[ex] = exists
@@ -310,18 +315,18 @@ func (p *Publisher) dispatch(s *pubSession, j *job) {
 	for attempt := 0; attempt < 3; attempt++ {
 		pc, err := s.pick()
 		if err != nil {
-			j.failFrom(0, ferrytype.Unknown(fmt.Errorf("not sent: %w", err)))
+			j.failFrom(0, ferrytype.NotSent(fmt.Errorf("not sent: %w", err)))
 			return
 		}
 		switch err := pc.submit(j); {
 		case err == nil:
 			return
 		case !errors.Is(err, errChannelClosed):
-			j.failFrom(0, ferrytype.Unknown(fmt.Errorf("not sent: %w", err)))
+			j.failFrom(0, ferrytype.NotSent(fmt.Errorf("not sent: %w", err)))
 			return
 		}
 	}
-	j.failFrom(0, ferrytype.Unknown(errors.New("not sent: RabbitMQ keeps closing the channels")))
+	j.failFrom(0, ferrytype.NotSent(errors.New("not sent: RabbitMQ keeps closing the channels")))
 }
 
 func validate(m *ferrytype.Message, exchange string) error {
@@ -388,6 +393,25 @@ func (p *Publisher) Check(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNotConnected, err)
+	}
+	return nil
+}
+
+// Connected reports whether the publisher has a connection to RabbitMQ
+// and RabbitMQ does not block it (see ferrybroker.Connectivity). It makes
+// no round trip.
+func (p *Publisher) Connected() bool { return p.Disconnected() == nil }
+
+// Disconnected says why the publisher cannot publish now: the connection
+// is down (wrapping ErrNotConnected and the last connection error) or
+// RabbitMQ blocked it. It returns nil when Connected is true.
+func (p *Publisher) Disconnected() error {
+	s, err := p.link.current(context.Background(), -1)
+	if err != nil {
+		return err
+	}
+	if blocked, reason := s.block.wait(); blocked != nil {
+		return fmt.Errorf("RabbitMQ blocked the connection (%s)", reason)
 	}
 	return nil
 }

@@ -405,8 +405,9 @@ func waitUntil(t testing.TB, d time.Duration, cond func() bool) {
 // from it, and a publish can hang in a socket write that ignores
 // contexts. RabbitMQ says so (connection.blocked) once the connection
 // publishes during the alarm. Publish returns when its context ends, every
-// message unknown; once the block is known nothing more is written; once
-// the alarm clears the publisher publishes again.
+// message unknown; once the block is known nothing more is written, every
+// message is not sent and Connected is false; once the alarm clears the
+// publisher is connected and publishes again.
 func TestBlockedConnectionIsUnknownAndReturnsOnTime(t *testing.T) {
 	testsvc.DisruptRabbitMQ(t)
 	conn := testsvc.RabbitMQ(t)
@@ -432,7 +433,7 @@ func TestBlockedConnectionIsUnknownAndReturnsOnTime(t *testing.T) {
 		return strings.Contains(testsvc.RabbitMQCtl(t, "eval", "rabbit_alarm:get_alarms()."), "memory")
 	})
 
-	publishBlocked := func(batch []ferrytype.Message) {
+	publishBlocked := func(batch []ferrytype.Message, known bool) {
 		t.Helper()
 		pubCtx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
@@ -440,21 +441,27 @@ func TestBlockedConnectionIsUnknownAndReturnsOnTime(t *testing.T) {
 		for _, r := range p.Publish(pubCtx, batch) {
 			require.Equal(t, ferrytype.OutcomeUnknown, r.Outcome)
 			require.Error(t, r.Err)
+			if known {
+				require.ErrorIs(t, r.Err, ferrytype.ErrNotSent)
+			}
 		}
 		require.Less(t, time.Since(start), 3*time.Second, "Publish returns when its context ends")
 	}
 	// The first publish during the alarm gets the connection blocked.
-	publishBlocked(msgs[1:10])
+	publishBlocked(msgs[1:10], false)
 	waitUntil(t, 30*time.Second, func() bool {
 		err := p.Check(ctx)
 		return err != nil && strings.Contains(err.Error(), "blocked")
 	})
+	require.False(t, p.Connected())
+	require.ErrorContains(t, p.Disconnected(), "blocked")
 	before := p.Published()
-	publishBlocked(msgs[10:20])
+	publishBlocked(msgs[10:20], true)
 	require.Equal(t, before, p.Published(), "nothing is written while the connection is known blocked")
 
 	restore()
 	waitUntil(t, 30*time.Second, func() bool { return p.Check(ctx) == nil })
+	require.True(t, p.Connected())
 	for _, r := range p.Publish(ctx, msgs[20:]) {
 		require.Equal(t, ferrytype.OutcomeConfirmed, r.Outcome, "%v", r.Err)
 	}

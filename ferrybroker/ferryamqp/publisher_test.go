@@ -65,6 +65,28 @@ func harness(queueType string) ferrybrokertest.Harness {
 			},
 			Break: func(*testing.T) { _ = pubConn.Close() },
 		}
+	}, NewDialed: func(t *testing.T) ferrybrokertest.Setup {
+		reader := testsvc.RabbitMQ(t)
+		q := testsvc.RabbitMQQueue(t, reader, queueType, nil)
+		url, proxy := testsvc.Proxy(t, testsvc.URL(testsvc.EnvAMQP))
+		p, err := ferryamqp.Dial(testsvc.Context(t, 10*time.Second), url, &ferryamqp.Config{
+			Topology:      ferryamqp.Topology{Queues: []ferryamqp.Queue{{Name: q.Name}}},
+			ReconnectWait: 100 * time.Millisecond,
+			Connection: ferryamqp.ConnectionConfig{DialTimeout: 2 * time.Second,
+				ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond},
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { p.Close() })
+		return ferrybrokertest.Setup{
+			Publisher:  p,
+			Route:      q.RoutingKey,
+			Unroutable: testsvc.Name("ferry.unbound."),
+			Receive: func(t *testing.T, want int, d time.Duration) []ferrybrokertest.Received {
+				return received(testsvc.ReadRabbitMQQueue(t, reader, q.Name, want, d))
+			},
+			Cut:     func(*testing.T) { proxy.Cut() },
+			Restore: func(*testing.T) { proxy.Restore() },
+		}
 	}}
 }
 

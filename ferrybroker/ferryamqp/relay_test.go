@@ -1,10 +1,13 @@
 package ferryamqp_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -255,4 +258,100 @@ func TestRelaySurvivesRabbitMQRestart(t *testing.T) {
 func waitFor(t testing.TB, d time.Duration, cond func() bool) {
 	t.Helper()
 	testsvc.WaitFor(t, d, cond, nil)
+}
+
+// RabbitMQ becomes unreachable (a cut proxy) for a few seconds in the
+// middle of a run, with a retry policy that kills an event at its second
+// failed attempt: no event goes DEAD, every attempt beyond the first is
+// one the broker may have received (an unknown outcome of the batches in
+// flight at the cut), every event is delivered once RabbitMQ is back, and
+// the relay logs the outage at its start and end, not per event.
+func TestRelayRabbitMQOutageSpendsNoAttempt(t *testing.T) {
+	b := setupRelay(t, "mysql")
+	const total = 3000
+	ids := b.enqueue(t, total)
+	url, proxy := testsvc.Proxy(t, testsvc.URL(testsvc.EnvAMQP))
+	pub, err := ferryamqp.Dial(b.ctx, url, &ferryamqp.Config{ReconnectWait: 100 * time.Millisecond,
+		Connection: ferryamqp.ConnectionConfig{DialTimeout: 2 * time.Second,
+			ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond}})
+	require.NoError(t, err)
+	t.Cleanup(func() { pub.Close() })
+	logs := &logBuffer{}
+	const batch = 20
+	r := b.relay(t, pub, &ferry.RelayConfig{BatchSize: batch, PollInterval: 20 * time.Millisecond,
+		Retry:  ferry.ExponentialBackoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond, MaxAttempts: 2},
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+
+	waitFor(t, time.Minute, func() bool { return r.Stats().Confirmed >= 200 })
+	proxy.Cut()
+	waitFor(t, 30*time.Second, func() bool { return !pub.Connected() })
+	// The outage lasts three seconds: ample time, on the code before this
+	// test, for every pending event to spend both its attempts.
+	outageEnd := time.Now().Add(3 * time.Second)
+	for time.Now().Before(outageEnd) {
+		st, err := b.st.Driver.Stats(b.ctx)
+		require.NoError(t, err)
+		require.Zero(t, st.Dead, "an event went DEAD during the outage")
+		time.Sleep(50 * time.Millisecond)
+	}
+	atRestore := r.Stats()
+	require.Less(t, atRestore.Confirmed, int64(total), "the outage came mid-run")
+	proxy.Restore()
+
+	st := b.waitSettled(t, 3*time.Minute)
+	require.Zero(t, st.Dead)
+	require.Equal(t, total, b.countSent(t))
+	extra := 0
+	for _, id := range ids {
+		row, err := b.st.Driver.Get(b.ctx, id)
+		require.NoError(t, err)
+		extra += row.Attempt - 1
+	}
+	s := r.Stats()
+	require.LessOrEqual(t, extra, 4*batch, "the outage spent attempts: %+v", s)
+	require.LessOrEqual(t, int64(extra), s.Unknown,
+		"attempts beyond the first are only the unknown outcomes of batches in flight at the cut: %+v", s)
+	require.LessOrEqual(t, s.Unknown, int64(4*batch), "only the batches in flight at the cut may be unknown: %+v", s)
+	got := readAll(t, b.q.Name, total)
+	for _, id := range ids {
+		require.GreaterOrEqual(t, got[id], 1, "event %s lost", id)
+	}
+
+	require.Equal(t, int64(1), s.Outages, "%+v", s)
+	require.Len(t, logs.lines("broker unreachable"), 1, "the outage's start is logged once")
+	require.Len(t, logs.lines("broker reachable again", "outage=", "held_back="), 1, "its end is logged once")
+	warn := logs.lines("level=WARN")
+	require.LessOrEqual(t, len(warn), 4*batch+3, "the outage floods the log: %d warnings", len(warn))
+	t.Logf("stats %+v; extra attempts %d; warnings %d; outage log: %q", s, extra, len(warn),
+		append(logs.lines("broker unreachable"), logs.lines("broker reachable again")...))
+}
+
+// logBuffer is an io.Writer that a slog handler may share between
+// goroutines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// lines returns the logged lines that contain every one of words.
+func (b *logBuffer) lines(words ...string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, l := range strings.Split(b.buf.String(), "\n") {
+		keep := l != ""
+		for _, w := range words {
+			keep = keep && strings.Contains(l, w)
+		}
+		if keep {
+			out = append(out, l)
+		}
+	}
+	return out
 }

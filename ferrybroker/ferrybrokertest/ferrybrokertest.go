@@ -40,6 +40,11 @@ type Setup struct {
 	Receive func(t *testing.T, want int, d time.Duration) []Received
 	// Break severs the publisher's connection to the broker.
 	Break func(t *testing.T)
+	// Cut makes the broker unreachable for the publisher (its connection
+	// drops, reconnects fail) until Restore. Set by Harness.NewDialed.
+	Cut func(t *testing.T)
+	// Restore makes the broker reachable again after Cut.
+	Restore func(t *testing.T)
 	// DetectsDuplicates is true for brokers that drop a republished
 	// message id and say so (JetStream).
 	DetectsDuplicates bool
@@ -49,6 +54,11 @@ type Setup struct {
 type Harness struct {
 	// New returns a publisher on fresh topology, torn down when t ends.
 	New func(t *testing.T) Setup
+	// NewDialed returns a publisher that dialled the broker itself and
+	// reconnects after a loss, on fresh topology, with Cut and Restore set.
+	// It must implement ferrybroker.Connectivity, and retry its connection
+	// often enough to be back within seconds of Restore.
+	NewDialed func(t *testing.T) Setup
 }
 
 func msg(i int, route string) ferrytype.Message {
@@ -212,6 +222,47 @@ func Exercise(t *testing.T, h Harness) {
 		for id := range confirmed {
 			require.True(t, got[id], "confirmed message %s is not stored", id)
 		}
+	})
+
+	t.Run("BrokerOutageIsNotSentAndDisconnected", func(t *testing.T) {
+		require.NotNil(t, h.NewDialed, "the harness has no NewDialed")
+		s := h.NewDialed(t)
+		conn, ok := s.Publisher.(ferrybroker.Connectivity)
+		require.True(t, ok, "%T does not implement ferrybroker.Connectivity", s.Publisher)
+		ctx := ctxFor(t)
+		require.True(t, conn.Connected())
+		require.NoError(t, conn.Disconnected())
+		require.Equal(t, ferrytype.OutcomeConfirmed, s.Publisher.Publish(ctx, []ferrytype.Message{msg(0, s.Route)})[0].Outcome)
+
+		s.Cut(t)
+		waitFor(t, 30*time.Second, func() bool { return !conn.Connected() },
+			func() string { return "Connected stays true while the broker is cut off" })
+		require.Error(t, conn.Disconnected())
+		for round := 0; round < 3; round++ {
+			batch := []ferrytype.Message{msg(10*round+1, s.Route), msg(10*round+2, s.Route), msg(10*round+3, s.Unroutable)}
+			pubCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			res := s.Publisher.Publish(pubCtx, batch)
+			cancel()
+			require.Len(t, res, len(batch))
+			for i, r := range res {
+				require.Equal(t, ferrytype.OutcomeUnknown, r.Outcome, "round %d message %d: %v", round, i, r.Err)
+				require.ErrorIs(t, r.Err, ferrytype.ErrNotSent, "round %d message %d: nothing can have left", round, i)
+				require.True(t, r.NotSent())
+			}
+		}
+
+		s.Restore(t)
+		waitFor(t, 60*time.Second, conn.Connected,
+			func() string {
+				return fmt.Sprintf("Connected stays false after the broker is back: %v", conn.Disconnected())
+			})
+		require.NoError(t, conn.Disconnected())
+		last := msg(99, s.Route)
+		r := s.Publisher.Publish(ctx, []ferrytype.Message{last})[0]
+		require.Equal(t, ferrytype.OutcomeConfirmed, r.Outcome, "after the outage: %v", r.Err)
+		got := s.Receive(t, 2, 30*time.Second)
+		require.Len(t, got, 2, "only the messages published while connected reach the broker")
+		require.Equal(t, last.ID, got[1].ID)
 	})
 
 	t.Run("ConcurrentPublishers", func(t *testing.T) {

@@ -5,8 +5,15 @@
 // stream drops a republished event inside its duplicate window and reports
 // it as a duplicate. Outcomes map as follows: a PubAck is confirmed; "no
 // responders" (no stream listens on the subject) is returned, i.e.
-// unroutable; a JetStream API error is rejected; a timeout, a disconnect or
-// the end of the context is unknown.
+// unroutable, with an error naming the subject; a JetStream API error is
+// rejected; a timeout, a disconnect or the end of the context is unknown.
+// An unknown outcome whose message never left the process is also
+// ferrytype.ErrNotSent: the connection was down or reconnecting when the
+// publish began (the publisher does not write into nats.go's reconnect
+// buffer, which would send it later), the connection was closed or its
+// buffer full, or the context ended before the publish. The relay gives
+// such events back without spending an attempt, and stops claiming while
+// Connected is false.
 package ferrynats
 
 import (
@@ -57,13 +64,15 @@ type Config struct {
 // Publisher publishes to JetStream. It implements ferrybroker.Publisher.
 type Publisher struct {
 	js    jetstream.JetStream
+	conn  *nats.Conn // the connection js publishes on
 	nc    *nats.Conn // set when the publisher owns the connection
 	fault func(ctx context.Context, point string) error
 }
 
 var (
-	_ ferrybroker.Publisher = (*Publisher)(nil)
-	_ ferrybroker.Checker   = (*Publisher)(nil)
+	_ ferrybroker.Publisher    = (*Publisher)(nil)
+	_ ferrybroker.Checker      = (*Publisher)(nil)
+	_ ferrybroker.Connectivity = (*Publisher)(nil)
 )
 
 // New returns a publisher on nc, declaring or verifying the stream as cfg
@@ -86,7 +95,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg *Config) (*Publisher, error) {
 	if err := setupStream(ctx, js, cfg); err != nil {
 		return nil, err
 	}
-	return &Publisher{js: js, fault: cfg.FaultPoint}, nil
+	return &Publisher{js: js, conn: nc, fault: cfg.FaultPoint}, nil
 }
 
 // DialConfig configures Dial.
@@ -105,7 +114,9 @@ func Schemes() []string { return []string{"nats", "tls"} }
 // Dial connects to the NATS server at url (nats://user:password@host:4222,
 // tls://host:4222, or a comma-separated list) and returns a publisher that
 // closes the connection on Close. The connection reconnects forever;
-// publishes during an outage end as unknown outcomes and are retried.
+// publishes during an outage end as unknown outcomes that were not sent
+// (ferrytype.ErrNotSent), which the relay gives back without spending an
+// attempt.
 // Errors never contain the password.
 func Dial(ctx context.Context, url string, cfg *DialConfig) (*Publisher, error) {
 	if cfg == nil {
@@ -174,17 +185,23 @@ func setupStream(ctx context.Context, js jetstream.JetStream, cfg *Config) error
 }
 
 // Publish publishes msgs asynchronously, then waits for each PubAck.
+// While the connection is not up it publishes nothing: every message is
+// not sent (ferrytype.ErrNotSent).
 func (p *Publisher) Publish(ctx context.Context, msgs []ferrytype.Message) []ferrytype.PublishResult {
+	if err := p.Disconnected(); err != nil {
+		return ferrybroker.AllNotSent(len(msgs), fmt.Errorf("not sent: %w", err))
+	}
 	res := make([]ferrytype.PublishResult, len(msgs))
 	futs := make([]jetstream.PubAckFuture, len(msgs))
 	for i := range msgs {
 		if err := ctx.Err(); err != nil {
-			res[i] = ferrytype.Unknown(err)
+			res[i] = ferrytype.NotSent(fmt.Errorf("not sent: %w", err))
 			continue
 		}
-		f, err := p.js.PublishMsgAsync(natsMsg(&msgs[i]), jetstream.WithMsgID(msgs[i].ID))
+		m := natsMsg(&msgs[i])
+		f, err := p.js.PublishMsgAsync(m, jetstream.WithMsgID(msgs[i].ID))
 		if err != nil {
-			res[i] = classify(err)
+			res[i] = classify(err, m.Subject)
 			continue
 		}
 		futs[i] = f
@@ -207,7 +224,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []ferrytype.Message) []fer
 		case ack := <-f.Ok():
 			res[i] = ferrytype.PublishResult{Outcome: ferrytype.OutcomeConfirmed, Duplicate: ack.Duplicate}
 		case err := <-f.Err():
-			res[i] = classify(err)
+			res[i] = classify(err, f.Msg().Subject)
 		case <-ctx.Done():
 			res[i] = ferrytype.Unknown(fmt.Errorf("waiting for the PubAck: %w", ctx.Err()))
 		}
@@ -226,14 +243,19 @@ func natsMsg(m *ferrytype.Message) *nats.Msg {
 	return &nats.Msg{Subject: m.Route(), Data: m.Payload, Header: h}
 }
 
-// classify maps a publish error to an outcome. Only errors that prove the
-// stream did not store the message are returned or rejected; everything
-// else is unknown.
-func classify(err error) ferrytype.PublishResult {
+// classify maps the publish error of a message to subject to an outcome.
+// Only errors that prove the stream did not store the message are returned
+// or rejected; everything else is unknown, and not sent when the client
+// refused the message before writing it.
+func classify(err error, subject string) ferrytype.PublishResult {
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
-		return ferrytype.Returned(fmt.Errorf("no stream for the subject: %w", err))
+		return ferrytype.Returned(fmt.Errorf("unroutable: no JetStream stream is bound to subject %q: %w", subject, err))
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining),
+		errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, jetstream.ErrTooManyStalledMsgs):
+		// Refused by the client before anything was written.
+		return ferrytype.NotSent(fmt.Errorf("not sent: %w", err))
 	case errors.As(err, &apiErr):
 		return ferrytype.Rejected(err)
 	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadSubject):
@@ -249,6 +271,23 @@ func (p *Publisher) Check(ctx context.Context) error {
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	return nil
+}
+
+// Connected reports whether the connection to NATS is up (see
+// ferrybroker.Connectivity): false while it is reconnecting, draining or
+// closed. It makes no round trip.
+func (p *Publisher) Connected() bool { return p.conn.IsConnected() }
+
+// Disconnected says why the publisher cannot publish now, nil when
+// Connected is true: the connection's status and its last error.
+func (p *Publisher) Disconnected() error {
+	if p.conn.IsConnected() {
+		return nil
+	}
+	if err := p.conn.LastError(); err != nil {
+		return fmt.Errorf("not connected to NATS (%s): %s", p.conn.Status(), ferrytype.RedactURL(err.Error()))
+	}
+	return fmt.Errorf("not connected to NATS (%s)", p.conn.Status())
 }
 
 // JetStream returns the publisher's JetStream context.

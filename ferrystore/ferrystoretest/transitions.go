@@ -190,6 +190,50 @@ func exerciseTransitions[TTx any](t *testing.T, h Harness[TTx]) {
 		}
 	})
 
+	t.Run("ReleaseTakesSendingToNewWithoutSpendingAnAttempt", func(t *testing.T) {
+		b := setup(t, h)
+		got := b.enqueue(t, ev("A", "1", `{}`), ev("A", "2", `{}`))
+		// A failed attempt first, so that the row has an attempt to keep.
+		_, token := b.claim(t, 10, false)
+		res, err := b.store.MarkFailed(b.ctx, []ferrystore.Failure{{ID: got[0], Token: token, Error: "first"},
+			{ID: got[1], Token: token, Error: "first"}})
+		require.NoError(t, err)
+		require.Len(t, res.Retried, 2)
+		msgs, token := b.claim(t, 10, false)
+		require.Len(t, msgs, 2)
+		require.Equal(t, 2, b.get(t, got[0]).Attempt)
+		n, err := b.store.Release(b.ctx, token, []string{got[0]})
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
+		row := b.get(t, got[0])
+		require.Equal(t, ferrytype.TransitionRelease.To, row.Status)
+		require.Equal(t, 1, row.Attempt, "the released claim spent no attempt")
+		require.Empty(t, row.LeaseToken)
+		require.True(t, row.LockedUntil.IsZero())
+		require.Equal(t, "first", row.LastError, "the last real failure stays")
+		require.Equal(t, ferrytype.StatusSending, b.get(t, got[1]).Status, "only the named ids")
+		again, _ := b.claim(t, 10, false)
+		require.Equal(t, []string{got[0]}, ids(again), "a released row is available at once")
+		require.Equal(t, 2, again[0].Attempt)
+	})
+
+	t.Run("ReleaseRefusesRowsNotSendingUnderTheToken", func(t *testing.T) {
+		b := setup(t, h)
+		st := b.everyStatus(t)
+		n, err := b.store.Release(b.ctx, "not-the-lease", []string{st.id[ferrytype.StatusSending]})
+		require.NoError(t, err)
+		require.Zero(t, n)
+		for _, s := range others(ferrytype.StatusSending) {
+			n, err := b.store.Release(b.ctx, st.token[s], []string{st.id[s]})
+			require.NoError(t, err)
+			require.Zero(t, n, "Release changed a %s row", s)
+		}
+		for s, id := range st.id {
+			require.Equal(t, s, b.get(t, id).Status)
+		}
+		require.Equal(t, 1, b.get(t, st.id[ferrytype.StatusSending]).Attempt)
+	})
+
 	t.Run("SweepReturnsExpiredLeasesToNewOrDead", func(t *testing.T) {
 		b := setup(t, h)
 		got := b.enqueue(t, ev("A", "1", `{}`), ev("A", "2", `{}`))

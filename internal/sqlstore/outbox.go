@@ -27,7 +27,7 @@ type Outbox struct {
 	// cols lists sqlutil.RowColumns as the dialect selects them.
 	cols string
 
-	markSent, markFailed, expired, purge, stats, ready, get string
+	markSent, markFailed, release, expired, purge, stats, ready, get string
 }
 
 // NewOutbox returns the shared store of the validated table on pool. Every
@@ -49,6 +49,11 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 	o.markFailed = d.Rebind("UPDATE " + t + " SET status = ?, available_at = " + shift +
 		", lease_token = NULL, locked_until = NULL, last_error = ?" +
 		" WHERE status = " + lit(ferrytype.TransitionFailRetry.From) + " AND lease_token = ? AND event_id = ?")
+	// TransitionRelease, by the primary key; the id list is spliced in.
+	o.release = "UPDATE " + t + " SET status = " + lit(ferrytype.TransitionRelease.To) +
+		", attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END" +
+		", available_at = " + now + ", lease_token = NULL, locked_until = NULL" +
+		" WHERE status = " + lit(ferrytype.TransitionRelease.From) + " AND lease_token = ? AND "
 	// The pending index, status SENDING.
 	o.expired = d.Rebind("SELECT event_id, lease_token, attempts FROM " + t +
 		" WHERE status = " + lit(ferrytype.StatusSending) + " AND locked_until < " + now + " ORDER BY locked_until LIMIT ?")
@@ -97,6 +102,20 @@ func (o *Outbox) MarkSent(ctx context.Context, token string, ids []string) (int6
 	n, err := o.pool.Exec(ctx, q, args...)
 	if err != nil {
 		return 0, fmt.Errorf("mark sent: %w", err)
+	}
+	return n, nil
+}
+
+// Release gives back the ids still SENDING under token, in one
+// statement, taking back the claim's attempt.
+func (o *Outbox) Release(ctx context.Context, token string, ids []string) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	q, args := o.in(o.release, "event_id", ids, token)
+	n, err := o.pool.Exec(ctx, q, args...)
+	if err != nil {
+		return 0, fmt.Errorf("release: %w", err)
 	}
 	return n, nil
 }
