@@ -18,7 +18,7 @@ var (
 	paramRe = regexp.MustCompile(`(?i)[a-z0-9_.-]*(?:password|passwd|pass|pwd|secret|token)\s*=\s*` +
 		`('(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|[^\s&#]*)`)
 	mysqlDSNRe = regexp.MustCompile(`(?:^|[\s"'=(,])[^\s:/@"'=(,]*:(\S*)@(?:tcp[46]?|unix)?\(`)
-	schemeRe   = regexp.MustCompile(`(?i)[a-z][a-z0-9+.-]*://`)
+	schemeRe   = regexp.MustCompile(`[A-Za-z0-9+.-]*://`)
 )
 
 // RedactURL returns s with every password and token removed, for logs,

@@ -119,3 +119,56 @@ func FuzzRedactURL(f *testing.F) {
 		}
 	})
 }
+
+// FuzzValidateIdentifier: a name ValidateIdentifier accepts is safe to
+// quote in each dialect's way (PostgreSQL and SQLite "name", MySQL
+// `name`): the quoted identifier holds one identifier, the name itself,
+// and nothing can end the quoting early or follow it.
+func FuzzValidateIdentifier(f *testing.F) {
+	for _, s := range []string{"outbox_event", "x\"; DROP TABLE y; --", "a`b", "_", "1a", "é", strings.Repeat("a", 64)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		err := ferrytype.ValidateIdentifier("table", name, 63)
+		if err != nil {
+			if !errors.Is(err, ferrytype.ErrInvalidIdentifier) {
+				t.Fatalf("error %v is not ErrInvalidIdentifier", err)
+			}
+			return
+		}
+		for _, q := range []string{`"`, "`"} {
+			quoted := q + name + q
+			inner, ok := unquote(quoted, q[0])
+			if !ok || inner != name {
+				t.Fatalf("%s does not read back as the identifier %q", quoted, name)
+			}
+		}
+		for _, r := range name {
+			if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+				t.Fatalf("accepted %q holds %q", name, r)
+			}
+		}
+	})
+}
+
+// unquote reads one quoted identifier (quote q, doubled inside to stand
+// for itself) that must span all of s, as a SQL lexer does.
+func unquote(s string, q byte) (string, bool) {
+	if len(s) < 2 || s[0] != q {
+		return "", false
+	}
+	var b strings.Builder
+	for i := 1; i < len(s); i++ {
+		if s[i] != q {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+1 < len(s) && s[i+1] == q {
+			b.WriteByte(q)
+			i++
+			continue
+		}
+		return b.String(), i == len(s)-1 // the closing quote must end s
+	}
+	return "", false
+}
