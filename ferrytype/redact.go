@@ -226,15 +226,17 @@ func textSpans(s string) [][2]int {
 }
 
 // spacedUserinfo extends the URL starting at starts[i], which ends at end
-// (a space), over a password with spaces: when the URL has user:... but
-// no @ before end, and an @ follows on the same line with no /, ?, # or
+// (a space), over a password with spaces: when the URL has user:... (or,
+// in NATS, may hold a token) but no @ before end, and an @ follows on the same line with no /, ?, # or
 // ": " (a message's punctuation) between, before the next URL.
 func spacedUserinfo(s string, starts [][]int, i, end int) int {
 	auth := s[starts[i][1]:end]
 	if cut := strings.IndexAny(auth, "/?#"); cut >= 0 {
 		return end
 	}
-	if !strings.Contains(auth, ":") || strings.Contains(auth, "@") {
+	sch := strings.ToLower(s[starts[i][0] : starts[i][1]-3])
+	token := sch == "nats" || sch == "tls" // a token has no ':'
+	if !strings.Contains(auth, ":") && !token || strings.Contains(auth, "@") {
 		return end
 	}
 	limit := len(s)
