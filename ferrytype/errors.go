@@ -3,7 +3,6 @@ package ferrytype
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"regexp"
 )
 
@@ -114,29 +113,4 @@ func ValidateIdentifier(what, name string, maxLen int) error {
 		return fmt.Errorf("%w: %s %q is longer than %d bytes", ErrInvalidIdentifier, what, name, maxLen)
 	}
 	return nil
-}
-
-var passwordRe = regexp.MustCompile(`(?i)(://[^:/@\s]*:)[^@\s]*@|(password=)[^\s&;]*|(:)[^:@/\s]+@(tcp|unix)\(`)
-
-// RedactURL returns s with any password removed, for logs and errors. It
-// handles URLs (scheme://user:pass@host) and go-sql-driver/mysql DSNs
-// (user:pass@tcp(host)/db), and key=value DSNs with password=.
-func RedactURL(s string) string {
-	if u, err := url.Parse(s); err == nil && u.Scheme != "" && u.User != nil {
-		if _, has := u.User.Password(); has {
-			return u.Redacted()
-		}
-		return s
-	}
-	return passwordRe.ReplaceAllStringFunc(s, func(m string) string {
-		sub := passwordRe.FindStringSubmatch(m)
-		switch {
-		case sub[1] != "":
-			return sub[1] + "xxxxx@"
-		case sub[2] != "":
-			return sub[2] + "xxxxx"
-		default:
-			return ":xxxxx@" + sub[4] + "("
-		}
-	})
 }

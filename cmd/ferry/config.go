@@ -90,6 +90,11 @@ func loadConfig(root *cobra.Command, path string) (*configFile, error) {
 	if err != nil {
 		return nil, usageError{fmt.Errorf("config file: %w", err)}
 	}
+	return parseConfig(root, path, raw)
+}
+
+// parseConfig parses and checks raw, the config file at path.
+func parseConfig(root *cobra.Command, path string, raw []byte) (*configFile, error) {
 	cf := &configFile{path: path, values: map[string]fileValue{}}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(raw, &doc); err != nil {

@@ -39,6 +39,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/open"
 )
 
 // Exit codes.
@@ -79,6 +80,9 @@ func execute(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	}
 	if errors.Is(err, errPrinted) {
 		return exitOK
+	}
+	if perr := open.Permanent(err); perr != nil {
+		err = perr // a cause no retry mends is a configuration error
 	}
 	fmt.Fprintln(stderr, "ferry:", strings.TrimPrefix(ferrytype.RedactURL(err.Error()), "ferry: "))
 	var ee exitError
@@ -136,7 +140,12 @@ func newRootWith(g *globals) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return resolve(cmd, g) }
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if err := resolve(cmd, g); err != nil {
+			return err
+		}
+		return checkSettings(cmd)
+	}
 	pf := root.PersistentFlags()
 	envString(pf, &g.configPath, "config", envConfig, "", "YAML config file (see ferry.example.yaml); flags and FERRY_* variables override it")
 	pf.BoolVar(&g.printConfig, "print-config", false, "print the command's settings, each with where it came from, and exit")

@@ -352,10 +352,10 @@ func brokerConfig(f *relayFlags, subjects []string, log *slog.Logger) (*open.Bro
 	return &open.BrokerConfig{AMQP: cfg}, nil
 }
 
-// connect calls dial until it succeeds, fails with a configuration error,
-// ctx ends or timeout passes, waiting 200ms, then twice as long each time
-// up to 5s, between tries. Each failure is logged; the last one is
-// returned.
+// connect calls dial until it succeeds, fails with a configuration error
+// or a cause no retry mends (open.Permanent), ctx ends or timeout passes,
+// waiting 200ms, then twice as long each time up to 5s, between tries.
+// Each failure is logged; the last one is returned.
 func connect[T any](ctx context.Context, timeout time.Duration, what string, log *slog.Logger, dial func() (T, error)) (T, error) {
 	deadline := time.Now().Add(timeout)
 	wait := 200 * time.Millisecond
@@ -363,6 +363,9 @@ func connect[T any](ctx context.Context, timeout time.Duration, what string, log
 		v, err := dial()
 		if err == nil || errors.Is(err, ferrytype.ErrInvalidConfig) || errors.Is(err, ferrytype.ErrInvalidIdentifier) {
 			return v, err
+		}
+		if perr := open.Permanent(err); perr != nil {
+			return v, perr
 		}
 		if time.Now().Add(wait).After(deadline) {
 			return v, err

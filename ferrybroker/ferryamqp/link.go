@@ -66,7 +66,7 @@ func dialer(url string, c ConnectionConfig) func() (*amqp.Connection, error) {
 	return func() (*amqp.Connection, error) {
 		conn, err := amqp.DialConfig(url, cfg)
 		if err != nil {
-			return nil, fmt.Errorf("connect to %s: %s", ferrytype.RedactURL(url), ferrytype.RedactURL(err.Error()))
+			return nil, ferrytype.RedactError(fmt.Errorf("connect to %s: %w", ferrytype.RedactURL(url), err), url)
 		}
 		return conn, nil
 	}

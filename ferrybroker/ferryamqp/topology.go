@@ -135,7 +135,7 @@ func (s *setupRun) checkExchange(name string) error {
 		if strings.HasPrefix(name, "amq.") {
 			hint = "check the virtual host"
 		}
-		return fmt.Errorf("exchange %s does not exist: %s", name, hint)
+		return notFound(fmt.Sprintf("exchange %s does not exist: %s", name, hint), err)
 	}
 	if err != nil {
 		return fmt.Errorf("check exchange %s: %w", name, err)
@@ -203,7 +203,7 @@ func (s *setupRun) queue(raw Queue) error {
 		case 0:
 			continue
 		case amqp.NotFound:
-			return fmt.Errorf("queue %s does not exist: declare it, or let ferry declare it (Declare, --declare)", name)
+			return notFound(fmt.Sprintf("queue %s does not exist: declare it, or let ferry declare it (Declare, --declare)", name), err)
 		case amqp.PreconditionFailed:
 			return fmt.Errorf("queue %s exists with other settings than durable, arguments %v: "+
 				"delete it (after moving its messages) or configure ferry to match: %w", name, args, err)
@@ -214,6 +214,18 @@ func (s *setupRun) queue(raw Queue) error {
 	}
 	return nil
 }
+
+// notFoundError says what does not exist and how to fix it, and wraps the
+// server's NOT_FOUND reply (an *amqp.Error, code 404), by which callers
+// tell it from a transient failure.
+type notFoundError struct {
+	msg string
+	err error
+}
+
+func notFound(msg string, err error) error { return &notFoundError{msg: msg, err: err} }
+func (e *notFoundError) Error() string     { return e.msg }
+func (e *notFoundError) Unwrap() error     { return e.err }
 
 // code returns the AMQP reply code in err, 0 for nil, -1 for an error that
 // carries none.

@@ -134,7 +134,7 @@ func Dial(ctx context.Context, url string, cfg *DialConfig) (*Publisher, error) 
 	opts = append(opts, cfg.Options...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", ferrytype.RedactURL(url), err)
+		return nil, ferrytype.RedactError(fmt.Errorf("connect to %s: %w", ferrytype.RedactURL(url), err), url)
 	}
 	p, err := New(ctx, nc, &cfg.Config)
 	if err != nil {
@@ -170,7 +170,7 @@ func setupStream(ctx context.Context, js jetstream.JetStream, cfg *Config) error
 	}
 	st, err := js.Stream(ctx, cfg.Stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("stream %s does not exist: create it, or let the relay declare it (--declare)", cfg.Stream)
+		return fmt.Errorf("stream %s does not exist: create it, or let the relay declare it (--declare): %w", cfg.Stream, err)
 	}
 	if err != nil {
 		return fmt.Errorf("verify stream %s: %w", cfg.Stream, err)

@@ -104,7 +104,7 @@ func openDB(ctx context.Context, rawURL string, maxConns int) (*sql.DB, error) {
 	}
 	conn, err := mysql.NewConnector(mc)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", ferrytype.RedactURL(rawURL), err)
+		return nil, ferrytype.RedactError(fmt.Errorf("open %s: %w", ferrytype.RedactURL(rawURL), err), rawURL)
 	}
 	db := sql.OpenDB(conn)
 	db.SetMaxOpenConns(maxConns)
@@ -114,7 +114,7 @@ func openDB(ctx context.Context, rawURL string, maxConns int) (*sql.DB, error) {
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("open %s: %w", ferrytype.RedactURL(rawURL), err)
+		return nil, ferrytype.RedactError(fmt.Errorf("open %s: %w", ferrytype.RedactURL(rawURL), err), rawURL)
 	}
 	return db, nil
 }

@@ -3,6 +3,7 @@ package ferrypg
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,24 +17,44 @@ func Schemes() []string { return []string{"postgres", "postgresql"} }
 // openPool connects a pgx pool of at least minConns connections to the
 // database at rawURL and checks that it answers within 10 seconds.
 func openPool(ctx context.Context, rawURL string, minConns int32) (*pgxpool.Pool, error) {
-	pc, err := pgxpool.ParseConfig(rawURL)
+	pc, err := ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: database URL %s: cannot parse", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(rawURL))
+		return nil, err
 	}
 	if pc.MaxConns < minConns {
 		pc.MaxConns = minConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", ferrytype.RedactURL(rawURL), err)
+		return nil, ferrytype.RedactError(fmt.Errorf("open %s: %w", ferrytype.RedactURL(rawURL), err), rawURL)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("open %s: %w", ferrytype.RedactURL(rawURL), err)
+		return nil, ferrytype.RedactError(fmt.Errorf("open %s: %w", ferrytype.RedactURL(rawURL), err), rawURL)
 	}
 	return pool, nil
+}
+
+// ParseURL parses rawURL as Open does (a postgres:// URL or any
+// connection string pgx accepts), without connecting. The error says what
+// pgx found wrong, never with the password.
+func ParseURL(rawURL string) (*pgxpool.Config, error) {
+	pc, err := pgxpool.ParseConfig(rawURL)
+	if err != nil {
+		// pgx says "cannot parse `<the URL, best-effort redacted>`: why":
+		// keep why, and name the URL redacted by ferry.
+		reason := err.Error()
+		if strings.HasPrefix(reason, "cannot parse `") {
+			if i := strings.LastIndex(reason, "`: "); i > 0 {
+				reason = reason[i+3:]
+			}
+		}
+		return nil, ferrytype.RedactError(fmt.Errorf("%w: database URL %s: cannot parse: %s", ferrytype.ErrInvalidConfig,
+			ferrytype.RedactURL(rawURL), reason), rawURL)
+	}
+	return pc, nil
 }
 
 // Open connects a pgx pool to the database at rawURL

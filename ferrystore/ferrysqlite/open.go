@@ -26,7 +26,7 @@ import (
 func DSN(rawURL string) (dsn string, memory bool, err error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme != "sqlite" {
-		return "", false, fmt.Errorf("%w: database URL %q: want sqlite:///path/file.db", ferrytype.ErrInvalidConfig, rawURL)
+		return "", false, fmt.Errorf("%w: database URL %q: want sqlite:///path/file.db", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(rawURL))
 	}
 	path := u.Opaque
 	switch {
@@ -40,7 +40,7 @@ func DSN(rawURL string) (dsn string, memory bool, err error) {
 		}
 	}
 	if path == "" {
-		return "", false, fmt.Errorf("%w: database URL %q has no file path", ferrytype.ErrInvalidConfig, rawURL)
+		return "", false, fmt.Errorf("%w: database URL %q has no file path", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(rawURL))
 	}
 	memory = path == ":memory:"
 	q := u.Query()
@@ -71,7 +71,7 @@ func openDB(ctx context.Context, rawURL string) (*sql.DB, error) {
 	}
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", rawURL, err)
+		return nil, ferrytype.RedactError(fmt.Errorf("open %s: %w", ferrytype.RedactURL(rawURL), err), rawURL)
 	}
 	if memory {
 		db.SetMaxOpenConns(1)
@@ -80,7 +80,7 @@ func openDB(ctx context.Context, rawURL string) (*sql.DB, error) {
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("open %s: %w", rawURL, err)
+		return nil, ferrytype.RedactError(fmt.Errorf("open %s: %w", ferrytype.RedactURL(rawURL), err), rawURL)
 	}
 	return db, nil
 }

@@ -6,7 +6,6 @@ package open
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 
@@ -31,6 +30,7 @@ func scheme(raw string) string {
 // database is how one store package opens its URLs.
 type database struct {
 	schemes func() []string
+	check   func(rawURL string) error // the URL's form, without connecting
 	store   func(ctx context.Context, rawURL, table string) (ferrystore.Store, error)
 	inbox   func(ctx context.Context, rawURL string, cfg *InboxConfig) (ferrystore.InboxStore, error)
 }
@@ -39,6 +39,9 @@ type database struct {
 var databases = []database{
 	{
 		schemes: ferrymysql.Schemes,
+		check: func(rawURL string) error {
+			return checkMySQL(rawURL, func(u string) error { _, err := ferrymysql.ParseURL(u); return err })
+		},
 		store: func(ctx context.Context, rawURL, table string) (ferrystore.Store, error) {
 			return asStore(ferrymysql.Open(ctx, rawURL, &ferrymysql.Config{Table: table}))
 		},
@@ -49,6 +52,9 @@ var databases = []database{
 	},
 	{
 		schemes: ferrypg.Schemes,
+		check: func(rawURL string) error {
+			return checkPostgres(rawURL, func(u string) error { _, err := ferrypg.ParseURL(u); return err })
+		},
 		store: func(ctx context.Context, rawURL, table string) (ferrystore.Store, error) {
 			return asStore(ferrypg.Open(ctx, rawURL, &ferrypg.Config{Table: table}))
 		},
@@ -59,6 +65,10 @@ var databases = []database{
 	},
 	{
 		schemes: ferrysqlite.Schemes,
+		check: func(rawURL string) error {
+			_, _, err := ferrysqlite.DSN(rawURL)
+			return err
+		},
 		store: func(ctx context.Context, rawURL, table string) (ferrystore.Store, error) {
 			return asStore(ferrysqlite.Open(ctx, rawURL, &ferrysqlite.Config{Table: table}))
 		},
@@ -104,17 +114,19 @@ func Store(ctx context.Context, rawURL, table string) (ferrystore.Store, error) 
 	if err != nil {
 		return nil, err
 	}
+	if err := ValidateDatabaseURL(rawURL); err != nil {
+		return nil, err
+	}
 	return d.store(ctx, rawURL, table)
 }
 
 // schemeError explains a database URL without a known scheme.
 func schemeError(rawURL string) error {
-	if scheme(rawURL) == "" {
-		return fmt.Errorf("%w: no database URL: set --database-url or FERRY_DATABASE_URL "+
-			"(mysql://user:pass@host:3306/db, postgres://user:pass@host:5432/db, sqlite:///path/file.db)", ferrytype.ErrInvalidConfig)
+	if strings.TrimSpace(rawURL) == "" {
+		return fmt.Errorf("%w: no database URL: set --database-url or FERRY_DATABASE_URL (%s)",
+			ferrytype.ErrInvalidConfig, databaseForms)
 	}
-	return fmt.Errorf("%w: database URL %s: unknown scheme %q (want mysql, postgres or sqlite)",
-		ferrytype.ErrInvalidConfig, ferrytype.RedactURL(rawURL), scheme(rawURL))
+	return unschemed("database", rawURL, "mysql, postgres or sqlite", databaseForms)
 }
 
 // InboxConfig names an inbox's tables; empty names take the stores'
@@ -133,6 +145,9 @@ func InboxStore(ctx context.Context, rawURL string, cfg *InboxConfig) (ferrystor
 	}
 	d, err := databaseFor(rawURL)
 	if err != nil {
+		return nil, err
+	}
+	if err := ValidateDatabaseURL(rawURL); err != nil {
 		return nil, err
 	}
 	return d.inbox(ctx, rawURL, cfg)
@@ -156,6 +171,7 @@ type BrokerConfig struct {
 type broker struct {
 	schemes func() []string
 	system  string
+	check   func(rawURL string) error // the URL's form, without connecting
 	dial    func(ctx context.Context, rawURL string, cfg *BrokerConfig) (ferrybroker.Publisher, error)
 }
 
@@ -165,6 +181,7 @@ var brokers = []broker{
 	{
 		schemes: ferrynats.Schemes,
 		system:  "nats",
+		check:   checkNATS,
 		dial: func(ctx context.Context, rawURL string, cfg *BrokerConfig) (ferrybroker.Publisher, error) {
 			return asPublisher(ferrynats.Dial(ctx, rawURL, &ferrynats.DialConfig{Config: cfg.NATS}))
 		},
@@ -172,6 +189,7 @@ var brokers = []broker{
 	{
 		schemes: ferryamqp.Schemes,
 		system:  "rabbitmq",
+		check:   checkAMQP,
 		dial: func(ctx context.Context, rawURL string, cfg *BrokerConfig) (ferrybroker.Publisher, error) {
 			return asPublisher(ferryamqp.Dial(ctx, rawURL, &cfg.AMQP))
 		},
@@ -205,22 +223,32 @@ func BrokerSystem(rawURL string) string {
 	return b.system
 }
 
+// brokerForURL returns the broker package whose schemes include rawURL's,
+// or an error that says what rawURL lacks.
+func brokerForURL(rawURL string) (broker, error) {
+	if b, ok := brokerFor(rawURL); ok {
+		return b, nil
+	}
+	if strings.TrimSpace(rawURL) == "" {
+		return broker{}, fmt.Errorf("%w: no broker URL: set --broker-url or FERRY_BROKER_URL (%s)",
+			ferrytype.ErrInvalidConfig, brokerForms)
+	}
+	return broker{}, unschemed("broker", rawURL, "nats, tls, amqp or amqps", brokerForms)
+}
+
 // Publisher connects to the broker at rawURL: nats:// or tls:// (NATS
-// JetStream), amqp:// or amqps:// (RabbitMQ).
+// JetStream), amqp:// or amqps:// (RabbitMQ). It checks rawURL's form
+// first (see ValidateBrokerURL).
 func Publisher(ctx context.Context, rawURL string, cfg *BrokerConfig) (ferrybroker.Publisher, error) {
 	if cfg == nil {
 		cfg = &BrokerConfig{}
 	}
-	if b, ok := brokerFor(rawURL); ok {
-		return b.dial(ctx, rawURL, cfg)
+	b, err := brokerForURL(rawURL)
+	if err != nil {
+		return nil, err
 	}
-	if scheme(rawURL) == "" {
-		return nil, fmt.Errorf("%w: no broker URL: set --broker-url or FERRY_BROKER_URL "+
-			"(nats://host:4222, amqp://user:pass@host:5672/vhost)", ferrytype.ErrInvalidConfig)
+	if err := ValidateBrokerURL(rawURL); err != nil {
+		return nil, err
 	}
-	if _, err := url.Parse(rawURL); err != nil {
-		return nil, fmt.Errorf("%w: broker URL %s: cannot parse", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(rawURL))
-	}
-	return nil, fmt.Errorf("%w: broker URL %s: unknown scheme %q (want nats, tls, amqp or amqps)", ferrytype.ErrInvalidConfig,
-		ferrytype.RedactURL(rawURL), scheme(rawURL))
+	return b.dial(ctx, rawURL, cfg)
 }

@@ -1,0 +1,174 @@
+package ferrytype_test
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+// Every form a password takes in a URL or a DSN is redacted, the URL as a
+// whole or inside a message.
+func TestRedactURLEveryForm(t *testing.T) {
+	const pw = "s3cr3tpw"
+	cases := map[string]string{
+		"postgres://app:" + pw + "@db:5432/app":                            "postgres://app:xxxxx@db:5432/app",
+		"postgres://db:5432/app?password=" + pw:                            "postgres://db:5432/app?password=xxxxx",
+		"postgres://db:5432/app?sslmode=require&sslpassword=" + pw:         "postgres://db:5432/app?sslmode=require&sslpassword=xxxxx",
+		"mysql://root@db/app?pass=" + pw + "&timeout=2s":                   "mysql://root@db/app?pass=xxxxx&timeout=2s",
+		"postgres://app:s3cr@3tpw@db:5432/app":                             "postgres://app:xxxxx@db:5432/app",
+		"postgres://app:s3cr 3tpw@db:5432/app":                             "postgres://app:xxxxx@db:5432/app",
+		"postgres://app:s3:cr3tpw@db:5432/app":                             "postgres://app:xxxxx@db:5432/app",
+		"host=db user=app password=" + pw + " dbname=app":                  "host=db user=app password=xxxxx dbname=app",
+		"host=db user=app password='s3cr 3tpw' dbname=app":                 "host=db user=app password='xxxxx' dbname=app",
+		`host=db password = "s3cr\"3tpw" dbname=app`:                       `host=db password = "xxxxx" dbname=app`,
+		"root:s3cr@3:tpw@tcp(127.0.0.1:3306)/app":                          "root:xxxxx@tcp(127.0.0.1:3306)/app",
+		"nats://" + pw + "@127.0.0.1:4222":                                 "nats://xxxxx@127.0.0.1:4222",
+		"nats://u:" + pw + "@h1:4222,nats://" + pw + "@h2:4222":            "nats://u:xxxxx@h1:4222,nats://xxxxx@h2:4222",
+		"amqps://guest:" + pw + "@mq:5671/vh":                              "amqps://guest:xxxxx@mq:5671/vh",
+		"database URL postgres://db/app?password=" + pw + ": cannot parse": "database URL postgres://db/app?password=xxxxx: cannot parse",
+		"amqp://guest@mq:5672/":                                            "amqp://guest@mq:5672/",
+	}
+	for in, want := range cases {
+		got := ferrytype.RedactURL(in)
+		require.Equal(t, want, got, in)
+		require.NotContains(t, got, "3tpw", in)
+	}
+}
+
+// A driver's error that quotes a piece of the URL (what follows an
+// unencoded @ in the password) loses it too; the error chain stays.
+func TestRedactErrorRemovesPiecesOfThePassword(t *testing.T) {
+	raw := "postgres://app:pass@word1234@127.0.0.1:5432/app"
+	base := errors.New("hostname resolving error: lookup word1234@127.0.0.1: no such host")
+	err := ferrytype.RedactError(fmt.Errorf("open: %w", base), raw)
+	require.NotContains(t, err.Error(), "word1234")
+	require.ErrorIs(t, err, base)
+	require.Nil(t, ferrytype.RedactError(nil, raw))
+}
+
+// FuzzRedactURL: for URLs and DSNs of every form holding a known password,
+// the redacted text never holds the password, alone or in a message, and
+// RedactURL never panics on any input.
+func FuzzRedactURL(f *testing.F) {
+	f.Add("pass", "app", "db:5432", uint8(0))
+	f.Add("p@ss w:rd", "root", "127.0.0.1:3306", uint8(1))
+	f.Add("s3cr'et\\", "u", "h", uint8(4))
+	f.Add("tok3n", "", "nats.local:4222", uint8(6))
+	f.Add("a b@c:d/e", "guest", "[::1]:5672", uint8(7))
+	f.Fuzz(func(t *testing.T, pw, user, host string, form uint8) {
+		_ = ferrytype.RedactURL(pw + user + host) // never panics
+		if len(pw) < 4 || strings.ContainsAny(pw, "?#\n\r\t\x00") || strings.TrimSpace(pw) != pw ||
+			strings.Contains(user+host, pw) || strings.ContainsAny(user+host, "@:/?#= \t\r\n'\"&()\\") {
+			return
+		}
+		var in string
+		switch form % 9 {
+		case 0: // userinfo, as written by hand (unencoded)
+			in = "postgres://" + user + ":" + pw + "@" + host + "/app"
+		case 1: // userinfo, percent-encoded
+			in = "mysql://" + url.UserPassword(user, pw).String() + "@" + host + "/app?timeout=2s"
+		case 2: // a query parameter
+			if strings.ContainsAny(pw, "& ") {
+				return
+			}
+			in = "postgres://" + host + "/app?sslmode=disable&password=" + pw
+		case 3:
+			in = "postgres://" + host + "/app?sslpassword=" + url.QueryEscape(pw)
+		case 4: // keyword DSN, quoted
+			esc := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(pw)
+			in = "host=" + host + " user=" + user + " password='" + esc + "' dbname=app"
+		case 5: // keyword DSN, unquoted
+			if strings.ContainsAny(pw, " '\"") {
+				return
+			}
+			in = "host=" + host + " password=" + pw + " dbname=app"
+		case 6: // a NATS token
+			if strings.ContainsAny(pw, ":@/") {
+				return
+			}
+			in = "nats://" + pw + "@" + host
+		case 7: // go-sql-driver/mysql DSN
+			in = user + ":" + pw + "@tcp(" + host + ")/app"
+		case 8:
+			in = "amqp://" + user + ":" + url.PathEscape(pw) + "@" + host + "/vhost"
+		}
+		texts := []string{in}
+		if !strings.Contains(pw, ": ") && !strings.ContainsAny(pw, "\n\r") && (form%9 != 7 || !strings.Contains(pw, " ")) {
+			// In free text a password with a space is told from the
+			// message around it by the @ after it, and by no ": " (in a
+			// URL; in a go-sql-driver DSN not at all).
+			texts = append(texts, "open "+in+": dial tcp: connection refused")
+		}
+		for _, s := range texts {
+			got := ferrytype.RedactURL(s)
+			if strings.Contains(got, pw) {
+				t.Fatalf("RedactURL(%q) = %q holds the password %q", s, got, pw)
+			}
+			if enc := url.QueryEscape(pw); strings.Contains(got, enc) {
+				t.Fatalf("RedactURL(%q) = %q holds the encoded password %q", s, got, enc)
+			}
+		}
+		if got := ferrytype.RedactSecrets("driver said: "+pw+" and "+in, in); strings.Contains(got, pw) {
+			t.Fatalf("RedactSecrets(..., %q) = %q holds the password", in, got)
+		}
+	})
+}
+
+// FuzzValidateIdentifier: a name ValidateIdentifier accepts is safe to
+// quote in each dialect's way (PostgreSQL and SQLite "name", MySQL
+// `name`): the quoted identifier holds one identifier, the name itself,
+// and nothing can end the quoting early or follow it.
+func FuzzValidateIdentifier(f *testing.F) {
+	for _, s := range []string{"outbox_event", "x\"; DROP TABLE y; --", "a`b", "_", "1a", "é", strings.Repeat("a", 64)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		err := ferrytype.ValidateIdentifier("table", name, 63)
+		if err != nil {
+			if !errors.Is(err, ferrytype.ErrInvalidIdentifier) {
+				t.Fatalf("error %v is not ErrInvalidIdentifier", err)
+			}
+			return
+		}
+		for _, q := range []string{`"`, "`"} {
+			quoted := q + name + q
+			inner, ok := unquote(quoted, q[0])
+			if !ok || inner != name {
+				t.Fatalf("%s does not read back as the identifier %q", quoted, name)
+			}
+		}
+		for _, r := range name {
+			if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+				t.Fatalf("accepted %q holds %q", name, r)
+			}
+		}
+	})
+}
+
+// unquote reads one quoted identifier (quote q, doubled inside to stand
+// for itself) that must span all of s, as a SQL lexer does.
+func unquote(s string, q byte) (string, bool) {
+	if len(s) < 2 || s[0] != q {
+		return "", false
+	}
+	var b strings.Builder
+	for i := 1; i < len(s); i++ {
+		if s[i] != q {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+1 < len(s) && s[i+1] == q {
+			b.WriteByte(q)
+			i++
+			continue
+		}
+		return b.String(), i == len(s)-1 // the closing quote must end s
+	}
+	return "", false
+}
