@@ -32,6 +32,14 @@ var (
 	// conflict): consumers park it with the error as reason instead of
 	// retrying it.
 	ErrPoison = errors.New("ferry: poison message")
+	// ErrMalformedRow marks an outbox row the relay cannot turn into a
+	// message: headers that are not a JSON object of strings, a payload
+	// that is not JSON, an empty event type, a value not of its column's
+	// kind. Such rows come from hand-written INSERTs or older writers;
+	// retrying cannot help, so the claim records them DEAD at once with
+	// the error as last_error. Its text, "malformed row", begins that
+	// last_error.
+	ErrMalformedRow = errors.New("malformed row")
 
 	// ErrRetryable marks a transient database error after which the same
 	// work, run again in a new transaction, may succeed: a deadlock, a
