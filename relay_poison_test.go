@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferryprom"
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
@@ -71,7 +73,11 @@ func TestRelayMalformedRowsNeverStallTheOutbox(t *testing.T) {
 
 			var logs syncBuffer
 			pub := b.publisher(t)
-			r := b.relay(t, pub, &ferry.RelayConfig{PollInterval: 10 * time.Millisecond,
+			reg := prometheus.NewRegistry()
+			metrics, err := ferryprom.New(reg, nil)
+			require.NoError(t, err)
+			rec := &settleRecorder{}
+			r := b.relay(t, pub, &ferry.RelayConfig{PollInterval: 10 * time.Millisecond, Hooks: []ferry.Hook{metrics, rec},
 				Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 			st := b.waitSettled(t, 20*time.Second)
 			require.Equal(t, int64(len(bad)), st.Dead)
@@ -98,6 +104,23 @@ func TestRelayMalformedRowsNeverStallTheOutbox(t *testing.T) {
 			require.Equal(t, int64(len(good)), stats.Confirmed)
 			require.Zero(t, stats.Errors, "no relay cycle failed")
 			require.Zero(t, stats.Retried)
+			require.Equal(t, int64(len(good)), stats.Claimed, "malformed rows are never counted as claimed for a publish")
+			// Hooks and metrics: each malformed row is one dead event.
+			_, sent, retried, dead := rec.get()
+			require.Equal(t, [3]int64{int64(len(good)), 0, int64(len(bad))}, [3]int64{sent, retried, dead})
+			families, err := reg.Gather()
+			require.NoError(t, err)
+			counters := map[string]float64{}
+			for _, f := range families {
+				for _, m := range f.GetMetric() {
+					if m.GetCounter() != nil {
+						counters[f.GetName()] += m.GetCounter().GetValue()
+					}
+				}
+			}
+			require.Equal(t, float64(len(bad)), counters["ferry_relay_dead_total"])
+			require.Equal(t, float64(len(good)), counters["ferry_relay_sent_total"])
+			require.Equal(t, float64(len(good)), counters["ferry_relay_claimed_events_total"])
 			// One WARN line per malformed row, naming it; no error lines.
 			var warned []string
 			for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
