@@ -50,8 +50,9 @@ type Store interface {
 	// it on to DEAD under p.Token (ferrytype.TransitionMalformed) with the
 	// error as last_error, and reports it to p.Malformed. The other rows
 	// of the batch are claimed and returned as usual. If recording the
-	// malformed rows fails, Claim returns the error and the batch's rows
-	// stay SENDING until their lease expires.
+	// malformed rows fails, Claim returns the error: where the claim is one
+	// transaction (MySQL) nothing was claimed; elsewhere the batch's rows
+	// stay SENDING until their lease expires, as after a lost claim.
 	Claim(ctx context.Context, p ClaimParams) ([]ferrytype.Message, error)
 	// MarkSent marks SENT the rows among ids that are still SENDING under
 	// token, and returns how many it changed. A row not changed was taken
