@@ -606,14 +606,25 @@ func (r *Relay) cycle() (int, error) {
 	}
 	token := sqlutil.NewToken()
 	start := time.Now()
+	var malformed int64
 	msgs, err := r.store.Claim(ctx, ferrystore.ClaimParams{
 		Limit: r.cfg.BatchSize, Token: token, Lease: r.cfg.Lease, Ordered: r.cfg.Ordered,
+		Malformed: func(id string, reason error) {
+			malformed++
+			r.log.Warn("malformed outbox row recorded DEAD; it is never published", "event_id", id, "error", reason)
+		},
 	})
 	if err != nil {
 		return 0, err
 	}
+	if malformed > 0 {
+		// Claimed and moved on to DEAD by the store (TransitionMalformed):
+		// never published, so counted as dead and not as claimed.
+		r.c.dead.Add(malformed)
+		r.hooks.settle(0, 0, malformed)
+	}
 	if len(msgs) == 0 {
-		return 0, nil
+		return int(malformed), nil
 	}
 	leaseEnd := start.Add(r.cfg.Lease)
 	r.c.claims.Add(1)

@@ -33,6 +33,14 @@ type Event struct {
 	// Payload is the event's payload when it is valid JSON; absent from
 	// listings, which report no headers and no payload.
 	Payload json.RawMessage `json:"payload,omitempty"`
+	// Malformed says why the relay cannot publish the row (a hand-written
+	// row: see ferrytype.ErrMalformedRow); empty for a well-formed row.
+	Malformed string `json:"malformed,omitempty"`
+	// RawHeaders and RawPayload are the headers and the payload as stored
+	// when they do not decode (headers not a JSON object of strings, a
+	// payload not JSON); like Headers and Payload, absent from listings.
+	RawHeaders string `json:"raw_headers,omitempty"`
+	RawPayload string `json:"raw_payload,omitempty"`
 }
 
 // EventOf converts an outbox row. With full, the headers and the payload
@@ -40,7 +48,7 @@ type Event struct {
 func EventOf(r ferrystore.Row, full bool) Event {
 	e := Event{ID: r.ID, Status: r.Status, Type: r.Type, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
 		Sequence: r.Sequence, Destination: r.Route(), Exchange: r.Exchange, Attempts: r.Attempt, CreatedAt: r.CreatedAt,
-		AvailableAt: r.AvailableAt, LastError: r.LastError, DiscardReason: r.DiscardReason}
+		AvailableAt: r.AvailableAt, LastError: r.LastError, DiscardReason: r.DiscardReason, Malformed: r.Malformed}
 	if !r.SentAt.IsZero() {
 		e.SentAt = &r.SentAt
 	}
@@ -48,9 +56,11 @@ func EventOf(r ferrystore.Row, full bool) Event {
 		e.DiscardedAt = &r.DiscardedAt
 	}
 	if full {
-		e.Headers = r.Headers
+		e.Headers, e.RawHeaders = r.Headers, r.RawHeaders
 		if json.Valid(r.Payload) {
 			e.Payload = r.Payload
+		} else {
+			e.RawPayload = string(r.Payload)
 		}
 	}
 	return e

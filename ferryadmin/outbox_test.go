@@ -1,13 +1,17 @@
 package ferryadmin_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferryadmin"
+	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
@@ -269,4 +273,57 @@ func TestPurgeEventsStopsAtMaxBatches(t *testing.T) {
 		return rep.Results[0].Deleted > 0
 	}, "sent_at falls behind the database clock")
 	require.Equal(t, ferryadmin.PurgeResult{Kind: "sent", Deleted: 2, Statements: 2, Complete: false}, rep.Results[0])
+}
+
+// Malformed rows written by hand (headers that are not an object of
+// strings, a payload that is not JSON) end DEAD on their first claim, and
+// ListDead and GetEvents read them next to well-formed ones: the reason,
+// and the raw value of what does not decode.
+func TestMalformedRowsAreListedAndShown(t *testing.T) {
+	for _, kind := range []string{"mysql", "sqlite"} {
+		t.Run(kind, func(t *testing.T) {
+			b := setup(t, kind)
+			table := `"` + b.st.Driver.Table() + `"`
+			unchecked := func(q string) string {
+				return "PRAGMA ignore_check_constraints = ON; " + q + "; PRAGMA ignore_check_constraints = OFF"
+			}
+			if kind == "mysql" {
+				table = "`" + b.st.Driver.Table() + "`"
+				unchecked = func(q string) string { return "SET STATEMENT check_constraint_checks = 0 FOR " + q }
+			}
+			b.enqueue(t, ferry.Event{Type: "T", Payload: json.RawMessage(`{}`)})
+			good := b.dead(t, 1, "attempt 20: returned")
+			for _, q := range []string{
+				"INSERT INTO " + table + ` (event_id, aggregate_id, event_type, payload, headers) VALUES ('bad-headers', '1', 'T', '{}', '{"retry":1}')`,
+				unchecked("INSERT INTO " + table + ` (event_id, aggregate_id, event_type, payload) VALUES ('bad-payload', '2', 'T', 'not json')`),
+			} {
+				_, err := b.st.DB.ExecContext(b.ctx, q)
+				require.NoError(t, err, q)
+			}
+			_, err := b.admin.Claim(b.ctx, ferrystore.ClaimParams{Limit: 10, Token: "t", Lease: time.Minute})
+			require.NoError(t, err)
+
+			list, err := ferryadmin.ListDead(b.ctx, b.admin, ferryadmin.DeadFilter{}, 10)
+			require.NoError(t, err)
+			byID := map[string]ferryadmin.Event{}
+			for _, e := range list.Events {
+				byID[e.ID] = e
+			}
+			require.Len(t, byID, 3)
+			require.Empty(t, byID[good[0]].Malformed)
+			require.Contains(t, byID["bad-headers"].LastError, "malformed row: headers: json: cannot unmarshal number")
+			require.Contains(t, byID["bad-payload"].LastError, "malformed row: payload: not valid JSON")
+
+			found, err := ferryadmin.GetEvents(b.ctx, b.admin, []string{"bad-headers", "bad-payload"})
+			require.NoError(t, err)
+			require.Len(t, found.Events, 2)
+			h, p := found.Events[0].Event, found.Events[1].Event
+			require.Equal(t, `{"retry":1}`, strings.ReplaceAll(h.RawHeaders, " ", ""))
+			require.Contains(t, h.Malformed, "headers")
+			require.Equal(t, "not json", p.RawPayload)
+			require.Nil(t, p.Payload)
+			_, err = json.Marshal(found)
+			require.NoError(t, err)
+		})
+	}
 }

@@ -44,6 +44,15 @@ type Store interface {
 	// Claim leases up to p.Limit available NEW rows to p.Token: status
 	// SENDING, locked_until = now + p.Lease, attempts + 1. It returns the
 	// claimed rows. The claim transaction ends before Claim returns.
+	//
+	// A claimed row that cannot be turned into a message (an error
+	// wrapping ferrytype.ErrMalformedRow) is never returned: Claim moves
+	// it on to DEAD under p.Token (ferrytype.TransitionMalformed) with the
+	// error as last_error, and reports it to p.Malformed. The other rows
+	// of the batch are claimed and returned as usual. If recording the
+	// malformed rows fails, Claim returns the error: where the claim is one
+	// transaction (MySQL) nothing was claimed; elsewhere the batch's rows
+	// stay SENDING until their lease expires, as after a lost claim.
 	Claim(ctx context.Context, p ClaimParams) ([]ferrytype.Message, error)
 	// MarkSent marks SENT the rows among ids that are still SENDING under
 	// token, and returns how many it changed. A row not changed was taken
@@ -135,6 +144,10 @@ type ClaimParams struct {
 	// aggregate is SENT (or DISCARDED by a person), so an aggregate's next
 	// event is never published before its previous one was confirmed.
 	Ordered bool
+	// Malformed, when not nil, is called once for each claimed row that
+	// Claim recorded DEAD as malformed, with its event id and the reason
+	// (wrapping ferrytype.ErrMalformedRow), after the claim committed.
+	Malformed func(id string, reason error)
 }
 
 // Failure is a failed publish attempt to record.
@@ -221,4 +234,11 @@ type Row struct {
 	// a DEAD event (status DISCARDED); zero otherwise.
 	DiscardedAt   time.Time
 	DiscardReason string
+	// Malformed says why the relay cannot turn the row into a message
+	// (ferrytype.ErrMalformedRow's text and the column); empty for a
+	// well-formed row. The Message then holds what could be read.
+	Malformed string
+	// RawHeaders is the headers column as stored when it is not a JSON
+	// object of strings (Headers is then nil); empty otherwise.
+	RawHeaders string
 }

@@ -40,6 +40,14 @@ var (
 	// spending an attempt. A message that was written and whose confirm
 	// was lost is never ErrNotSent (see ferrytype.NotSent).
 	ErrNotSent = errors.New("ferry: not sent")
+	// ErrMalformedRow marks an outbox row the relay cannot turn into a
+	// message: headers that are not a JSON object of strings, a payload
+	// that is not JSON, an empty event type, a value not of its column's
+	// kind. Such rows come from hand-written INSERTs or older writers;
+	// retrying cannot help, so the claim records them DEAD at once with
+	// the error as last_error. Its text, "malformed row", begins that
+	// last_error.
+	ErrMalformedRow = errors.New("malformed row")
 
 	// ErrRetryable marks a transient database error after which the same
 	// work, run again in a new transaction, may succeed: a deadlock, a

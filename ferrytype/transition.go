@@ -38,6 +38,11 @@ var (
 	// available at once, the claim's attempt taken back (Store.Release,
 	// under the lease token).
 	TransitionRelease = Transition{Name: "release", From: StatusSending, To: StatusNew, By: "relay"}
+	// TransitionMalformed records a claimed row that cannot be turned into
+	// a message (ErrMalformedRow) as DEAD at once, under the claim's lease
+	// token, with the reason as last_error (Store.Claim): retrying cannot
+	// help.
+	TransitionMalformed = Transition{Name: "malformed", From: StatusSending, To: StatusDead, By: "relay"}
 	// TransitionSweepRetry returns a row whose lease expired before any outcome was
 	// recorded (Store.ExpiredLeases, then Store.MarkFailed under the
 	// expired token).
@@ -60,7 +65,7 @@ var (
 // Transitions returns every edge of the state machine, in the order a row
 // usually meets them.
 func Transitions() []Transition {
-	return []Transition{TransitionClaim, TransitionConfirm, TransitionFailRetry, TransitionFailDead, TransitionRelease, TransitionSweepRetry, TransitionSweepDead, TransitionRevive, TransitionDiscard, TransitionPurgeSent, TransitionPurgeDiscarded}
+	return []Transition{TransitionClaim, TransitionConfirm, TransitionFailRetry, TransitionFailDead, TransitionMalformed, TransitionRelease, TransitionSweepRetry, TransitionSweepDead, TransitionRevive, TransitionDiscard, TransitionPurgeSent, TransitionPurgeDiscarded}
 }
 
 // Allowed reports whether some operation moves a row from one status to

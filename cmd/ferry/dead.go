@@ -235,8 +235,18 @@ func printEvent(w io.Writer, e *ferryadmin.Event) {
 	if e.DiscardedAt != nil {
 		p("discarded", e.DiscardedAt.UTC().Format(time.RFC3339Nano)+": "+e.DiscardReason)
 	}
+	if e.Malformed != "" {
+		p("malformed", e.Malformed)
+	}
 	for k, v := range e.Headers {
 		p("header", k+": "+v)
+	}
+	if e.RawHeaders != "" {
+		p("headers", e.RawHeaders+" (as stored)")
+	}
+	if e.RawPayload != "" || e.Payload == nil {
+		p("payload", fmt.Sprintf("%q (as stored, not JSON)", e.RawPayload))
+		return
 	}
 	p("payload", string(e.Payload))
 }

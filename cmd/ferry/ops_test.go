@@ -535,3 +535,27 @@ func TestDeadRetryByFilterInBatches(t *testing.T) {
 	code, _, _ = b.cli(t, "dead", "retry", "--type", "OrderPaid")
 	require.Equal(t, exitNoMatch, code)
 }
+
+// A row written by hand with headers that are not an object of strings
+// ends DEAD on its first claim; `ferry dead list` lists it with its reason
+// and `ferry dead show` shows the headers as stored.
+func TestDeadShowsAMalformedRow(t *testing.T) {
+	b := setupOps(t, "sqlite")
+	_, err := b.st.DB.ExecContext(b.ctx, `INSERT INTO "`+b.st.Driver.Table()+`" (event_id, aggregate_id, event_type, payload, headers)`+
+		` VALUES ('hand-1', '7', 'OrderPaid', '{"n":1}', '{"retry":1}')`)
+	require.NoError(t, err)
+	msgs, err := b.st.Driver.Claim(b.ctx, ferrystore.ClaimParams{Limit: 10, Token: "t", Lease: time.Minute})
+	require.NoError(t, err)
+	require.Empty(t, msgs)
+
+	code, out, errOut := b.cli(t, "dead", "list")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "hand-1")
+	require.Contains(t, out, "malformed row: headers: json: cannot unmarshal number")
+
+	code, out, errOut = b.cli(t, "dead", "show", "hand-1")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "status:         DEAD")
+	require.Contains(t, out, `headers:        {"retry":1} (as stored)`)
+	require.Contains(t, out, `payload:        {"n":1}`)
+}

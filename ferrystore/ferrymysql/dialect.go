@@ -27,6 +27,9 @@ func (dialect) Text(col string) string       { return col }
 func (dialect) JSON() string                 { return "?" }
 func (dialect) Moment(expr string) string    { return expr }
 func (dialect) Ping() string                 { return "SELECT 1" }
+func (dialect) Update() string {
+	return "/*M! SET STATEMENT check_constraint_checks = 0 FOR */ UPDATE "
+}
 func (dialect) AgeMicros(expr string) string {
 	return "TIMESTAMPDIFF(MICROSECOND, " + expr + ", NOW(6))"
 }

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
@@ -107,7 +108,7 @@ func buildQueries(table string) queries {
 		" ON p.aggregate_type = e.aggregate_type AND p.aggregate_id = e.aggregate_id" +
 		" AND p.aggregate_seq < e.aggregate_seq AND p.status NOT IN ('SENT', 'DISCARDED')" +
 		" WHERE "
-	q.claimUpdate = "UPDATE " + t + " SET status = 'SENDING', lease_token = ?," +
+	q.claimUpdate = dialect{}.Update() + t + " SET status = 'SENDING', lease_token = ?," +
 		" locked_until = NOW(6) + INTERVAL ? MICROSECOND, attempts = attempts + 1" +
 		" WHERE status = 'NEW' AND "
 	q.seqUpsert = "INSERT INTO " + seq + " (aggregate_type, aggregate_id, last_seq) VALUES (?, ?, LAST_INSERT_ID(?))" +
@@ -223,42 +224,48 @@ func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) (_ []ferryt
 	if err != nil {
 		return nil, fmt.Errorf("claim: select: %w", explainSkipLocked(err))
 	}
-	msgs, err := sqlstore.ScanMessages(rows)
+	msgs, bad, err := sqlstore.ScanClaimed(rows)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
-	if len(msgs) == 0 {
-		return nil, tx.Commit()
-	}
-	if p.Ordered {
-		if msgs, err = s.dropBlocked(ctx, tx, msgs); err != nil {
+	if p.Ordered && len(msgs)+len(bad) > 0 {
+		blocked, err := s.blocked(ctx, tx, append(msgIDs(msgs), badIDs(bad)...))
+		if err != nil {
 			return nil, err
 		}
-		if len(msgs) == 0 {
-			return nil, tx.Commit()
-		}
+		msgs = slices.DeleteFunc(msgs, func(m ferrytype.Message) bool { return blocked[m.ID] })
+		bad = slices.DeleteFunc(bad, func(b sqlstore.Malformed) bool { return blocked[b.ID] })
 	}
-	cond, ids := sqlutil.InList("event_id", msgIDs(msgs))
+	if len(msgs)+len(bad) == 0 {
+		return nil, tx.Commit()
+	}
+	claimed := append(msgIDs(msgs), badIDs(bad)...)
+	cond, ids := sqlutil.InList("event_id", claimed)
 	n, err := ferrystore.SQL(tx).Exec(ctx, s.q.claimUpdate+cond, append([]any{p.Token, sqlutil.Micros(p.Lease)}, ids...)...)
 	if err != nil {
 		return nil, fmt.Errorf("claim: update: %w", err)
 	}
-	if n != int64(len(msgs)) {
-		return nil, fmt.Errorf("claim: updated %d of %d locked rows", n, len(msgs))
+	if n != int64(len(claimed)) {
+		return nil, fmt.Errorf("claim: updated %d of %d locked rows", n, len(claimed))
+	}
+	// Malformed rows go on to DEAD in the claim's own transaction.
+	if err := s.Bury(ctx, ferrystore.SQL(tx), p.Token, bad); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("claim: commit: %w", err)
 	}
+	sqlstore.Report(p, bad)
 	for i := range msgs {
 		msgs[i].Attempt++
 	}
 	return msgs, nil
 }
 
-// dropBlocked removes candidates that have an earlier event of their
+// blocked returns the candidates that have an earlier event of their
 // aggregate not yet SENT, judged by a consistent (non-locking) read.
-func (s *Store) dropBlocked(ctx context.Context, tx *sql.Tx, msgs []ferrytype.Message) ([]ferrytype.Message, error) {
-	cond, args := sqlutil.InList("e.event_id", msgIDs(msgs))
+func (s *Store) blocked(ctx context.Context, tx *sql.Tx, candidates []string) (map[string]bool, error) {
+	cond, args := sqlutil.InList("e.event_id", candidates)
 	rows, err := tx.QueryContext(ctx, s.q.orderCheck+cond, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim: order check: %w", err)
@@ -275,13 +282,7 @@ func (s *Store) dropBlocked(ctx context.Context, tx *sql.Tx, msgs []ferrytype.Me
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim: order check: %w", err)
 	}
-	out := msgs[:0]
-	for _, m := range msgs {
-		if !blocked[m.ID] {
-			out = append(out, m)
-		}
-	}
-	return out, nil
+	return blocked, nil
 }
 
 func explainSkipLocked(err error) error {
@@ -290,6 +291,14 @@ func explainSkipLocked(err error) error {
 		return fmt.Errorf("%w (FOR UPDATE SKIP LOCKED needs MySQL 8.0.1+ or MariaDB 10.6+)", err)
 	}
 	return err
+}
+
+func badIDs(bad []sqlstore.Malformed) []string {
+	ids := make([]string, len(bad))
+	for i := range bad {
+		ids[i] = bad[i].ID
+	}
+	return ids
 }
 
 func msgIDs(msgs []ferrytype.Message) []string {

@@ -29,6 +29,7 @@ func (dialect) JSON() string                 { return "?::json" }
 func (dialect) KeyText(expr string) string   { return expr + "::text" }
 func (dialect) Moment(expr string) string    { return expr }
 func (dialect) Ping() string                 { return "SELECT 1" }
+func (dialect) Update() string               { return "UPDATE " }
 
 func (dialect) AgeMicros(expr string) string {
 	return "(EXTRACT(EPOCH FROM now() - " + expr + ") * 1000000)::bigint"

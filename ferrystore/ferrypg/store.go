@@ -268,10 +268,16 @@ func (s *core) claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
-	out, err := sqlstore.ScanMessages(rows)
+	out, bad, err := sqlstore.ScanClaimed(rows)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
+	// The claim statement committed: malformed rows are SENDING under
+	// p.Token and go on to DEAD with a statement of their own.
+	if err := s.Bury(ctx, s.c, p.Token, bad); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	sqlstore.Report(p, bad)
 	// RETURNING does not keep the SELECT's order.
 	sort.Slice(out, func(i, j int) bool {
 		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {

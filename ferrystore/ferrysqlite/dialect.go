@@ -37,7 +37,8 @@ func (dialect) JSON() string                 { return "?" }
 func (dialect) KeyText(expr string) string   { return "CAST(" + expr + " AS TEXT)" }
 
 // Ping reads the schema, so that an unreadable database file fails.
-func (dialect) Ping() string { return "SELECT count(*) FROM sqlite_schema" }
+func (dialect) Ping() string   { return "SELECT count(*) FROM sqlite_schema" }
+func (dialect) Update() string { return "UPDATE " }
 
 func (dialect) AgeMicros(expr string) string {
 	return "CAST((julianday('now') - julianday(" + expr + ")) * 86400000000 AS INTEGER)"

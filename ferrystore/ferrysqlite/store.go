@@ -150,10 +150,16 @@ func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytyp
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
-	msgs, err := sqlstore.ScanMessages(rows)
+	msgs, bad, err := sqlstore.ScanClaimed(rows)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
+	// The claim statement committed: malformed rows are SENDING under
+	// p.Token and go on to DEAD with a statement of their own.
+	if err := s.Bury(ctx, ferrystore.SQL(s.DB()), p.Token, bad); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	sqlstore.Report(p, bad)
 	return msgs, nil
 }
 

@@ -157,6 +157,24 @@ func exerciseTransitions[TTx any](t *testing.T, h Harness[TTx]) {
 		require.Equal(t, ferrytype.TransitionFailDead.To, b.get(t, id).Status)
 	})
 
+	t.Run("MalformedTakesSendingToDeadInTheClaim", func(t *testing.T) {
+		if h.Exec == nil {
+			t.Skip("the harness cannot run raw SQL")
+		}
+		b := setup(t, h)
+		b.insertRaw(t, poisonRows()[0], "malformed")
+		var reported []string
+		msgs, err := b.store.Claim(b.ctx, ferrystore.ClaimParams{Limit: 10, Token: "tok-malformed", Lease: time.Minute,
+			Malformed: func(id string, _ error) { reported = append(reported, id) }})
+		require.NoError(t, err)
+		require.Empty(t, msgs)
+		require.Equal(t, []string{"malformed"}, reported)
+		r := b.get(t, "malformed")
+		require.Equal(t, ferrytype.TransitionMalformed.To, r.Status)
+		require.Equal(t, 1, r.Attempt, "one claim, one attempt")
+		require.Empty(t, r.LeaseToken)
+	})
+
 	t.Run("FailReportsEachRowInOneCall", func(t *testing.T) {
 		b := setup(t, h)
 		got := b.enqueue(t, ev("A", "1", `{}`), ev("A", "2", `{}`), ev("A", "3", `{}`))

@@ -149,7 +149,7 @@ func (o *Outbox) List(ctx context.Context, f ferrystore.Filter) ([]ferrystore.Ro
 // (ferrytype.TransitionRevive).
 func (o *Outbox) Retry(ctx context.Context, ids []string) (int64, error) {
 	t := ferrytype.TransitionRevive
-	return o.fromDead(ctx, "retry dead events", "UPDATE "+o.t+" SET status = "+lit(t.To)+", attempts = 0, available_at = "+
+	return o.fromDead(ctx, "retry dead events", o.d.Update()+o.t+" SET status = "+lit(t.To)+", attempts = 0, available_at = "+
 		o.d.Now()+", lease_token = NULL, locked_until = NULL WHERE status = "+lit(t.From)+" AND ", ids)
 }
 
@@ -157,7 +157,7 @@ func (o *Outbox) Retry(ctx context.Context, ids []string) (int64, error) {
 // (ferrytype.TransitionDiscard).
 func (o *Outbox) Discard(ctx context.Context, ids []string, reason string) (int64, error) {
 	t := ferrytype.TransitionDiscard
-	return o.fromDead(ctx, "discard dead events", "UPDATE "+o.t+" SET status = "+lit(t.To)+", discarded_at = "+o.d.Now()+
+	return o.fromDead(ctx, "discard dead events", o.d.Update()+o.t+" SET status = "+lit(t.To)+", discarded_at = "+o.d.Now()+
 		", discard_reason = ? WHERE status = "+lit(t.From)+" AND ", ids, sqlutil.Truncate(reason, 2000))
 }
 

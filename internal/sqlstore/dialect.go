@@ -56,6 +56,13 @@ type Dialect interface {
 	Moment(expr string) string
 	// Ping is a query of one round trip that reads the database.
 	Ping() string
+	// Update begins an UPDATE of outbox rows that changes no JSON column:
+	// "UPDATE ", or on MySQL "UPDATE " behind MariaDB's executable comment
+	// that skips CHECK constraints for the statement. MariaDB's JSON is a
+	// LONGTEXT with a CHECK (json_valid) that it tests again on every
+	// UPDATE, so a row written with the checks off could otherwise never be
+	// claimed, recorded DEAD or discarded.
+	Update() string
 	// Classify wraps a driver error in ferry's classes
 	// (ferrystore.Classifier).
 	Classify(err error) error

@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -46,7 +45,7 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 		", lease_token = NULL, locked_until = NULL, sent_at = " + now +
 		" WHERE status = " + lit(ferrytype.TransitionConfirm.From) + " AND lease_token = ? AND "
 	// TransitionFailRetry or TransitionFailDead, by the primary key.
-	o.markFailed = d.Rebind("UPDATE " + t + " SET status = ?, available_at = " + shift +
+	o.markFailed = d.Rebind(d.Update() + t + " SET status = ?, available_at = " + shift +
 		", lease_token = NULL, locked_until = NULL, last_error = ?" +
 		" WHERE status = " + lit(ferrytype.TransitionFailRetry.From) + " AND lease_token = ? AND event_id = ?")
 	// TransitionRelease, by the primary key; the id list is spliced in.
@@ -267,29 +266,60 @@ func Insert(ctx context.Context, o *Outbox, ex ferrystore.Executor, rows []ferry
 	return nil
 }
 
-// ScanMessages reads claimed rows (event_id, aggregate_type, aggregate_id,
-// aggregate_seq, event_type, payload, headers, destination, exchange,
-// attempts, created_at) and closes them.
-func ScanMessages(rows ferrystore.Rows) ([]ferrytype.Message, error) {
+// Malformed is a claimed row that cannot be turned into a message.
+type Malformed struct {
+	ID string
+	// Reason wraps ferrytype.ErrMalformedRow and names the column.
+	Reason error
+}
+
+// ScanClaimed reads claimed rows (sqlutil.MessageColumns) and closes them.
+// A row that sqlutil.DecodeMessage finds malformed is returned among bad,
+// never among msgs: one bad row never fails the claim.
+func ScanClaimed(rows ferrystore.Rows) (msgs []ferrytype.Message, bad []Malformed, err error) {
 	defer rows.Close()
-	var out []ferrytype.Message
-	for rows.Next() {
-		var (
-			m       ferrytype.Message
-			payload []byte
-			headers sql.NullString
-			created sqlutil.NullTime
-		)
-		if err := rows.Scan(&m.ID, &m.AggregateType, &m.AggregateID, &m.Sequence, &m.Type, &payload,
-			&headers, &m.Destination, &m.Exchange, &m.Attempt, &created); err != nil {
-			return nil, fmt.Errorf("scan: %w", err)
-		}
-		h, err := sqlutil.DecodeHeaders([]byte(headers.String))
-		if err != nil {
-			return nil, fmt.Errorf("event %s: %w", m.ID, err)
-		}
-		m.Payload, m.Headers, m.CreatedAt = payload, h, created.Time
-		out = append(out, m)
+	vals := make([]any, sqlutil.NumMessageColumns)
+	dest := make([]any, len(vals))
+	for i := range vals {
+		dest[i] = &vals[i]
 	}
-	return out, rows.Err()
+	for rows.Next() {
+		clear(vals)
+		if err := rows.Scan(dest...); err != nil {
+			return nil, nil, fmt.Errorf("scan: %w", err)
+		}
+		m, err := sqlutil.DecodeMessage(vals)
+		if err != nil {
+			bad = append(bad, Malformed{ID: m.ID, Reason: err})
+			continue
+		}
+		msgs = append(msgs, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	return msgs, bad, nil
+}
+
+// Bury records malformed rows claimed under token as DEAD
+// (ferrytype.TransitionMalformed), each with its reason as last_error, in
+// ex: the claim's transaction, or the pool right after a claim statement.
+func (o *Outbox) Bury(ctx context.Context, ex ferrystore.Executor, token string, bad []Malformed) error {
+	for _, b := range bad {
+		if _, err := ex.Exec(ctx, o.markFailed, string(ferrytype.TransitionMalformed.To), later(o.d, 0),
+			sqlutil.Truncate(b.Reason.Error(), 2000), token, b.ID); err != nil {
+			return fmt.Errorf("record malformed row %s dead: %w", b.ID, err)
+		}
+	}
+	return nil
+}
+
+// Report tells p.Malformed about the rows Claim recorded DEAD.
+func Report(p ferrystore.ClaimParams, bad []Malformed) {
+	if p.Malformed == nil {
+		return
+	}
+	for _, b := range bad {
+		p.Malformed(b.ID, b.Reason)
+	}
 }

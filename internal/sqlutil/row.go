@@ -2,17 +2,17 @@ package sqlutil
 
 import (
 	"database/sql"
-	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
-// RowColumns lists the columns ScanRow and ScanRows read, in order. Stores
-// select them, casting as their dialect needs.
-const RowColumns = "event_id, aggregate_type, aggregate_id, aggregate_seq, event_type, payload, headers," +
-	" destination, exchange, attempts, created_at, status, lease_token, available_at, locked_until, sent_at, last_error," +
+// RowColumns lists the columns ScanRow and ScanRows read, in order: the
+// MessageColumns, then the row's state. Stores select them, casting as
+// their dialect needs.
+const RowColumns = MessageColumns + ", status, lease_token, available_at, locked_until, sent_at, last_error," +
 	" discarded_at, discard_reason"
 
 // ScanRow reads one row of RowColumns from rows, which must be positioned
@@ -46,27 +46,43 @@ func ScanRows(rows ferrystore.Rows) ([]ferrystore.Row, error) {
 	return out, rows.Err()
 }
 
+// scanRow reads one row for an operator: a malformed row (see
+// DecodeMessage) is read as far as it can be, with the reason in
+// Malformed, so that one such row never fails a listing.
 func scanRow(rows ferrystore.Rows) (ferrystore.Row, error) {
 	var (
-		r                                                    ferrystore.Row
-		payload                                              []byte
-		headers, token, lastErr, reason                      sql.NullString
-		created, available, lockedUntil, sentAt, discardedAt NullTime
-		status                                               string
+		r                              ferrystore.Row
+		vals                           [NumMessageColumns]any
+		times                          [4]any // available_at, locked_until, sent_at, discarded_at
+		status, token, lastErr, reason sql.NullString
 	)
-	if err := rows.Scan(&r.ID, &r.AggregateType, &r.AggregateID, &r.Sequence, &r.Type, &payload, &headers,
-		&r.Destination, &r.Exchange, &r.Attempt, &created, &status, &token, &available, &lockedUntil, &sentAt, &lastErr,
-		&discardedAt, &reason); err != nil {
+	dest := make([]any, 0, NumMessageColumns+8)
+	for i := range vals {
+		dest = append(dest, &vals[i])
+	}
+	dest = append(dest, &status, &token, &times[0], &times[1], &times[2], &lastErr, &times[3], &reason)
+	if err := rows.Scan(dest...); err != nil {
 		return r, fmt.Errorf("scan event: %w", err)
 	}
-	r.Payload = payload
-	h, err := DecodeHeaders([]byte(headers.String))
+	m, err := DecodeMessage(vals[:])
+	r.Message = m
 	if err != nil {
-		return r, errors.Join(fmt.Errorf("event %s", r.ID), err)
+		r.Malformed = err.Error()
+		if raw, _, terr := textValue(vals[6]); terr == nil {
+			if _, herr := decodeHeaders([]byte(raw)); herr != nil {
+				r.RawHeaders = raw
+			}
+		}
 	}
-	r.Headers = h
-	r.CreatedAt, r.AvailableAt, r.LockedUntil, r.SentAt = created.Time, available.Time, lockedUntil.Time, sentAt.Time
-	r.Status, r.LeaseToken, r.LastError = ferrytype.Status(status), token.String, lastErr.String
-	r.DiscardedAt, r.DiscardReason = discardedAt.Time, reason.String
+	// A time that does not parse reads as zero here: the row is still
+	// listed, and its claim finds it malformed if it ever matters.
+	at := func(v any) time.Time {
+		var t NullTime
+		_ = t.Scan(v)
+		return t.Time
+	}
+	r.AvailableAt, r.LockedUntil, r.SentAt, r.DiscardedAt = at(times[0]), at(times[1]), at(times[2]), at(times[3])
+	r.Status, r.LeaseToken, r.LastError = ferrytype.Status(status.String), token.String, lastErr.String
+	r.DiscardReason = reason.String
 	return r, nil
 }

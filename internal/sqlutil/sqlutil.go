@@ -47,15 +47,23 @@ func EncodeHeaders(h map[string]string) ([]byte, error) {
 	return json.Marshal(h)
 }
 
-// DecodeHeaders parses a JSON object of strings; nil or empty input gives a
-// nil map.
+// DecodeHeaders parses a JSON object of strings; nil or empty input, or
+// JSON null, gives a nil map. Anything else is an error: it never panics.
 func DecodeHeaders(b []byte) (map[string]string, error) {
+	h, err := decodeHeaders(b)
+	if err != nil {
+		return nil, fmt.Errorf("decode headers: %w", err)
+	}
+	return h, nil
+}
+
+func decodeHeaders(b []byte) (map[string]string, error) {
 	if len(b) == 0 || string(b) == "null" {
 		return nil, nil
 	}
 	var h map[string]string
 	if err := json.Unmarshal(b, &h); err != nil {
-		return nil, fmt.Errorf("decode headers: %w", err)
+		return nil, err
 	}
 	return h, nil
 }
