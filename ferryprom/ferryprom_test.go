@@ -284,9 +284,12 @@ func TestMetricsCountEachOutcomeAndTransition(t *testing.T) {
 		b := setup(t, "postgres")
 		b.enqueue(t, b.event(1))
 		paused, resume := make(chan struct{}), make(chan struct{})
-		var once sync.Once
+		var once, resumeOnce sync.Once
+		release := func() { resumeOnce.Do(func() { close(resume) }) }
 		b.relay(t, testsvc.URL(testsvc.EnvNATS), ferry.RelayConfig{
-			Lease: 500 * time.Millisecond, PublishTimeout: 400 * time.Millisecond, SweepInterval: -1,
+			// One lane: a second one would claim the swept event again
+			// and stall in the same fault point, a second expiry.
+			Lanes: 1, Lease: 500 * time.Millisecond, PublishTimeout: 400 * time.Millisecond, SweepInterval: -1,
 			FaultPoint: func(ctx context.Context, point string) error {
 				if point == ferry.FaultAfterPublish {
 					once.Do(func() { close(paused); <-resume })
@@ -295,6 +298,7 @@ func TestMetricsCountEachOutcomeAndTransition(t *testing.T) {
 			},
 		})
 		<-paused
+		t.Cleanup(release) // runs before the first relay's stop: a failure must not hang it
 		b.relay(t, testsvc.URL(testsvc.EnvNATS), ferry.RelayConfig{SweepInterval: 20 * time.Millisecond,
 			PollInterval: 20 * time.Millisecond, Retry: ferry.ExponentialBackoff{Initial: 5 * time.Millisecond}})
 		v := func(name string, labels ...string) float64 {
@@ -306,7 +310,7 @@ func TestMetricsCountEachOutcomeAndTransition(t *testing.T) {
 		require.Equal(t, 1.0, v("ferry_relay_publish_duplicates_total"))
 		require.Equal(t, 2.0, v("ferry_relay_publish_outcomes_total", "outcome", "confirmed"))
 		require.Zero(t, v("ferry_relay_fenced_total"))
-		close(resume)
+		release()
 		waitFor(t, 10*time.Second, func() bool { return v("ferry_relay_fenced_total") == 1 }, b.dump(t))
 		require.Equal(t, 1.0, v("ferry_relay_sent_total"), "the fenced mark is not a second SENT")
 	})
