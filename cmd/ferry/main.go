@@ -56,6 +56,12 @@ const (
 	// exitNoMatch: dead show/retry/discard matched no event; conflicts
 	// show/resolve named no conflict (resolve: no open one).
 	exitNoMatch = 5
+	// exitDeadLeft: relay --drain published what it could, but events went
+	// DEAD during the run (ferry dead list shows them).
+	exitDeadLeft = 6
+	// exitSchema: the outbox table is missing or lacks migrations this
+	// ferry needs (run ferry migrate); nothing was read or changed.
+	exitSchema = 7
 )
 
 func main() {
@@ -85,6 +91,8 @@ func execute(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case errors.As(err, &ee):
 		return ee.code
+	case errors.Is(err, ferrytype.ErrSchemaOutdated):
+		return exitSchema
 	case errors.Is(err, ferrytype.ErrInvalidConfig), errors.Is(err, ferrytype.ErrInvalidIdentifier), isUsage(err):
 		return exitUsage
 	}
@@ -116,6 +124,7 @@ type globals struct {
 	configPath  string
 	printConfig bool
 
+	stderr   io.Writer   // the command's error output, for warnings
 	file     *configFile // the config file, nil when none
 	settings []setting   // the command's settings and their sources
 
@@ -136,7 +145,10 @@ func newRootWith(g *globals) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return resolve(cmd, g) }
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		g.stderr = cmd.ErrOrStderr()
+		return resolve(cmd, g)
+	}
 	pf := root.PersistentFlags()
 	envString(pf, &g.configPath, "config", envConfig, "", "YAML config file (see ferry.example.yaml); flags and FERRY_* variables override it")
 	pf.BoolVar(&g.printConfig, "print-config", false, "print the command's settings, each with where it came from, and exit")
