@@ -132,6 +132,11 @@ func readiness(ctx context.Context, deps *relayDeps, timeout time.Duration) (boo
 	fail := func(err error) checkResult {
 		return checkResult{Error: ferrytype.RedactURL(err.Error())}
 	}
+	set := func(name string, res checkResult) {
+		mu.Lock()
+		checks[name] = res
+		mu.Unlock()
+	}
 	run := func(name string, fn func(context.Context) error, note string) {
 		wg.Add(1)
 		go func() {
@@ -141,18 +146,16 @@ func readiness(ctx context.Context, deps *relayDeps, timeout time.Duration) (boo
 			if err != nil {
 				res = fail(err)
 			}
-			mu.Lock()
-			checks[name] = res
-			mu.Unlock()
+			set(name, res)
 		}()
 	}
 	switch {
 	case store == nil && dbErr != nil:
-		checks["database"] = fail(fmt.Errorf("database not open: %w", dbErr))
+		set("database", fail(fmt.Errorf("database not open: %w", dbErr)))
 	case store == nil:
-		checks["database"] = fail(errors.New("database not open yet"))
+		set("database", fail(errors.New("database not open yet")))
 	case schemaErr != nil:
-		checks["database"] = fail(schemaErr)
+		set("database", fail(schemaErr))
 	default:
 		if a, ok := store.(ferrystore.Admin); ok {
 			run("database", a.Ping, schemaNote)
@@ -163,9 +166,9 @@ func readiness(ctx context.Context, deps *relayDeps, timeout time.Duration) (boo
 	c, canCheck := pub.(ferrybroker.Checker)
 	switch {
 	case pub == nil && brokerErr != nil:
-		checks["broker"] = fail(fmt.Errorf("broker not connected: %w", brokerErr))
+		set("broker", fail(fmt.Errorf("broker not connected: %w", brokerErr)))
 	case pub == nil:
-		checks["broker"] = fail(errors.New("broker not connected yet"))
+		set("broker", fail(errors.New("broker not connected yet")))
 	case canCheck || !deps.brokerConnected():
 		connected := deps.brokerConnected()
 		run("broker", func(ctx context.Context) error {
@@ -180,7 +183,7 @@ func readiness(ctx context.Context, deps *relayDeps, timeout time.Duration) (boo
 			return nil
 		}, "")
 	default:
-		checks["broker"] = checkResult{OK: true, Note: "this publisher cannot be checked"}
+		set("broker", checkResult{OK: true, Note: "this publisher cannot be checked"})
 	}
 	wg.Wait()
 	ready := true
