@@ -95,7 +95,8 @@ func TestRelayWaitsForMigrations(t *testing.T) {
 func TestDrainOnMissingTableExitsSchema(t *testing.T) {
 	db := "sqlite:///" + t.TempDir() + "/x.db"
 	start := time.Now()
-	code, out, errOut := ferryCLI(t, "relay", "--drain", "--database-url", db, "--broker-url", testsvc.EmbeddedNATS(t).ConnectedUrl())
+	code, out, errOut := ferryCLI(t, "relay", "--drain", "--drain-timeout", "10s", "--database-url", db,
+		"--broker-url", testsvc.EmbeddedNATS(t).ConnectedUrl())
 	require.Equal(t, exitSchema, code, "%s\n%s", out, errOut)
 	require.Contains(t, errOut, "outbox table outbox_event does not exist")
 	require.Contains(t, errOut, "run ferry migrate")
