@@ -4,13 +4,18 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
+	"github.com/ferrydev/ferry/ferryprom"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 	"github.com/ferrydev/ferry/ferrystore/ferrypg"
@@ -204,4 +209,54 @@ func TestRelayServesBeforeTheBrokerAnswers(t *testing.T) {
 	require.NoError(t, cmd.Wait(), out.String())
 	require.Contains(t, out.String(), "cannot reach the broker; retrying")
 	require.NotContains(t, out.String(), "s3cr3tpw")
+}
+
+// connectedPub is a real publisher whose Connected answer the test sets,
+// as the AMQP and NATS publishers report a connection down or blocked.
+type connectedPub struct {
+	ferrybroker.Publisher
+	up atomic.Bool
+}
+
+func (p *connectedPub) Connected() bool { return p.up.Load() }
+
+// A publisher that reports its connection down makes /readyz 503 naming
+// the broker and ferry_broker_connected 0, even while its check answers;
+// back up, both recover.
+func TestReadinessFollowsPublisherConnected(t *testing.T) {
+	b := setupOps(t, "sqlite")
+	ctx := testsvc.Context(t, time.Minute)
+	pub, err := ferrynats.Dial(ctx, testsvc.EmbeddedNATS(t).ConnectedUrl(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	cp := &connectedPub{Publisher: pub}
+	deps := &relayDeps{}
+	reg := prometheus.NewRegistry()
+	require.NoError(t, ferryprom.RegisterBrokerConnected(reg, "nats", deps.brokerConnected, nil))
+	gauge := func() float64 {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		require.Len(t, mfs, 1)
+		return mfs[0].GetMetric()[0].GetGauge().GetValue()
+	}
+
+	ready, checks := readiness(ctx, deps, time.Second)
+	require.False(t, ready)
+	require.Equal(t, "database not open yet", checks["database"].Error)
+	require.Equal(t, "broker not connected yet", checks["broker"].Error)
+	require.Zero(t, gauge())
+
+	deps.setStore(b.st.Driver, nil)
+	deps.setSchema(nil, "")
+	deps.setPublisher(cp, nil)
+	ready, checks = readiness(ctx, deps, time.Second)
+	require.False(t, ready)
+	require.True(t, checks["database"].OK)
+	require.Contains(t, checks["broker"].Error, "broker not connected")
+	require.Zero(t, gauge())
+
+	cp.up.Store(true)
+	ready, checks = readiness(ctx, deps, time.Second)
+	require.True(t, ready, "%+v", checks)
+	require.Equal(t, float64(1), gauge())
 }
