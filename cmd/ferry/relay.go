@@ -91,8 +91,8 @@ With --http-addr (off by default) the relay serves, from the moment it
 starts, /metrics (Prometheus; ferry_broker_connected is 0 until the broker is
 connected), /healthz (the process runs) and /readyz (200 when the database
 answers, the table is migrated and the broker is connected; 503 naming the
-cause otherwise). The outbox gauges, the age of the oldest pending event above all, are read
-from the database every --metrics-interval. With OTEL_EXPORTER_OTLP_ENDPOINT
+cause otherwise). The outbox gauges, the age of the oldest pending event
+above all, are read from the database every --metrics-interval. With OTEL_EXPORTER_OTLP_ENDPOINT
 set, it exports a span per publish attempt over OTLP/HTTP, in the trace the
 event was enqueued in.`,
 		Args: cobra.NoArgs,
@@ -225,6 +225,7 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 		if err := ops.watchOutbox(ctx, f, store); err != nil {
 			return err
 		}
+		defer ops.stopOutbox(ctx)
 	}
 	if err := awaitSchema(ctx, store, wait == foreverWait, deps, log); err != nil {
 		return stoppedOr(ctx, f.drain, err)

@@ -74,7 +74,7 @@ func startRelayOps(f *relayFlags, deps *relayDeps, broker string, log *slog.Logg
 }
 
 // watchOutbox starts the outbox gauges of store, read every
-// --metrics-interval.
+// --metrics-interval; stopOutbox ends them, before the store closes.
 func (o *relayOps) watchOutbox(ctx context.Context, f *relayFlags, store ferrystore.Store) error {
 	o.metrics.Table(store.Table())
 	tables, err := ferryprom.NewOutboxCollector(o.reg, []ferrystore.Store{store}, &ferryprom.OutboxConfig{
@@ -90,13 +90,17 @@ func (o *relayOps) watchOutbox(ctx context.Context, f *relayFlags, store ferryst
 	return nil
 }
 
-// stop ends the gauges' polling and the server.
+// stopOutbox ends the outbox gauges' polling.
+func (o *relayOps) stopOutbox(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = o.tables.Stop(sctx)
+}
+
+// stop ends the server.
 func (o *relayOps) stop(ctx context.Context) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if o.tables != nil {
-		_ = o.tables.Stop(sctx)
-	}
 	_ = o.srv.Stop(sctx)
 }
 
