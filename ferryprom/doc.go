@@ -36,6 +36,10 @@
 //	ferry_outbox_last_poll_timestamp_seconds              gauge    time of the last successful poll
 //	ferry_outbox_poll_errors_total                        counter  failed polls
 //
+// # Broker connectivity (RegisterBrokerConnected, from the publisher)
+//
+//	ferry_broker_connected{broker}                        gauge    1 while the broker connection is up, 0 while down or not opened yet
+//
 // # Consumer metrics (ConsumerMetrics: inbox and consumer hooks, task wrappers)
 //
 // Inbox series have the label consumer (the inbox's consumer name), broker

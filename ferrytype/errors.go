@@ -65,6 +65,10 @@ var (
 	// ErrUndefinedTable marks a statement on a table that does not exist,
 	// usually because the migrations have not run.
 	ErrUndefinedTable = errors.New("ferry: undefined table")
+	// ErrSchemaOutdated marks a table whose migrations have not all run:
+	// it does not exist yet, or an older ferry created it. The error names
+	// the missing migrations; running them (ferry migrate) is the fix.
+	ErrSchemaOutdated = errors.New("ferry: schema not migrated")
 )
 
 // Classed wraps err so that errors.Is(err, class) holds for each of

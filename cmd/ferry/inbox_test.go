@@ -464,7 +464,10 @@ reconcile:
     - {consumer: points-award, inbox_database_url: "mysql://root:s3cr3tpw@127.0.0.1:1/test?timeout=2s",
        event_type: OrderPaid, key: "order:{aggregate_id}:paid"}
 `)
-	code, out, errOut := ferryCLI(t, "reconcile", "--config", cfg, "--database-url", "sqlite://"+filepath.Join(t.TempDir(), "x.db"))
+	db := "sqlite://" + filepath.Join(t.TempDir(), "x.db")
+	code, _, errOut := ferryCLI(t, "migrate", "--database-url", db)
+	require.Equal(t, exitOK, code, errOut)
+	code, out, errOut := ferryCLI(t, "reconcile", "--config", cfg, "--database-url", db)
 	require.Equal(t, exitFailed, code, errOut)
 	require.Contains(t, errOut, "reconcile effect points-award.OrderPaid")
 	require.Contains(t, errOut, "127.0.0.1:1")

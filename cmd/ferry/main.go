@@ -57,6 +57,12 @@ const (
 	// exitNoMatch: dead show/retry/discard matched no event; conflicts
 	// show/resolve named no conflict (resolve: no open one).
 	exitNoMatch = 5
+	// exitDeadLeft: relay --drain published what it could, but events went
+	// DEAD during the run (ferry dead list shows them).
+	exitDeadLeft = 6
+	// exitSchema: the outbox table is missing or lacks migrations this
+	// ferry needs (run ferry migrate); nothing was read or changed.
+	exitSchema = 7
 )
 
 func main() {
@@ -89,6 +95,8 @@ func execute(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case errors.As(err, &ee):
 		return ee.code
+	case errors.Is(err, ferrytype.ErrSchemaOutdated):
+		return exitSchema
 	case errors.Is(err, ferrytype.ErrInvalidConfig), errors.Is(err, ferrytype.ErrInvalidIdentifier), isUsage(err):
 		return exitUsage
 	}
@@ -120,6 +128,7 @@ type globals struct {
 	configPath  string
 	printConfig bool
 
+	stderr   io.Writer   // the command's error output, for warnings
 	file     *configFile // the config file, nil when none
 	settings []setting   // the command's settings and their sources
 
@@ -141,6 +150,7 @@ func newRootWith(g *globals) *cobra.Command {
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		g.stderr = cmd.ErrOrStderr()
 		if err := resolve(cmd, g); err != nil {
 			return err
 		}

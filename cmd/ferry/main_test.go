@@ -111,11 +111,14 @@ func TestUnreachableDatabaseIsAClearErrorWithoutThePassword(t *testing.T) {
 	}
 }
 
-// A relay started while its broker is down keeps trying for
+// A relay started while its broker is down keeps trying for an explicit
 // --connect-timeout, saying so, then exits 1; no log line or error shows
 // the password.
 func TestRelayLogsRedactBrokerPassword(t *testing.T) {
-	code, _, errOut := ferryCLI(t, "relay", "--database-url", "sqlite:///"+t.TempDir()+"/x.db",
+	db := "sqlite:///" + t.TempDir() + "/x.db"
+	code, _, errOut := ferryCLI(t, "migrate", "--database-url", db)
+	require.Equal(t, exitOK, code, errOut)
+	code, _, errOut = ferryCLI(t, "relay", "--database-url", db,
 		"--broker-url", "nats://user:s3cr3tpw@127.0.0.1:1", "--connect-timeout", "1s")
 	require.Equal(t, exitFailed, code)
 	require.Contains(t, errOut, "cannot reach the broker; retrying")

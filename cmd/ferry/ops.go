@@ -30,8 +30,12 @@ import (
 //
 //	/metrics  Prometheus metrics of the relay, the outbox table and the process
 //	/healthz  200 while the process runs
-//	/readyz   200 when the database and the broker answer, 503 otherwise
-func opsHandler(reg *prometheus.Registry, store ferrystore.Store, pub ferrybroker.Publisher, timeout time.Duration) http.Handler {
+//	/readyz   200 when the database answers, the outbox table is migrated and
+//	          the broker is connected; 503 otherwise, naming the cause
+//
+// It serves from the start: before the database and the broker are open,
+// /readyz says which is missing.
+func opsHandler(reg *prometheus.Registry, deps *relayDeps, timeout time.Duration) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -39,7 +43,7 @@ func opsHandler(reg *prometheus.Registry, store ferrystore.Store, pub ferrybroke
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ready, checks := readiness(r.Context(), store, pub, timeout)
+		ready, checks := readiness(r.Context(), deps, timeout)
 		w.Header().Set("Content-Type", "application/json")
 		status := "ready"
 		if !ready {
@@ -60,40 +64,126 @@ type checkResult struct {
 	Note  string `json:"note,omitempty"`
 }
 
+// relayDeps is what the relay daemon has opened so far, and why the rest
+// is not there yet: /readyz and ferry_broker_connected read it while the
+// relay starts and runs.
+type relayDeps struct {
+	mu         sync.Mutex
+	store      ferrystore.Store
+	dbErr      error // the last failure to open the database
+	schemaErr  error // why the outbox table cannot be used (nil once it can)
+	schemaNote string
+	pub        ferrybroker.Publisher
+	brokerErr  error // the last failure to connect to the broker
+}
+
+func (d *relayDeps) setStore(s ferrystore.Store, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.store, d.dbErr = s, err
+}
+
+func (d *relayDeps) setSchema(err error, note string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.schemaErr, d.schemaNote = err, note
+}
+
+func (d *relayDeps) setPublisher(p ferrybroker.Publisher, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.pub, d.brokerErr = p, err
+}
+
+// connectedReporter is a publisher that knows, without a round trip,
+// whether its connection is up (false while it is down or blocked).
+type connectedReporter interface{ Connected() bool }
+
+// brokerConnected reports whether the publisher is open and, when it can
+// tell, connected. It does not touch the network.
+func (d *relayDeps) brokerConnected() bool {
+	d.mu.Lock()
+	pub := d.pub
+	d.mu.Unlock()
+	if pub == nil {
+		return false
+	}
+	if c, ok := pub.(connectedReporter); ok {
+		return c.Connected()
+	}
+	return true
+}
+
 // readiness asks the database and the broker, concurrently, each within
 // timeout. A publisher that cannot be asked (no ferrybroker.Checker)
-// counts as ready, and says so.
-func readiness(ctx context.Context, store ferrystore.Store, pub ferrybroker.Publisher, timeout time.Duration) (bool, map[string]checkResult) {
+// counts as ready once open, and says so.
+func readiness(ctx context.Context, deps *relayDeps, timeout time.Duration) (bool, map[string]checkResult) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	deps.mu.Lock()
+	store, dbErr, schemaErr, schemaNote := deps.store, deps.dbErr, deps.schemaErr, deps.schemaNote
+	pub, brokerErr := deps.pub, deps.brokerErr
+	deps.mu.Unlock()
 	var (
 		mu     sync.Mutex
 		wg     sync.WaitGroup
 		checks = map[string]checkResult{}
 	)
-	run := func(name string, fn func(context.Context) error) {
+	fail := func(err error) checkResult {
+		return checkResult{Error: ferrytype.RedactURL(err.Error())}
+	}
+	set := func(name string, res checkResult) {
+		mu.Lock()
+		checks[name] = res
+		mu.Unlock()
+	}
+	run := func(name string, fn func(context.Context) error, note string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			err := fn(ctx)
-			res := checkResult{OK: err == nil}
+			res := checkResult{OK: err == nil, Note: note}
 			if err != nil {
-				res.Error = ferrytype.RedactURL(err.Error())
+				res = fail(err)
 			}
-			mu.Lock()
-			checks[name] = res
-			mu.Unlock()
+			set(name, res)
 		}()
 	}
-	if a, ok := store.(ferrystore.Admin); ok {
-		run("database", a.Ping)
-	} else {
-		run("database", func(ctx context.Context) error { _, err := store.Stats(ctx); return err })
+	switch {
+	case store == nil && dbErr != nil:
+		set("database", fail(fmt.Errorf("database not open: %w", dbErr)))
+	case store == nil:
+		set("database", fail(errors.New("database not open yet")))
+	case schemaErr != nil:
+		set("database", fail(schemaErr))
+	default:
+		if a, ok := store.(ferrystore.Admin); ok {
+			run("database", a.Ping, schemaNote)
+		} else {
+			run("database", func(ctx context.Context) error { _, err := store.Stats(ctx); return err }, schemaNote)
+		}
 	}
-	if c, ok := pub.(ferrybroker.Checker); ok {
-		run("broker", c.Check)
-	} else {
-		checks["broker"] = checkResult{OK: true, Note: "this publisher cannot be checked"}
+	c, canCheck := pub.(ferrybroker.Checker)
+	switch {
+	case pub == nil && brokerErr != nil:
+		set("broker", fail(fmt.Errorf("broker not connected: %w", brokerErr)))
+	case pub == nil:
+		set("broker", fail(errors.New("broker not connected yet")))
+	case canCheck || !deps.brokerConnected():
+		connected := deps.brokerConnected()
+		run("broker", func(ctx context.Context) error {
+			if canCheck {
+				if err := c.Check(ctx); err != nil {
+					return fmt.Errorf("broker not connected: %w", err)
+				}
+			}
+			if !connected {
+				return errors.New("broker not connected: the publisher reports its connection down or blocked")
+			}
+			return nil
+		}, "")
+	default:
+		set("broker", checkResult{OK: true, Note: "this publisher cannot be checked"})
 	}
 	wg.Wait()
 	ready := true

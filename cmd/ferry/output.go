@@ -24,7 +24,31 @@ func openAdmin(ctx context.Context, g *globals) (ferrystore.Admin, error) {
 		store.Close()
 		return nil, fmt.Errorf("the %s store does not support this command", store.Dialect())
 	}
+	if err := checkSchema(ctx, store, g.stderr); err != nil {
+		store.Close()
+		return nil, err
+	}
 	return a, nil
+}
+
+// checkSchema fails with an error wrapping ferrytype.ErrSchemaOutdated
+// (exit code exitSchema) that names the missing migrations when the outbox
+// table of store is missing or behind, before a command trips over a
+// missing column. A table migrated by a newer ferry, or by another tool,
+// is worth a warning on w only.
+func checkSchema(ctx context.Context, store ferrystore.Store, w io.Writer) error {
+	sc, ok := store.(ferrystore.SchemaChecker)
+	if !ok {
+		return nil
+	}
+	s, err := sc.CheckSchema(ctx)
+	if err != nil {
+		return err
+	}
+	if warning := s.Warning(); warning != "" && w != nil {
+		fmt.Fprintln(w, "ferry: warning:", warning)
+	}
+	return s.Err()
 }
 
 func writeJSON(w io.Writer, v any) error {

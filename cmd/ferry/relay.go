@@ -8,15 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
 	"github.com/ferrydev/ferry"
-	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
-	"github.com/ferrydev/ferry/ferryprom"
-	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/open"
 )
@@ -80,10 +75,24 @@ checks that the queue exists; with --declare it declares --exchange (a durable
 default, with the parking queue <queue>.parking as its at-least-once
 dead-letter target) and binds the queue with each --routing-key.
 
-With --http-addr (off by default) the relay serves /metrics (Prometheus),
-/healthz (the process runs) and /readyz (the database and the broker answer).
-The outbox gauges, the age of the oldest pending event above all, are read
-from the database every --metrics-interval. With OTEL_EXPORTER_OTLP_ENDPOINT
+At start the relay checks that the outbox table has every migration this
+ferry embeds (a table migrated by a newer ferry is only a warning). Without
+--drain, a relay whose database or broker is unreachable, or whose table is
+missing or behind, does not exit: it keeps trying (database and broker: 200ms
+doubling to 5s between tries, a warning each; the schema: checked again every
+5s, logged when the cause changes and once a minute) and starts relaying as
+soon as all are there, so that running ferry migrate makes it ready without a
+restart. Set --connect-timeout explicitly to exit 1 instead when the database
+or the broker stays unreachable that long. With --drain the relay tries the
+database and the broker for --connect-timeout, then exits 1; a missing or
+outdated table exits 7 at once; events that went DEAD during the run exit 6.
+
+With --http-addr (off by default) the relay serves, from the moment it
+starts, /metrics (Prometheus; ferry_broker_connected is 0 until the broker is
+connected), /healthz (the process runs) and /readyz (200 when the database
+answers, the table is migrated and the broker is connected; 503 naming the
+cause otherwise). The outbox gauges, the age of the oldest pending event
+above all, are read from the database every --metrics-interval. With OTEL_EXPORTER_OTLP_ENDPOINT
 set, it exports a span per publish attempt over OTLP/HTTP, in the trace the
 event was enqueued in.`,
 		Args: cobra.NoArgs,
@@ -131,7 +140,7 @@ event was enqueued in.`,
 	bindEnv(fl, "routing-key", "FERRY_AMQP_ROUTING_KEYS")
 	fl.IntVar(&f.confirmWindow, "confirm-window", 1000, "RabbitMQ publishes awaiting their confirms, per channel")
 	bindEnv(fl, "confirm-window", "FERRY_AMQP_CONFIRM_WINDOW")
-	fl.BoolVar(&f.drain, "drain", false, "exit once no event is NEW or SENDING (exit code 3 if --drain-timeout passes first)")
+	fl.BoolVar(&f.drain, "drain", false, "exit once no event is NEW or SENDING (exit code 3 if --drain-timeout passes first, 6 if events went DEAD, 7 if the table is missing or behind)")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 5*time.Minute, "longest a --drain run waits")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a stop waits for batches in flight")
 	fl.DurationVar(&f.statsInterval, "stats-interval", 0, "log the relay's counters this often (0: only when it stops)")
@@ -144,7 +153,8 @@ event was enqueued in.`,
 	fl.DurationVar(&f.readyTimeout, "ready-timeout", 2*time.Second, "how long /readyz waits for the database and the broker")
 	bindEnv(fl, "ready-timeout", "FERRY_READY_TIMEOUT")
 	fl.DurationVar(&f.connectTimeout, "connect-timeout", 30*time.Second,
-		"how long the relay keeps trying to reach the database and the broker at start before it exits (0: one try)")
+		"with --drain, or when set: how long the relay keeps trying to reach the database and the broker at start before it exits 1 (0: one try); "+
+			"unset, a relay without --drain keeps trying as long as it runs")
 	bindEnv(fl, "connect-timeout", "FERRY_CONNECT_TIMEOUT")
 	return cmd
 }
@@ -183,22 +193,48 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 	if err != nil {
 		return err
 	}
-	// A relay started while the database or the broker is down (a
-	// restart during an outage) waits for them, up to --connect-timeout.
-	store, err := connect(ctx, f.connectTimeout, "database", log, func() (ferrystore.Store, error) {
-		return open.Store(ctx, g.databaseURL, g.table)
-	})
-	if err != nil {
+	rc := &ferry.RelayConfig{
+		BatchSize: f.batchSize, Lanes: f.lanes, Ordered: f.ordered, PollInterval: f.pollInterval,
+		MinPollInterval: f.minPollInterval,
+		Lease:           f.lease, PublishTimeout: f.publishTimeout, Retention: f.retention, SweepInterval: f.sweepInterval,
+		Retry:  ferry.ExponentialBackoff{Initial: f.retryInitial, Max: f.retryMax, MaxAttempts: f.maxAttempts},
+		Logger: log, FaultPoint: g.faultPoint,
+	}
+	if err := validateRelayConfig(rc); err != nil {
 		return err
 	}
+	// The endpoints first, so that a probe has an answer while the
+	// database, the schema or the broker is missing; then each of them in
+	// turn. A relay started during an outage (a restart, a rollout) waits
+	// for them: see connectWait.
+	deps := &relayDeps{}
+	wait := connectWait(g, f)
+	var ops *relayOps
+	if f.httpAddr != "" {
+		if ops, err = startRelayOps(f, deps, open.BrokerSystem(f.brokerURL), log); err != nil {
+			return err
+		}
+		defer ops.stop(ctx)
+	}
+	store, err := openRelayStore(ctx, g, wait, deps, log)
+	if err != nil {
+		return stoppedOr(ctx, f.drain, err)
+	}
 	defer store.Close()
+	if ops != nil {
+		if err := ops.watchOutbox(ctx, f, store); err != nil {
+			return err
+		}
+		defer ops.stopOutbox(ctx)
+	}
+	if err := awaitSchema(ctx, store, wait == foreverWait, deps, log); err != nil {
+		return stoppedOr(ctx, f.drain, err)
+	}
 	bc.NATS.FaultPoint = g.faultPoint
 	bc.AMQP.FaultPoint = g.faultPoint
-	pub, err := connect(ctx, f.connectTimeout, "broker", log, func() (ferrybroker.Publisher, error) {
-		return open.Publisher(ctx, f.brokerURL, bc)
-	})
+	pub, err := openRelayPublisher(ctx, f.brokerURL, bc, wait, deps, log)
 	if err != nil {
-		return err
+		return stoppedOr(ctx, f.drain, err)
 	}
 	defer pub.Close()
 	var hooks []ferry.Hook
@@ -216,42 +252,11 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 	if tracing != nil {
 		hooks = append(hooks, tracing)
 	}
-	if f.httpAddr != "" {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		metrics, err := ferryprom.New(reg, nil)
-		if err != nil {
-			return err
-		}
-		metrics.Table(store.Table())
-		hooks = append(hooks, metrics)
-		tables, err := ferryprom.NewOutboxCollector(reg, []ferrystore.Store{store}, &ferryprom.OutboxConfig{
-			Interval: f.metricsInterval, Timeout: min(5*time.Second, f.metricsInterval/2), Destinations: f.metricsDests,
-			Logger: log})
-		if err != nil {
-			return usageError{err}
-		}
-		srv, err := startOps(f.httpAddr, opsHandler(reg, store, pub, f.readyTimeout), log)
-		if err != nil {
-			return err
-		}
-		if err := tables.Start(ctx); err != nil {
-			return err
-		}
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			_ = tables.Stop(sctx)
-			_ = srv.Stop(sctx)
-		}()
+	if ops != nil {
+		hooks = append(hooks, ops.metrics)
 	}
-	relay, err := ferry.NewRelay(store, pub, &ferry.RelayConfig{
-		BatchSize: f.batchSize, Lanes: f.lanes, Ordered: f.ordered, PollInterval: f.pollInterval,
-		MinPollInterval: f.minPollInterval,
-		Lease:           f.lease, PublishTimeout: f.publishTimeout, Retention: f.retention, SweepInterval: f.sweepInterval,
-		Retry:  ferry.ExponentialBackoff{Initial: f.retryInitial, Max: f.retryMax, MaxAttempts: f.maxAttempts},
-		Logger: log, FaultPoint: g.faultPoint, Hooks: hooks,
-	})
+	rc.Hooks = hooks
+	relay, err := ferry.NewRelay(store, pub, rc)
 	if err != nil {
 		return err
 	}
@@ -264,6 +269,9 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 			store.Table(), st.Confirmed, st.Duplicates, st.Retried, res.Stats.New, res.Stats.Sending, res.Stats.Dead)
 		if errors.Is(err, ferry.ErrDrainIncomplete) {
 			return exitError{exitIncomplete, err}
+		}
+		if err == nil && st.Dead > 0 {
+			return exitError{exitDeadLeft, fmt.Errorf("%d events went DEAD during the drain: see ferry dead list", st.Dead)}
 		}
 		return err
 	}
@@ -353,9 +361,10 @@ func brokerConfig(f *relayFlags, subjects []string, log *slog.Logger) (*open.Bro
 }
 
 // connect calls dial until it succeeds, fails with a configuration error
-// or a cause no retry mends (open.Permanent), ctx ends or timeout passes,
-// waiting 200ms, then twice as long each time up to 5s, between tries.
-// Each failure is logged; the last one is returned.
+// or a cause no retry mends (open.Permanent), ctx ends or timeout passes
+// (never when timeout is negative), waiting 200ms, then twice as long each
+// time up to 5s, between tries. Each failure is logged; the last one is
+// returned.
 func connect[T any](ctx context.Context, timeout time.Duration, what string, log *slog.Logger, dial func() (T, error)) (T, error) {
 	deadline := time.Now().Add(timeout)
 	wait := 200 * time.Millisecond
@@ -367,7 +376,7 @@ func connect[T any](ctx context.Context, timeout time.Duration, what string, log
 		if perr := open.Permanent(err); perr != nil {
 			return v, perr
 		}
-		if time.Now().Add(wait).After(deadline) {
+		if timeout >= 0 && time.Now().Add(wait).After(deadline) {
 			return v, err
 		}
 		log.Warn("cannot reach the "+what+"; retrying", "error", err, "retry_in", wait)
@@ -378,4 +387,14 @@ func connect[T any](ctx context.Context, timeout time.Duration, what string, log
 		}
 		wait = min(wait*2, 5*time.Second)
 	}
+}
+
+// stoppedOr returns nil when a daemon's ctx ended (SIGTERM while it waited
+// for a dependency: a clean stop), else err. A --drain run that did not
+// drain never exits 0.
+func stoppedOr(ctx context.Context, drain bool, err error) error {
+	if ctx.Err() != nil && !drain {
+		return nil
+	}
+	return err
 }

@@ -85,6 +85,8 @@ func TestRelayCLIToRabbitMQ(t *testing.T) {
 func TestRelayCLIRabbitMQErrors(t *testing.T) {
 	testsvc.RabbitMQ(t) // skips when RabbitMQ is unreachable
 	db := "sqlite:///" + t.TempDir() + "/x.db"
+	code, _, errOut := ferryCLI(t, "migrate", "--database-url", db)
+	require.Equal(t, exitOK, code, errOut)
 	amqpURL := testsvc.URL(testsvc.EnvAMQP)
 	for _, c := range []struct {
 		name string
@@ -103,7 +105,9 @@ func TestRelayCLIRabbitMQErrors(t *testing.T) {
 		{"PasswordRedacted", exitFailed, []string{"--broker-url", "amqp://user:s3cr3tpw@127.0.0.1:1/"}, "127.0.0.1:1"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			code, _, errOut := ferryCLI(t, append([]string{"relay", "--database-url", db}, c.args...)...)
+			// An explicit --connect-timeout: a daemon waits for its broker
+			// as long as it runs otherwise.
+			code, _, errOut := ferryCLI(t, append([]string{"relay", "--database-url", db, "--connect-timeout", "30s"}, c.args...)...)
 			require.Equal(t, c.code, code, errOut)
 			require.Contains(t, errOut, c.want)
 			require.NotContains(t, errOut, "s3cr3tpw")

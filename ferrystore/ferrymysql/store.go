@@ -318,6 +318,16 @@ func MigrationFS(table string) (fs.FS, error) {
 	return sqlstore.MigrationFS(dialect{}, migrationsFS, table, 59)
 }
 
+// CheckSchema compares the table with the embedded migrations
+// (ferrystore.SchemaChecker).
+func (s *Store) CheckSchema(ctx context.Context) (ferrystore.Schema, error) {
+	fsys, err := s.Migrations()
+	if err != nil {
+		return ferrystore.Schema{Table: s.Table()}, err
+	}
+	return s.Schema(ctx, "outbox:"+s.Table(), fsys)
+}
+
 // Migrate applies pending migrations under a named lock (GET_LOCK), so
 // concurrent migrators wait for each other.
 func (s *Store) Migrate(ctx context.Context) error {

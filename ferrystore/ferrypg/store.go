@@ -326,6 +326,16 @@ func MigrationFS(table string) (fs.FS, error) {
 	return sqlstore.MigrationFS(dialect{}, migrationsFS, table, 49)
 }
 
+// CheckSchema compares the table with the embedded migrations
+// (ferrystore.SchemaChecker).
+func (s *core) CheckSchema(ctx context.Context) (ferrystore.Schema, error) {
+	fsys, err := s.Migrations()
+	if err != nil {
+		return ferrystore.Schema{Table: s.Table()}, err
+	}
+	return s.Schema(ctx, "outbox:"+s.Table(), fsys)
+}
+
 // Migrate applies pending migrations in one transaction under an advisory
 // lock, so concurrent migrators wait for each other.
 func (s *core) Migrate(ctx context.Context) error {

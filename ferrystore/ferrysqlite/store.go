@@ -172,6 +172,16 @@ func MigrationFS(table string) (fs.FS, error) {
 	return sqlstore.MigrationFS(dialect{}, migrationsFS, table, 49)
 }
 
+// CheckSchema compares the table with the embedded migrations
+// (ferrystore.SchemaChecker).
+func (s *Store) CheckSchema(ctx context.Context) (ferrystore.Schema, error) {
+	fsys, err := s.Migrations()
+	if err != nil {
+		return ferrystore.Schema{Table: s.Table()}, err
+	}
+	return s.Schema(ctx, "outbox:"+s.Table(), fsys)
+}
+
 // Migrate applies pending migrations in one immediate transaction.
 func (s *Store) Migrate(ctx context.Context) error {
 	fsys, err := s.Migrations()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
@@ -22,6 +23,69 @@ func exerciseSchema[TTx any](t *testing.T, h Harness[TTx]) {
 		require.Contains(t, string(up), b.store.Table())
 		_, err = fs.ReadFile(fsys, "0001_outbox.down.sql")
 		require.NoError(t, err)
+	})
+
+	t.Run("CheckSchema", func(t *testing.T) {
+		b := setup(t, h)
+		sc, ok := b.store.(ferrystore.SchemaChecker)
+		require.True(t, ok, "the store implements ferrystore.SchemaChecker")
+		fsys, err := b.store.Migrations()
+		require.NoError(t, err)
+		ups, err := fs.Glob(fsys, "*.up.sql")
+		require.NoError(t, err)
+		s, err := sc.CheckSchema(b.ctx)
+		require.NoError(t, err)
+		require.True(t, s.Current(), "%+v", s)
+		require.NoError(t, s.Err())
+		require.Len(t, s.Applied, len(ups))
+		require.Empty(t, s.Missing)
+		require.Empty(t, s.Unknown)
+		require.Empty(t, s.Warning())
+
+		if h.Exec == nil {
+			return
+		}
+		// A table an older ferry migrated: the newest migration is missing.
+		component := "'outbox:" + b.store.Table() + "'"
+		last := strings.TrimSuffix(ups[len(ups)-1], ".up.sql")
+		version, name, _ := strings.Cut(last, "_")
+		h.Exec(b.ctx, t, b.store, "DELETE FROM ferry_migration WHERE component = "+component+" AND version = "+version)
+		s, err = sc.CheckSchema(b.ctx)
+		require.NoError(t, err)
+		require.False(t, s.Current())
+		require.Equal(t, name, s.Missing[0].Name)
+		require.ErrorIs(t, s.Err(), ferrytype.ErrSchemaOutdated)
+		require.ErrorContains(t, s.Err(), "lacks migration "+last)
+		require.ErrorContains(t, s.Err(), "run ferry migrate")
+		h.Exec(b.ctx, t, b.store, "INSERT INTO ferry_migration (component, version, name) VALUES ("+
+			component+", "+version+", '"+name+"')")
+
+		// A table a newer ferry migrated: usable, with a warning.
+		h.Exec(b.ctx, t, b.store, "INSERT INTO ferry_migration (component, version, name) VALUES ("+component+", 9999, 'future')")
+		s, err = sc.CheckSchema(b.ctx)
+		require.NoError(t, err)
+		require.True(t, s.Current())
+		require.NoError(t, s.Err())
+		require.Equal(t, "9999_future", s.Unknown[0].String())
+		require.Contains(t, s.Warning(), "9999_future")
+
+		// A table another tool created (ferry migrate --print): usable, unchecked.
+		h.Exec(b.ctx, t, b.store, "DELETE FROM ferry_migration WHERE component = "+component)
+		s, err = sc.CheckSchema(b.ctx)
+		require.NoError(t, err)
+		require.True(t, s.Unrecorded)
+		require.NoError(t, s.Err())
+		require.Contains(t, s.Warning(), "not checked")
+
+		// A table dropped by hand while its migrations stay recorded.
+		h.Exec(b.ctx, t, b.store, "INSERT INTO ferry_migration (component, version, name) VALUES ("+component+", 1, 'outbox')")
+		h.Exec(b.ctx, t, b.store, "DROP TABLE "+b.store.Table())
+		s, err = sc.CheckSchema(b.ctx)
+		require.NoError(t, err)
+		require.False(t, s.TableExists)
+		require.ErrorIs(t, s.Err(), ferrytype.ErrSchemaOutdated)
+		require.ErrorContains(t, s.Err(), "does not exist")
+		require.ErrorContains(t, s.Err(), "delete those rows")
 	})
 
 	t.Run("InvalidTableName", func(t *testing.T) {
