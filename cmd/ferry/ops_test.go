@@ -251,7 +251,7 @@ func TestDeadRetryDeliversTheSameEventID(t *testing.T) {
 			code, out, errOut = b.cli(t, "dead", "show", id)
 			require.Equal(t, exitOK, code, errOut)
 			require.Contains(t, out, "status:         DEAD")
-			require.Contains(t, out, "no stream for the subject")
+			require.Contains(t, out, `no JetStream stream is bound to subject "`+subject+`"`)
 			require.Contains(t, out, "holds back:     0 later events of order:42")
 
 			// The fix: the stream now exists. Then the retry.

@@ -200,6 +200,9 @@ func TestPermanentConnectFailuresExitTwo(t *testing.T) {
 		add("MySQLAccessDenied", badPW.String(), "nats://127.0.0.1:1", "MySQL denied access")
 	}
 	testsvc.NATS(t)
+	// Migrated: the relay checks its table before the broker.
+	code, _, errOut := runQuick(t, "migrate", "--database-url", sqlite)
+	require.Equal(t, exitOK, code, errOut)
 	add("NATSMissingStream", sqlite, testsvc.URL(testsvc.EnvNATS), "stream FERRY_NO_SUCH_STREAM does not exist")
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -227,6 +230,9 @@ func TestPermanentConnectFailuresExitTwo(t *testing.T) {
 func TestRelayMissingRabbitMQTopologyExitsTwo(t *testing.T) {
 	testsvc.RabbitMQ(t)
 	db := "sqlite:///" + filepath.Join(t.TempDir(), "x.db")
+	// Migrated: the relay checks its table before the broker.
+	code, _, errOut := runQuick(t, "migrate", "--database-url", db)
+	require.Equal(t, exitOK, code, errOut)
 	for _, c := range []struct{ name, flag, value, want string }{
 		{"MissingExchange", "--exchange", "ferry_no_such_exchange",
 			"exchange ferry_no_such_exchange does not exist: declare it, or let ferry declare it (Declare, --declare)"},
