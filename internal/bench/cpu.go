@@ -39,8 +39,9 @@ func newMeter(dbURL, brokerURL string) *meter {
 	return &meter{db: localServer(dbURL), broker: localServer(brokerURL)}
 }
 
-// sample returns the CPU time so far of the database and broker servers.
-func (m *meter) sample() (db, broker time.Duration) {
+// sample returns the CPU time so far of each database and broker server
+// process, by pid.
+func (m *meter) sample() (db, broker procCPU) {
 	if m.db != "" {
 		db = commCPU(m.db)
 	}
@@ -48,6 +49,22 @@ func (m *meter) sample() (db, broker time.Duration) {
 		broker = commCPU(m.broker)
 	}
 	return db, broker
+}
+
+// procCPU is the CPU time of processes by pid.
+type procCPU map[string]time.Duration
+
+// since is the CPU time the processes of p used after before was taken:
+// per process, never negative. A process that ended in between is left
+// out (once its parent reaps it, the parent's children time counts it whole); one that
+// started in between counts whole. Summing totals instead went negative
+// when a PostgreSQL backend ended between the two samples.
+func (p procCPU) since(before procCPU) time.Duration {
+	var d time.Duration
+	for pid, c := range p {
+		d += max(c-before[pid], 0)
+	}
+	return d
 }
 
 // perEvent turns CPU time over n events into microseconds per event; nil
@@ -97,22 +114,22 @@ func statCPU(pid string) (time.Duration, string, bool) {
 	return time.Duration(ticks) * time.Second / clockTicks, comm, true
 }
 
-// commCPU sums the CPU time of every process named comm.
-func commCPU(comm string) time.Duration {
+// commCPU reads the CPU time of every process named comm.
+func commCPU(comm string) procCPU {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0
+		return nil
 	}
-	var sum time.Duration
+	out := procCPU{}
 	for _, e := range entries {
 		if e.Name()[0] < '0' || e.Name()[0] > '9' {
 			continue
 		}
 		if c, name, ok := statCPU(e.Name()); ok && name == comm {
-			sum += c
+			out[e.Name()] = c
 		}
 	}
-	return sum
+	return out
 }
 
 // localServer returns the command name of the local process listening on

@@ -24,9 +24,10 @@ type drainRun struct {
 
 // cpuClock is the CPU time of the servers at the start of a drain.
 type cpuClock struct {
-	m                *meter
-	at               time.Time
-	db, broker, self time.Duration
+	m          *meter
+	at         time.Time
+	db, broker procCPU
+	self       time.Duration
 }
 
 func (m *meter) start() *cpuClock {
@@ -40,8 +41,8 @@ func (c *cpuClock) stop(n int, relay time.Duration, relayMeasured bool) drainRun
 	took := time.Since(c.at)
 	db, broker := c.m.sample()
 	return drainRun{Rate: float64(n) / took.Seconds(), CPU: CPU{
-		DB:     perEvent(c.m.db != "", db-c.db, n),
-		Broker: perEvent(c.m.broker != "", broker-c.broker, n),
+		DB:     perEvent(c.m.db != "", db.since(c.db), n),
+		Broker: perEvent(c.m.broker != "", broker.since(c.broker), n),
 		Relay:  perEvent(relayMeasured, relay, n),
 	}}
 }
