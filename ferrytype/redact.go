@@ -15,8 +15,14 @@ const redacted = "xxxxx"
 // sslpassword='PASS'), a go-sql-driver/mysql DSN (user:PASS@tcp(host)).
 // URLs in text are found by their scheme and read as urlSpans reads them.
 var (
+	// paramRe finds password-like parameters of a URL query, whose values
+	// are never quoted and end at & or #; a value that would be empty (it
+	// starts with & or #) runs to the next space. dsnParamRe finds them in a keyword DSN or
+	// in text, where & and # are a password's own characters.
 	paramRe = regexp.MustCompile(`(?i)[a-z0-9_.-]*(?:password|passwd|pass|pwd|secret|token)\s*=\s*` +
-		`('(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|[^\s&#]*)`)
+		`([^\s&#]+|\S*)`)
+	dsnParamRe = regexp.MustCompile(`(?i)[a-z0-9_.-]*(?:password|passwd|pass|pwd|secret|token)\s*=\s*` +
+		`('(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|\S*)`)
 	mysqlDSNRe = regexp.MustCompile(`(?:^|[\s"'=(,])[^\s:/@"'=(,]*:(\S*)@(?:tcp[46]?|unix)?\(`)
 	schemeRe   = regexp.MustCompile(`[A-Za-z0-9+.-]*://`)
 )
@@ -80,13 +86,28 @@ func Secrets(s string) []string {
 		}
 	}
 	for _, sp := range secretSpans(s) {
-		raw := s[sp[0]:sp[1]]
-		forms := []string{raw, strings.NewReplacer(`\'`, `'`, `\"`, `"`, `\\`, `\`).Replace(raw)}
-		if d, err := url.PathUnescape(raw); err == nil {
-			forms = append(forms, d)
+		raws := []string{s[sp[0]:sp[1]]}
+		if sp[0] > 0 && (s[sp[0]-1] == '\'' || s[sp[0]-1] == '"') {
+			// A quote before the value is a keyword DSN's quoting, or,
+			// in a URL query, the password's own first character.
+			raws = append(raws, s[sp[0]-1:sp[1]])
+			if sp[1] < len(s) && s[sp[1]] == s[sp[0]-1] {
+				raws = append(raws, s[sp[0]-1:sp[1]+1])
+			}
 		}
-		if d, err := url.QueryUnescape(raw); err == nil {
-			forms = append(forms, d)
+		if sp[1] < len(s) && strings.ContainsRune(":.,", rune(s[sp[1]])) {
+			// Taken for punctuation after the value, or its last character.
+			raws = append(raws, s[sp[0]:sp[1]+1])
+		}
+		var forms []string
+		for _, raw := range raws {
+			forms = append(forms, raw, strings.NewReplacer(`\'`, `'`, `\"`, `"`, `\\`, `\`).Replace(raw))
+			if d, err := url.PathUnescape(raw); err == nil {
+				forms = append(forms, d)
+			}
+			if d, err := url.QueryUnescape(raw); err == nil {
+				forms = append(forms, d)
+			}
 		}
 		for _, f := range forms {
 			add(f)
@@ -112,6 +133,11 @@ func secretSpans(s string) [][2]int {
 			}
 			spans = append(spans, urlSpans(s, st[0], st[1], end)...)
 		}
+		// user://pw@tcp(host)/db is a go-sql-driver DSN whose password
+		// begins with //, not a URL.
+		for _, m := range mysqlDSNRe.FindAllStringSubmatchIndex(s, -1) {
+			spans = append(spans, valueSpan(s, m[2], m[3]))
+		}
 		return spans
 	}
 	if at := mysqlAt(s); at >= 0 && !strings.ContainsAny(s[at:], " \t\r\n") {
@@ -119,7 +145,10 @@ func secretSpans(s string) [][2]int {
 			spans = append(spans, [2]int{c + 1, at})
 		}
 	}
-	return append(spans, paramSpans(s, 0, len(s))...)
+	for _, m := range mysqlDSNRe.FindAllStringSubmatchIndex(s, -1) {
+		spans = append(spans, valueSpan(s, m[2], m[3]))
+	}
+	return append(spans, dsnParamSpans(s, 0, len(s))...)
 }
 
 // urlSpans returns the secrets of the URL s[start:end], whose authority
@@ -150,6 +179,16 @@ func urlSpans(s string, start, auth, end int) [][2]int {
 func paramSpans(s string, from, to int) [][2]int {
 	var spans [][2]int
 	for _, m := range paramRe.FindAllStringSubmatchIndex(s[from:to], -1) {
+		spans = append(spans, trimPunct(s, from+m[2], from+m[3]))
+	}
+	return spans
+}
+
+// dsnParamSpans is paramSpans for a keyword DSN or text, whose values may
+// be quoted.
+func dsnParamSpans(s string, from, to int) [][2]int {
+	var spans [][2]int
+	for _, m := range dsnParamRe.FindAllStringSubmatchIndex(s[from:to], -1) {
 		spans = append(spans, valueSpan(s, from+m[2], from+m[3]))
 	}
 	return spans
@@ -205,7 +244,7 @@ func cutSpans(s string, spans [][2]int) string {
 // (from its scheme to the next space or the next URL), in each
 // password-like parameter, in each go-sql-driver/mysql DSN.
 func textSpans(s string) [][2]int {
-	var spans [][2]int
+	var spans, urls [][2]int
 	starts := schemeRe.FindAllStringIndex(s, -1)
 	for i, st := range starts {
 		end := len(s)
@@ -217,8 +256,14 @@ func textSpans(s string) [][2]int {
 		}
 		end = spacedUserinfo(s, starts, i, end)
 		spans = append(spans, urlSpans(s, st[0], st[1], end)...)
+		urls = append(urls, [2]int{st[0], end})
 	}
-	spans = append(spans, paramSpans(s, 0, len(s))...)
+	// Parameters outside the URLs, read as a keyword DSN's.
+	for _, sp := range dsnParamSpans(s, 0, len(s)) {
+		if !slices.ContainsFunc(urls, func(u [2]int) bool { return sp[0] >= u[0] && sp[0] < u[1] }) {
+			spans = append(spans, sp)
+		}
+	}
 	for _, m := range mysqlDSNRe.FindAllStringSubmatchIndex(s, -1) {
 		spans = append(spans, valueSpan(s, m[2], m[3]))
 	}
@@ -265,6 +310,12 @@ func valueSpan(s string, v0, v1 int) [2]int {
 			v1--
 		}
 	}
+	return trimPunct(s, v0, v1)
+}
+
+// trimPunct returns the span s[v0:v1] without a trailing ':', '.' or ','
+// before a space or the end of s.
+func trimPunct(s string, v0, v1 int) [2]int {
 	if v1 > v0 && strings.ContainsRune(":.,", rune(s[v1-1])) && (v1 == len(s) || s[v1] == ' ') {
 		v1--
 	}

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/stretchr/testify/require"
 
@@ -52,6 +53,11 @@ func TestRedactErrorRemovesPiecesOfThePassword(t *testing.T) {
 	require.Nil(t, ferrytype.RedactError(nil, raw))
 }
 
+// fuzzTemplate holds the fixed text FuzzRedactURL puts around a
+// password: a password found in it proves nothing.
+const fuzzTemplate = "postgres:// /app?sslmode=disable&password= sslpassword= mysql:// ?timeout=2s host= user= password='' dbname=app" +
+	" nats:// @tcp( amqp:// /vhost open : dial tcp: connection refused driver said: and xxxxx"
+
 // FuzzRedactURL: for URLs and DSNs of every form holding a known password,
 // the redacted text never holds the password, alone or in a message, and
 // RedactURL never panics on any input.
@@ -63,43 +69,64 @@ func FuzzRedactURL(f *testing.F) {
 	f.Add("a b@c:d/e", "guest", "[::1]:5672", uint8(7))
 	f.Fuzz(func(t *testing.T, pw, user, host string, form uint8) {
 		_ = ferrytype.RedactURL(pw + user + host) // never panics
-		if len(pw) < 4 || strings.ContainsAny(pw, "?#\n\r\t\x00") || strings.TrimSpace(pw) != pw ||
-			strings.Contains(user+host, pw) || strings.ContainsAny(user+host, "@:/?#= \t\r\n'\"&()\\") {
+		if len(pw) < 4 || strings.ContainsAny(pw, "?#") || strings.ContainsFunc(pw, unicode.IsControl) || strings.TrimSpace(pw) != pw ||
+			strings.Contains(user+host, pw) || strings.ContainsAny(user+host, "@:/?#= \t\r\n'\"&()\\") ||
+			strings.Contains(fuzzTemplate, pw) {
 			return
 		}
-		var in string
-		switch form % 9 {
-		case 0: // userinfo, as written by hand (unencoded)
-			in = "postgres://" + user + ":" + pw + "@" + host + "/app"
-		case 1: // userinfo, percent-encoded
-			in = "mysql://" + url.UserPassword(user, pw).String() + "@" + host + "/app?timeout=2s"
-		case 2: // a query parameter
-			if strings.ContainsAny(pw, "& ") {
-				return
+		// mk writes the URL or DSN of form with password p.
+		mk := func(p string) string {
+			switch form % 9 {
+			case 0: // userinfo, as written by hand (unencoded)
+				if strings.Contains(pw, "/") {
+					return "" // ends the authority: must be encoded (the URL checks refuse it)
+				}
+				return "postgres://" + user + ":" + p + "@" + host + "/app"
+			case 1: // userinfo, percent-encoded
+				return "mysql://" + url.UserPassword(user, p).String() + "@" + host + "/app?timeout=2s"
+			case 2: // a query parameter
+				if strings.ContainsAny(pw, "& ") {
+					return ""
+				}
+				return "postgres://" + host + "/app?sslmode=disable&password=" + p
+			case 3:
+				return "postgres://" + host + "/app?sslpassword=" + url.QueryEscape(p)
+			case 4: // keyword DSN, quoted
+				esc := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(p)
+				return "host=" + host + " user=" + user + " password='" + esc + "' dbname=app"
+			case 5: // keyword DSN, unquoted
+				if strings.ContainsAny(pw, " '\"") {
+					return ""
+				}
+				return "host=" + host + " password=" + p + " dbname=app"
+			case 6: // a NATS token
+				if strings.ContainsAny(pw, ":@/") {
+					return ""
+				}
+				return "nats://" + p + "@" + host
+			case 7: // go-sql-driver/mysql DSN
+				if strings.Contains(pw, " ") && strings.ContainsAny(pw, "=@") {
+					return "" // reads as a keyword DSN or ends early: ambiguous
+				}
+				return user + ":" + p + "@tcp(" + host + ")/app"
+			case 8:
+				return "amqp://" + user + ":" + url.PathEscape(p) + "@" + host + "/vhost"
 			}
-			in = "postgres://" + host + "/app?sslmode=disable&password=" + pw
-		case 3:
-			in = "postgres://" + host + "/app?sslpassword=" + url.QueryEscape(pw)
-		case 4: // keyword DSN, quoted
-			esc := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(pw)
-			in = "host=" + host + " user=" + user + " password='" + esc + "' dbname=app"
-		case 5: // keyword DSN, unquoted
-			if strings.ContainsAny(pw, " '\"") {
-				return
-			}
-			in = "host=" + host + " password=" + pw + " dbname=app"
-		case 6: // a NATS token
-			if strings.ContainsAny(pw, ":@/") {
-				return
-			}
-			in = "nats://" + pw + "@" + host
-		case 7: // go-sql-driver/mysql DSN
-			in = user + ":" + pw + "@tcp(" + host + ")/app"
-		case 8:
-			in = "amqp://" + user + ":" + url.PathEscape(pw) + "@" + host + "/vhost"
+			return ""
+		}
+		// A password the text around it holds already proves nothing.
+		if strings.Contains(mk("\x01"), pw) {
+			return
+		}
+		in := mk(pw)
+		if in == "" {
+			return
 		}
 		texts := []string{in}
-		if !strings.Contains(pw, ": ") && !strings.ContainsAny(pw, "\n\r") && (form%9 != 7 || !strings.Contains(pw, " ")) {
+		// An unencoded / or @ and a space in a URL's password (which the URL
+		// checks refuse) leave free text ambiguous: where the URL ends.
+		ambiguous := form%9 == 0 && strings.Contains(pw, " ") && strings.ContainsAny(pw, "/@")
+		if !ambiguous && !strings.Contains(pw, ": ") && !strings.ContainsAny(pw, "\n\r") && (form%9 != 7 || !strings.Contains(pw, " ")) {
 			// In free text a password with a space is told from the
 			// message around it by the @ after it, and by no ": " (in a
 			// URL; in a go-sql-driver DSN not at all).
