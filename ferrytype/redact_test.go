@@ -105,8 +105,8 @@ func FuzzRedactURL(f *testing.F) {
 				}
 				return "nats://" + p + "@" + host
 			case 7: // go-sql-driver/mysql DSN
-				if strings.Contains(pw, " ") && strings.ContainsAny(pw, "=@") {
-					return "" // reads as a keyword DSN or ends early: ambiguous
+				if strings.Contains(pw, " ") && strings.ContainsAny(pw, "=@/") {
+					return "" // reads as a keyword DSN, a URL, or ends early: ambiguous
 				}
 				return user + ":" + p + "@tcp(" + host + ")/app"
 			case 8:
