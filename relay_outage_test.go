@@ -1,7 +1,6 @@
 package ferry_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -21,36 +20,6 @@ import (
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
-// logBuffer is an io.Writer that a slog handler may share between
-// goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines returns the logged lines that contain every one of words.
-func (b *logBuffer) lines(words ...string) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []string
-	for _, l := range strings.Split(b.buf.String(), "\n") {
-		keep := l != ""
-		for _, w := range words {
-			keep = keep && strings.Contains(l, w)
-		}
-		if keep {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
 // NATS is unreachable (a cut proxy) for a few seconds while 300 events
 // wait, with a retry policy that kills an event at its second failed
 // attempt: no event goes DEAD, none spends an attempt on the outage, all
@@ -65,7 +34,7 @@ func TestRelayBrokerOutageSpendsNoAttempt(t *testing.T) {
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { pub.Close() })
-	logs := &logBuffer{}
+	logs := &testsvc.LogBuffer{}
 	r := b.relay(t, pub, &ferry.RelayConfig{
 		BatchSize: 20, PollInterval: 20 * time.Millisecond,
 		Retry:  ferry.ExponentialBackoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond, MaxAttempts: 2},
@@ -108,11 +77,11 @@ func TestRelayBrokerOutageSpendsNoAttempt(t *testing.T) {
 	s := r.Stats()
 	require.Equal(t, int64(1), s.Outages, "%+v", s)
 	require.Zero(t, s.Unknown+s.Dead, "%+v", s)
-	require.Len(t, logs.lines("broker unreachable"), 1, "the outage's start is logged once")
-	require.Len(t, logs.lines("broker reachable again", "outage=", "held_back="), 1, "its end is logged once")
-	warn := logs.lines("level=WARN")
+	require.Len(t, logs.Lines("broker unreachable"), 1, "the outage's start is logged once")
+	require.Len(t, logs.Lines("broker reachable again", "outage=", "held_back="), 1, "its end is logged once")
+	warn := logs.Lines("level=WARN")
 	require.LessOrEqual(t, len(warn), 3, "the outage floods the log: %d warnings:\n%s", len(warn), strings.Join(warn, "\n"))
-	t.Logf("first confirm %s after the broker came back; stats %+v; log:\n%s", resumed, s, strings.Join(logs.lines(), "\n"))
+	t.Logf("first confirm %s after the broker came back; stats %+v; log:\n%s", resumed, s, strings.Join(logs.Lines(), "\n"))
 }
 
 // notSentPublisher answers every publish "not sent", as a publisher that
@@ -146,7 +115,7 @@ func TestRelayNotSentBacksOffWithoutSpendingAttempts(t *testing.T) {
 	b := setupRelay(t, "sqlite")
 	ids := b.enqueue(t, 5, func(i int) string { return fmt.Sprint(i) })
 	pub := &notSentPublisher{}
-	logs := &logBuffer{}
+	logs := &testsvc.LogBuffer{}
 	const poll = 10 * time.Millisecond
 	r := b.relay(t, pub, &ferry.RelayConfig{PollInterval: poll,
 		Retry:  ferry.ExponentialBackoff{Initial: time.Millisecond, MaxAttempts: 1},
@@ -172,6 +141,6 @@ func TestRelayNotSentBacksOffWithoutSpendingAttempts(t *testing.T) {
 	require.Zero(t, s.Unknown+s.Dead+s.Retried, "%+v", s)
 	require.Equal(t, s.NotSent, s.Released, "%+v", s)
 	require.GreaterOrEqual(t, s.Released, int64(publishes*len(ids)), "%+v", s)
-	require.Len(t, logs.lines("broker unreachable", "no connection"), 1)
-	require.Empty(t, logs.lines("level=WARN", "publish not confirmed"))
+	require.Len(t, logs.Lines("broker unreachable", "no connection"), 1)
+	require.Empty(t, logs.Lines("level=WARN", "publish not confirmed"))
 }

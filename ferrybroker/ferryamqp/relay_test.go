@@ -1,13 +1,11 @@
 package ferryamqp_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -276,7 +274,7 @@ func TestRelayRabbitMQOutageSpendsNoAttempt(t *testing.T) {
 			ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond}})
 	require.NoError(t, err)
 	t.Cleanup(func() { pub.Close() })
-	logs := &logBuffer{}
+	logs := &testsvc.LogBuffer{}
 	const batch = 20
 	r := b.relay(t, pub, &ferry.RelayConfig{BatchSize: batch, PollInterval: 20 * time.Millisecond,
 		Retry:  ferry.ExponentialBackoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond, MaxAttempts: 2},
@@ -318,40 +316,10 @@ func TestRelayRabbitMQOutageSpendsNoAttempt(t *testing.T) {
 	}
 
 	require.Equal(t, int64(1), s.Outages, "%+v", s)
-	require.Len(t, logs.lines("broker unreachable"), 1, "the outage's start is logged once")
-	require.Len(t, logs.lines("broker reachable again", "outage=", "held_back="), 1, "its end is logged once")
-	warn := logs.lines("level=WARN")
+	require.Len(t, logs.Lines("broker unreachable"), 1, "the outage's start is logged once")
+	require.Len(t, logs.Lines("broker reachable again", "outage=", "held_back="), 1, "its end is logged once")
+	warn := logs.Lines("level=WARN")
 	require.LessOrEqual(t, len(warn), 4*batch+3, "the outage floods the log: %d warnings", len(warn))
 	t.Logf("stats %+v; extra attempts %d; warnings %d; outage log: %q", s, extra, len(warn),
-		append(logs.lines("broker unreachable"), logs.lines("broker reachable again")...))
-}
-
-// logBuffer is an io.Writer that a slog handler may share between
-// goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines returns the logged lines that contain every one of words.
-func (b *logBuffer) lines(words ...string) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []string
-	for _, l := range strings.Split(b.buf.String(), "\n") {
-		keep := l != ""
-		for _, w := range words {
-			keep = keep && strings.Contains(l, w)
-		}
-		if keep {
-			out = append(out, l)
-		}
-	}
-	return out
+		append(logs.Lines("broker unreachable"), logs.Lines("broker reachable again")...))
 }
