@@ -30,6 +30,9 @@ type InboxConfig struct {
 	// VersionTable holds the order guard's versions. Default
 	// "ferry_version".
 	VersionTable string
+	// KeyTable holds idempotency keys (ferryhttp). Default
+	// "ferry_idempotency_key".
+	KeyTable string
 }
 
 // Inbox is the inbox tables in MySQL or MariaDB. It implements
@@ -37,11 +40,12 @@ type InboxConfig struct {
 type Inbox struct {
 	sqlutil.InboxBase
 	sqlstore.SQLTxs
-	tables  sqlutil.InboxTables
-	m, c, v string // quoted
+	sqlstore.Keys
+	tables     sqlutil.InboxTables
+	m, c, v, k string // quoted
 }
 
-var _ ferrystore.InboxDriver[*sql.Tx] = (*Inbox)(nil)
+var _ ferrystore.IdempotencyDriver[*sql.Tx] = (*Inbox)(nil)
 
 // NewInbox returns the inbox tables on db. It never closes db.
 func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
@@ -51,12 +55,15 @@ func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
 	if cfg == nil {
 		cfg = &InboxConfig{}
 	}
-	t, err := sqlutil.ResolveInboxTables(cfg.MarkerTable, cfg.ConflictTable, cfg.VersionTable, 64)
+	t, err := sqlutil.ResolveInboxTables(cfg.MarkerTable, cfg.ConflictTable, cfg.VersionTable, cfg.KeyTable, 64)
 	if err != nil {
 		return nil, err
 	}
-	s := &Inbox{SQLTxs: sqlstore.SQLTxs{SQLDB: sqlstore.NewSQLDB(db, false)}, tables: t, m: quote(t.Markers), c: quote(t.Conflicts), v: quote(t.Versions)}
+	s := &Inbox{SQLTxs: sqlstore.SQLTxs{SQLDB: sqlstore.NewSQLDB(db, false)}, tables: t,
+		m: quote(t.Markers), c: quote(t.Conflicts), v: quote(t.Versions), k: quote(t.Keys)}
 	s.InboxBase = sqlutil.InboxBase{Pool: ferrystore.SQL(db), SQL: sqlutil.PlainInboxSQL(s.m, s.c, "NOW(6)")}
+	s.Keys = sqlstore.NewKeys(dialect{}, ferrystore.SQL(db), s.k,
+		"DELETE FROM "+s.k+" WHERE expires_at <= NOW(6) ORDER BY expires_at LIMIT ?")
 	return s, nil
 }
 
@@ -66,7 +73,7 @@ func (s *Inbox) Dialect() string { return "mysql" }
 // Migrations returns the inbox migrations rendered for its tables.
 func (s *Inbox) Migrations() (fs.FS, error) {
 	return migrate.Render(inboxMigrationsFS, "inbox_migrations",
-		map[string]string{"Markers": s.m, "Conflicts": s.c, "Versions": s.v})
+		map[string]string{"Markers": s.m, "Conflicts": s.c, "Versions": s.v, "Keys": s.k})
 }
 
 // Migrate creates or upgrades the inbox tables.

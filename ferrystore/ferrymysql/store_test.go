@@ -51,13 +51,27 @@ func TestClassifyKeepsTheDriverError(t *testing.T) {
 func TestInboxConformance(t *testing.T) {
 	ferrystoretest.ExerciseInbox(t, ferrystoretest.InboxHarness[*sql.Tx]{
 		New: func(t *testing.T) (ferrystore.InboxDriver[*sql.Tx], func(string, ...any) error) {
-			db := testsvc.MySQL(t)
-			m, c, v := testsvc.InboxTables()
-			s, err := ferrymysql.NewInbox(db, &ferrymysql.InboxConfig{MarkerTable: m, ConflictTable: c, VersionTable: v})
-			require.NoError(t, err)
-			exec := func(q string, args ...any) error { _, err := db.Exec(q, args...); return err }
-			testsvc.MigratedInbox(t, s, func(q string) error { return exec(q) }, m, m, c, v)
-			return s, exec
+			return mysqlInbox(t)
+		},
+	})
+}
+
+func mysqlInbox(t *testing.T) (*ferrymysql.Inbox, func(string, ...any) error) {
+	db := testsvc.MySQL(t)
+	m, c, v := testsvc.InboxTables()
+	k := m + "k"
+	s, err := ferrymysql.NewInbox(db, &ferrymysql.InboxConfig{MarkerTable: m, ConflictTable: c, VersionTable: v, KeyTable: k})
+	require.NoError(t, err)
+	exec := func(q string, args ...any) error { _, err := db.Exec(q, args...); return err }
+	testsvc.MigratedInbox(t, s, func(q string) error { return exec(q) }, m, m, c, v, k)
+	return s, exec
+}
+
+func TestKeysConformance(t *testing.T) {
+	ferrystoretest.ExerciseKeys(t, ferrystoretest.KeysHarness[*sql.Tx]{
+		New: func(t *testing.T) ferrystore.IdempotencyDriver[*sql.Tx] {
+			s, _ := mysqlInbox(t)
+			return s
 		},
 	})
 }

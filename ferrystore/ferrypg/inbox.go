@@ -32,14 +32,18 @@ type InboxConfig struct {
 	// VersionTable holds the order guard's versions. Default
 	// "ferry_version".
 	VersionTable string
+	// KeyTable holds idempotency keys (ferryhttp). Default
+	// "ferry_idempotency_key".
+	KeyTable string
 }
 
 type inboxCore struct {
 	sqlutil.InboxBase
-	c        sqlstore.Pool
-	close    func()
-	tables   sqlutil.InboxTables
-	m, cf, v string
+	sqlstore.Keys
+	c           sqlstore.Pool
+	close       func()
+	tables      sqlutil.InboxTables
+	m, cf, v, k string
 }
 
 // Inbox is the inbox tables used through pgx. It implements
@@ -57,19 +61,21 @@ type StdlibInbox struct {
 }
 
 var (
-	_ ferrystore.InboxDriver[pgx.Tx]  = (*Inbox)(nil)
-	_ ferrystore.InboxDriver[*sql.Tx] = (*StdlibInbox)(nil)
+	_ ferrystore.IdempotencyDriver[pgx.Tx]  = (*Inbox)(nil)
+	_ ferrystore.IdempotencyDriver[*sql.Tx] = (*StdlibInbox)(nil)
 )
 
 func newInboxCore(c sqlstore.Pool, cfg *InboxConfig) (inboxCore, error) {
 	if cfg == nil {
 		cfg = &InboxConfig{}
 	}
-	t, err := sqlutil.ResolveInboxTables(cfg.MarkerTable, cfg.ConflictTable, cfg.VersionTable, 49)
+	t, err := sqlutil.ResolveInboxTables(cfg.MarkerTable, cfg.ConflictTable, cfg.VersionTable, cfg.KeyTable, 49)
 	if err != nil {
 		return inboxCore{}, err
 	}
-	s := inboxCore{c: c, tables: t, m: quote(t.Markers), cf: quote(t.Conflicts), v: quote(t.Versions)}
+	s := inboxCore{c: c, tables: t, m: quote(t.Markers), cf: quote(t.Conflicts), v: quote(t.Versions), k: quote(t.Keys)}
+	s.Keys = sqlstore.NewKeys(dialect{}, c, s.k, "DELETE FROM "+s.k+" WHERE key_hash IN (SELECT key_hash FROM "+s.k+
+		" WHERE expires_at <= now() ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED)")
 	s.InboxBase = sqlutil.InboxBase{Pool: c, SQL: sqlutil.InboxSQL{
 		InsertMarker: "INSERT INTO " + s.m + " (consumer_name, business_key, event_id, fields, fingerprint, outcome)" +
 			" VALUES ($1, $2, $3, $4::jsonb, $5, $6)",
@@ -142,7 +148,8 @@ func (s *inboxCore) Close() error {
 // Migrations returns the inbox migrations rendered for its tables.
 func (s *inboxCore) Migrations() (fs.FS, error) {
 	return migrate.Render(inboxMigrationsFS, "inbox_migrations", map[string]string{
-		"Markers": s.m, "Conflicts": s.cf, "Versions": s.v,
+		"Markers": s.m, "Conflicts": s.cf, "Versions": s.v, "Keys": s.k,
+		"KeysExpiresIndex":     quote(s.tables.Keys + "_expires_idx"),
 		"MarkersCreatedIndex":  quote(s.tables.Markers + "_created_idx"),
 		"ConflictsStatusIndex": quote(s.tables.Conflicts + "_status_idx"),
 	})

@@ -76,14 +76,37 @@ func TestClassifyKeepsTheDriverError(t *testing.T) {
 	require.Equal(t, "23505", pe.Code)
 }
 
-func pgInbox[D ferrystore.InboxDriver[T], T any](t *testing.T, mk func(*ferrypg.InboxConfig) (D, error)) (ferrystore.InboxDriver[T], func(string, ...any) error) {
+func pgInbox[D ferrystore.IdempotencyDriver[T], T any](t *testing.T, mk func(*ferrypg.InboxConfig) (D, error)) (ferrystore.IdempotencyDriver[T], func(string, ...any) error) {
 	db := testsvc.PostgresSQL(t)
 	m, c, v := testsvc.InboxTables()
-	s, err := mk(&ferrypg.InboxConfig{MarkerTable: m, ConflictTable: c, VersionTable: v})
+	k := m + "k"
+	s, err := mk(&ferrypg.InboxConfig{MarkerTable: m, ConflictTable: c, VersionTable: v, KeyTable: k})
 	require.NoError(t, err)
 	exec := func(q string, args ...any) error { _, err := db.Exec(q, args...); return err }
-	testsvc.MigratedInbox(t, s, func(q string) error { return exec(q) }, m, m, c, v)
+	testsvc.MigratedInbox(t, s, func(q string) error { return exec(q) }, m, m, c, v, k)
 	return s, exec
+}
+
+func TestKeysConformancePgx(t *testing.T) {
+	ferrystoretest.ExerciseKeys(t, ferrystoretest.KeysHarness[pgx.Tx]{
+		New: func(t *testing.T) ferrystore.IdempotencyDriver[pgx.Tx] {
+			s, _ := pgInbox[*ferrypg.Inbox, pgx.Tx](t, func(c *ferrypg.InboxConfig) (*ferrypg.Inbox, error) {
+				return ferrypg.NewInbox(testsvc.Postgres(t), c)
+			})
+			return s
+		},
+	})
+}
+
+func TestKeysConformanceStdlib(t *testing.T) {
+	ferrystoretest.ExerciseKeys(t, ferrystoretest.KeysHarness[*sql.Tx]{
+		New: func(t *testing.T) ferrystore.IdempotencyDriver[*sql.Tx] {
+			s, _ := pgInbox[*ferrypg.StdlibInbox, *sql.Tx](t, func(c *ferrypg.InboxConfig) (*ferrypg.StdlibInbox, error) {
+				return ferrypg.NewStdlibInbox(testsvc.PostgresSQL(t), c)
+			})
+			return s
+		},
+	})
 }
 
 func TestInboxConformancePgx(t *testing.T) {

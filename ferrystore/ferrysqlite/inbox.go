@@ -29,6 +29,9 @@ type InboxConfig struct {
 	// VersionTable holds the order guard's versions. Default
 	// "ferry_version".
 	VersionTable string
+	// KeyTable holds idempotency keys (ferryhttp). Default
+	// "ferry_idempotency_key".
+	KeyTable string
 }
 
 // Inbox is the inbox tables in SQLite. It implements
@@ -38,11 +41,12 @@ type InboxConfig struct {
 type Inbox struct {
 	sqlutil.InboxBase
 	sqlstore.SQLTxs
-	tables  sqlutil.InboxTables
-	m, c, v string
+	sqlstore.Keys
+	tables     sqlutil.InboxTables
+	m, c, v, k string
 }
 
-var _ ferrystore.InboxDriver[*sql.Tx] = (*Inbox)(nil)
+var _ ferrystore.IdempotencyDriver[*sql.Tx] = (*Inbox)(nil)
 
 // NewInbox returns the inbox tables on db. It never closes db.
 func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
@@ -52,12 +56,15 @@ func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
 	if cfg == nil {
 		cfg = &InboxConfig{}
 	}
-	t, err := sqlutil.ResolveInboxTables(cfg.MarkerTable, cfg.ConflictTable, cfg.VersionTable, 49)
+	t, err := sqlutil.ResolveInboxTables(cfg.MarkerTable, cfg.ConflictTable, cfg.VersionTable, cfg.KeyTable, 49)
 	if err != nil {
 		return nil, err
 	}
-	s := &Inbox{SQLTxs: sqlstore.SQLTxs{SQLDB: sqlstore.NewSQLDB(db, false)}, tables: t, m: quote(t.Markers), c: quote(t.Conflicts), v: quote(t.Versions)}
+	s := &Inbox{SQLTxs: sqlstore.SQLTxs{SQLDB: sqlstore.NewSQLDB(db, false)}, tables: t,
+		m: quote(t.Markers), c: quote(t.Conflicts), v: quote(t.Versions), k: quote(t.Keys)}
 	s.InboxBase = sqlutil.InboxBase{Pool: ferrystore.SQL(db), SQL: sqlutil.PlainInboxSQL(s.m, s.c, now)}
+	s.Keys = sqlstore.NewKeys(dialect{}, ferrystore.SQL(db), s.k, "DELETE FROM "+s.k+" WHERE key_hash IN (SELECT key_hash FROM "+
+		s.k+" WHERE expires_at <= "+now+" ORDER BY expires_at LIMIT ?)")
 	return s, nil
 }
 
@@ -67,7 +74,8 @@ func (s *Inbox) Dialect() string { return "sqlite" }
 // Migrations returns the inbox migrations rendered for its tables.
 func (s *Inbox) Migrations() (fs.FS, error) {
 	return migrate.Render(inboxMigrationsFS, "inbox_migrations", map[string]string{
-		"Markers": s.m, "Conflicts": s.c, "Versions": s.v,
+		"Markers": s.m, "Conflicts": s.c, "Versions": s.v, "Keys": s.k,
+		"KeysExpiresIndex":     quote(s.tables.Keys + "_expires_idx"),
 		"MarkersCreatedIndex":  quote(s.tables.Markers + "_created_idx"),
 		"ConflictsStatusIndex": quote(s.tables.Conflicts + "_status_idx"),
 	})

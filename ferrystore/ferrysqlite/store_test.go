@@ -57,6 +57,17 @@ func TestInboxConformance(t *testing.T) {
 	})
 }
 
+func TestKeysConformance(t *testing.T) {
+	ferrystoretest.ExerciseKeys(t, ferrystoretest.KeysHarness[*sql.Tx]{
+		New: func(t *testing.T) ferrystore.IdempotencyDriver[*sql.Tx] {
+			s, err := ferrysqlite.NewInbox(testsvc.SQLite(t), nil)
+			require.NoError(t, err)
+			require.NoError(t, s.Migrate(context.Background()))
+			return s
+		},
+	})
+}
+
 func TestClassifyBusyIsLockConflict(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "busy.db")

@@ -14,14 +14,15 @@ const (
 	DefaultMarkerTable   = "consumed_operation"
 	DefaultConflictTable = "ferry_conflict"
 	DefaultVersionTable  = "ferry_version"
+	DefaultKeyTable      = "ferry_idempotency_key"
 )
 
 // InboxTables are an inbox's validated, unquoted table names.
-type InboxTables struct{ Markers, Conflicts, Versions string }
+type InboxTables struct{ Markers, Conflicts, Versions, Keys string }
 
 // ResolveInboxTables applies defaults and validates each name.
-func ResolveInboxTables(markers, conflicts, versions string, maxLen int) (InboxTables, error) {
-	t := InboxTables{markers, conflicts, versions}
+func ResolveInboxTables(markers, conflicts, versions, keys string, maxLen int) (InboxTables, error) {
+	t := InboxTables{markers, conflicts, versions, keys}
 	if t.Markers == "" {
 		t.Markers = DefaultMarkerTable
 	}
@@ -31,7 +32,10 @@ func ResolveInboxTables(markers, conflicts, versions string, maxLen int) (InboxT
 	if t.Versions == "" {
 		t.Versions = DefaultVersionTable
 	}
-	for _, n := range [][2]string{{"marker table", t.Markers}, {"conflict table", t.Conflicts}, {"version table", t.Versions}} {
+	if t.Keys == "" {
+		t.Keys = DefaultKeyTable
+	}
+	for _, n := range [][2]string{{"marker table", t.Markers}, {"conflict table", t.Conflicts}, {"version table", t.Versions}, {"idempotency key table", t.Keys}} {
 		if err := ferrytype.ValidateIdentifier(n[0], n[1], maxLen); err != nil {
 			return t, err
 		}
