@@ -34,7 +34,17 @@ func (k *Keys) q(s string) string { return k.d.Rebind(s) }
 // ClaimKey inserts the key in progress, or reclaims an expired one.
 func (k *Keys) ClaimKey(ctx context.Context, c ferrystore.KeyClaim, lease, retention time.Duration) (ferrystore.IdempotencyKey, bool, error) {
 	for range 3 {
-		_, err := k.pool.Exec(ctx, k.q("INSERT INTO "+k.table+" (key_hash, principal, method, route, idem_key, fingerprint,"+
+		// Look first: a replay, or a duplicate of a running request, is
+		// answered by a read, which never waits for a writer (SQLite in
+		// WAL mode has one writer at a time).
+		cur, err := k.GetKey(ctx, c.Hash)
+		switch {
+		case err == nil && !cur.Expired:
+			return cur, false, nil
+		case err != nil && !errors.Is(err, ferrytype.ErrNotFound):
+			return ferrystore.IdempotencyKey{}, false, err
+		}
+		_, err = k.pool.Exec(ctx, k.q("INSERT INTO "+k.table+" (key_hash, principal, method, route, idem_key, fingerprint,"+
 			" state, lease_token, locked_until, takeovers, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, '"+
 			ferrystore.KeyInProgress+"', ?, "+k.d.Shift()+", 0, "+k.d.Now()+", "+k.d.Shift()+")"),
 			c.Hash, c.Principal, c.Method, c.Route, c.Key, c.Fingerprint, c.Token,
@@ -57,7 +67,7 @@ func (k *Keys) ClaimKey(ctx context.Context, c ferrystore.KeyClaim, lease, reten
 		if n == 1 {
 			return ferrystore.IdempotencyKey{KeyClaim: c, State: ferrystore.KeyInProgress, LeaseLeft: lease}, true, nil
 		}
-		cur, err := k.GetKey(ctx, c.Hash)
+		cur, err = k.GetKey(ctx, c.Hash)
 		if errors.Is(err, ferrytype.ErrNotFound) {
 			continue // released or purged since: claim again
 		}
