@@ -55,7 +55,7 @@ type PurgeReport struct {
 
 // PurgeResult is what a purge deleted of one kind of row.
 type PurgeResult struct {
-	// Kind is "sent", "discarded" or "markers".
+	// Kind is "sent", "discarded", "markers" or "idempotency-keys".
 	Kind string `json:"kind"`
 	// Deleted counts the rows deleted, Statements the statements run.
 	Deleted    int64 `json:"deleted"`
@@ -66,12 +66,12 @@ type PurgeResult struct {
 	Complete bool `json:"complete"`
 }
 
-func (o PurgeOptions) withDefaults() (PurgeOptions, error) {
+func (o PurgeOptions) withDefaults(age bool) (PurgeOptions, error) {
 	if o.Batch == 0 {
 		o.Batch = DefaultPurgeBatch
 	}
 	switch {
-	case o.OlderThan <= 0:
+	case age && o.OlderThan <= 0:
 		return o, invalid("PurgeOptions.OlderThan must be positive")
 	case o.Batch < 1 || o.Batch > MaxPurgeBatch:
 		return o, invalid("PurgeOptions.Batch %d must be within 1..%d", o.Batch, MaxPurgeBatch)
@@ -87,9 +87,9 @@ func (o PurgeOptions) withDefaults() (PurgeOptions, error) {
 // event, however old: each statement is conditional on the final status.
 // On an error, the report says what was deleted before it.
 func PurgeEvents(ctx context.Context, a ferrystore.Admin, opts PurgeOptions) (PurgeReport, error) {
-	kinds := []purgeKind{{"sent", a.PurgeSent}}
+	kinds := []purgeKind{{"sent", a.PurgeSent, false}}
 	if opts.Discarded {
-		kinds = append(kinds, purgeKind{"discarded", a.PurgeDiscarded})
+		kinds = append(kinds, purgeKind{"discarded", a.PurgeDiscarded, false})
 	}
 	return purge(ctx, a.Table(), kinds, opts)
 }
@@ -110,17 +110,29 @@ func PurgeMarkers(ctx context.Context, s ferrystore.InboxStore, opts PurgeOption
 		return PurgeReport{Results: []PurgeResult{}}, invalid("PurgeOptions.OlderThan %s is shorter than the replay window %s: "+
 			"an event delivered again after its marker is gone would be applied again", opts.OlderThan, replayWindow)
 	}
-	return purge(ctx, "", []purgeKind{{"markers", s.PurgeMarkers}}, opts)
+	return purge(ctx, "", []purgeKind{{"markers", s.PurgeMarkers, false}}, opts)
+}
+
+// PurgeIdempotencyKeys deletes the expired idempotency keys of s
+// (ferryhttp), in statements of at most opts.Batch rows: each key expires
+// at its own time (ferryhttp.Config.Retention after its completion), so
+// opts.OlderThan is not used. A key in progress is deleted only once it
+// expired too.
+func PurgeIdempotencyKeys(ctx context.Context, s ferrystore.IdempotencyStore, opts PurgeOptions) (PurgeReport, error) {
+	run := func(ctx context.Context, _ time.Duration, limit int) (int64, error) { return s.PurgeKeys(ctx, limit) }
+	return purge(ctx, "", []purgeKind{{"idempotency-keys", run, true}}, opts)
 }
 
 type purgeKind struct {
 	name string
 	run  func(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
+	// ageless kinds decide for themselves what is old enough.
+	ageless bool
 }
 
 func purge(ctx context.Context, table string, kinds []purgeKind, opts PurgeOptions) (PurgeReport, error) {
 	rep := PurgeReport{Table: table, OlderThanSeconds: opts.OlderThan.Seconds(), Results: []PurgeResult{}}
-	o, err := opts.withDefaults()
+	o, err := opts.withDefaults(!kinds[0].ageless)
 	if err != nil {
 		return rep, err
 	}

@@ -20,12 +20,14 @@ import (
 // inbox. They are shared settings: inbox.marker_table, ... in the config
 // file, whichever command reads them.
 type inboxTables struct {
-	markers, conflicts, versions string
+	markers, conflicts, versions, keys string
 }
 
 func (t *inboxTables) flags(fl *pflag.FlagSet, markersOnly bool) {
 	fl.StringVar(&t.markers, "marker-table", "consumed_operation", "inbox marker table (ferry's InboxConfig.MarkerTable)")
 	bindShared(fl, "marker-table", "FERRY_MARKER_TABLE", "inbox.marker_table")
+	fl.StringVar(&t.keys, "key-table", "ferry_idempotency_key", "idempotency key table (ferryhttp; InboxConfig.KeyTable)")
+	bindShared(fl, "key-table", "FERRY_KEY_TABLE", "inbox.key_table")
 	if markersOnly {
 		return
 	}
@@ -38,7 +40,7 @@ func (t *inboxTables) flags(fl *pflag.FlagSet, markersOnly bool) {
 // open opens the inbox tables of the consumer database at --database-url.
 func (t *inboxTables) open(cmd *cobra.Command, g *globals) (ferrystore.InboxStore, error) {
 	return open.InboxStore(cmd.Context(), g.databaseURL, &open.InboxConfig{MarkerTable: t.markers,
-		ConflictTable: t.conflicts, VersionTable: t.versions})
+		ConflictTable: t.conflicts, VersionTable: t.versions, KeyTable: t.keys})
 }
 
 func newConflicts(g *globals) *cobra.Command {

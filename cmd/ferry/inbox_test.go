@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -30,6 +32,7 @@ type inboxBundle struct {
 	store    ferrystore.InboxDriver[*sql.Tx]
 	url      string
 	markers  string
+	keys     string
 	accounts string
 	args     []string // --database-url and the table flags
 }
@@ -38,30 +41,31 @@ func setupInbox(t *testing.T, kind string) *inboxBundle {
 	t.Helper()
 	b := &inboxBundle{ctx: testsvc.Context(t, 3*time.Minute), kind: kind}
 	m, c, v := testsvc.InboxTables()
+	k := m + "k"
 	var err error
 	switch kind {
 	case "mysql":
 		b.db, b.url = testsvc.MySQL(t), testsvc.URL(testsvc.EnvMySQL)
-		b.store, err = ferrymysql.NewInbox(b.db, &ferrymysql.InboxConfig{MarkerTable: m, ConflictTable: c, VersionTable: v})
+		b.store, err = ferrymysql.NewInbox(b.db, &ferrymysql.InboxConfig{MarkerTable: m, ConflictTable: c, VersionTable: v, KeyTable: k})
 	case "postgres":
 		b.db, b.url = testsvc.PostgresSQL(t), testsvc.URL(testsvc.EnvPostgres)
-		b.store, err = ferrypg.NewStdlibInbox(b.db, &ferrypg.InboxConfig{MarkerTable: m, ConflictTable: c, VersionTable: v})
+		b.store, err = ferrypg.NewStdlibInbox(b.db, &ferrypg.InboxConfig{MarkerTable: m, ConflictTable: c, VersionTable: v, KeyTable: k})
 	case "sqlite":
 		b.db = testsvc.SQLite(t)
 		var file string
 		require.NoError(t, b.db.QueryRow("SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&file))
 		b.url = "sqlite://" + file
-		b.store, err = ferrysqlite.NewInbox(b.db, &ferrysqlite.InboxConfig{MarkerTable: m, ConflictTable: c, VersionTable: v})
+		b.store, err = ferrysqlite.NewInbox(b.db, &ferrysqlite.InboxConfig{MarkerTable: m, ConflictTable: c, VersionTable: v, KeyTable: k})
 	}
 	require.NoError(t, err)
 	exec := func(q string) error { _, err := b.db.Exec(q); return err }
-	testsvc.MigratedInbox(t, b.store, exec, m, m, c, v)
-	b.markers = m
+	testsvc.MigratedInbox(t, b.store, exec, m, m, c, v, k)
+	b.markers, b.keys = m, k
 	b.accounts = m + "_points"
 	require.NoError(t, exec("CREATE TABLE "+b.accounts+" (user_id BIGINT PRIMARY KEY, points BIGINT NOT NULL)"))
 	t.Cleanup(func() { _ = exec("DROP TABLE " + b.accounts) })
 	require.NoError(t, exec("INSERT INTO "+b.accounts+" VALUES (7, 0)"))
-	b.args = []string{"--database-url", b.url, "--marker-table", m, "--conflict-table", c, "--version-table", v}
+	b.args = []string{"--database-url", b.url, "--marker-table", m, "--conflict-table", c, "--version-table", v, "--key-table", k}
 	return b
 }
 
@@ -272,6 +276,52 @@ func TestPurgeMarkersKeepsTheReplayWindow(t *testing.T) {
 			}, func() string { return "markers fall behind the database clock" })
 			require.Equal(t, b.markers, res.Table)
 			require.Zero(t, count())
+		})
+	}
+}
+
+// purge --idempotency-keys deletes expired keys only, in batches, and
+// takes no --older-than: each key expires at its own time.
+func TestPurgeIdempotencyKeysDeletesExpiredKeys(t *testing.T) {
+	for _, kind := range testsvc.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			b := setupInbox(t, kind)
+			ks := b.store.(ferrystore.IdempotencyStore)
+			claim := func(key string, retention time.Duration) {
+				sum := sha256.Sum256([]byte(kind + key))
+				h := hex.EncodeToString(sum[:])
+				_, ok, err := ks.ClaimKey(b.ctx, ferrystore.KeyClaim{Hash: h, Method: "POST", Route: "POST /payments",
+					Key: key, Fingerprint: h, Token: "t"}, retention, retention)
+				require.NoError(t, err)
+				require.True(t, ok)
+			}
+			for i := range 3 {
+				claim(fmt.Sprint("old-", i), 10*time.Millisecond)
+			}
+			claim("live", time.Hour)
+			purge := func(args ...string) (int, string, string) {
+				return ferryCLI(t, append(args, "--database-url", b.url, "--key-table", b.keys)...)
+			}
+			code, _, errOut := purge("purge", "--idempotency-keys", "--older-than", "24h")
+			require.Equal(t, exitUsage, code)
+			require.Contains(t, errOut, "--older-than does not apply")
+			code, _, errOut = purge("purge", "--idempotency-keys", "--markers")
+			require.Equal(t, exitUsage, code)
+			require.Contains(t, errOut, "run --markers or --discarded separately")
+
+			var deleted int
+			testsvc.WaitFor(t, 10*time.Second, func() bool {
+				code, out, errOut := purge("purge", "--idempotency-keys", "--batch", "2")
+				require.Equal(t, exitOK, code, errOut)
+				var n, stmts int
+				_, err := fmt.Sscanf(out, b.keys+": deleted %d expired idempotency keys in %d statements", &n, &stmts)
+				require.NoError(t, err, out)
+				deleted += n
+				return deleted == 3
+			}, func() string { return "keys to expire by the database clock" })
+			var left int
+			require.NoError(t, b.db.QueryRow("SELECT count(*) FROM "+b.keys).Scan(&left))
+			require.Equal(t, 1, left, "the live key stays")
 		})
 	}
 }

@@ -305,7 +305,7 @@ func TestMigrateInboxTables(t *testing.T) {
 	dbURL := "sqlite:///" + dir + "/points.db"
 	code, out, errOut := ferryCLI(t, "migrate", "--inbox", "--database-url", dbURL, "--marker-table", "points_marker")
 	require.Equal(t, exitOK, code, errOut)
-	require.Contains(t, out, "inbox tables points_marker, ferry_conflict, ferry_version are up to date (sqlite)")
+	require.Contains(t, out, "inbox tables points_marker, ferry_conflict, ferry_version, ferry_idempotency_key are up to date (sqlite)")
 	code, _, errOut = ferryCLI(t, "migrate", "--inbox", "--database-url", dbURL, "--marker-table", "points_marker")
 	require.Equal(t, exitOK, code, "a second run is a no-op: %s", errOut)
 	code, out, errOut = ferryCLI(t, "migrate", "--inbox", "--print", "--database-url", dbURL)

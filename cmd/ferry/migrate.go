@@ -45,7 +45,7 @@ With --inbox it migrates a consumer's inbox tables instead (--marker-table,
 			)
 			if inbox {
 				store, err = tables.open(cmd, g)
-				what = "inbox tables " + tables.markers + ", " + tables.conflicts + ", " + tables.versions + " are"
+				what = "inbox tables " + tables.markers + ", " + tables.conflicts + ", " + tables.versions + ", " + tables.keys + " are"
 			} else {
 				var s ferrystore.Store
 				s, err = open.Store(ctx, g.databaseURL, g.table)

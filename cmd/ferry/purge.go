@@ -9,6 +9,7 @@ import (
 
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferryadmin"
+	"github.com/ferrydev/ferry/ferrystore"
 )
 
 type purgeFlags struct {
@@ -18,6 +19,7 @@ type purgeFlags struct {
 	pause        time.Duration
 	discarded    bool
 	markers      bool
+	keys         bool
 	replayWindow time.Duration
 	inbox        inboxTables
 	json         bool
@@ -44,7 +46,14 @@ event a duplicate: once it is gone, the same event delivered again is applied
 again. So --older-than must be at least --replay-window (168h, like the
 library's InboxConfig.ReplayWindow; set it to the longest time after which any
 of your consumers may see an event again: broker redelivery, a stream replay,
-a DEAD event retried), and the command refuses anything shorter.`,
+a DEAD event retried), and the command refuses anything shorter.
+
+With --idempotency-keys, it deletes the expired idempotency keys (ferryhttp's
+Idempotency-Key middleware) of the database at --database-url, from
+--key-table. Each key expires at its own time, the middleware's Retention
+after its response was stored (24h by default), so --older-than is not used:
+a key is deleted only once it expired, in progress or not. A retry that comes
+after its key expired runs as a new request.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runPurge(cmd, g, f) },
 	}
@@ -58,6 +67,7 @@ a DEAD event retried), and the command refuses anything shorter.`,
 	bindEnv(fl, "pause", "FERRY_PURGE_PAUSE")
 	fl.BoolVar(&f.discarded, "discarded", false, "also delete DISCARDED events discarded longer ago than --older-than")
 	fl.BoolVar(&f.markers, "markers", false, "delete inbox markers of the consumer database at --database-url instead of events")
+	fl.BoolVar(&f.keys, "idempotency-keys", false, "delete expired idempotency keys (ferryhttp) of the database at --database-url instead of events")
 	fl.DurationVar(&f.replayWindow, "replay-window", ferry.DefaultReplayWindow,
 		"with --markers: the longest time after which an event may be delivered again; --older-than may not be shorter")
 	bindShared(fl, "replay-window", "FERRY_REPLAY_WINDOW", "inbox.replay_window")
@@ -69,7 +79,11 @@ a DEAD event retried), and the command refuses anything shorter.`,
 func runPurge(cmd *cobra.Command, g *globals, f *purgeFlags) error {
 	ctx := cmd.Context()
 	switch {
-	case f.olderThan <= 0:
+	case f.keys && (f.markers || f.discarded):
+		return usageError{fmt.Errorf("--idempotency-keys purges only keys: run --markers or --discarded separately")}
+	case f.keys && f.olderThan != 0:
+		return usageError{fmt.Errorf("--idempotency-keys deletes keys once they expired (the middleware's Retention): --older-than does not apply")}
+	case !f.keys && f.olderThan <= 0:
 		return usageError{fmt.Errorf("--older-than is required and must be positive (e.g. 168h)")}
 	case f.batch < 1 || f.batch > 100000:
 		return usageError{fmt.Errorf("--batch must be within 1..100000")}
@@ -88,7 +102,22 @@ func runPurge(cmd *cobra.Command, g *globals, f *purgeFlags) error {
 	opts := ferryadmin.PurgeOptions{OlderThan: f.olderThan, Batch: f.batch, MaxBatches: f.maxBatches, Pause: f.pause,
 		Discarded: f.discarded, ReplayWindow: f.replayWindow}
 	var rep ferryadmin.PurgeReport
-	if f.markers {
+	if f.keys {
+		s, err := f.inbox.open(cmd, g)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		ks, ok := s.(ferrystore.IdempotencyStore)
+		if !ok {
+			return fmt.Errorf("the store at --database-url keeps no idempotency keys")
+		}
+		rep, err = ferryadmin.PurgeIdempotencyKeys(ctx, ks, opts)
+		rep.Table = f.inbox.keys
+		if err != nil {
+			return err
+		}
+	} else if f.markers {
 		s, err := f.inbox.open(cmd, g)
 		if err != nil {
 			return err
@@ -120,8 +149,12 @@ func runPurge(cmd *cobra.Command, g *globals, f *purgeFlags) error {
 			left = " (stopped at --max-batches; more may be left)"
 		}
 		what := strings.ToUpper(r.Kind) + " events"
-		if r.Kind == "markers" {
+		switch r.Kind {
+		case "markers":
 			what = "inbox markers"
+		case "idempotency-keys":
+			fmt.Fprintf(out, "%s: deleted %d expired idempotency keys in %d statements%s\n", table, r.Deleted, r.Statements, left)
+			continue
 		}
 		fmt.Fprintf(out, "%s: deleted %d %s older than %s in %d statements%s\n",
 			table, r.Deleted, what, f.olderThan, r.Statements, left)

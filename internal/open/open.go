@@ -47,7 +47,7 @@ var databases = []database{
 		},
 		inbox: func(ctx context.Context, rawURL string, c *InboxConfig) (ferrystore.InboxStore, error) {
 			return asInbox(ferrymysql.OpenInbox(ctx, rawURL, &ferrymysql.InboxConfig{MarkerTable: c.MarkerTable,
-				ConflictTable: c.ConflictTable, VersionTable: c.VersionTable}))
+				ConflictTable: c.ConflictTable, VersionTable: c.VersionTable, KeyTable: c.KeyTable}))
 		},
 	},
 	{
@@ -60,7 +60,7 @@ var databases = []database{
 		},
 		inbox: func(ctx context.Context, rawURL string, c *InboxConfig) (ferrystore.InboxStore, error) {
 			return asInbox(ferrypg.OpenInbox(ctx, rawURL, &ferrypg.InboxConfig{MarkerTable: c.MarkerTable,
-				ConflictTable: c.ConflictTable, VersionTable: c.VersionTable}))
+				ConflictTable: c.ConflictTable, VersionTable: c.VersionTable, KeyTable: c.KeyTable}))
 		},
 	},
 	{
@@ -74,7 +74,7 @@ var databases = []database{
 		},
 		inbox: func(ctx context.Context, rawURL string, c *InboxConfig) (ferrystore.InboxStore, error) {
 			return asInbox(ferrysqlite.OpenInbox(ctx, rawURL, &ferrysqlite.InboxConfig{MarkerTable: c.MarkerTable,
-				ConflictTable: c.ConflictTable, VersionTable: c.VersionTable}))
+				ConflictTable: c.ConflictTable, VersionTable: c.VersionTable, KeyTable: c.KeyTable}))
 		},
 	},
 }
@@ -132,7 +132,7 @@ func schemeError(rawURL string) error {
 // InboxConfig names an inbox's tables; empty names take the stores'
 // defaults (consumed_operation, ferry_conflict, ferry_version).
 type InboxConfig struct {
-	MarkerTable, ConflictTable, VersionTable string
+	MarkerTable, ConflictTable, VersionTable, KeyTable string
 }
 
 // InboxStore opens the inbox tables (markers, conflicts, versions) of the
