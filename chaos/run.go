@@ -12,6 +12,7 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/examples/shop"
 	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferryhttp"
 )
 
 // Counters are what a run absorbed: the evidence that its faults bit.
@@ -72,8 +73,9 @@ func Run(ctx context.Context, o Options, sc *Scenario) (*Result, error) {
 	// Every scenario arms one crash point in a relay and one in a
 	// consumer at their first start: no run is without a crash.
 	baseline := map[string][]string{
-		"relay-1":  crashAt(ferry.FaultAfterPublish, 3+o.Orders/400),
-		"points-1": crashAt(ferrybroker.FaultConsumerAfterHandle, 10+o.Orders/20),
+		"relay-1":    crashAt(ferry.FaultAfterPublish, 3+o.Orders/400),
+		"points-1":   crashAt(ferrybroker.FaultConsumerAfterHandle, 10+o.Orders/20),
+		"payments-1": crashAt(ferryhttp.FaultAfterCommit, 5+o.Orders/100),
 	}
 	if sc.setup != nil {
 		if err := sc.setup(s); err != nil {

@@ -71,7 +71,7 @@ func (s *system) kill(p *shop.Proc, why string) {
 func pick(ps []*shop.Proc) *shop.Proc { return ps[rand.IntN(len(ps))] }
 
 // stormBase offsets the storm's order ids from the order services'.
-const stormBase = 1_000_000
+const stormBase = shop.StormBase
 
 // Scenarios are the suite, in the order the issue lists the faults.
 var Scenarios = []*Scenario{
@@ -244,6 +244,33 @@ var Scenarios = []*Scenario{
 				return []string{fmt.Sprintf("storm: %d duplicates absorbed, want at least %d", r.Counters.DuplicatesAbsorbed, want)}
 			}
 			return nil
+		},
+	},
+	{
+		Name: "payments",
+		About: "the order services' payment calls time out and are retried with their Idempotency-Key (some payments take 200-400 ms, " +
+			"a first attempt waits 150 ms); the payments server is killed inside a payment's transaction and after a commit, before its answer, in turn",
+		setup: func(s *system) error {
+			slow := "5"
+			if s.o.DB == "sqlite" {
+				slow = "2" // each slow payment holds SQLite's one write lock
+			}
+			for _, p := range s.byPrefix("payments") {
+				p.Args = append(p.Args, "--slow-pct", slow)
+			}
+			return nil
+		},
+		first: func(s *system, p *shop.Proc) []string { return s.paymentCrash(p) },
+		arm:   func(s *system, p *shop.Proc) []string { return s.paymentCrash(p) },
+		expect: func(r *Result) []string {
+			var out []string
+			if r.Report.PaymentRetries == 0 || r.Report.PaymentReplays == 0 {
+				out = append(out, fmt.Sprintf("vacuous: %d payment retries, %d replays", r.Report.PaymentRetries, r.Report.PaymentReplays))
+			}
+			if r.Report.KeyTakeovers == 0 {
+				out = append(out, "vacuous: no idempotency key was taken over from a killed request")
+			}
+			return out
 		},
 	},
 	{

@@ -21,6 +21,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
 	"github.com/ferrydev/ferry/examples/shop"
+	"github.com/ferrydev/ferry/ferryhttp"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 )
 
@@ -61,7 +62,7 @@ type system struct {
 	procs                           []*shop.Proc
 	mu                              sync.Mutex
 	kills, pauses, restarts, toxics int
-	brokerRestarts                  int
+	brokerRestarts, paymentStarts   int
 	// The pause scenario's armings that no batch took, and its pauses
 	// whose late mark was, or was not, seen fenced.
 	pauseMisses, pausesFenced, pausesUnfenced int
@@ -135,12 +136,23 @@ func newSystem(ctx context.Context, o Options) (_ *system, err error) {
 			return nil, err
 		}
 	}
+	// The payments API, a process of its own on a fixed port, so that a
+	// restart serves the clients that retry.
+	payLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	payAddr := payLn.Addr().String()
+	payLn.Close()
+	s.procs = append(s.procs, &shop.Proc{Name: "payments-1", Args: []string{"payments", "--orders-db", s.ordersURL,
+		"--addr", payAddr, "--lease", "2s"}})
 	per := (o.Orders + 1) / 2
 	for i := 0; i < 2; i++ {
 		first, last := i*per+1, min((i+1)*per, o.Orders)
 		s.procs = append(s.procs, &shop.Proc{Name: fmt.Sprintf("orders-%d", i+1), Args: []string{"orders",
 			"--orders-db", s.ordersURL, "--first", strconv.Itoa(first), "--last", strconv.Itoa(last),
-			"--rate", strconv.Itoa(o.Rate), "--poison-pct", "1", "--conflict-pct", "1", "--rollback-pct", "3"}})
+			"--rate", strconv.Itoa(o.Rate), "--poison-pct", "1", "--conflict-pct", "1", "--rollback-pct", "3",
+			"--payments-url", "http://" + payAddr, "--payment-timeout", "150ms"}})
 	}
 	for i := 0; i < 2; i++ {
 		args := append([]string{"relay", "--database-url", s.ordersURL, "--broker-url", s.broker.url(),
@@ -269,10 +281,11 @@ func (s *system) byPrefix(prefix string) []*shop.Proc {
 
 // crashPoints are the named points each role can be killed at.
 var crashPoints = map[string][]string{
-	"orders": {shop.FaultOrderAfterCommit},
-	"relay":  {"relay.after-claim", "publish.before-confirm", "relay.after-publish"},
-	"points": {"consumer.after-handle", "inbox.before-commit"},
-	"sms":    {"consumer.after-handle", "inbox.before-commit", "relay.after-claim", "relay.after-publish"},
+	"orders":   {shop.FaultOrderAfterCommit},
+	"payments": {ferryhttp.FaultAfterCommit, shop.FaultPaymentInHandler},
+	"relay":    {"relay.after-claim", "publish.before-confirm", "relay.after-publish"},
+	"points":   {"consumer.after-handle", "inbox.before-commit"},
+	"sms":      {"consumer.after-handle", "inbox.before-commit", "relay.after-claim", "relay.after-publish"},
 }
 
 func role(p *shop.Proc) string { return p.Name[:strings.IndexByte(p.Name, '-')] }
@@ -287,6 +300,23 @@ func randomCrash(p *shop.Proc) []string {
 // crashAt returns the arguments that arm a crash at the n-th hit of point.
 func crashAt(point string, n int) []string {
 	return []string{"--crash-at", fmt.Sprintf("%s:%d", point, n)}
+}
+
+// paymentCrash arms the payments server's next crash: inside a payment's
+// transaction and after a commit, in turn, at an early hit.
+func (s *system) paymentCrash(p *shop.Proc) []string {
+	if role(p) != "payments" {
+		return nil
+	}
+	s.mu.Lock()
+	s.paymentStarts++
+	n := s.paymentStarts
+	s.mu.Unlock()
+	point := shop.FaultPaymentInHandler
+	if n%2 == 0 {
+		point = ferryhttp.FaultAfterCommit
+	}
+	return crashAt(point, 3+rand.IntN(20))
 }
 
 // supervise restarts processes that died (SIGKILL from the harness or a

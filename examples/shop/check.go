@@ -2,6 +2,7 @@ package shop
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sort"
 	"strings"
@@ -28,11 +29,20 @@ type Report struct {
 	ConflictMismatch  int `json:"conflict_mismatch"`  // |conflicts recorded - injected|, per consumer, summed
 	OutboxLeft        int `json:"outbox_left"`        // events NEW, SENDING or DEAD
 	TasksLeft         int `json:"tasks_left"`         // SMS tasks NEW, SENDING or DEAD
+	// The payments API (Idempotency-Key): each must be 0.
+	DoubleCharges int `json:"double_charges"`  // orders with more than one payment row
+	ChargesUnpaid int `json:"charges_unpaid"`  // payment rows of orders that are not PAID
+	PaidUncharged int `json:"paid_uncharged"`  // PAID orders without a payment row
+	WrongReplies  int `json:"wrong_replies"`   // answers the order service got that are not what committed
+	PaidEventsOff int `json:"paid_events_off"` // orders whose OrderPaid events are not exactly one (two when announced twice)
 	// What the run absorbed.
 	Effects           int `json:"effects"`
 	SMSExecuted       int `json:"sms_executed"`
 	SMSCalls          int `json:"sms_calls"` // gateway calls: beyond SMSExecuted, retries answered by key
 	ConflictsRecorded int `json:"conflicts_recorded"`
+	PaymentRetries    int `json:"payment_retries"` // payment attempts beyond the first
+	PaymentReplays    int `json:"payment_replays"` // payments whose recorded answer was a replay
+	KeyTakeovers      int `json:"key_takeovers"`   // idempotency keys taken over from a dead request
 	// Violations lists what failed, in words.
 	Violations []string `json:"violations"`
 }
@@ -184,6 +194,10 @@ func Check(ctx context.Context, orders, points *DB, gw GatewayStats) (*Report, e
 		}
 	}
 
+	if err := checkPayments(ctx, orders, paid, injected["conflict"], r); err != nil {
+		return nil, err
+	}
+
 	for _, t := range []struct {
 		db    *DB
 		table string
@@ -205,6 +219,8 @@ func Check(ctx context.Context, orders, points *DB, gw GatewayStats) (*Report, e
 		"wrong effects": r.WrongEffects, "balance mismatches": r.BalanceMismatches, "SMS lost": r.SMSLost,
 		"SMS executed twice": r.SMSDuplicates, "unexpected SMS": r.SMSUnexpected,
 		"conflicts recorded != injected": r.ConflictMismatch, "outbox events left": r.OutboxLeft, "SMS tasks left": r.TasksLeft,
+		"double charges": r.DoubleCharges, "charges of unpaid orders": r.ChargesUnpaid, "paid orders not charged": r.PaidUncharged,
+		"payment answers other than what committed": r.WrongReplies, "orders whose OrderPaid events are not once": r.PaidEventsOff,
 	} {
 		if v != 0 {
 			r.Violations = append(r.Violations, fmt.Sprintf("%s: %d", name, v))
@@ -215,6 +231,115 @@ func Check(ctx context.Context, orders, points *DB, gw GatewayStats) (*Report, e
 	}
 	sort.Strings(r.Violations)
 	return r, nil
+}
+
+// StormBase is where the chaos suite's duplicate storm numbers its orders:
+// they are announced by the storm alone, never through the payments API or
+// the outbox.
+const StormBase = 1_000_000
+
+// checkPayments compares the payments, the answers the order service got
+// and the OrderPaid events with the orders.
+func checkPayments(ctx context.Context, orders *DB, paid map[int64]order, conflict map[int64]bool, r *Report) error {
+	charges := map[int64][]string{}
+	if err := scanRows(ctx, orders, "SELECT order_id, id FROM shop_payment", func(scan func(...any) error) error {
+		var id int64
+		var pay string
+		err := scan(&id, &pay)
+		charges[id] = append(charges[id], pay)
+		return err
+	}); err != nil {
+		return fmt.Errorf("check: read payments: %w", err)
+	}
+	for id, cs := range charges {
+		if len(cs) > 1 {
+			r.DoubleCharges++
+		}
+		if _, ok := paid[id]; !ok {
+			r.ChargesUnpaid++
+		}
+	}
+	for id := range paid {
+		if id < StormBase && len(charges[id]) == 0 {
+			r.PaidUncharged++
+		}
+	}
+	if err := scanRows(ctx, orders, "SELECT order_id, status, payment_id, attempts, replayed FROM shop_payment_reply", func(scan func(...any) error) error {
+		var id, status, attempts int64
+		var pay string
+		var replayed bool
+		if err := scan(&id, &status, &pay, &attempts, &replayed); err != nil {
+			return err
+		}
+		r.PaymentRetries += int(attempts - 1)
+		if replayed {
+			r.PaymentReplays++
+		}
+		_, isPaid := paid[id]
+		switch status {
+		case 201:
+			if !isPaid || len(charges[id]) != 1 || charges[id][0] != pay {
+				r.WrongReplies++
+			}
+		default: // declined: nothing may have stayed
+			if isPaid || len(charges[id]) > 0 {
+				r.WrongReplies++
+			}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("check: read payment answers: %w", err)
+	}
+	events := map[int64]int{}
+	if err := scanRows(ctx, orders, "SELECT aggregate_id, COUNT(*) FROM outbox_event WHERE event_type = 'OrderPaid' GROUP BY aggregate_id",
+		func(scan func(...any) error) error {
+			var agg string
+			var n int
+			if err := scan(&agg, &n); err != nil {
+				return err
+			}
+			var id int64
+			fmt.Sscan(agg, &id)
+			events[id] = n
+			return nil
+		}); err != nil {
+		return fmt.Errorf("check: read OrderPaid events: %w", err)
+	}
+	for id := range paid {
+		want := 1
+		if conflict[id] {
+			want = 2
+		}
+		if id < StormBase && events[id] != want {
+			r.PaidEventsOff++
+		}
+	}
+	for id := range events {
+		if _, ok := paid[id]; !ok {
+			r.PaidEventsOff++
+		}
+	}
+	var takeovers sql.NullInt64
+	if err := orders.QueryRowContext(ctx, "SELECT SUM(takeovers) FROM ferry_idempotency_key").Scan(&takeovers); err != nil {
+		return fmt.Errorf("check: read idempotency keys: %w", err)
+	}
+	r.KeyTakeovers = int(takeovers.Int64)
+	return nil
+}
+
+// scanRows runs q and calls row for each row.
+func scanRows(ctx context.Context, db *DB, q string, row func(scan func(...any) error) error) error {
+	rows, err := db.QueryContext(ctx, q)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := row(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // String renders the report for people.
@@ -228,6 +353,9 @@ func (r *Report) String() string {
 		r.SMSExecuted, r.SMSCalls, r.SMSLost, r.SMSDuplicates, r.SMSUnexpected)
 	fmt.Fprintf(&b, "conflicts recorded: %d (both consumers); outbox left: %d; tasks left: %d\n",
 		r.ConflictsRecorded, r.OutboxLeft, r.TasksLeft)
+	fmt.Fprintf(&b, "payments: charged twice %d, answered other than committed %d, OrderPaid not once %d, charges of unpaid %d, paid uncharged %d;"+
+		" absorbed %d retries, %d replays, %d takeovers\n",
+		r.DoubleCharges, r.WrongReplies, r.PaidEventsOff, r.ChargesUnpaid, r.PaidUncharged, r.PaymentRetries, r.PaymentReplays, r.KeyTakeovers)
 	if r.OK() {
 		b.WriteString("verdict: OK\n")
 	} else {

@@ -4,8 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"math/rand/v2"
+	"net/http"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -14,30 +15,37 @@ import (
 )
 
 // OrderService places orders: each order is created in one transaction
-// (with its OrderCreated event) and paid in another (with OrderPaid). A few
-// are rolled back on purpose after their event was enqueued: such an event
-// must never reach anyone.
+// (with its OrderCreated event) and paid through the payments API
+// (PaymentsHandler: the payment, OrderPaid and the stored response in one
+// transaction, behind an Idempotency-Key). A few payments are declined on
+// purpose after their event was enqueued: such an event must never reach
+// anyone.
 type OrderService struct {
 	// Paid counts the payments this service committed (as far as it knows).
 	Paid atomic.Int64
 
-	DB     *DB
-	Outbox *ferry.Outbox[*sql.Tx]
+	DB       *DB
+	Outbox   *ferry.Outbox[*sql.Tx]
+	Payments *PaymentClient
 	// PoisonPct of the paid orders get an undecodable OrderPaid payload;
 	// ConflictPct get a second, conflicting OrderPaid (another amount). Both
 	// are recorded in shop_injected.
 	PoisonPct, ConflictPct int
-	// RollbackPct of the payments are rolled back after enqueueing.
+	// RollbackPct of the payments are declined by the payments API after
+	// enqueueing: rolled back.
 	RollbackPct int
-	// FaultPoint is called at "order.after-commit" after each committed
-	// payment (a crash there must not lose the event).
+	// FaultPoint is called at "order.after-commit" after each payment the
+	// API answered as committed, before the answer is recorded (a crash
+	// there must not lose the event; the restarted service pays the order
+	// again and must get the same answer).
 	FaultPoint func(ctx context.Context, point string) error
 }
 
 // ConflictExtra is what a conflicting announcement adds to the amount.
 const ConflictExtra = 1000
 
-// FaultOrderAfterCommit is reached after an order's payment committed.
+// FaultOrderAfterCommit is reached after an order's payment committed and
+// was answered.
 const FaultOrderAfterCommit = "order.after-commit"
 
 // Place places orders first..last (ids), at most rate per second (0: no
@@ -101,54 +109,48 @@ func (s *OrderService) placeOne(ctx context.Context, id int64) (bool, error) {
 	if err != nil {
 		return false, s.unknownOrErr(err)
 	}
-	poison := rand.IntN(100) < s.PoisonPct
-	conflict := !poison && rand.IntN(100) < s.ConflictPct
-	rollback := rand.IntN(100) < s.RollbackPct
-	err = s.tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.DB.Q("UPDATE shop_order SET status = 'PAID' WHERE id = ?"), id); err != nil {
-			return err
-		}
-		body, _ := json.Marshal(PaidPayload{OrderID: id, UserID: user, Amount: amount})
-		if poison {
-			body = []byte(fmt.Sprintf(`{"order_id":%d,"user_id":%d,"amount":"lots"}`, id, user))
-		}
-		events := []ferry.Event{{AggregateType: "order", AggregateID: agg, Type: OrderPaid, Payload: body, Destination: RoutePaid}}
-		if conflict {
-			// A bug upstream: the payment is announced again, with another
-			// amount. Same business key, different fields.
-			bad, _ := json.Marshal(PaidPayload{OrderID: id, UserID: user, Amount: amount + ConflictExtra})
-			events = append(events, ferry.Event{AggregateType: "order", AggregateID: agg, Type: OrderPaid, Payload: bad, Destination: RoutePaid})
-		}
-		if _, err := s.Outbox.EnqueueTx(ctx, tx, events...); err != nil {
-			return err
-		}
-		for kind, on := range map[string]bool{"poison": poison, "conflict": conflict} {
-			if on {
-				if _, err := tx.ExecContext(ctx, s.DB.Q("INSERT INTO shop_injected (order_id, kind) VALUES (?, ?)"), id, kind); err != nil {
-					return err
-				}
-			}
-		}
-		if rollback {
-			return errRolledBack
-		}
-		return nil
-	})
-	if err == errRolledBack {
-		return false, nil
-	}
-	if err != nil {
-		return false, s.unknownOrErr(err)
-	}
-	if s.FaultPoint != nil {
-		if err := s.FaultPoint(ctx, FaultOrderAfterCommit); err != nil {
-			return true, err
-		}
+	paid, err := s.Pay(ctx, id)
+	if err != nil || !paid {
+		return false, err
 	}
 	return true, nil
 }
 
-var errRolledBack = fmt.Errorf("rolled back on purpose")
+// Pay pays order id through the payments API, records the answer in
+// shop_payment_reply (the checker compares it with what committed), and
+// reports whether the order is paid. The faults to inject are decided from
+// the id, so paying an order again sends the same request.
+func (s *OrderService) Pay(ctx context.Context, id int64) (bool, error) {
+	req := PaymentRequest{UserID: id%Users + 1, Amount: id%97 + 1, Poison: injected(id, "poison", s.PoisonPct)}
+	req.Conflict = !req.Poison && injected(id, "conflict", s.ConflictPct)
+	req.Decline = injected(id, "decline", s.RollbackPct)
+	reply, attempts, replayed, err := s.Payments.Pay(ctx, id, req)
+	status := http.StatusCreated
+	switch {
+	case errors.Is(err, ErrDeclined):
+		status = http.StatusPaymentRequired
+	case err != nil:
+		return false, err
+	default:
+		if s.FaultPoint != nil {
+			if err := s.FaultPoint(ctx, FaultOrderAfterCommit); err != nil {
+				return true, err
+			}
+		}
+	}
+	err = s.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, s.DB.Q("DELETE FROM shop_payment_reply WHERE order_id = ?"), id); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, s.DB.Q("INSERT INTO shop_payment_reply (order_id, status, payment_id, attempts, replayed)"+
+			" VALUES (?, ?, ?, ?, ?)"), id, status, reply.PaymentID, attempts, replayed)
+		return err
+	})
+	if err != nil {
+		return status == http.StatusCreated, s.unknownOrErr(err)
+	}
+	return status == http.StatusCreated, nil
+}
 
 // unknownOrErr lets the order service go on after a transaction whose
 // connection broke: its outcome is in the database.

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -20,19 +21,22 @@ import (
 var ErrUsage = errors.New("usage")
 
 // Roles are the processes RunRole runs.
-var Roles = []string{"setup", "orders", "relay", "points", "sms", "check"}
+var Roles = []string{"setup", "orders", "payments", "relay", "points", "sms", "check"}
 
 // RunRole runs one process of the shop until it is done or ctx ends:
 // args[0] names the role, the rest are its flags (-h lists them).
 //
 //	setup   create the orders and points databases' tables
-//	orders  place orders (--first..--last) with their outbox events
+//	orders  place orders (--first..--last) with their outbox events, and
+//	        pay them through the payments API (--payments-url, else one
+//	        served in the same process)
+//	payments the payments API, behind the Idempotency-Key middleware
 //	relay   the ferry relay, publishing the orders outbox
 //	points  the points consumer
 //	sms     the SMS consumer and its task worker
 //	check   compare the databases and the gateway with the ground truth
 //
-// orders, relay, points and sms take --crash-at point[:n]: the process
+// orders, payments, relay, points and sms take --crash-at point[:n]: the process
 // kills itself with SIGKILL the n-th time (default first) it reaches the
 // named fault point. The relay also takes --lose-confirm-pct, and
 // --pause-at point=file: it stops itself with SIGSTOP at the point whenever
@@ -55,6 +59,8 @@ func RunRole(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		run = setupRole(fs)
 	case "orders":
 		run = ordersRole(fs)
+	case "payments":
+		run = paymentsRole(fs)
 	case "relay":
 		o := &RelayOptions{}
 		o.Flags(fs)
@@ -123,7 +129,9 @@ func ordersRole(fs *flag.FlagSet) func(ctx context.Context, stdout io.Writer) er
 	rate := fs.Int("rate", 0, "orders per second (0: as fast as possible)")
 	poison := fs.Int("poison-pct", 0, "percent of payments announced with an undecodable event")
 	conflict := fs.Int("conflict-pct", 0, "percent of payments announced twice with another amount")
-	rollback := fs.Int("rollback-pct", 0, "percent of payments rolled back after enqueueing")
+	rollback := fs.Int("rollback-pct", 0, "percent of payments declined (rolled back) after enqueueing")
+	paymentsURL := fs.String("payments-url", "", "payments API URL (default: serve it in this process)")
+	payTimeout := fs.Duration("payment-timeout", 2*time.Second, "first payment attempt's timeout (doubled on each retry, up to 5s)")
 	crashAt := crashFlag(fs)
 	return func(ctx context.Context, stdout io.Writer) error {
 		crash, err := crashAt()
@@ -152,13 +160,42 @@ func ordersRole(fs *flag.FlagSet) func(ctx context.Context, stdout io.Writer) er
 		if max.Valid {
 			from = max.Int64 + 1
 		}
-		svc := &OrderService{DB: db, Outbox: ob, PoisonPct: *poison, ConflictPct: *conflict, RollbackPct: *rollback, FaultPoint: crash}
+		client := &PaymentClient{URL: *paymentsURL, Timeout: *payTimeout}
+		if client.URL == "" {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return err
+			}
+			srvCtx, stopSrv := context.WithCancel(context.Background())
+			srvDone := make(chan error, 1)
+			go func() { srvDone <- ServePayments(srvCtx, ln, db, PaymentsOptions{FaultPoint: crash}) }()
+			defer func() { stopSrv(); <-srvDone }()
+			client.URL = "http://" + ln.Addr().String()
+		}
+		svc := &OrderService{DB: db, Outbox: ob, Payments: client, PoisonPct: *poison, ConflictPct: *conflict,
+			RollbackPct: *rollback, FaultPoint: crash}
+		if max.Valid {
+			// The last order a previous run created may have been paid
+			// with its answer lost (the process died): pay it again, with
+			// the same key. It must get the stored answer, or run now if
+			// the payment never committed.
+			var answered int
+			if err := db.QueryRowContext(ctx, db.Q("SELECT COUNT(*) FROM shop_payment_reply WHERE order_id = ?"), max.Int64).Scan(&answered); err != nil {
+				return err
+			}
+			if answered == 0 {
+				if _, err := svc.Pay(ctx, max.Int64); err != nil {
+					return fmt.Errorf("order %d: %w", max.Int64, err)
+				}
+			}
+		}
 		statsCtx, stopStats := context.WithCancel(context.Background())
 		statsDone := make(chan struct{})
 		go func() {
 			defer close(statsDone)
 			ReportStats(statsCtx, stdout, 200*time.Millisecond, func() Stats {
-				return Stats{Role: "orders", Paid: svc.Paid.Load(), UnknownCommits: CommitResets.Load()}
+				return Stats{Role: "orders", Paid: svc.Paid.Load(), UnknownCommits: CommitResets.Load(),
+					PayRetries: client.Retries.Load(), PayReplays: client.Replays.Load(), PayInProgress: client.InProgress.Load()}
 			})
 		}()
 		paid, err := svc.Place(ctx, from, *last, *rate)
@@ -166,6 +203,32 @@ func ordersRole(fs *flag.FlagSet) func(ctx context.Context, stdout io.Writer) er
 		<-statsDone
 		fmt.Fprintf(stdout, "orders %d..%d placed, %d paid\n", from, *last, paid)
 		return err
+	}
+}
+
+func paymentsRole(fs *flag.FlagSet) func(ctx context.Context, stdout io.Writer) error {
+	ordersDB := fs.String("orders-db", "", "orders database URL")
+	addr := fs.String("addr", "127.0.0.1:0", "address to serve the payments API on")
+	lease := fs.Duration("lease", 0, "idempotency key lease (default ferryhttp's, 30s)")
+	slow := fs.Int("slow-pct", 0, "percent of payments that take 200-400ms more inside their transaction")
+	crashAt := crashFlag(fs)
+	return func(ctx context.Context, stdout io.Writer) error {
+		crash, err := crashAt()
+		if err != nil {
+			return err
+		}
+		// Restarted during an outage, it waits for its database.
+		var db *DB
+		if err := retryStart(ctx, func() (err error) { db, err = Open(ctx, *ordersDB); return err }); err != nil {
+			return err
+		}
+		defer db.Close()
+		ln, err := net.Listen("tcp", *addr)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "payments API on http://%s\n", ln.Addr())
+		return ServePayments(ctx, ln, db, PaymentsOptions{Lease: *lease, SlowPct: *slow, FaultPoint: crash})
 	}
 }
 

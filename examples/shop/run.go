@@ -45,6 +45,11 @@ type Stats struct {
 	// Order service: payments committed, commits cut off by the fault.
 	Paid           int64 `json:"paid,omitempty"`
 	UnknownCommits int64 `json:"unknown_commits,omitempty"`
+	// Its payments client: attempts beyond the first, replayed answers,
+	// 409s (a request with the key still running).
+	PayRetries    int64 `json:"pay_retries,omitempty"`
+	PayReplays    int64 `json:"pay_replays,omitempty"`
+	PayInProgress int64 `json:"pay_in_progress,omitempty"`
 }
 
 // ReportStats writes a STATS line to w every interval until ctx ends, and

@@ -139,7 +139,7 @@ func (db *DB) Outbox(table string) (ferrystore.Driver[*sql.Tx], error) {
 }
 
 // Inbox returns the inbox store on db (default table names).
-func (db *DB) Inbox() (ferrystore.InboxDriver[*sql.Tx], error) {
+func (db *DB) Inbox() (ferrystore.IdempotencyDriver[*sql.Tx], error) {
 	switch db.Dialect {
 	case "mysql":
 		return ferrymysql.NewInbox(db.DB, nil)
@@ -156,6 +156,13 @@ func SetupOrders(ctx context.Context, db *DB) error {
 		"CREATE TABLE IF NOT EXISTS shop_order (id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL, amount BIGINT NOT NULL, status VARCHAR(16) NOT NULL)",
 		// What the order service broke on purpose, for the checker.
 		"CREATE TABLE IF NOT EXISTS shop_injected (order_id BIGINT NOT NULL, kind VARCHAR(16) NOT NULL, PRIMARY KEY (order_id, kind))",
+		// The payments: no unique key per order on purpose, so that a
+		// second charge shows.
+		"CREATE TABLE IF NOT EXISTS shop_payment (id VARCHAR(64) PRIMARY KEY, order_id BIGINT NOT NULL, amount BIGINT NOT NULL)",
+		// The answer the order service got for each payment, for the
+		// checker to compare with what committed.
+		"CREATE TABLE IF NOT EXISTS shop_payment_reply (order_id BIGINT PRIMARY KEY, status INT NOT NULL," +
+			" payment_id VARCHAR(64) NOT NULL, attempts INT NOT NULL, replayed BOOLEAN NOT NULL)",
 	} {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("setup orders: %w", err)
@@ -165,7 +172,15 @@ func SetupOrders(ctx context.Context, db *DB) error {
 	if err != nil {
 		return err
 	}
-	return ob.Migrate(ctx)
+	if err := ob.Migrate(ctx); err != nil {
+		return err
+	}
+	// The payments API's idempotency keys are an inbox table.
+	ib, err := db.Inbox()
+	if err != nil {
+		return err
+	}
+	return ib.Migrate(ctx)
 }
 
 // SetupPoints creates the points database's tables, accounts, inbox and
