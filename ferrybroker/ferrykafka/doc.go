@@ -1,0 +1,2 @@
+// Package ferrykafka publishes outbox events to Kafka with franz-go.
+package ferrykafka
