@@ -60,10 +60,12 @@ type Config struct {
 	// ReplicationFactor of a declared topic. Default -1: the brokers'
 	// default (default.replication.factor).
 	ReplicationFactor int16
-	// MaxBufferedRecords caps the records the client Dial builds holds
-	// awaiting their acks (kgo.MaxBufferedRecords); a Publish beyond it
-	// waits for room, or for its context. Default 10000. New ignores it:
-	// the client's own setting applies.
+	// MaxBufferedRecords caps the records the publisher has handed to
+	// the client and not seen finished; a Publish beyond it waits for
+	// room, or for its context (the messages still waiting are then not
+	// sent). Dial's client buffers as many (kgo.MaxBufferedRecords); a
+	// client given to New that has less room refuses the rest, which are
+	// not sent either. Default 10000.
 	MaxBufferedRecords int
 	// ClientOpts are further franz-go options for the client Dial builds,
 	// applied after ferry's and the URL's, so that they override both. New
@@ -152,6 +154,7 @@ type Publisher struct {
 	closed  bool
 	closing sync.WaitGroup // clients replaced after a fatal error, being closed
 
+	slots chan struct{}             // one per record handed to the client and not finished
 	known sync.Map                  // topic name → struct{}: topics the brokers said exist
 	conn  atomic.Pointer[connState] // nil while the last ping succeeded
 
@@ -229,7 +232,8 @@ func newPublisher(ctx context.Context, cl *kgo.Client, cfg *Config, opts []kgo.O
 		return nil, fmt.Errorf("%w: ferrykafka: the client produces with kgo.NoAck(): nothing the brokers "+
 			"acknowledge could be told from what they lost; use kgo.AllISRAcks()", ferrytype.ErrInvalidConfig)
 	}
-	p := &Publisher{cfg: c, owned: opts != nil, opts: opts, cur: &clientGen{cl: cl}}
+	p := &Publisher{cfg: c, owned: opts != nil, opts: opts, cur: &clientGen{cl: cl},
+		slots: make(chan struct{}, c.MaxBufferedRecords)}
 	if rawURL != "" {
 		p.secrets = []string{rawURL}
 	}
@@ -424,12 +428,24 @@ func (p *Publisher) Publish(ctx context.Context, msgs []ferrytype.Message) []fer
 			res[i] = ferrytype.Returned(unroutable(topics[i], kerr.UnknownTopicOrPartition))
 			continue
 		}
-		if err := ctx.Err(); err != nil {
-			res[i] = ferrytype.NotSent(fmt.Errorf("not sent: %w", err))
+		select {
+		case p.slots <- struct{}{}:
+		case <-ctx.Done():
+			res[i] = ferrytype.NotSent(fmt.Errorf("not sent: waiting for room among the client's buffered records: %w", ctx.Err()))
 			continue
 		}
 		w.add(i)
-		g.cl.Produce(ctx, p.record(&msgs[i], topics[i]), func(_ *kgo.Record, err error) {
+		// The record's context keeps ctx's values (for hooks) but not its
+		// end: franz-go fails every record buffered in a partition when
+		// the first one's context ends, so that a Publish that gave up
+		// would fail the records of later Publishes with its
+		// context.Canceled. A record of a Publish that gave up stays
+		// with the client and is produced when it can (RecordDelivery
+		// Timeout bounds that for Dial's client).
+		rec := p.record(&msgs[i], topics[i])
+		rec.Context = context.WithoutCancel(ctx)
+		g.cl.TryProduce(rec.Context, rec, func(_ *kgo.Record, err error) {
+			<-p.slots
 			g.notePoison(err)
 			w.finish(i, err)
 		})
@@ -665,6 +681,9 @@ func (p *Publisher) classify(err error, topic string) ferrytype.PublishResult {
 	switch {
 	case err == nil:
 		return ferrytype.Confirmed()
+	case errors.Is(err, kgo.ErrMaxBuffered):
+		// TryProduce refused it: the client's buffer is full.
+		return ferrytype.NotSent(fmt.Errorf("not sent: %w", err))
 	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
 		p.known.Delete(topic)
 		return ferrytype.Returned(unroutable(topic, err))
