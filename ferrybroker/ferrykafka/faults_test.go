@@ -41,7 +41,7 @@ func setupFaults(t *testing.T, partitions int32, opts ...kgo.Opt) *faultBundle {
 	b := &faultBundle{k: k, topic: testsvc.KafkaTopic(t, k.Seeds, partitions), ctx: testsvc.Context(t, time.Minute),
 		logs: &testsvc.LogBuffer{}}
 	var err error
-	b.p, err = ferrykafka.Dial(b.ctx, url(k.Seeds), &ferrykafka.Config{Topics: []string{b.topic}, PingInterval: pingEvery,
+	b.p, err = ferrykafka.Dial(b.ctx, seedURL(k.Seeds), &ferrykafka.Config{Topics: []string{b.topic}, PingInterval: pingEvery,
 		ClientOpts: opts, Logger: slog.New(slog.NewTextHandler(b.logs, nil))})
 	require.NoError(t, err)
 	t.Cleanup(func() { b.p.Close() })
@@ -120,7 +120,7 @@ func TestMessageTooLargeIsRejected(t *testing.T) {
 	resp, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": kadm.StringPtr("2000")}, topic)
 	require.NoError(t, err)
 	require.NoError(t, resp.Err)
-	p, err := ferrykafka.Dial(ctx, url(k.Seeds), &ferrykafka.Config{Topics: []string{topic}})
+	p, err := ferrykafka.Dial(ctx, seedURL(k.Seeds), &ferrykafka.Config{Topics: []string{topic}})
 	require.NoError(t, err)
 	defer p.Close()
 	for _, size := range []int{10_000, 2_000_000} {
@@ -293,7 +293,7 @@ func TestFaultPointBeforeConfirm(t *testing.T) {
 	topic := testsvc.KafkaTopic(t, k.Seeds, 1)
 	ctx := testsvc.Context(t, time.Minute)
 	var points []string
-	p, err := ferrykafka.Dial(ctx, url(k.Seeds), &ferrykafka.Config{Topics: []string{topic},
+	p, err := ferrykafka.Dial(ctx, seedURL(k.Seeds), &ferrykafka.Config{Topics: []string{topic},
 		FaultPoint: func(_ context.Context, point string) error {
 			points = append(points, point)
 			return errors.New("injected crash")

@@ -34,7 +34,7 @@ func received(recs []*kgo.Record) []ferrybrokertest.Received {
 	return out
 }
 
-func url(seeds []string) string { return "kafka://" + strings.Join(seeds, ",") }
+func seedURL(seeds []string) string { return "kafka://" + strings.Join(seeds, ",") }
 
 // client returns a franz-go client on the cluster at seeds, closed when
 // the test ends (or earlier by the returned func, once).
@@ -73,7 +73,7 @@ func harness() ferrybrokertest.Harness {
 		k := testsvc.NewKafka(t)
 		// One partition: the suite reads what it published in order.
 		topic := testsvc.KafkaTopic(t, k.Seeds, 1)
-		p, err := ferrykafka.Dial(testsvc.Context(t, 10*time.Second), url(k.Seeds),
+		p, err := ferrykafka.Dial(testsvc.Context(t, 10*time.Second), seedURL(k.Seeds),
 			&ferrykafka.Config{Topics: []string{topic}, PingInterval: pingEvery})
 		require.NoError(t, err)
 		t.Cleanup(func() { p.Close() })
@@ -134,7 +134,7 @@ func requireAll(t *testing.T, want ferrytype.Outcome, res []ferrytype.PublishRes
 func TestAggregateOrderWithinPartition(t *testing.T) {
 	k := testsvc.NewKafka(t)
 	topic := testsvc.KafkaTopic(t, k.Seeds, 6)
-	p, err := ferrykafka.Dial(testsvc.Context(t, 10*time.Second), url(k.Seeds), &ferrykafka.Config{PingInterval: pingEvery})
+	p, err := ferrykafka.Dial(testsvc.Context(t, 10*time.Second), seedURL(k.Seeds), &ferrykafka.Config{PingInterval: pingEvery})
 	require.NoError(t, err)
 	defer p.Close()
 	ctx := testsvc.Context(t, time.Minute)
@@ -183,7 +183,7 @@ func requireAggregateOrder(t testing.TB, recs []*kgo.Record, aggs int) {
 func TestRecordHeadersAndKey(t *testing.T) {
 	k := testsvc.NewKafka(t)
 	topic := testsvc.KafkaTopic(t, k.Seeds, 1)
-	p, err := ferrykafka.Dial(testsvc.Context(t, 10*time.Second), url(k.Seeds), nil)
+	p, err := ferrykafka.Dial(testsvc.Context(t, 10*time.Second), seedURL(k.Seeds), nil)
 	require.NoError(t, err)
 	defer p.Close()
 	m := msgs(topic, 1, 1)[0]
@@ -215,7 +215,7 @@ func TestTopicFrom(t *testing.T) {
 		from  ferrykafka.TopicFrom
 		topic string
 	}{{ferrykafka.TopicFromEventType, "ev.OrderPaid"}, {ferrykafka.TopicFromAggregateType, "ev.order"}} {
-		p, err := ferrykafka.Dial(ctx, url(k.Seeds), &ferrykafka.Config{TopicFrom: c.from, TopicPrefix: "ev.",
+		p, err := ferrykafka.Dial(ctx, seedURL(k.Seeds), &ferrykafka.Config{TopicFrom: c.from, TopicPrefix: "ev.",
 			Topics: []string{c.topic}, Declare: true, Partitions: 2})
 		require.NoError(t, err)
 		m := msgs("", 1, 1)[0]
@@ -235,7 +235,7 @@ func TestTopicFrom(t *testing.T) {
 // A name Kafka refuses as a topic is rejected before anything is sent.
 func TestInvalidTopicNameIsRejected(t *testing.T) {
 	k := testsvc.NewKafka(t)
-	p, err := ferrykafka.Dial(testsvc.Context(t, 10*time.Second), url(k.Seeds), nil)
+	p, err := ferrykafka.Dial(testsvc.Context(t, 10*time.Second), seedURL(k.Seeds), nil)
 	require.NoError(t, err)
 	defer p.Close()
 	r := p.Publish(testsvc.Context(t, 10*time.Second), msgs("orders/paid", 1, 1))[0]
@@ -246,7 +246,7 @@ func TestInvalidTopicNameIsRejected(t *testing.T) {
 // A topic that does not exist is unroutable, and the error names it.
 func TestUnroutableNamesTheTopic(t *testing.T) {
 	k := testsvc.NewKafka(t)
-	p, err := ferrykafka.Dial(testsvc.Context(t, 10*time.Second), url(k.Seeds), nil)
+	p, err := ferrykafka.Dial(testsvc.Context(t, 10*time.Second), seedURL(k.Seeds), nil)
 	require.NoError(t, err)
 	defer p.Close()
 	topic := testsvc.Name("nosuchtopic-")
@@ -260,12 +260,12 @@ func TestTopicsCheckedOrDeclared(t *testing.T) {
 	k := testsvc.NewKafka(t)
 	ctx := testsvc.Context(t, time.Minute)
 	topic := testsvc.Name("decl-")
-	_, err := ferrykafka.Dial(ctx, url(k.Seeds), &ferrykafka.Config{Topics: []string{topic}})
+	_, err := ferrykafka.Dial(ctx, seedURL(k.Seeds), &ferrykafka.Config{Topics: []string{topic}})
 	require.ErrorContains(t, err, "topic "+topic+" does not exist")
-	p, err := ferrykafka.Dial(ctx, url(k.Seeds), &ferrykafka.Config{Topics: []string{topic}, Declare: true, Partitions: 5})
+	p, err := ferrykafka.Dial(ctx, seedURL(k.Seeds), &ferrykafka.Config{Topics: []string{topic}, Declare: true, Partitions: 5})
 	require.NoError(t, err)
 	require.NoError(t, p.Close())
-	p, err = ferrykafka.Dial(ctx, url(k.Seeds), &ferrykafka.Config{Topics: []string{topic}})
+	p, err = ferrykafka.Dial(ctx, seedURL(k.Seeds), &ferrykafka.Config{Topics: []string{topic}})
 	require.NoError(t, err, "the declared topic is found")
 	defer p.Close()
 	msgsOut := msgs(topic, 50, 50)
@@ -288,7 +288,7 @@ func TestConfigIsValidated(t *testing.T) {
 		"Partitions":  {Partitions: -2},
 		"Ping":        {PingInterval: time.Millisecond},
 	} {
-		_, err := ferrykafka.Dial(ctx, url(k.Seeds), cfg)
+		_, err := ferrykafka.Dial(ctx, seedURL(k.Seeds), cfg)
 		require.ErrorIs(t, err, ferrytype.ErrInvalidConfig, name)
 		require.ErrorContains(t, err, "Config."+name, name)
 	}
