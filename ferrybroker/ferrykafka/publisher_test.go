@@ -122,7 +122,7 @@ func outcomes(res []ferrytype.PublishResult) map[ferrytype.Outcome]int {
 	return m
 }
 
-func requireAll(t *testing.T, want ferrytype.Outcome, res []ferrytype.PublishResult) {
+func requireAll(t testing.TB, want ferrytype.Outcome, res []ferrytype.PublishResult) {
 	t.Helper()
 	for i, r := range res {
 		require.Equal(t, want, r.Outcome, "message %d: %v", i, r.Err)
