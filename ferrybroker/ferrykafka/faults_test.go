@@ -193,8 +193,9 @@ func failProduces(k *testsvc.KafkaCluster) (<-chan struct{}, func()) {
 }
 
 // The connection drops with the produce request in flight, again and
-// again: the records are unknown when ctx ends, and franz-go's retries
-// store those in flight, once each, when the connection holds again.
+// again: the records are unknown when ctx ends, not "not sent" (the
+// request was written), and the client, which keeps them, stores each at
+// most once when the connection holds again.
 func TestDroppedConnectionMidProduceIsUnknown(t *testing.T) {
 	b := setupFaults(t, 2)
 	hits, heal := failProduces(b.k)
@@ -213,8 +214,8 @@ func TestDroppedConnectionMidProduceIsUnknown(t *testing.T) {
 // franz-go's idempotent producer does not give up a record in flight
 // when its context ends (twmb/franz-go#1202, #1217): the produce request
 // is stuck at the broker, and Publish still returns as soon as ctx ends,
-// with every record unknown. Those in flight land once the broker
-// answers.
+// with every record unknown. The client keeps them, and stores each at
+// most once when the broker answers.
 func TestCanceledWhileProduceStuckReturnsPromptly(t *testing.T) {
 	b := setupFaults(t, 1)
 	release := make(chan struct{})
