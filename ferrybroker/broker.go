@@ -4,9 +4,9 @@
 // Delivery, ConsumerStats, RetryPolicy, the park headers and the consumer
 // hooks (HookDelivered, HookHandleStart, HookHandled, HookSettled) through
 // which ferryprom and ferryotel observe any broker's consumer. Adapters
-// live in ferryamqp and ferrynats; each runs the conformance suites in
-// ferrybrokertest (Exercise for publishers, ExerciseConsumer for
-// consumers).
+// live in ferryamqp, ferrynats and ferrykafka (a publisher only); each
+// runs the conformance suites in ferrybrokertest (Exercise for
+// publishers, ExerciseConsumer for consumers).
 package ferrybroker
 
 import (
@@ -38,8 +38,8 @@ type Checker interface {
 }
 
 // Connectivity is implemented by publishers that know, without a round
-// trip, whether a publish made now could reach the broker: ferryamqp's and
-// ferrynats's. The relay stops claiming while Connected is false, so that
+// trip, whether a publish made now could reach the broker: ferryamqp's,
+// ferrynats's and ferrykafka's. The relay stops claiming while Connected is false, so that
 // an outage spends no event's attempts, and claims again as soon as it is
 // true (it looks again every RelayConfig.PollInterval).
 type Connectivity interface {

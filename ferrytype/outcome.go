@@ -22,10 +22,11 @@ const (
 	OutcomeConfirmed
 	// OutcomeReturned means the broker accepted the publish but routed it
 	// nowhere (AMQP basic.return of a mandatory message, no JetStream
-	// stream for the subject).
+	// stream for the subject), or has nowhere to route it (a Kafka topic
+	// that does not exist).
 	OutcomeReturned
 	// OutcomeRejected means the broker refused the message (AMQP nack, a
-	// JetStream API error).
+	// JetStream API error, a Kafka record too large or not authorized).
 	OutcomeRejected
 )
 

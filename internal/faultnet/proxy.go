@@ -1,6 +1,7 @@
 // Package faultnet puts a TCP proxy between a test and a real service, so
 // that the test can make the service unreachable and reachable again
-// without stopping it for the other tests that share it.
+// without stopping it for the other tests that share it; Listener does the
+// same for a server the test runs in-process.
 package faultnet
 
 import (

@@ -2,7 +2,9 @@
 // MySQL, PostgreSQL, NATS, RabbitMQ, Redis. Addresses come from the
 // environment, with loopback defaults. A test whose service is unreachable
 // is skipped with a message saying so, unless FERRY_REQUIRE_SERVICES=1
-// (set by CI), in which case it fails: CI never skips silently.
+// (set by CI), in which case it fails: CI never skips silently. Kafka is
+// the exception: NewKafka starts an in-process kfake cluster, so Kafka
+// tests never skip.
 package testsvc
 
 import (
