@@ -180,7 +180,9 @@ func TestKilledAfterCommitRetryGetsTheCommittedResponse(t *testing.T) {
 // until its lease runs out, then a retry takes it over and pays once.
 func TestKilledInHandlerClaimIsTakenOver(t *testing.T) {
 	forEachStore(t, func(t *testing.T, b *bed) {
-		const lease = 2 * time.Second
+		// The lease bounds the dying request's handler: long enough for a
+		// loaded machine to reach the crash inside it.
+		const lease = 4 * time.Second
 		body := `{"order_id":"o-1","amount":10}`
 		dying := startChild(t, b, "", lease)
 		_, err := send(dying.url, "k", body, "X-Test-Crash", "in-handler")
