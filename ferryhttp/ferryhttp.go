@@ -218,6 +218,7 @@ func New[TTx any](d ferrystore.IdempotencyDriver[TTx], cfg *Config) (*Keys[TTx],
 	if len(c.Methods) == 0 {
 		c.Methods = []string{http.MethodPost, http.MethodPatch}
 	}
+	c.Methods = slices.Clone(c.Methods)
 	if c.Route == nil {
 		c.Route = defaultRoute
 	}
@@ -242,9 +243,11 @@ func New[TTx any](d ferrystore.IdempotencyDriver[TTx], cfg *Config) (*Keys[TTx],
 	if c.ReplayHeaders == nil {
 		c.ReplayHeaders = []string{"Content-Type", "Content-Language", "Content-Location", "Location", "ETag", "Last-Modified"}
 	}
+	headers := make([]string, len(c.ReplayHeaders))
 	for i, h := range c.ReplayHeaders {
-		c.ReplayHeaders[i] = http.CanonicalHeaderKey(h)
+		headers[i] = http.CanonicalHeaderKey(h)
 	}
+	c.ReplayHeaders = headers
 	if c.MaxRetries == 0 {
 		c.MaxRetries = 3
 	}
