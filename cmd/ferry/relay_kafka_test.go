@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -168,4 +169,37 @@ func TestRelayCLIKafkaUsageErrors(t *testing.T) {
 		require.Equal(t, exitUsage, code, errOut)
 		require.Contains(t, errOut, "--partitions applies to Kafka")
 	})
+}
+
+// /readyz follows the Kafka publisher's connectivity: 503 naming the
+// broker while the cluster is cut off, 200 again once it is back.
+func TestRelayKafkaReadiness(t *testing.T) {
+	k := testsvc.NewKafka(t)
+	b := setupOps(t, "sqlite")
+	topic := testsvc.KafkaTopic(t, k.Seeds, 1)
+	id := b.enqueue(t, orderPaid("1", topic))
+	addr := freePort(t)
+	cmd, out := child(t, nil, append([]string{"relay", "--broker-url", "kafka://" + strings.Join(k.Seeds, ","),
+		"--topics", topic, "--http-addr", addr, "--ready-timeout", "1s", "--poll-interval", "20ms"}, b.args...)...)
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	base := "http://" + addr
+
+	var code int
+	var body string
+	testsvc.WaitFor(t, 30*time.Second, func() bool { code, body = get(t, base+"/readyz"); return code == 200 },
+		func() string { return fmt.Sprintf("ready: %d %s\n%s", code, body, out) })
+	require.JSONEq(t, `{"status":"ready","checks":{"database":{"ok":true},"broker":{"ok":true}}}`, body)
+	checkRecords(t, testsvc.ReadKafka(t, k.Seeds, topic, 1, time.Minute), id, []string{"1"})
+
+	k.Cut()
+	testsvc.WaitFor(t, 30*time.Second, func() bool { code, body = get(t, base+"/readyz"); return code == 503 },
+		func() string { return fmt.Sprintf("unready without the brokers: %d %s", code, body) })
+	require.Contains(t, body, `"broker":{"ok":false,"error":`)
+	require.Contains(t, body, `"database":{"ok":true}`)
+	k.Restore()
+	testsvc.WaitFor(t, 30*time.Second, func() bool { code, _ := get(t, base+"/readyz"); return code == 200 },
+		func() string { return "ready again" })
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait(), out.String())
 }
