@@ -87,7 +87,10 @@
 // ferrybroker/ferryamqp publishes to RabbitMQ (persistent, mandatory
 // messages with pipelined publisher confirms; durable quorum queues by
 // default) and consumes from it, acking a delivery only after its handler
-// committed. ferrybroker/ferrynats publishes to NATS JetStream. Publishers
+// committed. ferrybroker/ferrynats publishes to NATS JetStream.
+// ferrybroker/ferrykafka publishes to Kafka through franz-go (an
+// idempotent producer with acks from every in-sync replica, one record per
+// event keyed by its aggregate id); it has no consumer yet. Publishers
 // implement ferrybroker.Publisher and report one Outcome per message:
 // confirmed, returned (unroutable), rejected or unknown.
 //

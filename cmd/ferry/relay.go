@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
+	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/open"
 )
@@ -39,6 +41,11 @@ type relayFlags struct {
 	queueType       string
 	routingKeys     []string
 	confirmWindow   int
+	topics          string
+	topicFrom       string
+	topicPrefix     string
+	partitions      int
+	replication     int
 	drain           bool
 	drainTimeout    time.Duration
 	shutdownTimeout time.Duration
@@ -62,7 +69,7 @@ batches in flight (publish and outcome), and exits. With --drain the relay
 exits by itself once no event is ready and none is being sent.
 
 An event goes to its destination, or to its event type when it has none: the
-NATS subject, or the AMQP routing key.
+NATS subject, the AMQP routing key, or the Kafka topic.
 
 NATS JetStream (nats://, tls://): with --stream the relay checks that the
 stream exists (and lists --subjects); with --declare it creates or updates it.
@@ -74,6 +81,15 @@ checks that the queue exists; with --declare it declares --exchange (a durable
 --exchange-type exchange), --queue (a durable --queue-type queue, quorum by
 default, with the parking queue <queue>.parking as its at-least-once
 dead-letter target) and binds the queue with each --routing-key.
+
+Kafka (kafka://host:9092,host2:9092, kafkas:// for TLS): each event is one
+record keyed by its aggregate id, produced by an idempotent producer with
+acks from every in-sync replica. An event without a destination goes to
+--topic-prefix followed by its event type (or its aggregate type, with
+--topic-from aggregate-type). With --topics the relay checks at start that
+each topic exists, and exits 2 naming the ones that do not; with --declare
+it creates them, with --partitions partitions and --replication-factor
+replicas (-1: the brokers' defaults).
 
 At start the relay checks that the outbox table has every migration this
 ferry embeds (a table migrated by a newer ferry is only a warning). Without
@@ -100,7 +116,7 @@ event was enqueued in.`,
 	}
 	fl := cmd.Flags()
 	envString(fl, &f.brokerURL, "broker-url", "FERRY_BROKER_URL", "",
-		"broker URL: nats://user:pass@host:4222, amqp://user:pass@host:5672/vhost (amqps:// for TLS)")
+		"broker URL: nats://user:pass@host:4222, amqp://user:pass@host:5672/vhost (amqps:// for TLS), kafka://host:9092,host2:9092 (kafkas:// for TLS)")
 	fl.IntVar(&f.batchSize, "batch-size", 100, "events per claim")
 	bindEnv(fl, "batch-size", "FERRY_BATCH_SIZE")
 	fl.IntVar(&f.lanes, "lanes", 2, "concurrent claim→publish→mark loops")
@@ -130,7 +146,7 @@ event was enqueued in.`,
 	envString(fl, &f.stream, "stream", "FERRY_NATS_STREAM", "", "JetStream stream to verify (or declare)")
 	envString(fl, &f.subjects, "subjects", "FERRY_NATS_SUBJECTS", "", "comma-separated subjects of --stream")
 	fl.BoolVar(&f.declare, "declare", false,
-		"declare the broker topology at start: --stream with --subjects (NATS); --exchange, --queue, --routing-key (RabbitMQ)")
+		"declare the broker topology at start: --stream with --subjects (NATS); --exchange, --queue, --routing-key (RabbitMQ); --topics (Kafka)")
 	bindEnv(fl, "declare", "FERRY_DECLARE", "FERRY_NATS_DECLARE")
 	envString(fl, &f.exchange, "exchange", "FERRY_AMQP_EXCHANGE", "", "RabbitMQ exchange for events that name none (default amq.topic)")
 	envString(fl, &f.exchangeType, "exchange-type", "FERRY_AMQP_EXCHANGE_TYPE", "topic", "kind of a declared --exchange: topic, direct, fanout, headers")
@@ -140,6 +156,14 @@ event was enqueued in.`,
 	bindEnv(fl, "routing-key", "FERRY_AMQP_ROUTING_KEYS")
 	fl.IntVar(&f.confirmWindow, "confirm-window", 1000, "RabbitMQ publishes awaiting their confirms, per channel")
 	bindEnv(fl, "confirm-window", "FERRY_AMQP_CONFIRM_WINDOW")
+	envString(fl, &f.topics, "topics", "FERRY_KAFKA_TOPICS", "", "comma-separated Kafka topics to verify (or declare) at start")
+	envString(fl, &f.topicFrom, "topic-from", "FERRY_KAFKA_TOPIC_FROM", string(ferrykafka.TopicFromEventType),
+		"Kafka topic of an event without a destination: event-type or aggregate-type")
+	envString(fl, &f.topicPrefix, "topic-prefix", "FERRY_KAFKA_TOPIC_PREFIX", "", "put before every derived Kafka topic (never before a destination)")
+	fl.IntVar(&f.partitions, "partitions", -1, "partitions of a declared Kafka topic (-1: the brokers' num.partitions)")
+	bindEnv(fl, "partitions", "FERRY_KAFKA_PARTITIONS")
+	fl.IntVar(&f.replication, "replication-factor", -1, "replicas of a declared Kafka topic (-1: the brokers' default.replication.factor)")
+	bindEnv(fl, "replication-factor", "FERRY_KAFKA_REPLICATION_FACTOR")
 	fl.BoolVar(&f.drain, "drain", false, "exit once no event is NEW or SENDING (exit code 3 if --drain-timeout passes first, 6 if events went DEAD, 7 if the table is missing or behind)")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 5*time.Minute, "longest a --drain run waits")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a stop waits for batches in flight")
@@ -183,13 +207,7 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 			return usageError{fmt.Errorf("%s must be positive", c.name)}
 		}
 	}
-	var subjects []string
-	for _, s := range strings.Split(f.subjects, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			subjects = append(subjects, s)
-		}
-	}
-	bc, err := brokerConfig(f, subjects, log)
+	bc, err := brokerConfig(f, log)
 	if err != nil {
 		return err
 	}
@@ -232,6 +250,7 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 	}
 	bc.NATS.FaultPoint = g.faultPoint
 	bc.AMQP.FaultPoint = g.faultPoint
+	bc.Kafka.FaultPoint = g.faultPoint
 	pub, err := openRelayPublisher(ctx, f.brokerURL, bc, wait, deps, log)
 	if err != nil {
 		return stoppedOr(ctx, f.drain, err)
@@ -317,24 +336,52 @@ func logStats(ctx context.Context, log *slog.Logger, interval time.Duration, rel
 }
 
 // brokerConfig turns the broker flags into the publisher settings of the
-// broker --broker-url names, refusing flags of the other broker.
-func brokerConfig(f *relayFlags, subjects []string, log *slog.Logger) (*open.BrokerConfig, error) {
-	if !open.IsAMQP(f.brokerURL) {
-		for _, c := range []struct {
-			name string
-			set  bool
-		}{
-			{"--exchange", f.exchange != ""}, {"--queue", f.queue != ""}, {"--routing-key", len(f.routingKeys) > 0},
-		} {
-			if c.set {
-				return nil, usageError{fmt.Errorf("%s applies to RabbitMQ (amqp:// broker URLs)", c.name)}
-			}
+// broker --broker-url names, refusing flags of the other brokers. A URL of
+// no known broker gets the NATS settings: opening it says what is wrong.
+func brokerConfig(f *relayFlags, log *slog.Logger) (*open.BrokerConfig, error) {
+	subjects, topics := commaList(f.subjects), commaList(f.topics)
+	system := open.BrokerSystem(f.brokerURL)
+	for _, c := range []struct {
+		name, system, kind string
+		set                bool
+	}{
+		{"--stream", "nats", "NATS (nats:// broker URLs)", f.stream != ""},
+		{"--subjects", "nats", "NATS (nats:// broker URLs)", len(subjects) > 0},
+		{"--exchange", "rabbitmq", "RabbitMQ (amqp:// broker URLs)", f.exchange != ""},
+		{"--queue", "rabbitmq", "RabbitMQ (amqp:// broker URLs)", f.queue != ""},
+		{"--routing-key", "rabbitmq", "RabbitMQ (amqp:// broker URLs)", len(f.routingKeys) > 0},
+		{"--topics", "kafka", "Kafka (kafka:// broker URLs)", len(topics) > 0},
+		{"--topic-from", "kafka", "Kafka (kafka:// broker URLs)", f.topicFrom != string(ferrykafka.TopicFromEventType)},
+		{"--topic-prefix", "kafka", "Kafka (kafka:// broker URLs)", f.topicPrefix != ""},
+		{"--partitions", "kafka", "Kafka (kafka:// broker URLs)", f.partitions != -1},
+		{"--replication-factor", "kafka", "Kafka (kafka:// broker URLs)", f.replication != -1},
+	} {
+		if c.set && c.system != system && (system != "" || c.system != "nats") {
+			return nil, usageError{fmt.Errorf("%s applies to %s", c.name, c.kind)}
 		}
-		return &open.BrokerConfig{NATS: open.NATSConfig{Stream: f.stream, Subjects: subjects, Declare: f.declare}}, nil
 	}
-	if f.stream != "" || len(subjects) > 0 {
-		return nil, usageError{errors.New("--stream and --subjects apply to NATS (nats:// broker URLs)")}
+	switch system {
+	case "rabbitmq":
+		return amqpConfig(f, log)
+	case "kafka":
+		return kafkaConfig(f, topics, log)
 	}
+	return &open.BrokerConfig{NATS: open.NATSConfig{Stream: f.stream, Subjects: subjects, Declare: f.declare}}, nil
+}
+
+// commaList splits a comma-separated flag value, dropping empty items.
+func commaList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// amqpConfig is brokerConfig for RabbitMQ.
+func amqpConfig(f *relayFlags, log *slog.Logger) (*open.BrokerConfig, error) {
 	if f.confirmWindow < 1 {
 		return nil, usageError{errors.New("--confirm-window must be positive")}
 	}
@@ -358,6 +405,26 @@ func brokerConfig(f *relayFlags, subjects []string, log *slog.Logger) (*open.Bro
 		cfg.Topology.Bindings = append(cfg.Topology.Bindings, ferryamqp.Binding{Queue: f.queue, RoutingKey: rk})
 	}
 	return &open.BrokerConfig{AMQP: cfg}, nil
+}
+
+// kafkaConfig is brokerConfig for Kafka. ferrykafka checks the topic names
+// before it connects.
+func kafkaConfig(f *relayFlags, topics []string, log *slog.Logger) (*open.BrokerConfig, error) {
+	from := ferrykafka.TopicFrom(f.topicFrom)
+	switch {
+	case from != ferrykafka.TopicFromEventType && from != ferrykafka.TopicFromAggregateType:
+		return nil, usageError{fmt.Errorf("--topic-from %q: want %s or %s", f.topicFrom,
+			ferrykafka.TopicFromEventType, ferrykafka.TopicFromAggregateType)}
+	case f.partitions == 0 || f.partitions < -1 || f.partitions > math.MaxInt32:
+		return nil, usageError{fmt.Errorf("--partitions %d: want a positive number, or -1 for the brokers' default", f.partitions)}
+	case f.replication == 0 || f.replication < -1 || f.replication > math.MaxInt16:
+		return nil, usageError{fmt.Errorf("--replication-factor %d: want a positive number up to %d, or -1 for the brokers' default",
+			f.replication, math.MaxInt16)}
+	case f.declare && len(topics) == 0:
+		return nil, usageError{errors.New("--declare with Kafka needs --topics: the topics to create when missing")}
+	}
+	return &open.BrokerConfig{Kafka: open.KafkaConfig{TopicFrom: from, TopicPrefix: f.topicPrefix, Topics: topics,
+		Declare: f.declare, Partitions: int32(f.partitions), ReplicationFactor: int16(f.replication), Logger: log}}, nil
 }
 
 // connect calls dial until it succeeds, fails with a configuration error

@@ -94,7 +94,7 @@ func TestRelayCLIRabbitMQErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"StreamWithAMQP", exitUsage, []string{"--broker-url", amqpURL, "--stream", "S"}, "--stream and --subjects apply to NATS"},
+		{"StreamWithAMQP", exitUsage, []string{"--broker-url", amqpURL, "--stream", "S"}, "--stream applies to NATS"},
 		{"QueueWithNATS", exitUsage, []string{"--broker-url", "nats://127.0.0.1:4222", "--queue", "q"}, "--queue applies to RabbitMQ"},
 		{"DeclareQueueWithoutBinding", exitUsage, []string{"--broker-url", amqpURL, "--queue", "q", "--declare"}, "needs at least one --routing-key"},
 		{"BadQueueType", exitUsage, []string{"--broker-url", amqpURL, "--queue", "q", "--queue-type", "stream"}, `--queue-type "stream"`},

@@ -47,7 +47,8 @@ type Config struct {
 	// Default none.
 	TopicPrefix string
 	// Topics are checked at start: each must exist, or, with Declare, is
-	// created. Default none: no check; a message to a topic that does not
+	// created; a missing one fails Dial and New with an error wrapping
+	// kerr.UnknownTopicOrPartition. Default none: no check; a message to a topic that does not
 	// exist is unroutable (OutcomeReturned).
 	Topics []string
 	// Declare creates the Topics that do not exist at start, with
@@ -330,7 +331,8 @@ func (p *Publisher) setupTopics(ctx context.Context, cl *kgo.Client) error {
 		return nil
 	}
 	if !p.cfg.Declare {
-		return fmt.Errorf("topic %s does not exist: create it, or let the publisher declare it (Config.Declare)", strings.Join(missing, ", "))
+		return fmt.Errorf("topic %s does not exist: create it, or let ferry declare it (Declare, --declare): %w",
+			strings.Join(missing, ", "), kerr.UnknownTopicOrPartition)
 	}
 	created, err := adm.CreateTopics(ctx, p.cfg.Partitions, p.cfg.ReplicationFactor, nil, missing...)
 	if err != nil {

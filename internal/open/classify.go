@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/ferrydev/ferry/ferrytype"
 )
@@ -15,7 +16,7 @@ import (
 // Permanent tells a failure to connect that no retry can mend (a
 // configuration error: the database does not exist, the password is
 // wrong, the exchange, queue or stream the relay was told to check does
-// not exist) from a transient one (connection refused, a timeout, a name
+// not exist, nor the Kafka topic) from a transient one (connection refused, a timeout, a name
 // server failing), by the drivers' error codes, never their text. For a
 // permanent cause it returns err classed as ferrytype.ErrInvalidConfig,
 // its message naming the cause and the fix; for a transient one, nil.
@@ -53,6 +54,13 @@ func Permanent(err error) error {
 		case amqp.PreconditionFailed:
 			return configCause("", err)
 		}
+	case errors.Is(err, kerr.UnknownTopicOrPartition): // a topic the relay was told to check
+		return configCause("", err)
+	case errors.Is(err, kerr.SaslAuthenticationFailed), errors.Is(err, kerr.IllegalSaslState),
+		errors.Is(err, kerr.UnsupportedSaslMechanism):
+		return configCause("Kafka refused the login: fix the user, password or sasl= mechanism in the URL", err)
+	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
+		return configCause("Kafka denied access: grant the user the ACLs to describe, create and write the topics", err)
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return configCause("", err)
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked):

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
+	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
 	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
@@ -159,11 +160,15 @@ type NATSConfig = ferrynats.Config
 // AMQPConfig is the topology and settings of a RabbitMQ publisher.
 type AMQPConfig = ferryamqp.Config
 
+// KafkaConfig is the topic derivation and topology of a Kafka publisher.
+type KafkaConfig = ferrykafka.Config
+
 // BrokerConfig holds the settings of each kind of publisher; Publisher
 // uses the one the URL's scheme picks.
 type BrokerConfig struct {
-	NATS NATSConfig
-	AMQP AMQPConfig
+	NATS  NATSConfig
+	AMQP  AMQPConfig
+	Kafka KafkaConfig
 }
 
 // broker is one broker package: the URL schemes it serves, its name as
@@ -194,6 +199,14 @@ var brokers = []broker{
 			return asPublisher(ferryamqp.Dial(ctx, rawURL, &cfg.AMQP))
 		},
 	},
+	{
+		schemes: ferrykafka.Schemes,
+		system:  "kafka",
+		check:   checkKafka,
+		dial: func(ctx context.Context, rawURL string, cfg *BrokerConfig) (ferrybroker.Publisher, error) {
+			return asPublisher(ferrykafka.Dial(ctx, rawURL, &cfg.Kafka))
+		},
+	},
 }
 
 func asPublisher[P ferrybroker.Publisher](p P, err error) (ferrybroker.Publisher, error) {
@@ -216,8 +229,12 @@ func brokerFor(rawURL string) (broker, bool) {
 // IsAMQP reports whether rawURL names a RabbitMQ server.
 func IsAMQP(rawURL string) bool { return BrokerSystem(rawURL) == "rabbitmq" }
 
+// IsKafka reports whether rawURL names Kafka brokers.
+func IsKafka(rawURL string) bool { return BrokerSystem(rawURL) == "kafka" }
+
 // BrokerSystem names the broker at rawURL as OpenTelemetry's
-// messaging.system does ("nats", "rabbitmq"), or "" for an unknown scheme.
+// messaging.system does ("nats", "rabbitmq", "kafka"), or "" for an
+// unknown scheme.
 func BrokerSystem(rawURL string) string {
 	b, _ := brokerFor(rawURL)
 	return b.system
@@ -233,11 +250,12 @@ func brokerForURL(rawURL string) (broker, error) {
 		return broker{}, fmt.Errorf("%w: no broker URL: set --broker-url or FERRY_BROKER_URL (%s)",
 			ferrytype.ErrInvalidConfig, brokerForms)
 	}
-	return broker{}, unschemed("broker", rawURL, "nats, tls, amqp or amqps", brokerForms)
+	return broker{}, unschemed("broker", rawURL, brokerSchemes, brokerForms)
 }
 
 // Publisher connects to the broker at rawURL: nats:// or tls:// (NATS
-// JetStream), amqp:// or amqps:// (RabbitMQ). It checks rawURL's form
+// JetStream), amqp:// or amqps:// (RabbitMQ), kafka:// or kafkas://
+// (Kafka). It checks rawURL's form
 // first (see ValidateBrokerURL).
 func Publisher(ctx context.Context, rawURL string, cfg *BrokerConfig) (ferrybroker.Publisher, error) {
 	if cfg == nil {

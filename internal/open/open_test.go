@@ -3,6 +3,7 @@ package open_test
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,31 +60,55 @@ func TestInvalidTableIsRefusedBeforeConnecting(t *testing.T) {
 
 func TestEachSchemeDialsItsBroker(t *testing.T) {
 	ctx := testsvc.Context(t, time.Minute)
-	for _, c := range []struct{ url, system string }{
-		{testsvc.URL(testsvc.EnvNATS), "nats"},
-		{testsvc.URL(testsvc.EnvAMQP), "rabbitmq"},
+	for _, c := range []struct {
+		system string
+		url    func(t *testing.T) string // skips, or fails under FERRY_REQUIRE_SERVICES, when the server is absent
+	}{
+		{"nats", func(t *testing.T) string { testsvc.NATS(t); return testsvc.URL(testsvc.EnvNATS) }},
+		{"rabbitmq", func(t *testing.T) string {
+			testsvc.UseRabbitMQ(t)
+			testsvc.RabbitMQ(t)
+			return testsvc.URL(testsvc.EnvAMQP)
+		}},
+		{"kafka", func(t *testing.T) string { return "kafka://" + strings.Join(testsvc.Kafka(t), ",") }},
 	} {
 		t.Run(c.system, func(t *testing.T) {
-			require.Equal(t, c.system, open.BrokerSystem(c.url))
-			// Skip, or fail under FERRY_REQUIRE_SERVICES, when the server
-			// is absent.
-			if c.system == "nats" {
-				testsvc.NATS(t)
-			} else {
-				testsvc.UseRabbitMQ(t)
-				testsvc.RabbitMQ(t)
-			}
-			p, err := open.Publisher(ctx, c.url, nil)
+			u := c.url(t)
+			require.Equal(t, c.system, open.BrokerSystem(u))
+			p, err := open.Publisher(ctx, u, nil)
 			require.NoError(t, err)
 			require.NoError(t, p.Close())
 		})
 	}
 	require.True(t, open.IsAMQP("AMQPS://h:5671/"), "schemes are case-insensitive")
 	require.False(t, open.IsAMQP("nats://h:4222"))
+	require.True(t, open.IsKafka("KAFKAS://h:9093"))
+	require.False(t, open.IsKafka("amqp://h:5672/"))
+}
+
+// A Kafka topic the publisher was told to check and that does not exist
+// is a cause no retry mends; with Declare it is created.
+func TestKafkaTopics(t *testing.T) {
+	ctx := testsvc.Context(t, time.Minute)
+	u := "kafka://" + strings.Join(testsvc.Kafka(t), ",")
+	missing := testsvc.Name("ferry_missing_")
+	_, err := open.Publisher(ctx, u, &open.BrokerConfig{Kafka: open.KafkaConfig{Topics: []string{missing}}})
+	require.Error(t, err)
+	perr := open.Permanent(err)
+	require.ErrorIs(t, perr, ferrytype.ErrInvalidConfig)
+	require.ErrorContains(t, perr, "topic "+missing+" does not exist")
+
+	p, err := open.Publisher(ctx, u, &open.BrokerConfig{Kafka: open.KafkaConfig{Topics: []string{missing}, Declare: true,
+		Partitions: 3, ReplicationFactor: 1}})
+	require.NoError(t, err)
+	require.NoError(t, p.Close())
+	p, err = open.Publisher(ctx, u, &open.BrokerConfig{Kafka: open.KafkaConfig{Topics: []string{missing}}})
+	require.NoError(t, err, "the declared topic exists")
+	require.NoError(t, p.Close())
 }
 
 func TestUnknownBrokerSchemeIsInvalidConfig(t *testing.T) {
-	for _, u := range []string{"", "kafka://app:s3cr3t@broker:9092", "mysql://root@127.0.0.1/test"} {
+	for _, u := range []string{"", "mqtt://app:s3cr3t@broker:1883", "mysql://root@127.0.0.1/test"} {
 		require.Empty(t, open.BrokerSystem(u), u)
 		_, err := open.Publisher(context.Background(), u, nil)
 		require.ErrorIs(t, err, ferrytype.ErrInvalidConfig, u)

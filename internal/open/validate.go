@@ -11,6 +11,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
@@ -19,7 +20,9 @@ import (
 const (
 	databaseForms = "mysql://user@host:3306/db, postgres://user@host:5432/db, sqlite:///path/file.db " +
 		"(a password goes after the user, user:password@, percent-encoded)"
-	brokerForms = "nats://host:4222, amqp://user@host:5672/vhost"
+	brokerForms = "nats://host:4222, amqp://user@host:5672/vhost, kafka://host:9092[,host2:9092]"
+	// brokerSchemes names the broker schemes an unknown one is told.
+	brokerSchemes = "nats, tls, amqp, amqps, kafka or kafkas"
 )
 
 var (
@@ -45,7 +48,8 @@ func ValidateDatabaseURL(rawURL string) error {
 
 // ValidateBrokerURL checks, without connecting, that rawURL is a broker URL
 // ferry can dial (nats:// or tls://, a comma-separated list of them;
-// amqp:// or amqps://), as ValidateDatabaseURL does for databases.
+// amqp:// or amqps://; kafka:// or kafkas://, with comma-separated
+// hosts), as ValidateDatabaseURL does for databases.
 func ValidateBrokerURL(rawURL string) error {
 	b, err := brokerForURL(rawURL)
 	if err != nil {
@@ -217,7 +221,7 @@ func checkNATS(rawURL string) error {
 			one = "nats://" + one // nats.go reads a bare host:port so
 		}
 		if !slices.Contains([]string{"nats", "tls"}, scheme(one)) {
-			return unschemed("broker", one, "nats, tls, amqp or amqps", brokerForms)
+			return unschemed("broker", one, brokerSchemes, brokerForms)
 		}
 		if _, err := authority("broker", one, false, false); err != nil {
 			return ferrytype.RedactError(err, rawURL)
@@ -236,4 +240,11 @@ func checkAMQP(rawURL string) error {
 			ferrytype.RedactURL(rawURL), err), rawURL)
 	}
 	return nil
+}
+
+// checkKafka checks a kafka:// or kafkas:// URL as ferrykafka.Dial reads
+// it: the hosts, TLS files, SASL and client id options (ParseURL).
+func checkKafka(rawURL string) error {
+	_, err := ferrykafka.ParseURL(rawURL)
+	return err
 }

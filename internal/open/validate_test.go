@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/open"
@@ -55,7 +56,11 @@ func TestValidateURLs(t *testing.T) {
 		{"amqp://guest:s3cr3tpw@127.0.0.1:abc/", `port "abc"`},
 		{"amqp://guest:s3cr3tpw@:5672/", "has no host"},
 		{"nats://s3cr3tpw@:4222", "has no host"},
-		{"kafka://h:9092", `unknown scheme "kafka"`},
+		{"mqtt://h:1883", `unknown scheme "mqtt" (want nats, tls, amqp, amqps, kafka or kafkas)`},
+		{"kafka://h:99999", `port "99999"`},
+		{"kafka://relay:s3cr3tpw@h:9092", "no sasl= mechanism"},
+		{"kafka://relay:s3cr3tpw@h:9092?sasl=plain", "insecure_sasl"},
+		{"kafka://h:9092?acks=0", `unknown option "acks"`},
 		{"localhost:4222", "has no scheme"},
 		{"amqp://gu%est@127.0.0.1/", "bad percent-encoding"},
 	}
@@ -72,7 +77,8 @@ func TestValidateURLs(t *testing.T) {
 		require.NoError(t, open.ValidateDatabaseURL(ok), ok)
 	}
 	for _, ok := range []string{"nats://127.0.0.1:4222", "nats://tok3n@h:4222", "tls://h:4222,nats://h2", "NATS://h",
-		"amqp://guest:guest@127.0.0.1:5672/", "amqps://u:p%2Fw@mq/vhost"} {
+		"amqp://guest:guest@127.0.0.1:5672/", "amqps://u:p%2Fw@mq/vhost",
+		"kafka://b1:9092,b2", "KAFKAS://relay:p%2Fw@b1:9093?sasl=scram-sha-512"} {
 		require.NoError(t, open.ValidateBrokerURL(ok), ok)
 	}
 }
@@ -90,6 +96,9 @@ func TestPermanent(t *testing.T) {
 		"AMQPNotFound":       wrap(&amqp.Error{Code: amqp.NotFound}),
 		"AMQPCredentials":    wrap(amqp.ErrCredentials),
 		"NATSNoStream":       wrap(jetstream.ErrStreamNotFound),
+		"KafkaNoTopic":       wrap(kerr.UnknownTopicOrPartition),
+		"KafkaSASL":          wrap(kerr.SaslAuthenticationFailed),
+		"KafkaTopicACL":      wrap(kerr.TopicAuthorizationFailed),
 	} {
 		p := open.Permanent(err)
 		require.ErrorIs(t, p, ferrytype.ErrInvalidConfig, name)
@@ -101,6 +110,7 @@ func TestPermanent(t *testing.T) {
 		"PostgresShutdown": wrap(&pgconn.PgError{Code: "57P01"}),
 		"MySQLTooMany":     wrap(&mysql.MySQLError{Number: 1040}),
 		"AMQPClosed":       wrap(amqp.ErrClosed),
+		"KafkaNoLeader":    wrap(kerr.LeaderNotAvailable),
 		"DNS":              &url.Error{Op: "dial", Err: errors.New("lookup db: temporary failure")},
 	} {
 		require.NoError(t, open.Permanent(err), name)
