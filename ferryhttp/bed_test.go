@@ -49,7 +49,7 @@ type tables struct {
 }
 
 // newBed builds a bed on kind's test database.
-func newBed(t *testing.T, kind string) *bed {
+func newBed(t testing.TB, kind string) *bed {
 	t.Helper()
 	st := testsvc.Store(t, kind)
 	m, c, v := testsvc.InboxTables()
@@ -182,7 +182,7 @@ func (b *bed) events(t *testing.T, order string) int {
 	return b.count(t, b.tables.Outbox, "aggregate_id = ?", order)
 }
 
-func (b *bed) newKeys(t *testing.T, mod ...func(*ferryhttp.Config)) *ferryhttp.Keys[*sql.Tx] {
+func (b *bed) newKeys(t testing.TB, mod ...func(*ferryhttp.Config)) *ferryhttp.Keys[*sql.Tx] {
 	t.Helper()
 	cfg := &ferryhttp.Config{}
 	for _, m := range mod {
