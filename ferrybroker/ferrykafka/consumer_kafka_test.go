@@ -14,7 +14,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrybroker"
@@ -493,4 +496,75 @@ func TestConsumerStartNeedsTheTopics(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, d.Start(b.ctx))
 	require.NoError(t, d.Stop(b.ctx))
+}
+
+// The group fences the member (a heartbeat answered UNKNOWN_MEMBER_ID)
+// while a handler runs whose inbox transaction committed: its partition is
+// lost, the handler's context is cancelled, and what it did is not
+// committed, even though it returns nil. The consumer rejoins, the record
+// comes again, and the inbox finds it applied.
+func TestConsumerLostPartitionCommitsNothingInFlight(t *testing.T) {
+	b := setupKafkaConsumer(t, 1)
+	ib := newInboxBed(t)
+	ids := []string{"evt-1", "evt-2", "evt-3"}
+	for _, id := range ids {
+		b.produce(t, event(0, id, "order-1", `{"amount":10}`))
+	}
+	inner := ib.handler()
+	var first atomic.Bool
+	lostSeen := make(chan struct{})
+	c := b.consumer(t, func(ctx context.Context, d *ferrybroker.Delivery) error {
+		if err := inner(ctx, d); err != nil {
+			return err
+		}
+		if d.MessageID == "evt-1" && first.CompareAndSwap(false, true) {
+			b.k.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Heartbeat}, Group: b.group, Err: kerr.UnknownMemberID})
+			select {
+			case <-ctx.Done(): // the partition was lost
+				close(lostSeen)
+			case <-time.After(30 * time.Second):
+				return errors.New("the partition was not lost within 30s")
+			}
+		}
+		return nil
+	}, ferrykafka.ConsumerConfig{Concurrency: 1, ClientOpts: []kgo.Opt{kgo.HeartbeatInterval(50 * time.Millisecond)}})
+	require.NoError(t, c.Start(b.ctx))
+	select {
+	case <-lostSeen:
+	case <-b.ctx.Done():
+		t.Fatal("the partition was not lost")
+	}
+	waitStats(t, c, func(s ferrybroker.ConsumerStats) bool { return s.Acked == 3 })
+	require.NoError(t, c.Stop(b.ctx))
+	st := c.Stats()
+	require.Equal(t, int64(4), st.Delivered, "evt-1 twice: %+v", st)
+	require.Equal(t, int64(1), st.Left, "evt-1's first handling was not committed: %+v", st)
+	require.Equal(t, 1, ib.outcomes(ferry.InboxDuplicate))
+	ib.requireOnce(t, ids)
+	b.waitUnsettled(t, 0)
+}
+
+// A transient failure is retried in place: the partition waits, and the
+// records after it are handled after it, in order.
+func TestConsumerRetriesInPlaceAndThePartitionWaits(t *testing.T) {
+	b := setupKafkaConsumer(t, 1)
+	b.produce(t, event(0, "evt-a", "order-1", `{}`), event(0, "evt-b", "order-1", `{}`))
+	var mu sync.Mutex
+	var calls []string
+	c := b.consumer(t, func(ctx context.Context, d *ferrybroker.Delivery) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, fmt.Sprintf("%s#%d redelivered=%v", d.MessageID, d.DeliveryCount, d.Redelivered))
+		if d.MessageID == "evt-a" && d.DeliveryCount < 3 {
+			return errors.New("points service unavailable")
+		}
+		return nil
+	}, ferrykafka.ConsumerConfig{Concurrency: 4})
+	require.NoError(t, c.Start(b.ctx))
+	waitStats(t, c, func(s ferrybroker.ConsumerStats) bool { return s.Acked == 2 })
+	require.NoError(t, c.Stop(b.ctx))
+	require.Equal(t, []string{"evt-a#1 redelivered=false", "evt-a#2 redelivered=true", "evt-a#3 redelivered=true",
+		"evt-b#1 redelivered=false"}, calls)
+	require.Equal(t, ferrybroker.ConsumerStats{Delivered: 4, Handled: 4, Acked: 2, Retried: 2}, c.Stats())
+	b.waitUnsettled(t, 0)
 }
