@@ -233,8 +233,9 @@ type Consumer struct {
 	bg       sync.WaitGroup // the poll loop and the committer
 	workers  sync.WaitGroup // one per assigned partition
 
-	pmu   sync.Mutex // parts
-	parts map[tp]*part
+	pmu      sync.Mutex // parts, draining
+	parts    map[tp]*part
+	draining bool // Stop waits for the workers: start no more
 
 	commitMu sync.Mutex // one commit at a time
 }
@@ -409,6 +410,9 @@ func (c *Consumer) Stop(ctx context.Context) error {
 	close(c.stopping)
 	c.bgCancel()
 	c.bg.Wait()
+	c.pmu.Lock()
+	c.draining = true
+	c.pmu.Unlock()
 	done := make(chan struct{})
 	go func() { c.workers.Wait(); close(done) }()
 	var err error
@@ -500,14 +504,12 @@ func (c *Consumer) push(p *part, recs []*kgo.Record) {
 		return
 	}
 	p.queue = append(p.queue, recs...)
-	pause := len(p.queue) >= partitionBuffer && !p.paused
-	if pause {
+	if len(p.queue) >= partitionBuffer && !p.paused {
+		// Under p.mu, so that the worker's resume cannot come first.
 		p.paused = true
-	}
-	p.mu.Unlock()
-	if pause {
 		c.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.partition}})
 	}
+	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
 	default:
@@ -611,7 +613,7 @@ func (c *Consumer) finalize(p *part, cause error) {
 func (c *Consumer) assigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
 	c.pmu.Lock()
 	defer c.pmu.Unlock()
-	if c.closing.Load() {
+	if c.draining {
 		return
 	}
 	for topic, partitions := range assigned {
@@ -728,17 +730,13 @@ func (c *Consumer) quit(p *part) {
 // resume fetches again partitions paused by their parts, in case they are
 // assigned again.
 func (c *Consumer) resume(cl *kgo.Client, parts []*part) {
-	m := map[string][]int32{}
 	for _, p := range parts {
 		p.mu.Lock()
 		if p.paused || p.halted {
-			m[p.topic] = append(m[p.topic], p.partition)
 			p.paused = false
+			cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.partition}})
 		}
 		p.mu.Unlock()
-	}
-	if len(m) > 0 {
-		cl.ResumeFetchPartitions(m)
 	}
 }
 
@@ -766,14 +764,11 @@ func (c *Consumer) next(p *part) *kgo.Record {
 			rec := p.queue[0]
 			p.queue[0] = nil
 			p.queue = p.queue[1:]
-			resume := p.paused && len(p.queue) <= partitionBuffer/2
-			if resume {
+			if p.paused && len(p.queue) <= partitionBuffer/2 {
 				p.paused = false
-			}
-			p.mu.Unlock()
-			if resume {
 				c.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.partition}})
 			}
+			p.mu.Unlock()
 			return rec
 		}
 		p.mu.Unlock()
@@ -878,8 +873,8 @@ func (c *Consumer) halt(p *part, d *ferrybroker.Delivery, cause error) {
 	p.mu.Lock()
 	p.halted = true
 	p.queue = nil
-	p.mu.Unlock()
 	c.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.partition}})
+	p.mu.Unlock()
 	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: cause})
 }
 

@@ -568,3 +568,73 @@ func TestConsumerRetriesInPlaceAndThePartitionWaits(t *testing.T) {
 	require.Equal(t, ferrybroker.ConsumerStats{Delivered: 4, Handled: 4, Acked: 2, Retried: 2}, c.Stats())
 	b.waitUnsettled(t, 0)
 }
+
+// A partition whose first record keeps failing holds its records, past a
+// few hundred of them without fetching more, while the other partition is
+// handled to its end; once the record succeeds, its partition follows, in
+// order.
+func TestConsumerWaitingPartitionDoesNotHoldTheOthers(t *testing.T) {
+	const n = 700 // per partition: more than a partition buffers
+	b := setupKafkaConsumer(t, 2)
+	var recs []*kgo.Record
+	for i := 0; i < n; i++ {
+		recs = append(recs, event(0, fmt.Sprintf("p0-%d", i), "order-0", fmt.Sprintf(`{"n":%d}`, i)),
+			event(1, fmt.Sprintf("p1-%d", i), "order-1", fmt.Sprintf(`{"n":%d}`, i)))
+	}
+	b.produce(t, recs...)
+	var released atomic.Bool
+	var mu sync.Mutex
+	next := map[string]int{}
+	var violations []string
+	var p1Done atomic.Int64
+	c := b.consumer(t, func(ctx context.Context, d *ferrybroker.Delivery) error {
+		if d.AggregateID == "order-0" && !released.Load() {
+			return errors.New("not yet")
+		}
+		var body struct{ N int }
+		require.NoError(t, json.Unmarshal(d.Payload, &body))
+		mu.Lock()
+		defer mu.Unlock()
+		if body.N != next[d.AggregateID] {
+			violations = append(violations, fmt.Sprintf("%s: got %d, want %d", d.AggregateID, body.N, next[d.AggregateID]))
+		}
+		next[d.AggregateID] = body.N + 1
+		if d.AggregateID == "order-1" {
+			p1Done.Add(1)
+		}
+		return nil
+	}, ferrykafka.ConsumerConfig{Concurrency: 2, Retry: ferrybroker.RetryPolicy{MaxDeliveries: 1 << 20,
+		RetryDelay: 2 * time.Millisecond, MaxRetryDelay: 20 * time.Millisecond}})
+	require.NoError(t, c.Start(b.ctx))
+	testsvc.WaitFor(t, time.Minute, func() bool { return p1Done.Load() == n }, func() string { return fmt.Sprintf("%+v", c.Stats()) })
+	testsvc.WaitFor(t, 30*time.Second, func() bool { return unsettledOf(t, b, 1) == 0 },
+		func() string { return "partition 1 not committed to its end" })
+	require.Equal(t, n, unsettledOf(t, b, 0), "partition 0 waits on its first record")
+	released.Store(true)
+	waitStats(t, c, func(s ferrybroker.ConsumerStats) bool { return s.Acked == 2*n })
+	require.NoError(t, c.Stop(b.ctx))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, violations)
+	require.Equal(t, map[string]int{"order-0": n, "order-1": n}, next)
+	b.waitUnsettled(t, 0)
+}
+
+// unsettledOf returns how many records of partition p lie past the
+// group's committed offset.
+func unsettledOf(t *testing.T, b *kafkaConsumerBundle, p int32) int {
+	t.Helper()
+	ctx := testsvc.Context(t, 30*time.Second)
+	adm := kadm.NewClient(b.cl)
+	ends, err := adm.ListEndOffsets(ctx, b.topic)
+	require.NoError(t, err)
+	committed, err := adm.FetchOffsets(ctx, b.group)
+	require.NoError(t, err)
+	end, ok := ends.Lookup(b.topic, p)
+	require.True(t, ok)
+	at := int64(0)
+	if c, ok := committed.Lookup(b.topic, p); ok && c.At >= 0 {
+		at = c.At
+	}
+	return int(end.Offset - at)
+}
