@@ -177,13 +177,22 @@ func (ib *inboxBed) outcomes(o ferry.InboxOutcome) int {
 
 func newInboxBed(t *testing.T) *inboxBed {
 	t.Helper()
+	return newInboxBedOn(t, testsvc.SQLite(t), true)
+}
+
+// newInboxBedOn returns the inbox bed on db, creating its tables when
+// create is set.
+func newInboxBedOn(t *testing.T, db *sql.DB, create bool) *inboxBed {
+	t.Helper()
 	ctx := testsvc.Context(t, time.Minute)
-	ib := &inboxBed{db: testsvc.SQLite(t), count: map[ferry.InboxOutcome]int{}}
+	ib := &inboxBed{db: db, count: map[ferry.InboxOutcome]int{}}
 	store, err := ferrysqlite.NewInbox(ib.db, nil)
 	require.NoError(t, err)
-	require.NoError(t, store.Migrate(ctx))
-	_, err = ib.db.ExecContext(ctx, `CREATE TABLE effect (event_id TEXT NOT NULL)`)
-	require.NoError(t, err)
+	if create {
+		require.NoError(t, store.Migrate(ctx))
+		_, err = ib.db.ExecContext(ctx, `CREATE TABLE effect (event_id TEXT NOT NULL)`)
+		require.NoError(t, err)
+	}
 	ib.in, err = ferry.NewInbox(store, &ferry.InboxConfig{Consumer: "kafka-test", Hooks: []ferry.Hook{ib}})
 	require.NoError(t, err)
 	return ib
