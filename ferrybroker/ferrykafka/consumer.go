@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -305,7 +306,7 @@ func DialConsumer(ctx context.Context, rawURL string, handler ferrybroker.Handle
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(append(c.conn, c.cfg.ClientOpts...)...)
+	cl, err := kgo.NewClient(slices.Concat(c.conn, c.cfg.ClientOpts)...)
 	if err != nil {
 		return nil, ferrytype.RedactError(fmt.Errorf("kafka client for %s: %w", cc, err), rawURL)
 	}
@@ -370,7 +371,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 // exist, on a client of its own (the group client joins the group as soon
 // as it is built).
 func (c *Consumer) checkTopics(ctx context.Context) error {
-	cl, err := kgo.NewClient(append(c.conn, c.cfg.ClientOpts...)...)
+	cl, err := kgo.NewClient(slices.Concat(c.conn, c.cfg.ClientOpts)...)
 	if err != nil {
 		return fmt.Errorf("ferrykafka: consumer client: %w", err)
 	}
