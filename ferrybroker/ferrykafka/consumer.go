@@ -668,6 +668,7 @@ func (c *Consumer) revoked(ctx context.Context, cl *kgo.Client, revoked map[stri
 		c.quit(p)
 	}
 	if !c.closing.Load() {
+		c.log.Debug("partitions revoking: waiting for their handlers in flight", "partitions", fmt.Sprint(revoked))
 		wait, cancel := context.WithTimeout(ctx, c.cfg.RevokeTimeout)
 		for _, p := range parts {
 			select {

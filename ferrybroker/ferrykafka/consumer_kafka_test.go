@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -646,4 +647,123 @@ func unsettledOf(t *testing.T, b *kafkaConsumerBundle, p int32) int {
 		at = c.At
 	}
 	return int(end.Offset - at)
+}
+
+// A rebalance that moves a partition whose handler is running waits for
+// it (up to RevokeTimeout, here longer than the test needs) and commits
+// what it did before the partition moves: the new owner starts after it,
+// and no record is handled twice.
+func TestConsumerRevokeWaitsForHandlersAndCommitsThem(t *testing.T) {
+	b := setupKafkaConsumer(t, 2)
+	b.produce(t, event(0, "a0", "order-0", `{}`), event(0, "a1", "order-0", `{}`),
+		event(1, "b0", "order-1", `{}`), event(1, "b1", "order-1", `{}`))
+	var seen counts
+	gate := make(chan struct{})
+	held := make(chan string, 2)
+	handler := func(ctx context.Context, d *ferrybroker.Delivery) error {
+		if d.MessageID == "a0" || d.MessageID == "b0" {
+			held <- d.MessageID
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		seen.add(d.MessageID)
+		return nil
+	}
+	slowRevoke := []kgo.Opt{kgo.RebalanceTimeout(45 * time.Second), kgo.HeartbeatInterval(100 * time.Millisecond)}
+	revoking := &logSignal{msg: "partitions revoking: waiting for their handlers in flight", ch: make(chan struct{})}
+	a := b.consumer(t, handler, ferrykafka.ConsumerConfig{Concurrency: 2, RevokeTimeout: 30 * time.Second, ClientOpts: slowRevoke,
+		Logger: slog.New(revoking)})
+	require.NoError(t, a.Start(b.ctx))
+	<-held
+	<-held
+	c2 := b.consumer(t, handler, ferrykafka.ConsumerConfig{Concurrency: 2, RevokeTimeout: 30 * time.Second, ClientOpts: slowRevoke})
+	require.NoError(t, c2.Start(b.ctx))
+	select {
+	case <-revoking.ch: // B joined, and A's revoke waits for its handlers
+	case <-b.ctx.Done():
+		t.Fatal("no partition of A was revoked")
+	}
+	close(gate)
+	testsvc.WaitFor(t, time.Minute, func() bool { return seen.total() == 4 && a.Stats().InFlight == 0 && c2.Stats().InFlight == 0 },
+		func() string { return fmt.Sprintf("a %+v, b %+v", a.Stats(), c2.Stats()) })
+	b.waitUnsettled(t, 0)
+	require.NoError(t, a.Stop(b.ctx))
+	require.NoError(t, c2.Stop(b.ctx))
+	for _, id := range []string{"a0", "a1", "b0", "b1"} {
+		require.Equal(t, 1, seen.get(id), "%s handled once", id)
+	}
+	require.Zero(t, a.Stats().Left, "no handler was cut off: %+v", a.Stats())
+	require.Positive(t, c2.Stats().Acked, "B took the revoked partition after its first record: %+v", c2.Stats())
+	require.Equal(t, int64(4), a.Stats().Acked+c2.Stats().Acked)
+}
+
+// logSignal is a slog.Handler that closes ch on the first record with
+// message msg: a test's way to know that the consumer got somewhere.
+type logSignal struct {
+	msg  string
+	ch   chan struct{}
+	once sync.Once
+}
+
+func (l *logSignal) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logSignal) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logSignal) WithGroup(string) slog.Handler            { return l }
+func (l *logSignal) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == l.msg {
+		l.once.Do(func() { close(l.ch) })
+	}
+	return nil
+}
+
+// counts counts handler calls per message id.
+type counts struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+func (c *counts) add(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]int{}
+	}
+	c.m[id]++
+}
+
+func (c *counts) get(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[id]
+}
+
+func (c *counts) total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, v := range c.m {
+		n += v
+	}
+	return n
+}
+
+// HandlerTimeout ends a handler through its context; that is a transient
+// failure, parked at the delivery limit.
+func TestConsumerHandlerTimeout(t *testing.T) {
+	b := setupKafkaConsumer(t, 1)
+	b.produce(t, event(0, "evt-slow", "order-1", `{}`))
+	c := b.consumer(t, func(ctx context.Context, d *ferrybroker.Delivery) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}, ferrykafka.ConsumerConfig{HandlerTimeout: 20 * time.Millisecond,
+		Retry: ferrybroker.RetryPolicy{MaxDeliveries: 2, RetryDelay: time.Millisecond}})
+	require.NoError(t, c.Start(b.ctx))
+	waitStats(t, c, func(s ferrybroker.ConsumerStats) bool { return s.Parked == 1 })
+	require.NoError(t, c.Stop(b.ctx))
+	require.Equal(t, ferrybroker.ConsumerStats{Delivered: 2, Handled: 2, Retried: 1, Parked: 1}, c.Stats())
+	p := b.parked(t, 1)
+	require.Contains(t, headers(p[0])[ferrybroker.HeaderParkReason], "failed on delivery 2 of at most 2: context deadline exceeded")
+	b.waitUnsettled(t, 0)
 }
