@@ -59,9 +59,11 @@ func HandlerFunc(fn func(d *Delivery) error) Handler {
 }
 
 // Consumer is what every broker's consumer (ferryamqp.Consumer,
-// ferrynats.Consumer) does: it receives deliveries, runs a Handler for
-// each with at most a configured number of handlers at once, and settles
-// each delivery exactly once:
+// ferrynats.Consumer, ferrykafka.Consumer) does: it receives deliveries,
+// runs a Handler for each with at most a configured number of handlers at
+// once, and settles each delivery exactly once (Kafka, which acks by
+// committing an offset per partition, reads "acked" as "the offset past it
+// committed" and retries in place: see ferrykafka):
 //
 //   - acked, only after the handler returned nil;
 //   - parked, when the handler returned an error wrapping

@@ -1,5 +1,6 @@
-// Package ferrykafka publishes outbox events to Kafka through a franz-go
-// client (github.com/twmb/franz-go).
+// Package ferrykafka publishes outbox events to Kafka, and consumes them as
+// a member of a consumer group, through franz-go
+// (github.com/twmb/franz-go).
 //
 // # Connecting
 //
@@ -83,11 +84,141 @@
 // failed ask until the next good one; the relay stops claiming meanwhile,
 // and a Publish in that time sends nothing (not sent). Check asks at once.
 //
+// # Consuming
+//
+// A Consumer runs a ferrybroker.Handler on the records of
+// ConsumerConfig.Topics as
+// a member of the consumer group ConsumerConfig.Group, as every ferry
+// consumer does (ferrybroker.Consumer): the handler commits its effect
+// (through ferry's Inbox, which finds a record handled before), then the
+// record counts as done. NewConsumer takes franz-go connection options
+// (ClientConfig.Opts of a parsed URL) and DialConsumer a URL: the consumer
+// builds its own client, because a group's options and rebalance callbacks
+// are fixed when a franz-go client is built. Its client joins the group
+// with a 10s session timeout and a 10s rebalance timeout instead of
+// franz-go's 45s and 60s, so that the partitions of a consumer that was
+// killed, or that hangs in a rebalance, go to the others within seconds
+// rather than a minute; ConsumerConfig.ClientOpts change them, and any
+// other franz-go option but the group's own. A new group starts at the
+// earliest offset (franz-go's default; kgo.ConsumeResetOffset changes it).
+//
+// Kafka has no per-message ack: the group commits, per partition, the
+// offset to resume from. So:
+//
+//   - Order. A partition's records are handled one at a time, in offset
+//     order; ConsumerConfig.Concurrency handlers run at once across
+//     partitions. A ferry publisher keys a record by its aggregate id, so
+//     one aggregate's events are handled in the order they were
+//     published.
+//   - Offsets. Auto-commit is off (kgo.DisableAutoCommit). The offset
+//     past a record is committed only once that record and every record
+//     before it in the partition was handled (the handler returned nil)
+//     or parked: every ConsumerConfig.CommitInterval (1s), when a
+//     rebalance revokes partitions, and at Stop. A delivery is reported
+//     acked (Stats, ferrybroker.HookSettled) when the commit that covers
+//     it succeeded; a crash before that delivers it again, which the
+//     inbox reports as a duplicate. ferrybroker.FaultConsumerAfterHandle
+//     is that point.
+//   - Retries. Kafka never delivers a record again by itself: a transient
+//     failure is retried in place after the RetryPolicy's delay (200ms
+//     doubling up to 30s by default), and the partition waits meanwhile;
+//     the others go on. Delivery.DeliveryCount and Redelivered count
+//     those in-place deliveries. Kafka keeps no delivery count: a record
+//     read again after a rebalance or a restart starts counting at 1, so
+//     RetryPolicy.MaxDeliveries bounds the retries of one consumer's
+//     turn, not of the record's life.
+//   - Parking. A poison record (an error wrapping ferrytype.ErrPoison), a
+//     malformed one (a payload that is not JSON, a failed
+//     ConsumerConfig.Validate), a tombstone (a record with no value), or
+//     one whose last allowed delivery failed is produced to
+//     ConsumerConfig.ParkTopic, with its key, value and headers and the
+//     park headers (ferrybroker.HeaderParkReason and the others, plus
+//     HeaderParkPartition, HeaderParkOffset and HeaderParkGroup); once the
+//     brokers acknowledged the copy, the partition moves on. If the copy
+//     cannot be produced, the record is retried instead, never skipped. A
+//     crash between the copy and the commit parks the record twice.
+//   - Rebalances. The client blocks rebalances while a poll's records
+//     are queued (kgo.BlockRebalanceOnPoll), so no record of a revoked
+//     partition is taken after the revoke. When a rebalance revokes
+//     partitions, the consumer takes no more of their records, waits up
+//     to ConsumerConfig.RevokeTimeout (5s; keep it below the rebalance
+//     timeout) for their handlers in flight, commits what was handled,
+//     and lets the rebalance go on; a handler still running is cancelled
+//     and its record left to the next owner. When partitions are lost
+//     (the member was fenced: a missed session timeout, a stale
+//     generation), nothing more of them is committed and their handlers
+//     are cancelled: what they did comes again to the next owner, and the
+//     inbox finds it done.
+//   - Stop stops fetching, lets the handlers in flight finish (or, when
+//     its context ends, cancels them), commits, and leaves the group, so
+//     that the others take the partitions at once.
+//
+// A partition whose records wait (a handler retrying, a slow handler)
+// holds at most a few hundred fetched records: past that the consumer
+// pauses fetching it (kgo.Client.PauseFetchPartitions) until its handler
+// catches up, so that the other partitions go on.
+//
+// A Delivery's MessageID is the Ferry-Event-Id header, else Debezium's id
+// header, else topic/partition/offset; Route is the topic; Headers are the
+// record's (the first of a repeated key); AggregateID, when no
+// Ferry-Aggregate-Id header says it, is the record key.
+//
+// # Debezium
+//
+// The Consumer also reads the records Debezium's outbox event router
+// (io.debezium.transforms.outbox.EventRouter) writes from ferry's
+// outbox_event table, in place of a ferry relay: an id header holding the
+// event id, the aggregate id as the key, a topic per aggregate type
+// (outbox.event.<aggregate_type>, whose suffix becomes
+// Delivery.AggregateType when no header says it), and the payload. A
+// connector that reads ferry's table (MySQL shown; the transform's
+// settings are the same for PostgreSQL):
+//
+//	connector.class=io.debezium.connector.mysql.MySqlConnector
+//	table.include.list=app.outbox_event
+//	tombstones.on.delete=false
+//	key.converter=org.apache.kafka.connect.storage.StringConverter
+//	value.converter=org.apache.kafka.connect.storage.StringConverter
+//	transforms=outbox
+//	transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
+//	transforms.outbox.table.field.event.id=event_id
+//	transforms.outbox.table.field.event.key=aggregate_id
+//	transforms.outbox.table.field.event.payload=payload
+//	transforms.outbox.route.by.field=aggregate_type
+//	transforms.outbox.route.topic.replacement=outbox.event.${routedByValue}
+//	transforms.outbox.table.fields.additional.placement=event_type:header:Ferry-Event-Type,aggregate_type:header:Ferry-Aggregate-Type,aggregate_seq:header:Ferry-Aggregate-Seq
+//
+// The additional placement puts the event type and sequence in ferry's
+// headers, so that Delivery.Type and Sequence are set as for a ferry
+// relay's record. With the StringConverter the payload column arrives as
+// its JSON text; with Kafka Connect's JsonConverter
+// (value.converter.schemas.enable=false) it arrives as a JSON string
+// holding that text, which the consumer unwraps for a record that has
+// Debezium's id header and no Ferry-Event-Id. A JsonConverter with
+// schemas enabled wraps the value in a schema envelope, which the
+// consumer passes on as it is: turn schemas off. Header values must be
+// plain strings (Kafka Connect's default SimpleHeaderConverter) or JSON
+// strings.
+//
+// Debezium takes only the rows ferry inserts: the status, attempts, lease
+// and sent_at columns the relay maintains mean nothing to it (the router
+// expects an insert-only table and logs a warning per update,
+// table.op.invalid.behavior), and the headers column (the trace context
+// and the event's own headers) does not become record headers. Run either
+// Debezium or a ferry relay on a table, never both: each would publish
+// every event, and the outbox's statuses would say nothing of what
+// Debezium sent. The rows stay NEW: delete them once Debezium captured
+// them (the router drops deletes; with tombstones.on.delete=false the
+// connector writes no tombstone for them). A tombstone that reaches the
+// consumer anyway is parked with its reason.
+//
 // # Testing
 //
-// The package's tests run the ferrybrokertest conformance suite, faults
-// and a relay against kfake, franz-go's in-process fake of a Kafka cluster
-// speaking the real protocol: they need no service. kfake cannot show
+// The package's tests run the ferrybrokertest conformance suites (the
+// publisher's and the consumer's), faults, a relay, and the consumer's
+// rebalances, lost partitions and crashes through a SQLite inbox against
+// kfake, franz-go's in-process fake of a Kafka cluster speaking the real
+// protocol: they need no service. kfake cannot show
 // what replication does (a follower that lags, an unclean leader election,
 // min.insync.replicas), the timing of a real broker under load, or a
 // network that delays rather than drops.

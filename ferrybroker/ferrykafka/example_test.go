@@ -148,3 +148,60 @@ func ExampleParseURL() {
 	// [b1:9093 b2:9092] scram-sha-512 true
 	// kafkas://relay:xxxxx@b1:9093,b2:9092?client_id=orders-relay&sasl=scram-sha-512
 }
+
+// Consuming: a consumer group member runs the handler on each record, a
+// partition's records in order; a poison record goes to the park topic,
+// and a record counts as settled once the offset past it is committed.
+func ExampleConsumer() {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders", "orders.parked"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cluster.Close()
+	ctx := context.Background()
+	url := "kafka://" + strings.Join(cluster.ListenAddrs(), ",")
+	pub, err := ferrykafka.Dial(ctx, url, &ferrykafka.Config{Topics: []string{"orders"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pub.Close()
+	pub.Publish(ctx, []ferrytype.Message{
+		{ID: "evt-1", AggregateType: "order", AggregateID: "42", Sequence: 1, Type: "OrderPaid",
+			Payload: []byte(`{"orderId":42,"currency":"EUR"}`), Destination: "orders"},
+		{ID: "evt-2", AggregateType: "order", AggregateID: "42", Sequence: 2, Type: "OrderRefunded",
+			Payload: []byte(`{"orderId":42,"currency":"XXX"}`), Destination: "orders"},
+	})
+
+	settled := make(chan string, 2)
+	c, err := ferrykafka.DialConsumer(ctx, url, func(ctx context.Context, d *ferrybroker.Delivery) error {
+		var p struct{ Currency string }
+		if err := json.Unmarshal(d.Payload, &p); err != nil {
+			return ferrytype.Poison(err)
+		}
+		if p.Currency != "EUR" {
+			return ferrytype.Poison(fmt.Errorf("unknown currency %s", p.Currency))
+		}
+		fmt.Println("handled", d.Type, d.MessageID, "of", d.AggregateType, d.AggregateID)
+		return nil // an inbox transaction would commit the effect here
+	}, &ferrykafka.ConsumerConfig{
+		Group: "points", Topics: []string{"orders"}, ParkTopic: "orders.parked",
+		Hooks: []ferrybroker.Hook{ferrybroker.SettledFunc(func(_ string, d *ferrybroker.Delivery, s ferrybroker.Settlement) {
+			settled <- fmt.Sprint(d.MessageID, " ", s.Action)
+		})},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(<-settled)
+	fmt.Println(<-settled)
+	if err := c.Stop(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// handled OrderPaid evt-1 of order 42
+	// evt-1 acked
+	// evt-2 parked
+}

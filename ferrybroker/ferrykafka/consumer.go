@@ -1,0 +1,1015 @@
+package ferrykafka
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+// Headers of a parked copy that only Kafka has, next to the park headers
+// every consumer sets (ferrybroker.HeaderParkReason, HeaderParkedAt,
+// HeaderParkRoute: the original's topic, HeaderParkSource: the original's
+// topic/partition, HeaderParkDeliveryCount).
+const (
+	// HeaderParkPartition is the partition of the original, in decimal.
+	HeaderParkPartition = "Ferry-Park-Partition"
+	// HeaderParkOffset is the offset of the original, in decimal.
+	HeaderParkOffset = "Ferry-Park-Offset"
+	// HeaderParkGroup is the consumer group that parked it.
+	HeaderParkGroup = "Ferry-Park-Group"
+)
+
+// HeaderDebeziumID is the header in which Debezium's outbox event router
+// (io.debezium.transforms.outbox.EventRouter) puts the event id: a
+// Delivery's MessageID when the record has no Ferry-Event-Id.
+const HeaderDebeziumID = "id"
+
+// Defaults of ConsumerConfig.
+const (
+	DefaultConsumerConcurrency = 4
+	DefaultCommitInterval      = time.Second
+	DefaultRevokeTimeout       = 5 * time.Second
+	DefaultRebalanceTimeout    = 10 * time.Second
+	DefaultSessionTimeout      = 10 * time.Second
+	DefaultParkTimeout         = 30 * time.Second
+	DefaultShutdownTimeout     = 30 * time.Second
+)
+
+// commitTimeout bounds one offset commit (periodic, on revoke, at stop).
+const commitTimeout = 10 * time.Second
+
+// partitionBuffer is how many polled records a partition holds before the
+// consumer stops fetching it (kgo.Client.PauseFetchPartitions) until its
+// handler catches up: a partition waiting on retries does not fill memory
+// nor starve the others.
+const partitionBuffer = 256
+
+// ConsumerConfig configures a Consumer. Zero fields take the default named
+// in their comment.
+type ConsumerConfig struct {
+	// Group is the Kafka consumer group. Required.
+	Group string
+	// Topics are the topics consumed. Required; they must exist when the
+	// consumer starts.
+	Topics []string
+	// ParkTopic receives poison and malformed records, tombstones, and
+	// records whose last delivery allowed by Retry failed, with the park
+	// headers; only then does the partition move on. Required: a record
+	// is never skipped. It must exist when the consumer starts.
+	ParkTopic string
+	// Concurrency is the number of handlers running at once, across
+	// partitions. Within a partition records are handled one at a time,
+	// in offset order (so one aggregate's events, which share a key and
+	// so a partition, are handled in the order they were published).
+	// Default 4.
+	Concurrency int
+	// Retry says when a failed record is retried and when it is parked
+	// (defaults: 10 deliveries, 200ms doubling up to 30s). Kafka has no
+	// redelivery: a record whose handler failed transiently is handed to
+	// the handler again in place after the delay, and its partition waits
+	// meanwhile. The delivery count is the consumer's own; a record that
+	// comes again after a rebalance or a restart starts counting at 1.
+	Retry ferrybroker.RetryPolicy
+	// CommitInterval is how often the offsets of handled records are
+	// committed. Offsets are also committed when partitions are revoked
+	// and at Stop. Each commit waits at most 10s. Default 1s.
+	CommitInterval time.Duration
+	// RevokeTimeout bounds how long a rebalance that takes partitions away
+	// waits for their handlers in flight before committing what they
+	// finished; a handler still running then is cancelled and its record
+	// left to the partition's next owner. Keep it below the rebalance
+	// timeout (10s, see Dial). Default 5s.
+	RevokeTimeout time.Duration
+	// HandlerTimeout bounds one handler call through its context. Default
+	// 0: no bound.
+	HandlerTimeout time.Duration
+	// Validate, when set, checks each delivery before the handler runs; an
+	// error parks the record as malformed (ferrybroker.RequireHeaders is
+	// one). A record with a JSON Content-Type header, or none, is always
+	// checked to hold valid JSON (ferrybroker.CheckPayload).
+	Validate func(d *ferrybroker.Delivery) error
+	// ParkTimeout bounds the produce of a parked copy. Default 30s.
+	ParkTimeout time.Duration
+	// ShutdownTimeout bounds the stop at the end of Run. Default 30s.
+	ShutdownTimeout time.Duration
+	// ClientOpts are further franz-go options for the consumer's client,
+	// applied after ferry's defaults (client id ferry-consumer, a 10s
+	// session timeout and a 10s rebalance timeout) and the connection's,
+	// so that they override them. The options the consumer's guarantees
+	// rest on come last and cannot be overridden: kgo.ConsumerGroup,
+	// kgo.ConsumeTopics, kgo.DisableAutoCommit, kgo.BlockRebalanceOnPoll
+	// and the OnPartitions callbacks.
+	ClientOpts []kgo.Opt
+	// Name is the consumer's name given to the hooks. Default: Group.
+	Name string
+	// Hooks observe the consumer: each value implements some of
+	// ferrybroker's consumer hook interfaces (ferrybroker.HookSettled, ...),
+	// as ferryprom.ConsumerMetrics and ferryotel.Tracing do.
+	Hooks []ferrybroker.Hook
+	// Logger receives the consumer's logs. Default: discarded.
+	Logger *slog.Logger
+	// FaultPoint, when set, is called at ferrybroker.FaultConsumerAfterHandle;
+	// a non-nil error acts as a crash of the record's partition there: the
+	// record's offset is not committed, nothing later in the partition is
+	// handled or committed, and the consumer stops fetching the partition
+	// until it is assigned again (after a rebalance or a restart), when
+	// the record comes again. For fault-injection tests only.
+	FaultPoint func(ctx context.Context, point string) error
+}
+
+func (cfg *ConsumerConfig) withDefaults() (ConsumerConfig, error) {
+	if cfg == nil {
+		return ConsumerConfig{}, fmt.Errorf("%w: ferrykafka: a ConsumerConfig is required (Group, Topics, ParkTopic)", ferrytype.ErrInvalidConfig)
+	}
+	c := *cfg
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConsumerConcurrency
+	}
+	c.Retry = c.Retry.WithDefaults()
+	if c.CommitInterval == 0 {
+		c.CommitInterval = DefaultCommitInterval
+	}
+	if c.RevokeTimeout == 0 {
+		c.RevokeTimeout = DefaultRevokeTimeout
+	}
+	if c.ParkTimeout == 0 {
+		c.ParkTimeout = DefaultParkTimeout
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.Name == "" {
+		c.Name = c.Group
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Topics = append([]string(nil), c.Topics...)
+	switch {
+	case c.Group == "":
+		return c, fmt.Errorf("%w: ConsumerConfig.Group is required", ferrytype.ErrInvalidConfig)
+	case len(c.Topics) == 0:
+		return c, fmt.Errorf("%w: ConsumerConfig.Topics is required", ferrytype.ErrInvalidConfig)
+	case c.ParkTopic == "":
+		return c, fmt.Errorf("%w: ConsumerConfig.ParkTopic is required: poison records must go somewhere", ferrytype.ErrInvalidConfig)
+	case c.Concurrency < 1 || c.Concurrency > 4096:
+		return c, fmt.Errorf("%w: ConsumerConfig.Concurrency %d must be within 1..4096", ferrytype.ErrInvalidConfig, c.Concurrency)
+	case c.Retry.Validate() != nil:
+		return c, fmt.Errorf("ConsumerConfig.Retry: %w", c.Retry.Validate())
+	case c.CommitInterval < 10*time.Millisecond:
+		return c, fmt.Errorf("%w: ConsumerConfig.CommitInterval %s is below 10ms", ferrytype.ErrInvalidConfig, c.CommitInterval)
+	case c.RevokeTimeout < 0 || c.HandlerTimeout < 0 || c.ParkTimeout < 0 || c.ShutdownTimeout < 0:
+		return c, fmt.Errorf("%w: ConsumerConfig durations must not be negative", ferrytype.ErrInvalidConfig)
+	}
+	for _, t := range append([]string{c.ParkTopic}, c.Topics...) {
+		if err := validTopic(t); err != nil {
+			return c, fmt.Errorf("%w: ConsumerConfig.Topics/ParkTopic: %v", ferrytype.ErrInvalidConfig, err)
+		}
+	}
+	for _, t := range c.Topics {
+		if t == c.ParkTopic {
+			return c, fmt.Errorf("%w: ConsumerConfig.ParkTopic %s is also consumed", ferrytype.ErrInvalidConfig, t)
+		}
+	}
+	return c, nil
+}
+
+// ConsumerStats counts what a consumer did (see ferrybroker.ConsumerStats).
+type ConsumerStats = ferrybroker.ConsumerStats
+
+// Consumer runs a handler on the records of Kafka topics as a member of a
+// consumer group, as ferrybroker.Consumer describes, with what Kafka
+// changes about it (see the package doc, Consuming):
+//
+//   - A partition's records are handled one at a time, in offset order;
+//     Concurrency handlers run at once across partitions.
+//   - "Acked" means the offset after the record was committed for the
+//     group, which happens only once every earlier record of the
+//     partition was handled (its handler returned nil) or parked. Offsets
+//     are committed every CommitInterval, when partitions are revoked and
+//     at Stop; a delivery is reported settled (HookSettled, Stats) when
+//     the commit that covers it succeeded.
+//   - A transient failure is retried in place after the RetryPolicy's
+//     delay; the partition waits.
+//   - A parked record is produced to ParkTopic, with the park headers,
+//     and only once the brokers acknowledged the copy does the partition
+//     move on.
+//   - Left: a delivery whose offset was not committed (Stop cut its
+//     handler off, its partition was lost or revoked first, a fault point
+//     fired, a commit failed): the group reads it again from the last
+//     committed offset.
+type Consumer struct {
+	conn    []kgo.Opt
+	handler ferrybroker.Handler
+	cfg     ConsumerConfig
+	log     *slog.Logger
+	obs     *ferrybroker.ConsumerObserver
+	sem     chan struct{}
+
+	mu       sync.Mutex // Start and Stop
+	started  bool
+	stopped  bool
+	stopping chan struct{}
+	closing  atomic.Bool // Stop committed for the last time: callbacks only finalize
+	cl       *kgo.Client
+	ctx      context.Context // the handlers'; cancelled when Stop gives up
+	cancel   context.CancelFunc
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup // the poll loop and the committer
+	workers  sync.WaitGroup // one per assigned partition
+
+	pmu      sync.Mutex // parts, draining
+	parts    map[tp]*part
+	draining bool // Stop waits for the workers: start no more
+
+	commitMu sync.Mutex // one commit at a time
+}
+
+var _ ferrybroker.Consumer = (*Consumer)(nil)
+
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// part is one assignment of a partition to this consumer: a partition
+// assigned again gets a new part.
+type part struct {
+	tp
+	ctx    context.Context
+	cancel context.CancelFunc
+	quit   chan struct{} // closed when revoked or lost
+	wake   chan struct{} // a record was queued
+	done   chan struct{} // the worker returned
+
+	mu        sync.Mutex
+	queue     []*kgo.Record
+	gone      bool // revoked, lost or stopped: take nothing more
+	final     bool // no commit of it will be made any more
+	halted    bool // a fault point fired: nothing later may be committed
+	paused    bool
+	next      kgo.EpochOffset // offset to commit, after the last record settled; -1: none
+	committed int64           // -1: nothing committed by this part
+	pending   []pendingSettle // settled in order, not yet covered by a commit
+}
+
+type pendingSettle struct {
+	offset int64
+	d      *ferrybroker.Delivery
+	s      ferrybroker.Settlement
+}
+
+// NewConsumer returns a consumer that connects with conn, franz-go options
+// saying how to reach the brokers (ClientConfig.Opts of a parsed URL, or
+// kgo.SeedBrokers and the like). The consumer builds its own client at
+// Start, because a group consumer's options (the group, its topics, the
+// rebalance callbacks) are fixed when a franz-go client is built; cfg's
+// ClientOpts adjust it. Start or Run runs the consumer.
+func NewConsumer(conn []kgo.Opt, handler ferrybroker.Handler, cfg *ConsumerConfig) (*Consumer, error) {
+	if len(conn) == 0 || handler == nil {
+		return nil, fmt.Errorf("%w: ferrykafka.NewConsumer needs connection options and a handler", ferrytype.ErrInvalidConfig)
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Consumer{conn: append([]kgo.Opt(nil), conn...), handler: handler, cfg: c,
+		log: c.Logger.With("group", c.Group), obs: ferrybroker.NewConsumerObserver(c.Name, c.Hooks),
+		sem: make(chan struct{}, c.Concurrency), parts: map[tp]*part{}}, nil
+}
+
+// DialConsumer parses rawURL (see ParseURL), checks that a broker answers
+// within ctx, and returns a consumer of the brokers there (see
+// NewConsumer). Errors never contain the password.
+func DialConsumer(ctx context.Context, rawURL string, handler ferrybroker.Handler, cfg *ConsumerConfig) (*Consumer, error) {
+	cc, err := ParseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	c, err := NewConsumer(cc.Opts(), handler, cfg)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(slices.Concat(c.conn, c.cfg.ClientOpts)...)
+	if err != nil {
+		return nil, ferrytype.RedactError(fmt.Errorf("kafka client for %s: %w", cc, err), rawURL)
+	}
+	defer cl.Close()
+	if err := cl.Ping(ctx); err != nil {
+		return nil, ferrytype.RedactError(fmt.Errorf("no Kafka broker at %s answers: %w", cc, err), rawURL)
+	}
+	return c, nil
+}
+
+// Stats returns the consumer's counters.
+func (c *Consumer) Stats() ConsumerStats { return c.obs.Stats() }
+
+// Start checks that the topics and the park topic exist, joins the
+// consumer group and starts handling records; ctx bounds the check only.
+// Starting a stopped consumer returns ferrytype.ErrClosed.
+func (c *Consumer) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return ferrytype.ErrClosed
+	}
+	if c.started {
+		return errors.New("ferrykafka: consumer already started")
+	}
+	if err := c.checkTopics(ctx); err != nil {
+		return err
+	}
+	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	c.stopping = make(chan struct{})
+	opts := append([]kgo.Opt{
+		kgo.ClientID("ferry-consumer"),
+		kgo.SessionTimeout(DefaultSessionTimeout),
+		kgo.RebalanceTimeout(DefaultRebalanceTimeout),
+	}, c.conn...)
+	opts = append(opts, c.cfg.ClientOpts...)
+	opts = append(opts,
+		kgo.ConsumerGroup(c.cfg.Group),
+		kgo.ConsumeTopics(c.cfg.Topics...),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(c.assigned),
+		kgo.OnPartitionsRevoked(c.revoked),
+		kgo.OnPartitionsLost(c.lost),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		c.cancel()
+		return fmt.Errorf("ferrykafka: consumer client: %w", err)
+	}
+	c.cl = cl
+	c.started = true
+	bgCtx, bgCancel := context.WithCancel(context.Background())
+	c.bgCancel = bgCancel
+	c.bg.Add(2)
+	go func() { defer c.bg.Done(); c.poll(bgCtx) }()
+	go func() { defer c.bg.Done(); c.commitLoop(bgCtx) }()
+	return nil
+}
+
+// checkTopics asks the brokers whether the topics and the park topic
+// exist, on a client of its own (the group client joins the group as soon
+// as it is built).
+func (c *Consumer) checkTopics(ctx context.Context) error {
+	cl, err := kgo.NewClient(slices.Concat(c.conn, c.cfg.ClientOpts)...)
+	if err != nil {
+		return fmt.Errorf("ferrykafka: consumer client: %w", err)
+	}
+	defer cl.Close()
+	all := append([]string{c.cfg.ParkTopic}, c.cfg.Topics...)
+	details, err := kadm.NewClient(cl).ListTopics(ctx, all...)
+	if err != nil {
+		return fmt.Errorf("ferrykafka: list topics: %w", err)
+	}
+	for _, t := range all {
+		d, ok := details[t]
+		switch {
+		case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
+			return fmt.Errorf("ferrykafka: topic %s does not exist", t)
+		case d.Err != nil:
+			return fmt.Errorf("ferrykafka: topic %s: %w", t, d.Err)
+		}
+	}
+	return nil
+}
+
+// Stop stops fetching and lets the handlers in flight finish, then
+// commits the offsets of every record handled or parked, and leaves the
+// group so that its partitions go to the other members at once. Records
+// fetched but not started are not handled: the group reads them again. If
+// ctx ends first, the handlers' context is cancelled and their records
+// left; the offsets of what finished are still committed, and Stop returns
+// ctx's error. Stopping twice, or before Start, is safe.
+func (c *Consumer) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.started || c.stopped {
+		c.stopped = true
+		return nil
+	}
+	c.stopped = true
+	close(c.stopping)
+	c.bgCancel()
+	c.bg.Wait()
+	c.pmu.Lock()
+	c.draining = true
+	c.pmu.Unlock()
+	done := make(chan struct{})
+	go func() { c.workers.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("stop: handlers still running: %w", ctx.Err())
+		c.cancel()
+	}
+	parts := c.snapshot()
+	cctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	c.commit(cctx, parts)
+	cancel()
+	c.closing.Store(true)
+	for _, p := range parts {
+		c.finalize(p, errors.New("consumer stopped before the offset was committed"))
+	}
+	// Leave the group now, so that the other members get the partitions
+	// without waiting for the session timeout.
+	lctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	if lerr := c.cl.LeaveGroupContext(lctx); lerr != nil {
+		c.log.Warn("leave group", "error", lerr)
+	}
+	cancel()
+	c.cl.Close()
+	c.cancel()
+	return err
+}
+
+// Run starts the consumer and runs it until ctx ends, then stops it,
+// giving handlers in flight up to ShutdownTimeout to finish.
+func (c *Consumer) Run(ctx context.Context) error {
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ShutdownTimeout)
+	defer cancel()
+	return c.Stop(stopCtx)
+}
+
+// poll fetches records and queues each on its partition. Under
+// kgo.BlockRebalanceOnPoll no rebalance callback runs between a poll and
+// AllowRebalance, so a record is never queued on a partition already
+// revoked.
+func (c *Consumer) poll(ctx context.Context) {
+	for {
+		fetches := c.cl.PollRecords(ctx, 1000)
+		if ctx.Err() != nil || fetches.IsClientClosed() {
+			c.cl.AllowRebalance()
+			return
+		}
+		failed := false
+		fetches.EachError(func(topic string, partition int32, err error) {
+			failed = true
+			c.log.Warn("fetch failed", "topic", topic, "partition", partition, "error", err)
+		})
+		c.pmu.Lock()
+		fetches.EachPartition(func(f kgo.FetchTopicPartition) {
+			if len(f.Records) == 0 {
+				return
+			}
+			p := c.parts[tp{f.Topic, f.Partition}]
+			if p == nil {
+				c.log.Debug("records of a partition not assigned dropped", "topic", f.Topic, "partition", f.Partition)
+				return
+			}
+			c.push(p, f.Records)
+		})
+		c.pmu.Unlock()
+		c.cl.AllowRebalance()
+		if failed && fetches.NumRecords() == 0 {
+			// An error repeats until its cause goes: no hot loop.
+			pause := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-pause.C:
+			case <-ctx.Done():
+				pause.Stop()
+			}
+		}
+	}
+}
+
+// push queues records on p, and stops fetching p while its queue is full.
+func (c *Consumer) push(p *part, recs []*kgo.Record) {
+	p.mu.Lock()
+	if p.gone || p.halted {
+		p.mu.Unlock()
+		return
+	}
+	p.queue = append(p.queue, recs...)
+	if len(p.queue) >= partitionBuffer && !p.paused {
+		// Under p.mu, so that the worker's resume cannot come first.
+		p.paused = true
+		c.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.partition}})
+	}
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Consumer) commitLoop(ctx context.Context) {
+	t := time.NewTicker(c.cfg.CommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, commitTimeout)
+		c.commit(cctx, c.snapshot())
+		cancel()
+	}
+}
+
+func (c *Consumer) snapshot() []*part {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	out := make([]*part, 0, len(c.parts))
+	for _, p := range c.parts {
+		out = append(out, p)
+	}
+	return out
+}
+
+// commit commits the offsets of parts that moved since their last commit,
+// then settles the deliveries the commit covers.
+func (c *Consumer) commit(ctx context.Context, parts []*part) {
+	c.commitMu.Lock()
+	defer c.commitMu.Unlock()
+	offsets := map[string]map[int32]kgo.EpochOffset{}
+	for _, p := range parts {
+		p.mu.Lock()
+		if !p.final && p.next.Offset > p.committed {
+			if offsets[p.topic] == nil {
+				offsets[p.topic] = map[int32]kgo.EpochOffset{}
+			}
+			offsets[p.topic][p.partition] = p.next
+		}
+		p.mu.Unlock()
+	}
+	if len(offsets) == 0 {
+		return
+	}
+	ok := map[tp]bool{}
+	c.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			c.log.Warn("offset commit failed; trying again later", "error", err)
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, pr := range t.Partitions {
+				if perr := kerr.ErrorForCode(pr.ErrorCode); perr != nil {
+					c.log.Warn("offset commit failed; trying again later", "topic", t.Topic, "partition", pr.Partition, "error", perr)
+					continue
+				}
+				ok[tp{t.Topic, pr.Partition}] = true
+			}
+		}
+	})
+	for _, p := range parts {
+		eo, sent := offsets[p.topic][p.partition]
+		if !sent || !ok[p.tp] {
+			continue
+		}
+		p.mu.Lock()
+		p.committed = max(p.committed, eo.Offset)
+		var settled []pendingSettle
+		for len(p.pending) > 0 && p.pending[0].offset < p.committed {
+			settled = append(settled, p.pending[0])
+			p.pending = p.pending[1:]
+		}
+		p.mu.Unlock()
+		for _, s := range settled {
+			c.obs.Settled(s.d, s.s)
+		}
+	}
+}
+
+// finalize ends p's commits: deliveries not covered by a commit yet are
+// left.
+func (c *Consumer) finalize(p *part, cause error) {
+	p.mu.Lock()
+	p.gone, p.final = true, true
+	pending := p.pending
+	p.pending = nil
+	p.queue = nil
+	p.mu.Unlock()
+	for _, s := range pending {
+		c.obs.Settled(s.d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: cause})
+	}
+}
+
+// assigned starts a worker for each partition assigned.
+func (c *Consumer) assigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	if c.draining {
+		return
+	}
+	for topic, partitions := range assigned {
+		for _, n := range partitions {
+			key := tp{topic, n}
+			if c.parts[key] != nil {
+				continue
+			}
+			ctx, cancel := context.WithCancel(c.ctx)
+			p := &part{tp: key, ctx: ctx, cancel: cancel, quit: make(chan struct{}), wake: make(chan struct{}, 1),
+				done: make(chan struct{}), next: kgo.EpochOffset{Epoch: -1, Offset: -1}, committed: -1}
+			c.parts[key] = p
+			c.workers.Add(1)
+			go func() {
+				defer c.workers.Done()
+				defer close(p.done)
+				c.work(p)
+			}()
+		}
+	}
+	c.log.Debug("partitions assigned", "partitions", fmt.Sprint(assigned))
+}
+
+// take removes the parts of the given partitions from the assignment.
+func (c *Consumer) take(of map[string][]int32) []*part {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	var out []*part
+	for topic, partitions := range of {
+		for _, n := range partitions {
+			key := tp{topic, n}
+			if p := c.parts[key]; p != nil {
+				out = append(out, p)
+				delete(c.parts, key)
+			}
+		}
+	}
+	return out
+}
+
+// revoked runs when a rebalance takes partitions away (or the group is
+// left): the consumer takes no more of their records, waits up to
+// RevokeTimeout for their handlers in flight, commits what was handled,
+// and leaves the rest to the partitions' next owner.
+func (c *Consumer) revoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	parts := c.take(revoked)
+	if len(parts) == 0 {
+		return
+	}
+	for _, p := range parts {
+		c.quit(p)
+	}
+	if !c.closing.Load() {
+		c.log.Debug("partitions revoking: waiting for their handlers in flight", "partitions", fmt.Sprint(revoked))
+		wait, cancel := context.WithTimeout(ctx, c.cfg.RevokeTimeout)
+		for _, p := range parts {
+			select {
+			case <-p.done:
+			case <-wait.Done():
+			}
+		}
+		cancel()
+		for _, p := range parts {
+			select {
+			case <-p.done:
+			default:
+				c.log.Warn("handler still running when its partition was revoked; its record is left to the next owner",
+					"topic", p.topic, "partition", p.partition)
+				p.cancel()
+			}
+		}
+		cctx, cancel := context.WithTimeout(ctx, commitTimeout)
+		c.commit(cctx, parts)
+		cancel()
+	}
+	for _, p := range parts {
+		c.finalize(p, errors.New("partition revoked before the offset was committed"))
+		p.cancel()
+	}
+	c.resume(cl, parts)
+	c.log.Debug("partitions revoked", "partitions", fmt.Sprint(revoked))
+}
+
+// lost runs when the group says this member no longer owns partitions (a
+// missed session timeout, a fenced generation): nothing of them is
+// committed any more, their handlers are cancelled, and what they did
+// comes again to the next owner.
+func (c *Consumer) lost(_ context.Context, cl *kgo.Client, lost map[string][]int32) {
+	parts := c.take(lost)
+	for _, p := range parts {
+		c.quit(p)
+		c.finalize(p, errors.New("partition lost before the offset was committed"))
+		p.cancel()
+	}
+	c.resume(cl, parts)
+	if len(parts) > 0 {
+		c.log.Warn("partitions lost; their records in flight will be handled again", "partitions", fmt.Sprint(lost))
+	}
+}
+
+func (c *Consumer) quit(p *part) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.gone {
+		p.gone = true
+		p.queue = nil
+	}
+	select {
+	case <-p.quit:
+	default:
+		close(p.quit)
+	}
+}
+
+// resume fetches again partitions paused by their parts, in case they are
+// assigned again.
+func (c *Consumer) resume(cl *kgo.Client, parts []*part) {
+	for _, p := range parts {
+		p.mu.Lock()
+		if p.paused || p.halted {
+			p.paused = false
+			cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.partition}})
+		}
+		p.mu.Unlock()
+	}
+}
+
+// work handles p's records one at a time until p is revoked, lost or
+// halted, or the consumer stops.
+func (c *Consumer) work(p *part) {
+	for {
+		rec := c.next(p)
+		if rec == nil {
+			return
+		}
+		c.process(p, rec)
+	}
+}
+
+// next waits for p's next record; nil when the worker must return.
+func (c *Consumer) next(p *part) *kgo.Record {
+	for {
+		p.mu.Lock()
+		switch {
+		case p.gone || p.halted:
+			p.mu.Unlock()
+			return nil
+		case len(p.queue) > 0:
+			rec := p.queue[0]
+			p.queue[0] = nil
+			p.queue = p.queue[1:]
+			if p.paused && len(p.queue) <= partitionBuffer/2 {
+				p.paused = false
+				c.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.partition}})
+			}
+			p.mu.Unlock()
+			return rec
+		}
+		p.mu.Unlock()
+		select {
+		case <-p.wake:
+		case <-p.quit:
+			return nil
+		case <-c.stopping:
+			return nil
+		}
+	}
+}
+
+// process delivers rec to the handler until it is settled: handled,
+// parked, or left; a transient failure delivers it again after the
+// retry delay.
+func (c *Consumer) process(p *part, rec *kgo.Record) {
+	for count := 1; ; count++ {
+		select {
+		case c.sem <- struct{}{}:
+		case <-p.quit:
+			return
+		case <-c.stopping:
+			return
+		}
+		select {
+		case <-p.quit:
+			<-c.sem
+			return
+		case <-c.stopping:
+			<-c.sem
+			return
+		default:
+		}
+		delay, again := c.deliver(p, rec, count)
+		<-c.sem
+		if !again {
+			return
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-p.quit:
+			t.Stop()
+			return
+		case <-c.stopping:
+			t.Stop()
+			return
+		}
+	}
+}
+
+// deliver makes one delivery of rec and settles it; again reports a
+// transient failure, to be delivered again after delay.
+func (c *Consumer) deliver(p *part, rec *kgo.Record, count int) (delay time.Duration, again bool) {
+	d := delivery(rec, count)
+	c.obs.Delivered(d)
+	if err := c.validate(rec, d); err != nil {
+		return c.park(p, rec, d, err)
+	}
+	ctx := p.ctx
+	if c.cfg.HandlerTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.HandlerTimeout)
+		defer cancel()
+	}
+	err := c.obs.Handle(ctx, c.handler, d)
+	if pe := (*ferrybroker.PanicError)(nil); errors.As(err, &pe) {
+		c.log.Error("handler panicked", "message_id", d.MessageID, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
+	}
+	switch {
+	case err == nil:
+		if c.cfg.FaultPoint != nil {
+			if ferr := c.cfg.FaultPoint(ctx, ferrybroker.FaultConsumerAfterHandle); ferr != nil {
+				c.halt(p, d, ferr)
+				return 0, false
+			}
+		}
+		c.mark(p, rec, d, ferrybroker.Settlement{Action: ferrybroker.ActionAcked})
+	case p.ctx.Err() != nil:
+		// Stop gave up on it, or its partition was revoked or lost: not a
+		// failure of the record.
+		c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: err})
+	case c.cfg.Retry.ParkReason(err, count) != nil:
+		return c.park(p, rec, d, c.cfg.Retry.ParkReason(err, count))
+	default:
+		delay = c.cfg.Retry.Delay(count)
+		c.log.Debug("handler failed; delivering again later", "message_id", d.MessageID, "delivery_count", count,
+			"retry_in", delay, "error", err)
+		c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionRetried, Err: err})
+		return delay, true
+	}
+	return 0, false
+}
+
+// halt acts as a crash of p after its handler committed: d is left,
+// nothing later of p is handled or committed, and p is not fetched until
+// it is assigned again.
+func (c *Consumer) halt(p *part, d *ferrybroker.Delivery, cause error) {
+	c.log.Warn("fault after handle: offset not committed; partition halted until it is assigned again",
+		"message_id", d.MessageID, "topic", p.topic, "partition", p.partition, "error", cause)
+	p.mu.Lock()
+	p.halted = true
+	p.queue = nil
+	c.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.partition}})
+	p.mu.Unlock()
+	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: cause})
+}
+
+// mark moves p's offset to commit past rec, whose delivery d is settled as
+// s once a commit covers it.
+func (c *Consumer) mark(p *part, rec *kgo.Record, d *ferrybroker.Delivery, s ferrybroker.Settlement) {
+	p.mu.Lock()
+	if p.final {
+		p.mu.Unlock()
+		c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft,
+			Err: errors.New("partition revoked, lost or stopped before the offset was committed")})
+		return
+	}
+	p.next = kgo.EpochOffset{Epoch: rec.LeaderEpoch, Offset: rec.Offset + 1}
+	p.pending = append(p.pending, pendingSettle{offset: rec.Offset, d: d, s: s})
+	p.mu.Unlock()
+}
+
+func (c *Consumer) validate(rec *kgo.Record, d *ferrybroker.Delivery) error {
+	if rec.Value == nil {
+		return fmt.Errorf("%w: tombstone (a record with no value, key %q)", ferrybroker.ErrMalformed, rec.Key)
+	}
+	return ferrybroker.CheckDelivery(d.Headers["Content-Type"], d, c.cfg.Validate)
+}
+
+// park produces a copy of rec with the park headers to ParkTopic, then
+// moves the partition past rec. If the copy is not stored, rec is
+// delivered again after the retry delay.
+func (c *Consumer) park(p *part, rec *kgo.Record, d *ferrybroker.Delivery, reason error) (time.Duration, bool) {
+	text := reason.Error()
+	if len(text) > 4096 {
+		text = text[:4096] + "..."
+	}
+	park := map[string]string{
+		ferrybroker.HeaderParkReason:        text,
+		ferrybroker.HeaderParkedAt:          time.Now().UTC().Format(time.RFC3339Nano),
+		ferrybroker.HeaderParkRoute:         rec.Topic,
+		ferrybroker.HeaderParkSource:        rec.Topic + "/" + strconv.Itoa(int(rec.Partition)),
+		ferrybroker.HeaderParkDeliveryCount: strconv.Itoa(d.DeliveryCount),
+		HeaderParkPartition:                 strconv.Itoa(int(rec.Partition)),
+		HeaderParkOffset:                    strconv.FormatInt(rec.Offset, 10),
+		HeaderParkGroup:                     c.cfg.Group,
+	}
+	cp := &kgo.Record{Topic: c.cfg.ParkTopic, Key: rec.Key, Value: rec.Value}
+	for _, h := range rec.Headers {
+		if _, replaced := park[h.Key]; !replaced {
+			cp.Headers = append(cp.Headers, h)
+		}
+	}
+	for _, k := range []string{ferrybroker.HeaderParkReason, ferrybroker.HeaderParkedAt, ferrybroker.HeaderParkRoute,
+		ferrybroker.HeaderParkSource, ferrybroker.HeaderParkDeliveryCount, HeaderParkPartition, HeaderParkOffset, HeaderParkGroup} {
+		cp.Headers = append(cp.Headers, kgo.RecordHeader{Key: k, Value: []byte(park[k])})
+	}
+	pctx, cancel := context.WithTimeout(p.ctx, c.cfg.ParkTimeout)
+	err := c.cl.ProduceSync(pctx, cp).FirstErr()
+	cancel()
+	switch {
+	case err == nil:
+		c.log.Warn("record parked", "message_id", d.MessageID, "park_topic", c.cfg.ParkTopic, "reason", reason)
+		c.mark(p, rec, d, ferrybroker.Settlement{Action: ferrybroker.ActionParked, Err: reason})
+		return 0, false
+	case p.ctx.Err() != nil:
+		c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: reason})
+		return 0, false
+	}
+	c.obs.ParkFailed()
+	delay := c.cfg.Retry.Delay(d.DeliveryCount)
+	c.log.Error("park failed; the record will be delivered again", "message_id", d.MessageID,
+		"park_topic", c.cfg.ParkTopic, "reason", reason, "retry_in", delay, "error", err)
+	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionRetried, Err: reason})
+	return delay, true
+}
+
+// delivery returns the Delivery of rec's delivery number count (1 for the
+// first). Its MessageID is the Ferry-Event-Id header, else Debezium's id
+// header, else topic/partition/offset. A Debezium record (an id header and
+// no Ferry-Event-Id) whose value is a JSON string holding JSON, as
+// Kafka Connect's JsonConverter writes a string column, gets that JSON as
+// its payload; its aggregate type, when no header says it, is the topic's
+// suffix after outbox.event. (Debezium's default route).
+func delivery(rec *kgo.Record, count int) *ferrybroker.Delivery {
+	d := &ferrybroker.Delivery{Route: rec.Topic, Payload: rec.Value, Headers: map[string]string{},
+		DeliveryCount: count, Redelivered: count > 1}
+	for _, h := range rec.Headers {
+		if _, dup := d.Headers[h.Key]; !dup {
+			d.Headers[h.Key] = string(h.Value)
+		}
+	}
+	d.FillFromHeaders()
+	if d.MessageID == "" {
+		if id := unquote(d.Headers[HeaderDebeziumID]); id != "" {
+			d.MessageID = id
+			d.Payload = unwrapJSONString(d.Payload)
+			if d.AggregateType == "" {
+				d.AggregateType, _ = strings.CutPrefix(rec.Topic, "outbox.event.")
+				if d.AggregateType == rec.Topic {
+					d.AggregateType = ""
+				}
+			}
+		}
+	}
+	if d.MessageID == "" {
+		d.MessageID = rec.Topic + "/" + strconv.Itoa(int(rec.Partition)) + "/" + strconv.FormatInt(rec.Offset, 10)
+	}
+	if d.AggregateID == "" && len(rec.Key) > 0 {
+		d.AggregateID = unquote(string(rec.Key))
+	}
+	return d
+}
+
+// unquote returns s without JSON string quotes, if it is a JSON string (as
+// Kafka Connect's JsonConverter writes a string key or header).
+func unquote(s string) string {
+	if len(s) < 2 || s[0] != '"' {
+		return s
+	}
+	var out string
+	if json.Unmarshal([]byte(s), &out) != nil {
+		return s
+	}
+	return out
+}
+
+// unwrapJSONString returns the JSON inside b when b is a JSON string that
+// holds JSON, else b.
+func unwrapJSONString(b []byte) []byte {
+	t := strings.TrimSpace(string(b))
+	if len(t) < 2 || t[0] != '"' {
+		return b
+	}
+	var inner string
+	if json.Unmarshal([]byte(t), &inner) != nil || !json.Valid([]byte(inner)) {
+		return b
+	}
+	return []byte(inner)
+}
