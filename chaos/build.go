@@ -30,3 +30,22 @@ func BuildShop(ctx context.Context, dir string) (string, error) {
 	}
 	return bin, nil
 }
+
+// BuildKfake builds the chaos suite's Kafka broker (cmd/kfake of this
+// module: kfake as a process of its own) into dir, and returns its path.
+func BuildKfake(ctx context.Context, dir string) (string, error) {
+	var out bytes.Buffer
+	list := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/ferrydev/ferry/chaos")
+	list.Stdout, list.Stderr = &out, os.Stderr
+	if err := list.Run(); err != nil {
+		return "", fmt.Errorf("find the chaos module: %w", err)
+	}
+	bin := filepath.Join(dir, "kfake")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/kfake")
+	build.Dir = strings.TrimSpace(out.String())
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("build kfake: %w", err)
+	}
+	return bin, nil
+}

@@ -12,7 +12,7 @@ import (
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
-var shopBin string
+var shopBin, kfakeBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "ferry-chaos-test-")
@@ -23,17 +23,25 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	kfakeBin, err = chaos.BuildKfake(context.Background(), dir)
+	if err != nil {
+		panic(err)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
 
 // combos are the (database, broker) pairs every scenario runs on, where it
-// applies.
+// applies. A scenario runs on Kafka with one database only
+// (Scenario.KafkaDB): MariaDB for kill, crashpoints, pause, broker-restart,
+// duplicate-storm and poison, PostgreSQL for network and payments.
 var combos = []struct{ db, broker string }{
 	{"mysql", "amqp"},
 	{"postgres", "amqp"},
 	{"sqlite", "nats"},
+	{"mysql", "kafka"},
+	{"postgres", "kafka"},
 }
 
 // TestScenarios runs every scenario at a reduced size (400 orders over
@@ -55,6 +63,8 @@ func TestScenarios(t *testing.T) {
 				switch {
 				case c.broker == "nats":
 					testsvc.NATS(t)
+				case c.broker == "kafka":
+					// The harness runs kfake itself (cmd/kfake).
 				case sc.Name == "broker-restart":
 					// Other packages' RabbitMQ tests wait while this one
 					// stops the server.
@@ -71,7 +81,7 @@ func TestScenarios(t *testing.T) {
 				}
 				ctx := testsvc.Context(t, 4*time.Minute)
 				res, err := chaos.Run(ctx, chaos.Options{
-					DB: c.db, Broker: c.broker, Orders: orders, Rate: rate, Bin: shopBin, Out: testWriter{t},
+					DB: c.db, Broker: c.broker, Orders: orders, Rate: rate, Bin: shopBin, KfakeBin: kfakeBin, Out: testWriter{t},
 					MinFaults: 10 * time.Second, Settle: 2 * time.Minute,
 					MySQLURL: testsvc.URL(testsvc.EnvMySQL), PostgresURL: testsvc.URL(testsvc.EnvPostgres),
 					NATSURL: testsvc.URL(testsvc.EnvNATS), AMQPURL: testsvc.URL(testsvc.EnvAMQP),

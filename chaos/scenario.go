@@ -19,8 +19,17 @@ import (
 type Scenario struct {
 	Name  string
 	About string
-	// DBs and Brokers the fault applies to; empty means all.
+	// DBs and Brokers the fault applies to; empty means all (but Kafka:
+	// see KafkaDB).
 	DBs, Brokers []string
+	// KafkaDB is the one database the scenario runs on with Kafka; empty:
+	// the scenario does not run on Kafka. One database per scenario keeps
+	// the Kafka rows to a few minutes: MariaDB for the faults of
+	// processes and of the broker (kill, crashpoints, pause,
+	// broker-restart, duplicate-storm, poison), PostgreSQL for network
+	// and payments. commit-reset is a database fault the other brokers'
+	// rows show.
+	KafkaDB string
 	// first gives a process its extra arguments at its first start.
 	first func(s *system, p *shop.Proc) []string
 	// arm gives a process its extra arguments at each restart.
@@ -37,6 +46,9 @@ type Scenario struct {
 
 // Applies reports whether the scenario runs on db and broker.
 func (sc *Scenario) Applies(db, broker string) bool {
+	if broker == "kafka" {
+		return sc.KafkaDB == db
+	}
 	return (len(sc.DBs) == 0 || slices.Contains(sc.DBs, db)) && (len(sc.Brokers) == 0 || slices.Contains(sc.Brokers, broker))
 }
 
@@ -76,8 +88,9 @@ const stormBase = shop.StormBase
 // Scenarios are the suite, in the order the issue lists the faults.
 var Scenarios = []*Scenario{
 	{
-		Name:  "kill",
-		About: "SIGKILL a random relay every ~2 s and a random consumer every ~5 s; each is started again after a short pause",
+		Name:    "kill",
+		KafkaDB: "mysql",
+		About:   "SIGKILL a random relay every ~2 s and a random consumer every ~5 s; each is started again after a short pause",
 		faults: func(ctx context.Context, s *system) {
 			var wg sync.WaitGroup
 			wg.Add(2)
@@ -101,22 +114,25 @@ var Scenarios = []*Scenario{
 		},
 	},
 	{
-		Name:  "crashpoints",
-		About: "every process start draws a named crash point (order committed; claim done; published, not confirmed; confirmed, not marked; consumer committed, not acked; inside the consumer transaction) and is killed there",
-		first: func(_ *system, p *shop.Proc) []string { return randomCrash(p) },
-		arm:   func(_ *system, p *shop.Proc) []string { return randomCrash(p) },
+		Name:    "crashpoints",
+		KafkaDB: "mysql",
+		About:   "every process start draws a named crash point (order committed; claim done; published, not confirmed; confirmed, not marked; consumer committed, not acked; inside the consumer transaction) and is killed there",
+		first:   func(_ *system, p *shop.Proc) []string { return randomCrash(p) },
+		arm:     func(_ *system, p *shop.Proc) []string { return randomCrash(p) },
 	},
 	{
-		Name:   "pause",
-		About:  "a relay stops itself (SIGSTOP) between the broker's answer and its outcome write, stays stopped until its lease ran out and the batch was swept, then goes on: its late mark must change nothing",
-		first:  func(s *system, p *shop.Proc) []string { return s.pauseArgs(p) },
-		arm:    func(s *system, p *shop.Proc) []string { return s.pauseArgs(p) },
-		faults: func(ctx context.Context, s *system) { s.pauseRelays(ctx) },
-		expect: pauseExpect,
+		Name:    "pause",
+		KafkaDB: "mysql",
+		About:   "a relay stops itself (SIGSTOP) between the broker's answer and its outcome write, stays stopped until its lease ran out and the batch was swept, then goes on: its late mark must change nothing",
+		first:   func(s *system, p *shop.Proc) []string { return s.pauseArgs(p) },
+		arm:     func(s *system, p *shop.Proc) []string { return s.pauseArgs(p) },
+		faults:  func(ctx context.Context, s *system) { s.pauseRelays(ctx) },
+		expect:  pauseExpect,
 	},
 	{
-		Name:  "network",
-		About: "toxiproxy between the processes and the databases and broker: connection resets, black holes, latency",
+		Name:    "network",
+		KafkaDB: "postgres",
+		About:   "toxiproxy between the processes and the databases and broker: connection resets, black holes, latency",
 		faults: func(ctx context.Context, s *system) {
 			toxics := []struct{ kind, attrs string }{
 				{"reset_peer", `{"timeout":0}`},
@@ -155,13 +171,15 @@ var Scenarios = []*Scenario{
 	},
 	{
 		Name:    "broker-restart",
-		About:   "the broker is stopped and started mid-run (rabbitmqctl stop_app / start_app)",
-		Brokers: []string{"amqp"},
+		KafkaDB: "mysql",
+		About: "the broker is stopped and started mid-run (RabbitMQ: rabbitmqctl stop_app / start_app; Kafka: the kfake process " +
+			"stopped with SIGTERM, its state kept in its directory, and started again)",
+		Brokers: []string{"amqp", "kafka"},
 		faults: func(ctx context.Context, s *system) {
 			// The first restart comes within a second or two, so that it
 			// lands while orders are still placed however fast the run is.
 			after(ctx, time.Second, 6*time.Second, func() {
-				s.say("broker: stop_app")
+				s.say("broker: stop")
 				if err := s.broker.restart(ctx, 2*time.Second); err != nil {
 					s.say("broker restart failed: %v", err)
 					return
@@ -169,7 +187,7 @@ var Scenarios = []*Scenario{
 				s.mu.Lock()
 				s.brokerRestarts++
 				s.mu.Unlock()
-				s.say("broker: start_app done")
+				s.say("broker: started again")
 			})
 		},
 		expect: func(r *Result) []string {
@@ -199,8 +217,9 @@ var Scenarios = []*Scenario{
 		},
 	},
 	{
-		Name:  "duplicate-storm",
-		About: "each paid order is published three times at once, under three message ids, to two points consumers",
+		Name:    "duplicate-storm",
+		KafkaDB: "mysql",
+		About:   "each paid order is published three times at once, under three message ids, to two points consumers",
 		storm: func(ctx context.Context, s *system) error {
 			db, err := shop.Open(ctx, s.ordersDirect)
 			if err != nil {
@@ -247,7 +266,8 @@ var Scenarios = []*Scenario{
 		},
 	},
 	{
-		Name: "payments",
+		Name:    "payments",
+		KafkaDB: "postgres",
 		About: "the order services' payment calls time out and are retried with their Idempotency-Key (some payments take 200-400 ms, " +
 			"a first attempt waits 150 ms); the payments server is killed inside a payment's transaction and after a commit, before its answer, in turn",
 		setup: func(s *system) error {
@@ -274,8 +294,9 @@ var Scenarios = []*Scenario{
 		},
 	},
 	{
-		Name:  "poison",
-		About: "1% of the payments carry an undecodable payload and 1% are announced twice with another amount: only those are parked",
+		Name:    "poison",
+		KafkaDB: "mysql",
+		About:   "1% of the payments carry an undecodable payload and 1% are announced twice with another amount: only those are parked",
 	},
 }
 

@@ -27,13 +27,17 @@ import (
 
 // Options configure one run of one scenario.
 type Options struct {
-	// DB is "mysql", "postgres" or "sqlite"; Broker is "amqp" or "nats".
+	// DB is "mysql", "postgres" or "sqlite"; Broker is "amqp", "nats"
+	// or "kafka".
 	DB, Broker string
 	// Orders is the number of orders the order services place in all;
 	// Rate the orders per second of each of the two order services.
 	Orders, Rate int
 	// Bin is the shop's binary the processes run (BuildShop).
 	Bin string
+	// KfakeBin is the Kafka broker the harness runs for Broker "kafka"
+	// (BuildKfake).
+	KfakeBin string
 	// Dir holds SQLite files and the like. Default: a temporary directory.
 	Dir string
 	// Out receives progress lines; Log the processes' own output.
@@ -105,6 +109,12 @@ func newSystem(ctx context.Context, o Options) (_ *system, err error) {
 	case "amqp":
 		var b *amqpBroker
 		b, err = newAMQPBroker(ctx, o.AMQPURL, s.px, suffix)
+		if err == nil {
+			s.broker = b
+		}
+	case "kafka":
+		var b *kafkaBroker
+		b, err = newKafkaBroker(ctx, s.o, s.px)
 		if err == nil {
 			s.broker = b
 		}

@@ -8,10 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/internal/fault"
 	"github.com/ferrydev/ferry/internal/open"
@@ -24,10 +26,17 @@ import (
 // does not have: CrashAt, PauseAt and LoseConfirmPct.
 type RelayOptions struct {
 	// DatabaseURL is the orders database, whose outbox the relay
-	// publishes; BrokerURL the broker (nats:// or amqp://).
+	// publishes; BrokerURL the broker (nats://, amqp:// or kafka://).
 	DatabaseURL, BrokerURL string
 	// Stream is the JetStream stream the relay checks (NATS only).
 	Stream string
+	// Kafka only, as `ferry relay`'s flags of the same names: Topics to
+	// check (or, with Declare, create with Partitions partitions and
+	// ReplicationFactor replicas) at start, comma-separated; TopicFrom and
+	// TopicPrefix derive the topic of an event without a destination.
+	Topics, TopicFrom, TopicPrefix string
+	Declare                        bool
+	Partitions, ReplicationFactor  int
 	// ConfirmWindow is RabbitMQ's publishes awaiting their confirms.
 	ConfirmWindow int
 	// The relay's settings: the ferry.RelayConfig fields `ferry relay`'s
@@ -60,8 +69,15 @@ type RelayOptions struct {
 // and defaults.
 func (o *RelayOptions) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.DatabaseURL, "database-url", "", "orders database URL (the outbox's)")
-	fs.StringVar(&o.BrokerURL, "broker-url", "", "broker URL: nats:// or amqp://")
+	fs.StringVar(&o.BrokerURL, "broker-url", "", "broker URL: nats://, amqp:// or kafka://")
 	fs.StringVar(&o.Stream, "stream", "", "JetStream stream to verify")
+	fs.StringVar(&o.Topics, "topics", "", "comma-separated Kafka topics to verify (or declare) at start")
+	fs.StringVar(&o.TopicFrom, "topic-from", string(ferrykafka.TopicFromEventType),
+		"Kafka topic of an event without a destination: event-type or aggregate-type")
+	fs.StringVar(&o.TopicPrefix, "topic-prefix", "", "put before every derived Kafka topic (never before a destination)")
+	fs.BoolVar(&o.Declare, "declare", false, "create the missing --topics at start (Kafka)")
+	fs.IntVar(&o.Partitions, "partitions", -1, "partitions of a declared Kafka topic (-1: the brokers' num.partitions)")
+	fs.IntVar(&o.ReplicationFactor, "replication-factor", -1, "replicas of a declared Kafka topic (-1: the brokers' default.replication.factor)")
 	fs.IntVar(&o.ConfirmWindow, "confirm-window", 1000, "RabbitMQ publishes awaiting their confirms, per channel")
 	fs.IntVar(&o.BatchSize, "batch-size", 100, "events per claim")
 	fs.IntVar(&o.Lanes, "lanes", 2, "concurrent claim→publish→mark loops")
@@ -113,9 +129,18 @@ func RunRelay(ctx context.Context, o RelayOptions) error {
 		logw = io.Discard
 	}
 	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelError}))
+	var topics []string
+	for _, t := range strings.Split(o.Topics, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			topics = append(topics, t)
+		}
+	}
 	bc := &open.BrokerConfig{
 		NATS: open.NATSConfig{Stream: o.Stream, FaultPoint: faults},
 		AMQP: open.AMQPConfig{ExchangeKind: "topic", Window: o.ConfirmWindow, Logger: log, FaultPoint: faults},
+		Kafka: open.KafkaConfig{TopicFrom: ferrykafka.TopicFrom(o.TopicFrom), TopicPrefix: o.TopicPrefix, Topics: topics,
+			Declare: o.Declare, Partitions: int32(o.Partitions), ReplicationFactor: int16(o.ReplicationFactor),
+			Logger: log, FaultPoint: faults},
 	}
 	var store ferrystore.Store
 	if err := retryStart(ctx, func() (err error) {

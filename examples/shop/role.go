@@ -234,7 +234,7 @@ func paymentsRole(fs *flag.FlagSet) func(ctx context.Context, stdout io.Writer) 
 
 func consumerRole(fs *flag.FlagSet, role string) func(ctx context.Context, stdout io.Writer) error {
 	pointsDB := fs.String("points-db", "", "points database URL (the consumers' inbox and the SMS task table)")
-	brokerURL := fs.String("broker-url", "", "broker URL: nats:// or amqp://")
+	brokerURL := fs.String("broker-url", "", "broker URL: nats://, amqp:// or kafka://")
 	gatewayURL := fs.String("gateway", "", "SMS gateway URL (sms)")
 	conc := fs.Int("concurrency", 4, "handlers at once")
 	crashAt := crashFlag(fs)

@@ -260,6 +260,19 @@ func consume(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler) (fun
 			s := c.Stats()
 			return Stats{Acked: s.Acked, Parked: s.Parked, Retried: s.Retried}
 		}, nil
+	case strings.HasPrefix(o.BrokerURL, "kafka:") || strings.HasPrefix(o.BrokerURL, "kafkas:"):
+		// The check at start is bounded: a broker that does not answer
+		// fails this try, and retryStart tries again.
+		startCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		c, err := consumeKafka(startCtx, o, h, conc)
+		if err != nil {
+			return nil, nil, err
+		}
+		return c.Stop, func() Stats {
+			s := c.Stats()
+			return Stats{Acked: s.Acked, Parked: s.Parked, Retried: s.Retried}
+		}, nil
 	}
 	return nil, nil, fmt.Errorf("shop: unsupported broker URL %q", o.BrokerURL)
 }

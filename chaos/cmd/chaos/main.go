@@ -2,6 +2,7 @@
 // writes a report (text and JSON).
 //
 //	cd chaos && go run ./cmd/chaos                       # every scenario, MariaDB and PostgreSQL + RabbitMQ, SQLite + NATS
+//	go run ./cmd/chaos -broker kafka -db mysql,postgres  # the Kafka rows (kfake, run by the harness)
 //	go run ./cmd/chaos -scenarios kill,pause -db mysql -orders 20000
 package main
 
@@ -23,7 +24,7 @@ import (
 func main() {
 	var (
 		dbs       = flag.String("db", "mysql,postgres,sqlite", "databases: mysql, postgres, sqlite (comma-separated)")
-		broker    = flag.String("broker", "amqp", "broker for mysql and postgres: amqp or nats (sqlite always uses nats)")
+		broker    = flag.String("broker", "amqp", "broker for mysql and postgres: amqp, nats or kafka (sqlite always uses nats)")
 		scenarios = flag.String("scenarios", "all", "scenarios to run (comma-separated), or all")
 		orders    = flag.Int("orders", 10000, "orders per scenario")
 		rate      = flag.Int("rate", 250, "orders per second of each of the two order services")
@@ -39,6 +40,10 @@ func main() {
 	}
 	defer os.RemoveAll(dir)
 	bin, err := chaos.BuildShop(ctx, dir)
+	if err != nil {
+		fail(err)
+	}
+	kfake, err := chaos.BuildKfake(ctx, dir)
 	if err != nil {
 		fail(err)
 	}
@@ -78,7 +83,7 @@ func main() {
 				continue
 			}
 			res, err := chaos.Run(ctx, chaos.Options{
-				DB: db, Broker: b, Orders: *orders, Rate: *rate, Bin: bin, Out: os.Stdout, Log: logw,
+				DB: db, Broker: b, Orders: *orders, Rate: *rate, Bin: bin, KfakeBin: kfake, Out: os.Stdout, Log: logw,
 				MySQLURL: testsvc.URL(testsvc.EnvMySQL), PostgresURL: testsvc.URL(testsvc.EnvPostgres),
 				NATSURL: testsvc.URL(testsvc.EnvNATS), AMQPURL: testsvc.URL(testsvc.EnvAMQP),
 			}, sc)
