@@ -124,7 +124,7 @@ func (b *kafkaBroker) quiet(ctx context.Context) (bool, error) {
 func (b *kafkaBroker) parked(ctx context.Context) (map[string][]parkedMsg, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	recs, err := shop.KafkaParked(ctx, b.proxied)
+	recs, err := shop.KafkaParked(ctx, b.proxied, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,9 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/examples/shop"
 	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
 	"github.com/ferrydev/ferry/internal/natsembed"
+	"github.com/ferrydev/ferry/internal/open"
 )
 
 func newDemo() *cobra.Command {
@@ -27,7 +29,8 @@ func newDemo() *cobra.Command {
 		Use:   "demo",
 		Short: "Run the reference shop on SQLite and an embedded NATS, crash each of its processes once, and check the result",
 		Long: `Runs the reference system with no setup: SQLite databases and a NATS server
-with JetStream inside this process, an SMS gateway on loopback, and four
+with JetStream inside this process (or, with --broker-url kafka://HOST:PORT,
+a Kafka cluster of yours), an SMS gateway on loopback, and four
 separate processes — the order service, a relay, a points consumer and an SMS
 consumer — each started with a crash point armed:
 
@@ -40,7 +43,12 @@ Each killed process is started again. When the orders are placed and
 everything is quiet, the checker compares the databases and the gateway with
 the ground truth: no paid order lost, none applied twice, nothing applied for
 an order that never paid, conflicts and poison parked. It prints what
-happened and a verdict, and exits 1 if the check fails.`,
+happened and a verdict, and exits 1 if the check fails.
+
+On Kafka the demo creates the shop's topics where they do not exist
+(shop.order.created, shop.order.paid, shop.parked.points, shop.parked.sms,
+4 partitions each, one replica) and consumes in the groups "points" and
+"sms": give it a cluster where these names are its own.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
@@ -55,6 +63,7 @@ happened and a verdict, and exits 1 if the check fails.`,
 	f.IntVar(&o.rate, "rate", 400, "orders per second")
 	f.BoolVar(&o.keep, "keep", false, "keep the demo's directory (databases, stream) afterwards")
 	f.StringVar(&o.dir, "dir", "", "directory for the demo's files (default: a new temporary one)")
+	f.StringVar(&o.brokerURL, "broker-url", "", "Kafka brokers to run on, kafka://host:9092[,host2:9092] (default: an embedded NATS)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "show the processes' own output")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print nothing; the exit code tells")
 	cmd.AddCommand(newDemoRole())
@@ -84,13 +93,21 @@ func newDemoRole() *cobra.Command {
 type demoOptions struct {
 	orders, rate   int
 	keep           bool
-	dir            string
+	dir, brokerURL string
 	verbose, quiet bool
 }
 
 func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 	if o.orders < 20 || o.rate < 1 {
 		return usageError{errors.New("--orders must be at least 20 and --rate positive")}
+	}
+	if o.brokerURL != "" && !open.IsKafka(o.brokerURL) {
+		return usageError{errors.New("--broker-url: the demo runs on kafka:// brokers, or on its embedded NATS without the flag")}
+	}
+	if o.brokerURL != "" {
+		if err := open.ValidateBrokerURL(o.brokerURL); err != nil {
+			return usageError{err}
+		}
 	}
 	dir := o.dir
 	if dir == "" {
@@ -108,12 +125,11 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 		fmt.Fprintf(out, "[%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
 
-	srv, err := natsembed.Start(filepath.Join(dir, "nats"))
+	b, err := startDemoBroker(ctx, dir, o.brokerURL)
 	if err != nil {
 		return err
 	}
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	natsURL := srv.ClientURL()
+	defer b.close()
 	gateway := shop.NewGateway(10)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -139,10 +155,7 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 			return err
 		}
 	}
-	if err := shop.SetupNATS(ctx, natsURL); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "ferry demo: SQLite in %s, embedded NATS JetStream %s, SMS gateway %s\n", dir, natsURL, gatewayURL)
+	fmt.Fprintf(out, "ferry demo: SQLite in %s, %s, SMS gateway %s\n", dir, b.about, gatewayURL)
 
 	bin, err := os.Executable()
 	if err != nil {
@@ -159,11 +172,11 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 	procs := []*shop.Proc{
 		{Name: "orders", Args: append(role, "orders", "--orders-db", ordersURL, "--first", "1", "--last", strconv.Itoa(o.orders),
 			"--rate", strconv.Itoa(o.rate), "--poison-pct", "2", "--conflict-pct", "2", "--rollback-pct", "5")},
-		{Name: "relay", Args: append(role, "relay", "--database-url", ordersURL, "--broker-url", natsURL, "--stream", shop.Stream,
+		{Name: "relay", Args: append(append(role, "relay", "--database-url", ordersURL, "--broker-url", b.url,
 			"--ordered", "--poll-interval", "50ms", "--lease", "2s", "--publish-timeout", "1500ms", "--retry-initial", "50ms",
-			"--sweep-interval", "200ms", "--retry-max", "1s")},
-		{Name: "points", Args: append(role, "points", "--points-db", pointsURL, "--broker-url", natsURL)},
-		{Name: "sms", Args: append(role, "sms", "--points-db", pointsURL, "--broker-url", natsURL, "--gateway", gatewayURL)},
+			"--sweep-interval", "200ms", "--retry-max", "1s"), b.relayArgs...)},
+		{Name: "points", Args: append(role, "points", "--points-db", pointsURL, "--broker-url", b.url)},
+		{Name: "sms", Args: append(role, "sms", "--points-db", pointsURL, "--broker-url", b.url, "--gateway", gatewayURL)},
 	}
 	crashes := map[string]string{
 		"orders": shop.FaultOrderAfterCommit + ":" + strconv.Itoa(o.orders/3),
@@ -218,7 +231,7 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 		if !ordersDone {
 			continue
 		}
-		quiet, err := demoQuiet(ctx, ordersURL, pointsURL, natsURL)
+		quiet, err := demoQuiet(ctx, ordersURL, pointsURL, b)
 		if err != nil {
 			return err
 		}
@@ -250,7 +263,7 @@ settled:
 	if err != nil {
 		return err
 	}
-	_, parked, err := shop.NATSQuiet(ctx, natsURL)
+	parked, err := b.parked(ctx)
 	if err != nil {
 		return err
 	}
@@ -261,8 +274,13 @@ settled:
 	absorbed := total["points"].Duplicate + total["sms"].Duplicate
 	fmt.Fprintln(out)
 	fmt.Fprint(out, rep.String())
-	fmt.Fprintf(out, "relay: %d confirmed, %d republished after the crash (JetStream dropped %d as duplicates), %d unknown outcomes\n",
-		total["relay"].Confirmed, total["relay"].Swept, total["relay"].Dupes, total["relay"].Unknown)
+	if b.kafka {
+		fmt.Fprintf(out, "relay: %d confirmed, %d republished after the crash (Kafka stores each copy), %d unknown outcomes\n",
+			total["relay"].Confirmed, total["relay"].Swept, total["relay"].Unknown)
+	} else {
+		fmt.Fprintf(out, "relay: %d confirmed, %d republished after the crash (JetStream dropped %d as duplicates), %d unknown outcomes\n",
+			total["relay"].Confirmed, total["relay"].Swept, total["relay"].Dupes, total["relay"].Unknown)
+	}
 	fmt.Fprintf(out, "consumers: %d redeliveries absorbed by the inbox as duplicates; parked: points %d, sms %d (poison %d + conflicts %d each)\n",
 		absorbed, parked["points"], parked["sms"], rep.PoisonInjected, rep.ConflictsInjected)
 	fmt.Fprintf(out, "crash points hit: %d\n", crashed)
@@ -287,7 +305,7 @@ settled:
 
 // demoQuiet reports whether the outbox, the task table and both consumer
 // groups have nothing left to do.
-func demoQuiet(ctx context.Context, ordersURL, pointsURL, natsURL string) (bool, error) {
+func demoQuiet(ctx context.Context, ordersURL, pointsURL string, b *demoBroker) (bool, error) {
 	for _, t := range []struct{ url, table string }{{ordersURL, ""}, {pointsURL, shop.TaskTable}} {
 		db, err := shop.Open(ctx, t.url)
 		if err != nil {
@@ -307,6 +325,79 @@ func demoQuiet(ctx context.Context, ordersURL, pointsURL, natsURL string) (bool,
 			return false, nil
 		}
 	}
-	quiet, _, err := shop.NATSQuiet(ctx, natsURL)
-	return quiet, err
+	return b.quiet(ctx)
+}
+
+// demoBroker is the broker the demo runs on: its embedded NATS, or the
+// Kafka brokers of --broker-url.
+type demoBroker struct {
+	url, about string
+	kafka      bool
+	relayArgs  []string
+	quiet      func(ctx context.Context) (bool, error)
+	// parked counts the events each consumer group parked in this run
+	// (on Kafka, a record parked twice counts once).
+	parked func(ctx context.Context) (map[string]uint64, error)
+	close  func()
+}
+
+func startDemoBroker(ctx context.Context, dir, kafkaURL string) (*demoBroker, error) {
+	if kafkaURL != "" {
+		if err := shop.SetupKafka(ctx, kafkaURL); err != nil {
+			return nil, fmt.Errorf("create the shop's Kafka topics: %w", err)
+		}
+		// Park topics may hold an earlier demo's records: count from here.
+		since, err := shop.KafkaParkEnds(ctx, kafkaURL)
+		if err != nil {
+			return nil, err
+		}
+		cc, err := ferrykafka.ParseURL(kafkaURL)
+		if err != nil {
+			return nil, err
+		}
+		return &demoBroker{url: kafkaURL, about: "Kafka " + cc.String(), kafka: true,
+			relayArgs: []string{"--topics", strings.Join(shop.KafkaTopics, ",")},
+			quiet: func(ctx context.Context) (bool, error) {
+				qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				return shop.KafkaQuiet(qctx, kafkaURL)
+			},
+			parked: func(ctx context.Context) (map[string]uint64, error) {
+				recs, err := shop.KafkaParked(ctx, kafkaURL, since)
+				if err != nil {
+					return nil, err
+				}
+				out := map[string]uint64{}
+				for g, rs := range recs {
+					ids := map[string]bool{}
+					for _, r := range rs {
+						ids[r.ID] = true
+					}
+					out[g] = uint64(len(ids))
+				}
+				return out, nil
+			},
+			close: func() {}}, nil
+	}
+	srv, err := natsembed.Start(filepath.Join(dir, "nats"))
+	if err != nil {
+		return nil, err
+	}
+	natsURL := srv.ClientURL()
+	if err := shop.SetupNATS(ctx, natsURL); err != nil {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, err
+	}
+	return &demoBroker{url: natsURL, about: "embedded NATS JetStream " + natsURL,
+		relayArgs: []string{"--stream", shop.Stream},
+		quiet: func(ctx context.Context) (bool, error) {
+			quiet, _, err := shop.NATSQuiet(ctx, natsURL)
+			return quiet, err
+		},
+		parked: func(ctx context.Context) (map[string]uint64, error) {
+			_, parked, err := shop.NATSQuiet(ctx, natsURL)
+			return parked, err
+		},
+		close: func() { srv.Shutdown(); srv.WaitForShutdown() }}, nil
 }

@@ -73,6 +73,20 @@ func TestDemoPasses(t *testing.T) {
 	require.Contains(t, out, "crash points hit: 4")
 }
 
+// The demo on Kafka (an in-process kfake cluster): the relay publishes to
+// the shop's topics, the consumers join their groups, and the checker's
+// verdict is the same.
+func TestDemoPassesOnKafka(t *testing.T) {
+	t.Setenv(envExecMain, "1")
+	seeds := testsvc.Kafka(t)
+	code, out, errOut := ferryCLI(t, "demo", "--orders", "100", "--broker-url", "kafka://"+strings.Join(seeds, ","))
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	require.Contains(t, out, "verdict: OK")
+	require.Contains(t, out, "lost 0, applied twice 0, unexpected 0, wrong 0")
+	require.Contains(t, out, "crash points hit: 4")
+	require.Contains(t, out, "(Kafka stores each copy)")
+}
+
 func TestUsageErrors(t *testing.T) {
 	cases := []struct {
 		name string
@@ -87,6 +101,7 @@ func TestUsageErrors(t *testing.T) {
 			testsvc.EmbeddedNATS(t).ConnectedUrl(), "--batch-size", "0"}, "--batch-size must be positive"},
 		{"PublishTimeoutOverLease", []string{"relay", "--database-url", "sqlite:///" + t.TempDir() + "/x.db", "--broker-url",
 			testsvc.EmbeddedNATS(t).ConnectedUrl(), "--lease", "1s", "--publish-timeout", "2s"}, "PublishTimeout 2s must be shorter than Lease 1s"},
+		{"DemoNotKafka", []string{"demo", "--broker-url", "amqp://h:5672/"}, "the demo runs on kafka:// brokers"},
 		{"BenchBadEvents", []string{"bench", "--events", "0"}, "--events must be positive"},
 		{"BenchUnknownScenario", []string{"bench", "--scenarios", "relay,warp"}, `unknown scenario "warp"`},
 	}

@@ -28,13 +28,14 @@ const KafkaPartitions = 4
 
 // Kafka consumer group timings: shorter than ferrykafka's 10s defaults,
 // so that the partitions of a consumer killed by the chaos suite go to the
-// other member within a few seconds. The revoke timeout stays below the
-// rebalance timeout.
+// other member sooner. 6s is the shortest session Kafka's brokers (and
+// kfake) accept by default (group.min.session.timeout.ms). The revoke
+// timeout stays below the rebalance timeout.
 const (
-	kafkaSessionTimeout   = 3 * time.Second
-	kafkaRebalanceTimeout = 4 * time.Second
-	kafkaHeartbeat        = 300 * time.Millisecond
-	kafkaRevokeTimeout    = 2 * time.Second
+	kafkaSessionTimeout   = 6 * time.Second
+	kafkaRebalanceTimeout = 6 * time.Second
+	kafkaHeartbeat        = 500 * time.Millisecond
+	kafkaRevokeTimeout    = 3 * time.Second
 )
 
 // consumerGroups are the shop's consumer groups, which are also its roles.
@@ -120,41 +121,69 @@ type ParkedRecord struct {
 	Body []byte
 }
 
-// KafkaParked reads every record of each group's park topic. A record
-// parked twice (a crash between the copy and the commit) is there twice,
-// with one event id.
-func KafkaParked(ctx context.Context, url string) (map[string][]ParkedRecord, error) {
+// KafkaParkOffsets are the end offsets of each group's park topic, by
+// group and partition: KafkaParked reads the records parked since.
+type KafkaParkOffsets map[string]map[int32]int64
+
+// KafkaParkEnds returns the park topics' end offsets now.
+func KafkaParkEnds(ctx context.Context, url string) (KafkaParkOffsets, error) {
 	adm, cl, err := kafkaAdmin(url)
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
-	out := map[string][]ParkedRecord{}
+	out := KafkaParkOffsets{}
 	for _, g := range consumerGroups {
-		topic := ParkTopic(g)
-		ends, err := adm.ListEndOffsets(ctx, topic)
+		ends, err := adm.ListEndOffsets(ctx, ParkTopic(g))
 		if err != nil {
 			return nil, err
 		}
 		if err := ends.Error(); err != nil {
 			return nil, err
 		}
-		var total int64
-		ends.Each(func(o kadm.ListedOffset) { total += o.Offset })
-		if total == 0 {
+		out[g] = map[int32]int64{}
+		ends.Each(func(o kadm.ListedOffset) { out[g][o.Partition] = o.Offset })
+	}
+	return out, nil
+}
+
+// KafkaParked reads the records of each group's park topic from the
+// offsets in since (nil: from the start). A record parked twice (a crash
+// between the copy and the commit) is there twice, with one event id.
+func KafkaParked(ctx context.Context, url string, since KafkaParkOffsets) (map[string][]ParkedRecord, error) {
+	ends, err := KafkaParkEnds(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	cc, err := ferrykafka.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]ParkedRecord{}
+	for _, g := range consumerGroups {
+		topic := ParkTopic(g)
+		var want int64
+		from := map[int32]kgo.Offset{}
+		for p, end := range ends[g] {
+			start := since[g][p]
+			if end > start {
+				want += end - start
+				from[p] = kgo.NewOffset().At(start)
+			}
+		}
+		if want == 0 {
 			continue
 		}
-		cc, _ := ferrykafka.ParseURL(url)
-		rd, err := kgo.NewClient(append(cc.Opts(), kgo.ConsumeTopics(topic),
-			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))...)
+		rd, err := kgo.NewClient(append(cc.Opts(), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
+			kgo.FetchMaxWait(200*time.Millisecond))...)
 		if err != nil {
 			return nil, err
 		}
-		for int64(len(out[g])) < total {
+		for int64(len(out[g])) < want {
 			fetches := rd.PollFetches(ctx)
 			if ctx.Err() != nil {
 				rd.Close()
-				return nil, fmt.Errorf("read %s: %d of %d records: %w", topic, len(out[g]), total, ctx.Err())
+				return nil, fmt.Errorf("read %s: %d of %d records: %w", topic, len(out[g]), want, ctx.Err())
 			}
 			fetches.EachRecord(func(r *kgo.Record) {
 				p := ParkedRecord{Body: r.Value}

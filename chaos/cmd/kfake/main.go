@@ -24,7 +24,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -72,9 +71,7 @@ func main() {
 		}
 		return ln, nil
 	}
-	opts := []kfake.Opt{kfake.Ports(ps...), kfake.ListenFn(listen),
-		// The shop's consumers use sessions of a few seconds.
-		kfake.GroupMinSessionTimeout(500 * time.Millisecond)}
+	opts := []kfake.Opt{kfake.Ports(ps...), kfake.ListenFn(listen)}
 	if *data != "" {
 		opts = append(opts, kfake.DataDir(*data))
 	}
