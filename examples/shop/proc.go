@@ -32,12 +32,8 @@ type Proc struct {
 	state  *os.ProcessState
 	past   []Stats // the last STATS of each finished run
 	cur    Stats
-	deaths int      // runs ended by SIGKILL
-	tail   []string // the last output lines of the current run, STATS aside
+	deaths int // runs ended by SIGKILL
 }
-
-// tailLines is how many output lines Tail keeps.
-const tailLines = 10
 
 // Start starts a new run with extra arguments after Args (a crash point
 // armed for this run only, say).
@@ -64,7 +60,7 @@ func (p *Proc) Start(extraArgs ...string) error {
 	if p.cmd != nil {
 		p.past = append(p.past, p.cur)
 	}
-	p.cmd, p.cur, p.done, p.state, p.tail = cmd, Stats{}, make(chan struct{}), nil, nil
+	p.cmd, p.cur, p.done, p.state = cmd, Stats{}, make(chan struct{}), nil
 	done := p.done
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -79,14 +75,6 @@ func (p *Proc) Start(extraArgs ...string) error {
 				p.mu.Unlock()
 				continue
 			}
-			p.mu.Lock()
-			if p.cmd == cmd {
-				p.tail = append(p.tail, line)
-				if len(p.tail) > tailLines {
-					p.tail = p.tail[len(p.tail)-tailLines:]
-				}
-			}
-			p.mu.Unlock()
 			if p.Log != nil {
 				fmt.Fprintf(p.Log, "  %s | %s\n", p.Name, line)
 			}
@@ -101,14 +89,6 @@ func (p *Proc) Start(extraArgs ...string) error {
 		close(done)
 	}()
 	return nil
-}
-
-// Tail returns the last lines the current (or last) run wrote, STATS
-// lines aside: what a process that exited by itself said before.
-func (p *Proc) Tail() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return strings.Join(p.tail, "\n")
 }
 
 // Running reports whether the current run has not ended.
