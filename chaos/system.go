@@ -351,7 +351,7 @@ func (s *system) supervise(ctx context.Context, arm func(s *system, p *shop.Proc
 				if role(p) == "orders" && p.Succeeded() {
 					continue // done
 				}
-				return fmt.Errorf("%s exited by itself (%s)", p.Name, p.State())
+				return fmt.Errorf("%s exited by itself (%s); its last lines:\n%s", p.Name, p.State(), p.Tail())
 			}
 			since, ok := down[p]
 			if !ok {

@@ -37,7 +37,8 @@ its raw limit (absolute figures drift between machines and runs; ratios
 measured side by side do not):
 
   raw-broker  the broker's client library alone publishing persistent messages
-              with confirms (RabbitMQ: a pipelined window; NATS: async publish)
+              with confirms (RabbitMQ: a pipelined window; NATS: async publish;
+              Kafka: franz-go's idempotent producer, acks=all, pipelined)
   raw-db      the relay's claim and mark-SENT statements alone, no broker
   relay       1 and 4 relays draining pre-filled events, unordered and ordered:
               in the bench's process, and as ferry relay --drain processes
@@ -52,20 +53,23 @@ measured side by side do not):
   inbox       the seed's points award bare and inside the inbox, 1 and 8 workers
   claim       claim latency on an empty outbox and with --retained SENT rows
 
-It works on tables, a queue and a stream of its own (ferry_bench_*) and
-removes them; it never touches your outbox. Where the database and the
+It works on tables and a queue, stream or topic of its own (ferry_bench_*,
+ferrybench.*) and removes them; it never touches your outbox. Kafka cannot
+empty a topic cheaply: each run counts and consumes the records past the
+topic's end offsets at its start. Where the database and the
 broker run on this machine, it reads their CPU time from /proc and reports
 the CPU per event of the database, the broker and the relay. Without
 --database-url and --broker-url it runs on a temporary SQLite file and an
 embedded NATS server.`,
 		Example: `  ferry bench --database-url mysql://root@127.0.0.1:3306/test --broker-url amqp://guest:guest@127.0.0.1:5672/
   ferry bench --database-url postgres://127.0.0.1:5432/test --broker-url amqp://guest:guest@127.0.0.1:5672/ --json
+  ferry bench --database-url postgres://127.0.0.1:5432/test --broker-url kafka://127.0.0.1:9092
   ferry bench --scenarios claim --retained 10000000 --database-url ...`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd, g, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.brokerURL, "broker-url", "", "broker URL: amqp://user:pass@host:5672/vhost or nats://host:4222")
+	fl.StringVar(&f.brokerURL, "broker-url", "", "broker URL: amqp://user:pass@host:5672/vhost, nats://host:4222 or kafka://host:9092[,host2:9092]")
 	bindShared(fl, "broker-url", "FERRY_BROKER_URL", "relay.broker_url") // the relay's broker
 	fl.StringVar(&f.scenarios, "scenarios", "all", "comma-separated: "+strings.Join(bench.AllScenarios, ", ")+"; or all")
 	fl.BoolVar(&f.json, "json", false, "print JSON")

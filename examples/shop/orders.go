@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferrytype"
 )
 
 // OrderService places orders: each order is created in one transaction
@@ -138,18 +139,30 @@ func (s *OrderService) Pay(ctx context.Context, id int64) (bool, error) {
 			}
 		}
 	}
-	err = s.tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.DB.Q("DELETE FROM shop_payment_reply WHERE order_id = ?"), id); err != nil {
-			return err
-		}
-		_, err := tx.ExecContext(ctx, s.DB.Q("INSERT INTO shop_payment_reply (order_id, status, payment_id, attempts, replayed)"+
-			" VALUES (?, ?, ?, ?, ?)"), id, status, reply.PaymentID, attempts, replayed)
-		return err
-	})
+	// One row per order. A plain INSERT takes no gap lock on MariaDB (a
+	// DELETE of a missing row would, and two services recording at once
+	// would deadlock); the row exists only when a restarted service paid
+	// its last order again.
+	args := []any{status, reply.PaymentID, attempts, replayed, id}
+	_, err = s.DB.ExecContext(ctx, s.DB.Q("INSERT INTO shop_payment_reply (status, payment_id, attempts, replayed, order_id)"+
+		" VALUES (?, ?, ?, ?, ?)"), args...)
+	if err != nil && errors.Is(s.classify(err), ferrytype.ErrDuplicate) {
+		_, err = s.DB.ExecContext(ctx, s.DB.Q("UPDATE shop_payment_reply SET status = ?, payment_id = ?, attempts = ?, replayed = ?"+
+			" WHERE order_id = ?"), args...)
+	}
 	if err != nil {
 		return status == http.StatusCreated, s.unknownOrErr(err)
 	}
 	return status == http.StatusCreated, nil
+}
+
+// classify puts a driver error in ferry's classes.
+func (s *OrderService) classify(err error) error {
+	ib, ierr := s.DB.Inbox()
+	if ierr != nil {
+		return err
+	}
+	return ib.Classify(err)
 }
 
 // unknownOrErr lets the order service go on after a transaction whose

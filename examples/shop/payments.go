@@ -196,14 +196,14 @@ func ServePayments(ctx context.Context, ln net.Listener, db *DB, o PaymentsOptio
 // PaymentClient pays orders through the payments API the way a careful
 // client does: one Idempotency-Key per payment, reused on every retry, a
 // timeout per attempt that grows, and retries after timeouts, broken
-// connections, 409 and 503 until the API answers.
+// connections, 409 and 5xx until the API answers.
 type PaymentClient struct {
 	URL string
 	// Timeout is the first attempt's timeout; each retry doubles it, up
 	// to 5 s. Default 2 s.
 	Timeout time.Duration
-	// Counters: attempts beyond the first, replayed answers, 409s.
-	Retries, Replays, InProgress atomic.Int64
+	// Counters: attempts beyond the first, replayed answers, 409s, 5xx.
+	Retries, Replays, InProgress, ServerErrors atomic.Int64
 }
 
 // ErrDeclined is a payment the API refused (402).
@@ -229,8 +229,13 @@ func (c *PaymentClient) Pay(ctx context.Context, id int64, req PaymentRequest) (
 			return PaymentReply{}, attempt, false, ctx.Err()
 		}
 		switch {
-		case err != nil || status == http.StatusServiceUnavailable:
+		case err != nil || status >= 500:
+			// No answer, or the request failed and was rolled back (a
+			// deadlock, a database outage): the same key again.
 			timeout = min(2*timeout, 5*time.Second)
+			if err == nil {
+				c.ServerErrors.Add(1)
+			}
 		case status == http.StatusConflict:
 			c.InProgress.Add(1)
 		case status == http.StatusCreated:

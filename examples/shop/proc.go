@@ -32,7 +32,19 @@ type Proc struct {
 	state  *os.ProcessState
 	past   []Stats // the last STATS of each finished run
 	cur    Stats
-	deaths int // runs ended by SIGKILL
+	deaths int      // runs ended by SIGKILL
+	tail   []string // the current run's last output lines
+}
+
+// tailLines is how many output lines Tail keeps.
+const tailLines = 8
+
+// Tail returns the current (or last) run's last output lines other than
+// STATS, for an error message about a process that ended by itself.
+func (p *Proc) Tail() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.tail, "\n")
 }
 
 // Start starts a new run with extra arguments after Args (a crash point
@@ -60,7 +72,7 @@ func (p *Proc) Start(extraArgs ...string) error {
 	if p.cmd != nil {
 		p.past = append(p.past, p.cur)
 	}
-	p.cmd, p.cur, p.done, p.state = cmd, Stats{}, make(chan struct{}), nil
+	p.cmd, p.cur, p.done, p.state, p.tail = cmd, Stats{}, make(chan struct{}), nil, nil
 	done := p.done
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -75,6 +87,14 @@ func (p *Proc) Start(extraArgs ...string) error {
 				p.mu.Unlock()
 				continue
 			}
+			p.mu.Lock()
+			if p.cmd == cmd {
+				p.tail = append(p.tail, line)
+				if len(p.tail) > tailLines {
+					p.tail = p.tail[1:]
+				}
+			}
+			p.mu.Unlock()
 			if p.Log != nil {
 				fmt.Fprintf(p.Log, "  %s | %s\n", p.Name, line)
 			}

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
 )
 
 // clockTicks is the kernel's USER_HZ, the unit of utime and stime in
@@ -136,6 +138,9 @@ func commCPU(comm string) procCPU {
 // rawURL's port, or "" when the host is not a loopback address, no such
 // process is found, or it is this process.
 func localServer(rawURL string) string {
+	if cc, err := ferrykafka.ParseURL(rawURL); err == nil {
+		rawURL = "kafka://" + cc.Seeds[0] // the first seed broker of a list
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Host == "" {
 		return ""
@@ -147,7 +152,8 @@ func localServer(rawURL string) string {
 		}
 	}
 	if port == "" {
-		port = map[string]string{"mysql": "3306", "postgres": "5432", "postgresql": "5432", "amqp": "5672", "nats": "4222"}[u.Scheme]
+		port = map[string]string{"mysql": "3306", "postgres": "5432", "postgresql": "5432", "amqp": "5672", "nats": "4222",
+			"kafka": ferrykafka.DefaultPort}[u.Scheme]
 	}
 	p, err := strconv.Atoi(port)
 	if err != nil {

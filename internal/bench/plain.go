@@ -3,16 +3,12 @@ package bench
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // plainRelay is the baseline ferry is measured against: the simplest
@@ -167,80 +163,7 @@ func (p *plainRelay) ids(rows []plainRow, args *[]any) string {
 	return sb.String()
 }
 
-// publisher opens the loop's own broker client: a RabbitMQ channel in
-// confirm mode, or JetStream asynchronous publishes.
+// publisher opens the loop's own broker client (see destination.plain).
 func (p *plainRelay) publisher(ctx context.Context) (func(context.Context, []plainRow) error, func(), error) {
-	if p.b.Kind == "amqp" {
-		conn, err := amqp.Dial(p.b.url)
-		if err != nil {
-			return nil, nil, err
-		}
-		ch, err := conn.Channel()
-		if err == nil {
-			err = ch.Confirm(false)
-		}
-		if err != nil {
-			conn.Close()
-			return nil, nil, err
-		}
-		returns := ch.NotifyReturn(make(chan amqp.Return, 1))
-		publish := func(ctx context.Context, rows []plainRow) error {
-			dcs := make([]*amqp.DeferredConfirmation, len(rows))
-			for i, r := range rows {
-				dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "amq.topic", r.dest, true, false, amqp.Publishing{
-					DeliveryMode: amqp.Persistent, ContentType: "application/json", MessageId: r.id, Type: "OrderPaid",
-					Body: []byte(r.payload)})
-				if err != nil {
-					return err
-				}
-				dcs[i] = dc
-			}
-			for _, dc := range dcs {
-				ok, err := dc.WaitContext(ctx)
-				if err != nil {
-					return err
-				}
-				if !ok {
-					return errors.New("the broker nacked an event")
-				}
-			}
-			select {
-			case ret := <-returns:
-				return fmt.Errorf("event %s returned unroutable", ret.MessageId)
-			default:
-				return nil
-			}
-		}
-		return publish, func() { ch.Close(); conn.Close() }, nil
-	}
-	nc, err := nats.Connect(p.b.url, nats.Name("ferry-bench-plain"))
-	if err != nil {
-		return nil, nil, err
-	}
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
-	publish := func(ctx context.Context, rows []plainRow) error {
-		fs := make([]jetstream.PubAckFuture, len(rows))
-		for i, r := range rows {
-			f, err := js.PublishAsync(r.dest, []byte(r.payload), jetstream.WithMsgID(r.id))
-			if err != nil {
-				return err
-			}
-			fs[i] = f
-		}
-		for _, f := range fs {
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				return err
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		return nil
-	}
-	return publish, nc.Close, nil
+	return p.b.d.plain(ctx)
 }

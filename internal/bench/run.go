@@ -515,10 +515,3 @@ func (t *Target) version(ctx context.Context) string {
 	s, _, _ := strings.Cut(v.String, " on ")
 	return s
 }
-
-func (b *Broker) version() string {
-	if b.Kind == "amqp" {
-		return fmt.Sprintf("rabbitmq %v, %s queue", b.conn.Properties["version"], b.queueType)
-	}
-	return "nats " + b.nc.ConnectedServerVersion() + ", JetStream file storage"
-}
