@@ -90,7 +90,8 @@
 // committed. ferrybroker/ferrynats publishes to NATS JetStream.
 // ferrybroker/ferrykafka publishes to Kafka through franz-go (an
 // idempotent producer with acks from every in-sync replica, one record per
-// event keyed by its aggregate id); it has no consumer yet. Publishers
+// event keyed by its aggregate id) and consumes it in a consumer group,
+// committing offsets only past handled records. Publishers
 // implement ferrybroker.Publisher and report one Outcome per message:
 // confirmed, returned (unroutable), rejected or unknown.
 //
