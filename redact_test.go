@@ -90,8 +90,12 @@ func TestLibraryLogsCarryNoPassword(t *testing.T) {
 	dbProxy.Cut()
 	r := b.relay(t, pub, &ferry.RelayConfig{Logger: log, PollInterval: 10 * time.Millisecond,
 		PublishTimeout: 100 * time.Millisecond, Retry: ferry.ExponentialBackoff{Initial: 5 * time.Millisecond}})
+	// The outage is counted a moment before its log line is written:
+	// wait for the line itself.
 	testsvc.WaitFor(t, 30*time.Second, func() bool {
-		return r.Stats().Outages >= 1 && strings.Contains(buf.String(), "outbox metrics: poll failed")
+		out := buf.String()
+		return r.Stats().Outages >= 1 && strings.Contains(out, "broker unreachable") &&
+			strings.Contains(out, "outbox metrics: poll failed")
 	}, func() string { return buf.String() })
 	out := buf.String()
 	require.Contains(t, out, "broker unreachable")
