@@ -1,6 +1,7 @@
 // Command ferry is the ferry daemon and CLI: it migrates outbox tables,
 // relays events to the broker, shows the outbox's state, handles dead
-// events, lists and resolves inbox conflicts, reconciles business tables and
+// events, lists and resolves inbox conflicts, lists and replays the messages
+// a RabbitMQ consumer parked, reconciles business tables and
 // consumers' inboxes with the outbox, purges old events and markers,
 // measures itself against the raw database and broker, and runs a
 // self-contained demo.
@@ -15,6 +16,7 @@
 //	ferry purge --older-than 168h
 //	ferry purge --markers --older-than 720h --database-url mysql://.../points
 //	ferry relay   --database-url mysql://... --broker-url amqp://user:pass@127.0.0.1:5672/ --queue orders --routing-key 'orders.#' --declare
+//	ferry parked list|replay --broker-url amqp://... --queue points   # a RabbitMQ consumer's parked messages
 //	ferry bench   --database-url mysql://... --broker-url amqp://...   # ferry against the raw limits
 //
 // Settings come from the command line, then the environment (every
@@ -164,7 +166,7 @@ func newRootWith(g *globals) *cobra.Command {
 	envString(pf, &g.table, "table", "FERRY_TABLE", "outbox_event", "outbox table name")
 	envString(pf, &g.logLevel, "log-level", "FERRY_LOG_LEVEL", "info", "log level: debug, info, warn, error")
 	envString(pf, &g.logFormat, "log-format", "FERRY_LOG_FORMAT", "text", "log format: text or json")
-	root.AddCommand(newMigrate(g), newRelay(g), newStatus(g), newDead(g), newReconcile(g), newPurge(g), newConflicts(g), newBench(g), newDemo())
+	root.AddCommand(newMigrate(g), newRelay(g), newStatus(g), newDead(g), newReconcile(g), newPurge(g), newConflicts(g), newParked(), newBench(g), newDemo())
 	return root
 }
 

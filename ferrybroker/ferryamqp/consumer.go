@@ -528,6 +528,11 @@ func (c *Consumer) validate(d *amqp.Delivery, fd *ferrybroker.Delivery) error {
 func (c *Consumer) delivery(d *amqp.Delivery) *ferrybroker.Delivery {
 	fd := &ferrybroker.Delivery{MessageID: d.MessageId, Type: d.Type, Route: d.RoutingKey, Payload: d.Body,
 		Headers: make(map[string]string, len(d.Headers)), Redelivered: d.Redelivered}
+	if _, key, ok := replayedRoute(d, c.queue); ok {
+		// Replayed from the parking queue straight to this queue: the
+		// handler sees the routing key the event was published with.
+		fd.Route = key
+	}
 	for k, v := range d.Headers {
 		switch v := v.(type) {
 		case string:
@@ -645,8 +650,12 @@ func (c *Consumer) parkCopy(s *consSession, d *amqp.Delivery, fd *ferrybroker.De
 	}
 	h[ferrybroker.HeaderParkReason] = msg
 	h[ferrybroker.HeaderParkedAt] = time.Now().UTC().Format(time.RFC3339Nano)
-	h[HeaderParkExchange] = d.Exchange
-	h[ferrybroker.HeaderParkRoute] = d.RoutingKey
+	exchange, key := d.Exchange, d.RoutingKey
+	if ex, k, ok := replayedRoute(d, c.queue); ok {
+		exchange, key = ex, k // where it came from before its replay
+	}
+	h[HeaderParkExchange] = exchange
+	h[ferrybroker.HeaderParkRoute] = key
 	h[ferrybroker.HeaderParkSource] = c.queue
 	h[ferrybroker.HeaderParkDeliveryCount] = strconv.Itoa(fd.DeliveryCount)
 	pub := amqp.Publishing{
