@@ -27,6 +27,8 @@ type Outbox struct {
 	cols string
 
 	markSent, markFailed, release, expired, purge, stats, ready, get string
+	// relays are the statements of the heartbeat table, table_relay.
+	relays relayStatements
 }
 
 // NewOutbox returns the shared store of the validated table on pool. Every
@@ -70,6 +72,7 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 	o.ready = "SELECT 1 FROM " + t + " WHERE status = " + lit(ferrytype.StatusNew) +
 		" AND available_at <= " + now + " LIMIT 1"
 	o.get = d.Rebind("SELECT " + o.cols + " FROM " + t + " WHERE event_id = ?")
+	o.relays = newRelayStatements(d, table)
 	return o
 }
 
