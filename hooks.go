@@ -55,6 +55,13 @@ type HookRelease interface {
 	OnRelease(table string, events int64)
 }
 
+// HookHeartbeat is called after each heartbeat of a relay
+// (RelayConfig.Heartbeat), with nil when the beat was recorded and the
+// error when it failed.
+type HookHeartbeat interface {
+	OnHeartbeat(table string, err error)
+}
+
 type relayHooks struct {
 	table    string
 	claim_   []HookClaim
@@ -63,6 +70,7 @@ type relayHooks struct {
 	sweep_   []HookSweep
 	settle_  []HookSettle
 	release_ []HookRelease
+	beat_    []HookHeartbeat
 }
 
 func collectRelayHooks(table string, hooks []Hook) relayHooks {
@@ -85,6 +93,9 @@ func collectRelayHooks(table string, hooks []Hook) relayHooks {
 		}
 		if v, ok := x.(HookRelease); ok {
 			h.release_ = append(h.release_, v)
+		}
+		if v, ok := x.(HookHeartbeat); ok {
+			h.beat_ = append(h.beat_, v)
 		}
 	}
 	return h
@@ -123,5 +134,11 @@ func (h relayHooks) settle(sent, retried, dead int64) {
 func (h relayHooks) release(n int64) {
 	for _, x := range h.release_ {
 		x.OnRelease(h.table, n)
+	}
+}
+
+func (h relayHooks) heartbeat(err error) {
+	for _, x := range h.beat_ {
+		x.OnHeartbeat(h.table, err)
 	}
 }
