@@ -713,6 +713,7 @@ func (r *Relay) cycle() (int, error) {
 		// never published, so counted as dead and not as claimed.
 		r.c.dead.Add(malformed)
 		r.hooks.settle(0, 0, malformed)
+		r.hooks.settleDest(destTally{{Dead: malformed}})
 	}
 	if len(msgs) == 0 {
 		return int(malformed), nil
@@ -753,6 +754,11 @@ func (r *Relay) settle(ctx context.Context, token string, leaseEnd time.Time, ms
 		fails   []ferrystore.Failure
 		unsent  []string
 		unsentE error
+		// With a hook that counts by destination: the messages marked
+		// SENT, in order, and the destination of each failed one.
+		wantDest = r.hooks.wantDestinations()
+		sentMsgs []*ferrytype.Message
+		route    map[string]string
 	)
 	for i := range msgs {
 		m, res := &msgs[i], results[i]
@@ -770,6 +776,9 @@ func (r *Relay) settle(ctx context.Context, token string, leaseEnd time.Time, ms
 		switch res.Outcome {
 		case ferrytype.OutcomeConfirmed:
 			sent = append(sent, m.ID)
+			if wantDest {
+				sentMsgs = append(sentMsgs, m)
+			}
 			if res.Duplicate {
 				r.c.duplicates.Add(1)
 			}
@@ -788,6 +797,12 @@ func (r *Relay) settle(ctx context.Context, token string, leaseEnd time.Time, ms
 		}
 		fails = append(fails, ferrystore.Failure{ID: m.ID, Token: token, Dead: dead, Delay: delay,
 			Error: fmt.Sprintf("attempt %d: %s", m.Attempt, msg)})
+		if wantDest {
+			if route == nil {
+				route = map[string]string{}
+			}
+			route[m.ID] = m.Route()
+		}
 		level := slog.LevelWarn
 		if dead {
 			level = slog.LevelError
@@ -825,6 +840,15 @@ func (r *Relay) settle(ctx context.Context, token string, leaseEnd time.Time, ms
 		} else {
 			r.c.confirmed.Add(n)
 			r.hooks.settle(n, 0, 0)
+			if wantDest {
+				// Fenced rows (fewer than asked) are not known by id:
+				// count the first n in batch order.
+				var t destTally
+				for _, m := range sentMsgs[:min(int(n), len(sentMsgs))] {
+					t.add(m.Route(), 1, 0, 0)
+				}
+				r.hooks.settleDest(t)
+			}
 			r.fenced(token, int64(len(sent))-n)
 		}
 	}
@@ -839,6 +863,9 @@ func (r *Relay) settle(ctx context.Context, token string, leaseEnd time.Time, ms
 		r.c.dead.Add(dead)
 		r.c.retried.Add(retried)
 		r.hooks.settle(0, retried, dead)
+		if wantDest {
+			r.hooks.settleDest(tallyFailed(res, route))
+		}
 		r.fenced(token, int64(len(res.Fenced)))
 	}
 }
@@ -899,7 +926,9 @@ func (r *Relay) sweep() {
 			return
 		}
 		fails := make([]ferrystore.Failure, len(leases))
+		route := make(map[string]string, len(leases))
 		for i, l := range leases {
+			route[l.ID] = l.Destination
 			res := ferrytype.Unknown(errors.New("lease expired before an outcome was recorded"))
 			delay, dead := r.cfg.Retry.Next(l.Attempts, res)
 			fails[i] = ferrystore.Failure{ID: l.ID, Token: l.Token, Dead: dead, Delay: delay,
@@ -919,6 +948,9 @@ func (r *Relay) sweep() {
 		r.c.retried.Add(retried)
 		r.hooks.sweep(retried + dead)
 		r.hooks.settle(0, retried, dead)
+		if r.hooks.wantDestinations() {
+			r.hooks.settleDest(tallyFailed(res, route))
+		}
 		r.log.Warn("returned expired leases", "events", retried+dead, "dead", dead, "fenced", len(res.Fenced))
 		if len(leases) < r.cfg.SweepBatch {
 			return
