@@ -111,9 +111,14 @@
 // # Operations
 //
 // The core emits through small hook interfaces (HookEnqueue on the Outbox;
-// HookClaim, HookPublish, HookFenced, HookSweep and HookSettle on the
-// Relay; HookInbox on the Inbox), detected by type assertion, and never
-// imports Prometheus or OpenTelemetry. Package ferryprom implements the
+// HookClaim, HookPublish, HookFenced, HookSweep, HookSettle,
+// HookSettleDestinations, HookRelease and HookHeartbeat on the Relay;
+// HookInbox on the Inbox), detected by type assertion, and never
+// imports Prometheus or OpenTelemetry. Every relay also records itself in
+// its table's heartbeat table (<table>_relay, RelayConfig.Heartbeat): id,
+// host, pid, version, events in flight, broker connected, stamped by the
+// database clock, deleted on Stop; ferry status and ferryadmin.Relays tell
+// from it which relays are alive. Package ferryprom implements the
 // relay hooks as Prometheus metrics and exports each table's state, above
 // all the age of its oldest pending event, and on the consumer side the
 // inbox outcomes, handler and task results, and the open conflicts;

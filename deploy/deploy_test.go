@@ -55,7 +55,8 @@ func exported(t *testing.T) map[string]bool {
 		[]ferrytype.PublishResult{ferrytype.Confirmed()}, time.Millisecond)
 	relay.OnFenced("outbox_event", 1)
 	relay.OnSweep("outbox_event", 1)
-	relay.OnSettle("outbox_event", 1, 1, 1)
+	relay.OnSettleDestinations("outbox_event", []ferry.DestinationSettled{{Destination: "orders.paid", Sent: 1, Retried: 1, Dead: 1}})
+	relay.OnHeartbeat("outbox_event", errors.New("no table"))
 	relay.OnRelease("outbox_event", 1)
 
 	// The outbox and conflict collectors read real (SQLite) tables.
@@ -92,6 +93,8 @@ func exported(t *testing.T) map[string]bool {
 	consumers.OnHandled(hctx, "points-award", d, nil, time.Millisecond)
 	consumers.OnSettled("points-award", d, ferrybroker.Settlement{Action: ferrybroker.ActionAcked})
 	require.NoError(t, consumers.Task("SendSMS", func(context.Context, ferry.Task) error { return nil })(ctx, ferry.Task{}))
+
+	require.NoError(t, ferryprom.RegisterBuildInfo(reg, ferryprom.BuildInfo{}))
 
 	idem, err := ferryprom.NewIdempotencyMetrics(reg, nil)
 	require.NoError(t, err)

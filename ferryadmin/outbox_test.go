@@ -29,7 +29,9 @@ func TestStatus(t *testing.T) {
 				require.Nil(t, rep.OldestPending)
 				require.Empty(t, rep.Destinations)
 				require.Empty(t, rep.Failed)
-				require.Empty(t, rep.Attention)
+				require.Empty(t, rep.Attention, "no relay alive, but nothing waits for one either")
+				require.Empty(t, rep.Relays)
+				require.Empty(t, rep.RelaysError)
 				require.False(t, rep.Unhealthy)
 			})
 			t.Run("CountsPendingDeadAndErrors", func(t *testing.T) {
@@ -57,8 +59,9 @@ func TestStatus(t *testing.T) {
 				require.Equal(t, dead[0], rep.Failed[0].ID)
 				require.Equal(t, "stream not found", rep.Failed[0].LastError)
 				require.Nil(t, rep.Failed[0].Payload, "listings carry no payload")
-				require.Len(t, rep.Attention, 1)
+				require.Len(t, rep.Attention, 2)
 				require.Contains(t, rep.Attention[0], "1 DEAD events wait for a decision")
+				require.Contains(t, rep.Attention[1], "no relay alive: 3 events pending", "no relay runs in this test")
 				require.True(t, rep.Unhealthy, "a DEAD event needs a person")
 				require.Equal(t, ferryadmin.DefaultMaxPendingAge, rep.MaxPendingAge)
 				var attempts int64
@@ -83,8 +86,9 @@ func TestStatus(t *testing.T) {
 					require.NoError(t, err)
 					return rep.Unhealthy
 				}, "the event ages past 1ms by the database clock")
-				require.Len(t, rep.Attention, 1)
+				require.Len(t, rep.Attention, 2)
 				require.Contains(t, rep.Attention[0], "the oldest pending event ("+id[0]+")")
+				require.Contains(t, rep.Attention[1], "no relay alive")
 			})
 			t.Run("RefusesBadOptions", func(t *testing.T) {
 				b := setup(t, kind)

@@ -18,6 +18,7 @@
 //	ferry relay   --database-url mysql://... --broker-url amqp://user:pass@127.0.0.1:5672/ --queue orders --routing-key 'orders.#' --declare
 //	ferry parked list|replay --broker-url amqp://... --queue points   # a RabbitMQ consumer's parked messages
 //	ferry bench   --database-url mysql://... --broker-url amqp://...   # ferry against the raw limits
+//	ferry --version                              # or ferry version [--json]
 //
 // Settings come from the command line, then the environment (every
 // configurable flag names its FERRY_* variable in its help), then the
@@ -149,7 +150,9 @@ func newRootWith(g *globals) *cobra.Command {
 		Short:         "Carry business events from your database to a broker, losing none and applying none twice",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       buildInfo().String(),
 	}
+	root.SetVersionTemplate("ferry {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		g.stderr = cmd.ErrOrStderr()
@@ -166,7 +169,7 @@ func newRootWith(g *globals) *cobra.Command {
 	envString(pf, &g.table, "table", "FERRY_TABLE", "outbox_event", "outbox table name")
 	envString(pf, &g.logLevel, "log-level", "FERRY_LOG_LEVEL", "info", "log level: debug, info, warn, error")
 	envString(pf, &g.logFormat, "log-format", "FERRY_LOG_FORMAT", "text", "log format: text or json")
-	root.AddCommand(newMigrate(g), newRelay(g), newStatus(g), newDead(g), newReconcile(g), newPurge(g), newConflicts(g), newParked(), newBench(g), newDemo())
+	root.AddCommand(newMigrate(g), newRelay(g), newStatus(g), newDead(g), newReconcile(g), newPurge(g), newConflicts(g), newParked(), newBench(g), newDemo(), newVersion())
 	return root
 }
 

@@ -177,15 +177,25 @@ func TestStatusShowsABrokerOutage(t *testing.T) {
 			stream, prefix := testsvc.JetStreamStream(t, nc)
 			natsURL, proxy := testsvc.Proxy(t, testsvc.URL(testsvc.EnvNATS))
 			r := b.relay(t, natsURL, stream, ferry.RelayConfig{PollInterval: 20 * time.Millisecond,
-				Lease: 2 * time.Second, PublishTimeout: 100 * time.Millisecond,
+				Lease: 2 * time.Second, PublishTimeout: 100 * time.Millisecond, Heartbeat: 20 * time.Millisecond,
+				Version: "v7.7.7", Broker: natsURL,
 				Retry: ferry.ExponentialBackoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond, MaxAttempts: 1000}})
 			proxy.Cut()
 			testsvc.WaitFor(t, 30*time.Second, func() bool { return r.Stats().Outages == 1 }, func() string { return "the relay sees the outage" })
 			b.enqueue(t, orderPaid("1", prefix+".paid"), orderPaid("2", prefix+".paid"), orderPaid("3", prefix+".shipped"))
 
-			code, out, errOut := b.cli(t, "status")
-			require.Equal(t, exitOK, code, errOut)
+			// The relay is alive, and its heartbeat says its broker is down.
+			var code int
+			var out, errOut string
+			testsvc.WaitFor(t, 30*time.Second, func() bool {
+				code, out, errOut = b.cli(t, "status")
+				return code == exitOK && strings.Contains(out, "relays: 1 alive of 1 recorded") && strings.Contains(out, " DOWN")
+			}, func() string {
+				return fmt.Sprintf("ferry status shows the relay's broker down: %d\n%s\n%s", code, out, errOut)
+			})
 			t.Logf("ferry status, broker down:\n%s", out)
+			require.Regexp(t, r.ID()+`\s+yes\s+\S+\s+\d+\s+v7\.7\.7\s+`, out)
+			require.NotContains(t, out, "no relay alive")
 			require.Regexp(t, `NEW\s+3 \(3 ready now\)`, out)
 			require.Contains(t, out, "oldest pending event: ")
 			require.Contains(t, out, ", NEW, attempts 0")
@@ -205,6 +215,11 @@ func TestStatusShowsABrokerOutage(t *testing.T) {
 			require.Equal(t, prefix+".paid", rep.Destinations[0].Destination)
 			require.Equal(t, int64(2), rep.Destinations[0].New+rep.Destinations[0].Sending)
 			require.Empty(t, rep.Failed)
+			require.Len(t, rep.Relays, 1)
+			require.Equal(t, r.ID(), rep.Relays[0].ID)
+			require.True(t, rep.Relays[0].Alive)
+			require.False(t, rep.Relays[0].BrokerConnected)
+			require.NotEmpty(t, rep.Relays[0].BrokerError)
 
 			// As a check: the oldest event is older than 1ms.
 			code, _, errOut = b.cli(t, "status", "--check", "--max-pending-age", "1ms")

@@ -55,6 +55,8 @@ type relayFlags struct {
 	metricsDests    int
 	readyTimeout    time.Duration
 	connectTimeout  time.Duration
+	heartbeat       time.Duration
+	relayID         string
 }
 
 func newRelay(g *globals) *cobra.Command {
@@ -102,6 +104,14 @@ restart. Set --connect-timeout explicitly to exit 1 instead when the database
 or the broker stays unreachable that long. With --drain the relay tries the
 database and the broker for --connect-timeout, then exits 1; a missing or
 outdated table exits 7 at once; events that went DEAD during the run exit 6.
+
+Every --heartbeat (5s) the relay records itself in the table <table>_relay
+(outbox migration 0003): --relay-id (default host-pid-random), host, pid,
+version, broker (without credentials), lanes, events in flight and whether
+its broker is connected, stamped with the database clock; it deletes its row
+when it stops. ferry status lists these relays and says "no relay alive" when
+events wait and none beat recently. A failing heartbeat is logged and never
+stops the relay.
 
 With --http-addr (off by default) the relay serves, from the moment it
 starts, /metrics (Prometheus; ferry_broker_connected is 0 until the broker is
@@ -180,6 +190,10 @@ event was enqueued in.`,
 		"with --drain, or when set: how long the relay keeps trying to reach the database and the broker at start before it exits 1 (0: one try); "+
 			"unset, a relay without --drain keeps trying as long as it runs")
 	bindEnv(fl, "connect-timeout", "FERRY_CONNECT_TIMEOUT")
+	fl.DurationVar(&f.heartbeat, "heartbeat", ferry.DefaultHeartbeat,
+		"how often the relay records itself in <table>_relay, for ferry status (0: never)")
+	bindEnv(fl, "heartbeat", "FERRY_HEARTBEAT")
+	envString(fl, &f.relayID, "relay-id", "FERRY_RELAY_ID", "", "the relay's name in <table>_relay (default host-pid-random)")
 	return cmd
 }
 
@@ -202,6 +216,7 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 		{"--sweep-interval", f.sweepInterval > 0},
 		{"--metrics-interval", f.metricsInterval > 0}, {"--ready-timeout", f.readyTimeout > 0},
 		{"--metrics-destinations", f.metricsDests >= 0}, {"--connect-timeout", f.connectTimeout >= 0},
+		{"--heartbeat", f.heartbeat >= 0},
 	} {
 		if !c.ok {
 			return usageError{fmt.Errorf("%s must be positive", c.name)}
@@ -217,6 +232,10 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 		Lease:           f.lease, PublishTimeout: f.publishTimeout, Retention: f.retention, SweepInterval: f.sweepInterval,
 		Retry:  ferry.ExponentialBackoff{Initial: f.retryInitial, Max: f.retryMax, MaxAttempts: f.maxAttempts},
 		Logger: log, FaultPoint: g.faultPoint,
+		Heartbeat: f.heartbeat, ID: f.relayID, Version: buildInfo().Version, Broker: ferrytype.RedactURL(f.brokerURL),
+	}
+	if f.heartbeat == 0 {
+		rc.Heartbeat = -1 // 0 on the command line: no heartbeat
 	}
 	if err := validateRelayConfig(rc); err != nil {
 		return err

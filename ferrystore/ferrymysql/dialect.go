@@ -1,6 +1,7 @@
 package ferrymysql
 
 import (
+	"strings"
 	"time"
 
 	"github.com/ferrydev/ferry/internal/sqlstore"
@@ -48,4 +49,15 @@ func (dialect) DeleteLimited(table, where, order string) string {
 
 func (dialect) After(at time.Time, id string) (string, []any) {
 	return "(available_at > ? OR (available_at = ? AND event_id > ?))", []any{at, at, id}
+}
+
+// Upsert uses ON DUPLICATE KEY UPDATE with VALUES(col), which MariaDB and
+// MySQL 8 both read (MySQL 8.0.20+ prefers a row alias, which MariaDB
+// lacks, and only warns).
+func (dialect) Upsert(_ string, cols []string) string {
+	set := make([]string, len(cols))
+	for i, c := range cols {
+		set[i] = c + " = VALUES(" + c + ")"
+	}
+	return "ON DUPLICATE KEY UPDATE " + strings.Join(set, ", ")
 }

@@ -1,6 +1,7 @@
 package ferrypg
 
 import (
+	"strings"
 	"time"
 
 	"github.com/ferrydev/ferry/internal/sqlstore"
@@ -49,4 +50,13 @@ func (dialect) DeleteLimited(table, where, order string) string {
 // After is a row comparison, which walks the pending index from the cursor.
 func (dialect) After(at time.Time, id string) (string, []any) {
 	return "(available_at, event_id) > (?::timestamptz, ?::text)", []any{at, id}
+}
+
+// Upsert is ON CONFLICT ... DO UPDATE with the excluded row's values.
+func (dialect) Upsert(key string, cols []string) string {
+	set := make([]string, len(cols))
+	for i, c := range cols {
+		set[i] = c + " = excluded." + c
+	}
+	return "ON CONFLICT (" + key + ") DO UPDATE SET " + strings.Join(set, ", ")
 }

@@ -2,6 +2,7 @@ package ferrysqlite
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ferrydev/ferry/internal/sqlstore"
@@ -59,4 +60,13 @@ func (dialect) DeleteLimited(table, where, order string) string {
 func (dialect) After(at time.Time, id string) (string, []any) {
 	s := at.UTC().Format("2006-01-02 15:04:05.000")
 	return "(available_at > ? OR (available_at = ? AND event_id > ?))", []any{s, s, id}
+}
+
+// Upsert is ON CONFLICT ... DO UPDATE with the excluded row's values.
+func (dialect) Upsert(key string, cols []string) string {
+	set := make([]string, len(cols))
+	for i, c := range cols {
+		set[i] = c + " = excluded." + c
+	}
+	return "ON CONFLICT (" + key + ") DO UPDATE SET " + strings.Join(set, ", ")
 }

@@ -113,6 +113,7 @@ func Exercise[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("Errors", func(t *testing.T) { exerciseErrors(t, h) })
 	t.Run("Admin", func(t *testing.T) { exerciseAdmin(t, h) })
 	t.Run("PoisonRows", func(t *testing.T) { exercisePoison(t, h) })
+	t.Run("Relays", func(t *testing.T) { exerciseRelays(t, h) })
 }
 
 // waitFor polls cond until it holds or d passes.

@@ -254,7 +254,9 @@ func exerciseTransitions[TTx any](t *testing.T, h Harness[TTx]) {
 
 	t.Run("SweepReturnsExpiredLeasesToNewOrDead", func(t *testing.T) {
 		b := setup(t, h)
-		got := b.enqueue(t, ev("A", "1", `{}`), ev("A", "2", `{}`))
+		routed := ev("A", "2", `{}`)
+		routed.Destination = "orders.paid"
+		got := b.enqueue(t, ev("A", "1", `{}`), routed)
 		_, err := b.store.Claim(b.ctx, ferrystore.ClaimParams{Limit: 10, Token: "short", Lease: time.Millisecond})
 		require.NoError(t, err)
 		var leases []ferrystore.Lease
@@ -263,6 +265,12 @@ func exerciseTransitions[TTx any](t *testing.T, h Harness[TTx]) {
 			require.NoError(t, err)
 			return len(leases) == 2
 		})
+		dest := map[string]string{}
+		for _, l := range leases {
+			dest[l.ID] = l.Destination
+		}
+		require.Equal(t, map[string]string{got[0]: "A", got[1]: "orders.paid"}, dest,
+			"each lease names where its event goes: its destination, else its type")
 		res, err := b.store.MarkFailed(b.ctx, []ferrystore.Failure{
 			{ID: got[0], Token: "short", Error: "lease expired"},
 			{ID: got[1], Token: "short", Dead: true, Error: "lease expired"},

@@ -56,6 +56,9 @@ type Dialect interface {
 	Moment(expr string) string
 	// Ping is a query of one round trip that reads the database.
 	Ping() string
+	// Upsert ends an INSERT whose row may exist already, by its primary
+	// key key: the existing row takes the inserted values of cols instead.
+	Upsert(key string, cols []string) string
 	// Update begins an UPDATE of outbox rows that changes no JSON column:
 	// "UPDATE ", or on MySQL "UPDATE " behind MariaDB's executable comment
 	// that skips CHECK constraints for the statement. MariaDB's JSON is a

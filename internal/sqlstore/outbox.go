@@ -27,6 +27,8 @@ type Outbox struct {
 	cols string
 
 	markSent, markFailed, release, expired, purge, stats, ready, get string
+	// relays are the statements of the heartbeat table, table_relay.
+	relays relayStatements
 }
 
 // NewOutbox returns the shared store of the validated table on pool. Every
@@ -54,7 +56,8 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 		", available_at = " + now + ", lease_token = NULL, locked_until = NULL" +
 		" WHERE status = " + lit(ferrytype.TransitionRelease.From) + " AND lease_token = ? AND "
 	// The pending index, status SENDING.
-	o.expired = d.Rebind("SELECT event_id, lease_token, attempts FROM " + t +
+	o.expired = d.Rebind("SELECT event_id, lease_token, attempts," +
+		" CASE WHEN destination = '' THEN event_type ELSE destination END FROM " + t +
 		" WHERE status = " + lit(ferrytype.StatusSending) + " AND locked_until < " + now + " ORDER BY locked_until LIMIT ?")
 	// TransitionPurgeSent: the pending index, status SENT, oldest first.
 	o.purge = d.Rebind(d.DeleteLimited(t, "status = "+lit(ferrytype.TransitionPurgeSent.From)+
@@ -70,6 +73,7 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 	o.ready = "SELECT 1 FROM " + t + " WHERE status = " + lit(ferrytype.StatusNew) +
 		" AND available_at <= " + now + " LIMIT 1"
 	o.get = d.Rebind("SELECT " + o.cols + " FROM " + t + " WHERE event_id = ?")
+	o.relays = newRelayStatements(d, table)
 	return o
 }
 
@@ -162,7 +166,7 @@ func (o *Outbox) ExpiredLeases(ctx context.Context, limit int) ([]ferrystore.Lea
 	var out []ferrystore.Lease
 	for rows.Next() {
 		var l ferrystore.Lease
-		if err := rows.Scan(&l.ID, &l.Token, &l.Attempts); err != nil {
+		if err := rows.Scan(&l.ID, &l.Token, &l.Attempts, &l.Destination); err != nil {
 			return nil, fmt.Errorf("expired leases: %w", err)
 		}
 		out = append(out, l)
