@@ -104,6 +104,11 @@ type Admin interface {
 // MaxListLimit bounds every listing of Admin.
 const MaxListLimit = 1000
 
+// MaxStateListLimit bounds a listing of Admin.List with Filter.NoPayload,
+// whose rows are small: a walk over a large selection reads it in fewer
+// pages.
+const MaxStateListLimit = 10000
+
 // DestinationStats describes the pending events of one destination.
 type DestinationStats struct {
 	// Destination is the events' destination, or their type when they
@@ -160,8 +165,9 @@ type Filter struct {
 	// {} and Headers nil, and Malformed judges the other columns only. A
 	// walk that needs the rows' state, not their content, reads less.
 	NoPayload bool
-	// Limit is the most rows returned by List, 1 to MaxListLimit.
-	// Required by List; Count ignores it.
+	// Limit is the most rows returned by List, 1 to MaxListLimit (to
+	// MaxStateListLimit with NoPayload). Required by List; Count ignores
+	// it.
 	Limit int
 }
 
@@ -177,8 +183,12 @@ func ListCursorOf(r Row) ListCursor { return ListCursor{CreatedAt: r.CreatedAt, 
 
 // Validate checks f for List, naming the offending field.
 func (f Filter) Validate() error {
-	if f.Limit < 1 || f.Limit > MaxListLimit {
-		return fmt.Errorf("%w: Filter.Limit %d must be within 1..%d", ferrytype.ErrInvalidConfig, f.Limit, MaxListLimit)
+	most := MaxListLimit
+	if f.NoPayload {
+		most = MaxStateListLimit
+	}
+	if f.Limit < 1 || f.Limit > most {
+		return fmt.Errorf("%w: Filter.Limit %d must be within 1..%d", ferrytype.ErrInvalidConfig, f.Limit, most)
 	}
 	return f.ValidateSelection()
 }
