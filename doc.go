@@ -35,7 +35,8 @@
 //   - One state machine: every change of an event's status is an edge of
 //     ferrytype.Transitions, made by one statement conditional on the
 //     edge's source status (and, for SENDING rows, the lease token); SENT
-//     and DISCARDED are terminal but for retention's purge.
+//     is terminal but for retention's purge, and a DISCARDED row leaves
+//     only by a purge or an operator's restore (back to DEAD).
 //     (ferrystoretest: Transitions)
 //
 //   - Stable ids: a retry, a sweep or a restart republishes the same event

@@ -114,7 +114,7 @@ func ExampleRetryDead() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("would retry:", preview.Changed)
+	fmt.Println("would retry:", preview.Changed, "of", preview.Matched)
 
 	res, err := ferryadmin.RetryDead(ctx, store, ferryadmin.BulkOptions{
 		Filter: ferryadmin.DeadFilter{Type: "OrderPaid"},
@@ -126,17 +126,17 @@ func ExampleRetryDead() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("retried:", res.Changed)
+	fmt.Println("retried:", res.Changed, "of", res.Matched, "complete:", res.Complete)
 	left, err := ferryadmin.ListDead(ctx, store, ferryadmin.DeadFilter{}, 10)
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("still DEAD:", len(left.Events))
 	// Output:
-	// would retry: 3
+	// would retry: 3 of 3
 	// batch 1: 2 retried so far
 	// batch 2: 3 retried so far
-	// retried: 3
+	// retried: 3 of 3 complete: true
 	// still DEAD: 0
 }
 

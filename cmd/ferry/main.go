@@ -10,7 +10,7 @@
 //	ferry migrate --database-url mysql://root@127.0.0.1:3306/app
 //	ferry relay   --database-url postgres://... --broker-url nats://127.0.0.1:4222 --http-addr :9090
 //	ferry status  --database-url postgres://...
-//	ferry dead list|show|retry|discard
+//	ferry dead summary|list|show|retry|discard|discarded|restore
 //	ferry conflicts list|show|resolve --database-url mysql://.../points   # the consumer's database
 //	ferry reconcile --config ferry.yaml
 //	ferry purge --older-than 168h
@@ -77,9 +77,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // execute runs the command line args on root and returns the exit code.
+// SIGINT and SIGTERM end the command's context.
 func execute(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	return executeContext(ctx, root, args, stdout, stderr)
+}
+
+// executeContext runs the command line args on root with ctx and returns
+// the exit code.
+func executeContext(ctx context.Context, root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
 	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
+	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/open"
 )
@@ -48,6 +50,7 @@ type relayFlags struct {
 	replication     int
 	drain           bool
 	drainTimeout    time.Duration
+	drainProgress   time.Duration
 	shutdownTimeout time.Duration
 	statsInterval   time.Duration
 	httpAddr        string
@@ -176,6 +179,8 @@ event was enqueued in.`,
 	bindEnv(fl, "replication-factor", "FERRY_KAFKA_REPLICATION_FACTOR")
 	fl.BoolVar(&f.drain, "drain", false, "exit once no event is NEW or SENDING (exit code 3 if --drain-timeout passes first, 6 if events went DEAD, 7 if the table is missing or behind)")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 5*time.Minute, "longest a --drain run waits")
+	fl.DurationVar(&f.drainProgress, "progress-interval", defaultProgressInterval,
+		"with --drain: print progress on stderr (pending left, sent so far, rate) this often (0: never)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a stop waits for batches in flight")
 	fl.DurationVar(&f.statsInterval, "stats-interval", 0, "log the relay's counters this often (0: only when it stops)")
 	bindEnv(fl, "shutdown-timeout", "FERRY_SHUTDOWN_TIMEOUT")
@@ -301,7 +306,9 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 	if f.drain {
 		dctx, cancel := context.WithTimeout(ctx, f.drainTimeout)
 		defer cancel()
+		stopProgress := drainProgress(dctx, cmd.ErrOrStderr(), f.drainProgress, store, relay)
 		res, err := relay.Drain(dctx)
+		stopProgress()
 		st := relay.Stats()
 		fmt.Fprintf(cmd.OutOrStdout(), "%s: %d published (%d duplicates dropped by the broker), %d retried; left: %d new, %d sending, %d dead\n",
 			store.Table(), st.Confirmed, st.Duplicates, st.Retried, res.Stats.New, res.Stats.Sending, res.Stats.Dead)
@@ -335,6 +342,41 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 	st := relay.Stats()
 	log.Info("relay stopped", "confirmed", st.Confirmed, "retried", st.Retried, "dead", st.Dead, "fenced", st.Fenced)
 	return nil
+}
+
+// drainProgress prints a --drain run's progress on w every interval (0:
+// never) until the returned function is called: what is left to send,
+// what was sent, and the rate since the start.
+func drainProgress(ctx context.Context, w io.Writer, interval time.Duration, store ferrystore.Store, relay *ferry.Relay) (stop func()) {
+	if interval <= 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	p := newProgress(w, interval)
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			st, err := store.Stats(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					p.printf("drain: %d sent so far; the count of what is left failed: %v", relay.Stats().Confirmed, err)
+				}
+				continue
+			}
+			rs := relay.Stats()
+			p.printf("drain: %d left (%d new, %d sending), %d sent, %d dead, %s", st.New+st.Sending, st.New, st.Sending,
+				rs.Confirmed, rs.Dead, p.rate(rs.Confirmed))
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // logStats logs the relay's counters every interval until ctx ends.

@@ -28,6 +28,13 @@ func (dialect) Text(col string) string       { return col }
 func (dialect) JSON() string                 { return "?" }
 func (dialect) Moment(expr string) string    { return expr }
 func (dialect) Ping() string                 { return "SELECT 1" }
+func (dialect) Time(t time.Time) any         { return t.UTC() }
+
+// ContainsFold lowers both sides: the outbox's text is in a binary
+// collation, whose LIKE is case-sensitive.
+func (dialect) ContainsFold(col string) string { return "LOWER(" + col + ") LIKE LOWER(?) ESCAPE '!'" }
+
+func (dialect) Concat(exprs ...string) string { return "CONCAT(" + strings.Join(exprs, ", ") + ")" }
 func (dialect) Update() string {
 	return "/*M! SET STATEMENT check_constraint_checks = 0 FOR */ UPDATE "
 }

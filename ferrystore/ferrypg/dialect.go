@@ -31,6 +31,13 @@ func (dialect) KeyText(expr string) string   { return expr + "::text" }
 func (dialect) Moment(expr string) string    { return expr }
 func (dialect) Ping() string                 { return "SELECT 1" }
 func (dialect) Update() string               { return "UPDATE " }
+func (dialect) Time(t time.Time) any         { return t.UTC() }
+
+// ContainsFold is ILIKE, which folds every letter by the database's
+// locale.
+func (dialect) ContainsFold(col string) string { return col + " ILIKE ? ESCAPE '!'" }
+
+func (dialect) Concat(exprs ...string) string { return "(" + strings.Join(exprs, " || ") + ")" }
 
 func (dialect) AgeMicros(expr string) string {
 	return "(EXTRACT(EPOCH FROM now() - " + expr + ") * 1000000)::bigint"

@@ -63,6 +63,9 @@ type StdlibInbox struct {
 var (
 	_ ferrystore.IdempotencyDriver[pgx.Tx]  = (*Inbox)(nil)
 	_ ferrystore.IdempotencyDriver[*sql.Tx] = (*StdlibInbox)(nil)
+	_ ferrystore.MarkerPurgeCounter         = (*Inbox)(nil)
+	_ ferrystore.MarkerPurgeCounter         = (*StdlibInbox)(nil)
+	_ ferrystore.KeyPurgeCounter            = (*Inbox)(nil)
 )
 
 func newInboxCore(c sqlstore.Pool, cfg *InboxConfig) (inboxCore, error) {
@@ -205,6 +208,12 @@ func (s *inboxCore) AdvanceVersion(ctx context.Context, ex ferrystore.Executor, 
 // Classify wraps a driver error in ferry's classes (see
 // ferrystore.Classifier).
 func (s *inboxCore) Classify(err error) error { return classify(err) }
+
+// PurgeableMarkers counts the markers older than olderThan.
+func (s *inboxCore) PurgeableMarkers(ctx context.Context, olderThan time.Duration) (int64, error) {
+	return sqlutil.QueryCount(ctx, s.c, "count purgeable markers",
+		"SELECT COUNT(*) FROM "+s.m+" WHERE created_at < now() - $1::bigint * interval '1 microsecond'", sqlutil.Micros(olderThan))
+}
 
 // PurgeMarkers deletes up to limit markers older than olderThan.
 func (s *inboxCore) PurgeMarkers(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {

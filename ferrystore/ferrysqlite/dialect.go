@@ -49,6 +49,14 @@ func (dialect) AgeMicros(expr string) string {
 // format, at the price of not using an index on the column.
 func (dialect) Moment(expr string) string { return "julianday(" + expr + ")" }
 
+// Time is the time as stored: UTC text with milliseconds.
+func (dialect) Time(t time.Time) any { return t.UTC().Format("2006-01-02 15:04:05.000") }
+
+// ContainsFold is LIKE, which folds ASCII letters only.
+func (dialect) ContainsFold(col string) string { return col + " LIKE ? ESCAPE '!'" }
+
+func (dialect) Concat(exprs ...string) string { return "(" + strings.Join(exprs, " || ") + ")" }
+
 func (dialect) In(col string, vals []string) (string, []any) { return sqlutil.InList(col, vals) }
 
 func (dialect) DeleteLimited(table, where, order string) string {

@@ -46,7 +46,11 @@ type Inbox struct {
 	m, c, v, k string
 }
 
-var _ ferrystore.IdempotencyDriver[*sql.Tx] = (*Inbox)(nil)
+var (
+	_ ferrystore.IdempotencyDriver[*sql.Tx] = (*Inbox)(nil)
+	_ ferrystore.MarkerPurgeCounter         = (*Inbox)(nil)
+	_ ferrystore.KeyPurgeCounter            = (*Inbox)(nil)
+)
 
 // NewInbox returns the inbox tables on db. It never closes db.
 func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
@@ -121,6 +125,12 @@ func (s *Inbox) AdvanceVersion(ctx context.Context, ex ferrystore.Executor, cons
 // Classify wraps a driver error in ferry's classes (see
 // ferrystore.Classifier).
 func (s *Inbox) Classify(err error) error { return classify(err) }
+
+// PurgeableMarkers counts the markers older than olderThan.
+func (s *Inbox) PurgeableMarkers(ctx context.Context, olderThan time.Duration) (int64, error) {
+	return sqlutil.QueryCount(ctx, ferrystore.SQL(s.DB()), "count purgeable markers",
+		"SELECT COUNT(*) FROM "+s.m+" WHERE created_at < "+nowPlus, modifier(-olderThan))
+}
 
 // PurgeMarkers deletes up to limit markers older than olderThan.
 func (s *Inbox) PurgeMarkers(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {

@@ -76,8 +76,9 @@ func exerciseTransitions[TTx any](t *testing.T, h Harness[TTx]) {
 			require.True(t, ferrytype.Allowed(tr.From, tr.To), tr.Name)
 		}
 		require.True(t, ferrytype.StatusSent.Terminal())
-		require.True(t, ferrytype.StatusDiscarded.Terminal())
+		require.False(t, ferrytype.StatusDiscarded.Terminal(), "an operator restores it")
 		require.False(t, ferrytype.StatusDead.Terminal())
+		require.False(t, ferrytype.Allowed(ferrytype.StatusDiscarded, ferrytype.StatusNew), "a restored event is DEAD first")
 		require.False(t, ferrytype.Allowed(ferrytype.StatusSent, ferrytype.StatusNew))
 		require.False(t, ferrytype.Allowed(ferrytype.StatusNew, ferrytype.StatusSent))
 	})
@@ -335,6 +336,29 @@ func exerciseTransitions[TTx any](t *testing.T, h Harness[TTx]) {
 		}
 	})
 
+	t.Run("RestoreTakesDiscardedToDead", func(t *testing.T) {
+		b := setup(t, h)
+		st := b.everyStatus(t)
+		id := st.id[ferrytype.StatusDiscarded]
+		n, err := b.admin(t).Restore(b.ctx, []string{id}, "restored by test")
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
+		row := b.get(t, id)
+		require.Equal(t, ferrytype.TransitionRestore.To, row.Status)
+		require.Equal(t, "fixture; restored by test", row.DiscardReason)
+	})
+
+	t.Run("RestoreRefusesRowsNotDiscarded", func(t *testing.T) {
+		b := setup(t, h)
+		st := b.everyStatus(t)
+		for _, s := range others(ferrytype.StatusDiscarded) {
+			n, err := b.admin(t).Restore(b.ctx, []string{st.id[s]}, "x")
+			require.NoError(t, err)
+			require.Zero(t, n, "Restore changed a %s row", s)
+			require.Equal(t, s, b.get(t, st.id[s]).Status)
+		}
+	})
+
 	t.Run("PurgesDeleteOnlyTheirStatus", func(t *testing.T) {
 		b := setup(t, h)
 		st := b.everyStatus(t)
@@ -357,11 +381,10 @@ func exerciseTransitions[TTx any](t *testing.T, h Harness[TTx]) {
 		}
 	})
 
-	t.Run("TerminalStatusesStay", func(t *testing.T) {
+	t.Run("SentAndDiscardedRowsStay", func(t *testing.T) {
 		b := setup(t, h)
 		st := b.everyStatus(t)
 		for _, s := range []ferrytype.Status{ferrytype.StatusSent, ferrytype.StatusDiscarded} {
-			require.True(t, s.Terminal())
 			id := st.id[s]
 			n, err := b.store.MarkSent(b.ctx, st.token[s], []string{id})
 			require.NoError(t, err)

@@ -23,8 +23,12 @@ type Outbox struct {
 	pool Pool
 	// name is the table's name; t is it quoted.
 	name, t string
-	// cols lists sqlutil.RowColumns as the dialect selects them.
-	cols string
+	// cols lists sqlutil.RowColumns as the dialect selects them;
+	// stateCols the same with a constant payload and no headers.
+	cols, stateCols string
+	// The conditions of PurgeSent and PurgeDiscarded; each ? takes the
+	// same age.
+	purgeSentWhere, purgeDiscardedWhere string
 
 	markSent, markFailed, release, expired, purge, stats, ready, get string
 	// relays are the statements of the heartbeat table, table_relay.
@@ -41,6 +45,7 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 	o := Outbox{d: d, pool: pool, name: table, t: t}
 	o.cols = strings.NewReplacer("payload,", d.Text("payload")+",", "headers,", d.Text("headers")+",").
 		Replace(sqlutil.RowColumns)
+	o.stateCols = strings.NewReplacer("payload,", "'{}',", "headers,", "NULL,").Replace(sqlutil.RowColumns)
 	now, shift := d.Now(), d.Shift()
 	// TransitionConfirm, by the primary key; the id list is spliced in.
 	o.markSent = "UPDATE " + t + " SET status = " + lit(ferrytype.TransitionConfirm.To) +
@@ -60,8 +65,10 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 		" CASE WHEN destination = '' THEN event_type ELSE destination END FROM " + t +
 		" WHERE status = " + lit(ferrytype.StatusSending) + " AND locked_until < " + now + " ORDER BY locked_until LIMIT ?")
 	// TransitionPurgeSent: the pending index, status SENT, oldest first.
-	o.purge = d.Rebind(d.DeleteLimited(t, "status = "+lit(ferrytype.TransitionPurgeSent.From)+
-		" AND available_at < "+shift+" AND sent_at < "+shift, "available_at, event_id"))
+	o.purgeSentWhere = "status = " + lit(ferrytype.TransitionPurgeSent.From) + " AND available_at < " + shift +
+		" AND sent_at < " + shift
+	o.purgeDiscardedWhere = "status = " + lit(ferrytype.TransitionPurgeDiscarded.From) + " AND discarded_at < " + shift
+	o.purge = d.Rebind(d.DeleteLimited(t, o.purgeSentWhere, "available_at, event_id"))
 	// The pending index, statuses NEW, SENDING and DEAD.
 	o.stats = d.Rebind("SELECT " + d.CountIf("status = 'NEW'") + ", " + d.CountIf("status = 'SENDING'") + ", " +
 		d.CountIf("status = 'DEAD'") + ", " + d.CountIf("status = 'NEW' AND available_at <= "+now) + "," +
