@@ -253,7 +253,11 @@ func ReplayParked(ctx context.Context, conn *amqp.Connection, opts ReplayOptions
 			break
 		}
 	}
-	return res, g.returnHeld(ctx)
+	want := res.Depth
+	if !o.DryRun {
+		want -= res.Replayed // acked: gone from the parking queue
+	}
+	return res, g.returnHeld(ctx, o.ParkingQueue, want)
 }
 
 // replayBatch publishes a copy of each message of batch to o.Queue, waits
@@ -357,7 +361,7 @@ func ListParked(ctx context.Context, conn *amqp.Connection, parkingQueue string,
 		}
 		out.Messages = append(out.Messages, parkedMessage(&d))
 	}
-	return out, g.returnHeld(ctx)
+	return out, g.returnHeld(ctx, parkingQueue, out.Depth)
 }
 
 // getter takes messages from a queue with basic.get on one channel and
@@ -434,7 +438,14 @@ func (g *getter) settle(fn func() error) error {
 
 // returnHeld returns every delivery taken and not settled one by one to
 // the queue, in one basic.nack (multiple, requeue).
-func (g *getter) returnHeld(context.Context) error {
+//
+// The broker puts them back asynchronously (a quorum queue through its
+// log): a passive declare right after the nack can still count them as
+// taken, and a list or replay run at once would see a queue shorter than
+// it is. So it then waits, up to returnWait, until queue holds at least
+// want messages ready (the depth the caller expects once its messages are
+// back); a queue that someone else is emptying only ends the wait early.
+func (g *getter) returnHeld(ctx context.Context, queue string, want int) error {
 	if !g.held || g.settled == g.taken {
 		return nil
 	}
@@ -442,8 +453,24 @@ func (g *getter) returnHeld(context.Context) error {
 		return fmt.Errorf("return the messages looked at to the parking queue (they come back when the channel closes): %w", err)
 	}
 	g.held = false
-	return nil
+	wctx, cancel := context.WithTimeout(ctx, returnWait)
+	defer cancel()
+	for {
+		n, err := g.depth(wctx, queue)
+		if err != nil || n >= want {
+			return nil // the messages are returned; only the count is unsure
+		}
+		select {
+		case <-wctx.Done():
+			return nil
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
+
+// returnWait bounds how long returnHeld waits for returned messages to be
+// counted as ready again.
+const returnWait = 5 * time.Second
 
 func (g *getter) close(ctx context.Context) {
 	_ = rpc(ctx, g.ch.Close)
