@@ -46,7 +46,10 @@ type Inbox struct {
 	m, c, v, k string
 }
 
-var _ ferrystore.IdempotencyDriver[*sql.Tx] = (*Inbox)(nil)
+var (
+	_ ferrystore.IdempotencyDriver[*sql.Tx] = (*Inbox)(nil)
+	_ ferrystore.InboxActivity              = (*Inbox)(nil)
+)
 
 // NewInbox returns the inbox tables on db. It never closes db.
 func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
@@ -121,6 +124,17 @@ func (s *Inbox) AdvanceVersion(ctx context.Context, ex ferrystore.Executor, cons
 // Classify wraps a driver error in ferry's classes (see
 // ferrystore.Classifier).
 func (s *Inbox) Classify(err error) error { return classify(err) }
+
+// RecentMarkers counts the markers created within the last `within`, per
+// consumer and outcome, through the range of the created_at index.
+func (s *Inbox) RecentMarkers(ctx context.Context, within time.Duration) ([]ferrystore.MarkerCount, error) {
+	rows, err := ferrystore.SQL(s.DB()).Query(ctx, "SELECT consumer_name, outcome, COUNT(*) FROM "+s.m+
+		" WHERE created_at >= "+nowPlus+" GROUP BY consumer_name, outcome ORDER BY consumer_name, outcome", modifier(-within))
+	if err != nil {
+		return nil, fmt.Errorf("recent markers: %w", err)
+	}
+	return sqlutil.ScanMarkerCounts(rows)
+}
 
 // PurgeMarkers deletes up to limit markers older than olderThan.
 func (s *Inbox) PurgeMarkers(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
