@@ -333,7 +333,6 @@ func testBrowser(t *testing.T, kind string) {
 		}
 		require.Equal(t, ferrytype.StatusDead, b.row(t, b.admin, paid[2]).Status, "not selected, left alone")
 		require.NotEmpty(t, b.logs.Lines("console action", "operator="+testUser, "action=retry", "selected=2", "changed=2"))
-		shot(ctx, "retried")
 	})
 
 	t.Run("DiscardWithAReason", func(t *testing.T) {
