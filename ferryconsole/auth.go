@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -78,8 +79,14 @@ func (h *console) unauthorized(w http.ResponseWriter, r *http.Request, err error
 	if errors.As(err, &ae) && ae.Challenge != "" {
 		w.Header().Set("WWW-Authenticate", ae.Challenge)
 	}
-	h.cfg.Logger.Warn("console request refused", "reason", err.Error(), "method", r.Method, "path", r.URL.Path,
-		"remote_addr", r.RemoteAddr)
+	// A browser's first request carries no credentials: only a refusal of
+	// credentials is worth a warning.
+	level := slog.LevelDebug
+	if r.Header.Get("Authorization") != "" {
+		level = slog.LevelWarn
+	}
+	h.cfg.Logger.Log(r.Context(), level, "console request refused", "reason", err.Error(), "method", r.Method,
+		"path", r.URL.Path, "remote_addr", r.RemoteAddr)
 	h.render(w, r, http.StatusUnauthorized, "error", errorPage{Title: "Authentication required",
 		Message: "The console needs your credentials."}, false)
 }

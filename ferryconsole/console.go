@@ -317,7 +317,7 @@ func (h *console) form(next http.HandlerFunc) http.HandlerFunc {
 		}
 		next(w, r)
 	})
-	return func(w http.ResponseWriter, r *http.Request) { h.cop.Handler(checked).ServeHTTP(w, r) }
+	return h.cop.Handler(checked).ServeHTTP
 }
 
 // action wraps a POST handler that changes data: refused in read-only
