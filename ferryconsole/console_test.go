@@ -404,3 +404,78 @@ func keysOf(m map[string]bool) []string {
 	}
 	return out
 }
+
+func TestInboxPageCountsMarkersAndShowsTasks(t *testing.T) {
+	b := setup(t, "sqlite")
+	b.applied(t, "points-award", 3)
+	b.applied(t, "sms", 2)
+	b.conflict(t, "points-award", "order:1:paid")
+	deadTask := b.dead(t, b.tasks, "sms gateway: 503", orderEvent("SendSMS", "1", ""))[0]
+	pending := b.enqueue(t, b.tob, b.tasks.DB, orderEvent("SendSMS", "2", ""))[0]
+	c := b.client(t)
+
+	p := c.get("inbox/points")
+	eq(t, http.StatusOK, p)
+	row := func(p page, consumer string) string {
+		t.Helper()
+		m := regexp.MustCompile(`(?s)<tr data-consumer="` + consumer + `">(.*?)</tr>`).FindStringSubmatch(p.body)
+		require.NotNil(t, m, "a row for %s", consumer)
+		return regexp.MustCompile(`\s+`).ReplaceAllString(regexp.MustCompile(`<[^>]+>`).ReplaceAllString(m[1], " "), " ")
+	}
+	// Per window: applied, stale; then open conflicts.
+	require.Equal(t, " points-award 4 0 4 0 1 ", row(p, "points-award"), "three applied and the conflict's stored operation")
+	require.Equal(t, " sms 2 0 2 0 0 ", row(p, "sms"))
+	require.NotContains(t, p.body, "Markers now")
+	mustContain(t, p, `ferry_inbox_operations_total{outcome="duplicate"}`, "pending-tasks", pending)
+	require.NotContains(t, p.body, `id=`+deadTask, "DEAD tasks are not pending")
+
+	p = c.get("inbox/points?count=1")
+	eq(t, http.StatusOK, p)
+	require.Equal(t, " points-award 4 0 4 0 1 4 ", row(p, "points-award"))
+	mustContain(t, p, "Markers of every consumer: <strong>6</strong>")
+
+	// A DEAD task is retried like a DEAD event.
+	tok := c.token("tasks/points/dead")
+	p = c.post("tasks/points/retry", form(tok, "id", deadTask))
+	eq(t, http.StatusOK, p)
+	mustContain(t, p, "1 of 1 selected tasks changed")
+	require.Equal(t, ferrytype.StatusNew, b.row(t, b.tasks.Driver.(ferrystore.Admin), deadTask).Status)
+	require.NotEmpty(t, b.logs.Lines("console action", "action=retry", "table_kind=tasks", "table=points", "changed=1"))
+}
+
+func TestDeadListPagesAndFilters(t *testing.T) {
+	b := setup(t, "sqlite", func(c *ferryconsole.Config) { c.PageSize = 2 })
+	b.dead(t, b.st, "boom", orderEvent("OrderPaid", "1", "orders.paid"), orderEvent("OrderPaid", "2", "orders.paid"),
+		orderEvent("OrderShipped", "3", "orders.shipped"), orderEvent("OrderPaid", "4", "orders.paid"),
+		orderEvent("OrderPaid", "5", "orders.paid"))
+	c := b.client(t)
+	rows := regexp.MustCompile(`<td>order:(\d+)#1</td>`)
+	aggs := func(p page) string {
+		var out []string
+		for _, m := range rows.FindAllStringSubmatch(p.body, -1) {
+			out = append(out, m[1])
+		}
+		return strings.Join(out, ",")
+	}
+	p := c.get("outbox/orders/dead")
+	eq(t, http.StatusOK, p)
+	require.Equal(t, "1,2", aggs(p))
+	mustContain(t, p, "Events 1–2, oldest first", `href="dead?page=2" rel="next"`)
+	require.NotContains(t, p.body, `rel="prev"`)
+	p = c.get("outbox/orders/dead?page=3")
+	require.Equal(t, "5", aggs(p))
+	mustContain(t, p, "Events 5–5", `href="dead?page=2" rel="prev"`)
+	require.NotContains(t, p.body, `rel="next"`)
+
+	p = c.get("outbox/orders/dead?destination=orders.paid")
+	require.Equal(t, "1,2", aggs(p))
+	mustContain(t, p, `href="dead?destination=orders.paid&amp;page=2" rel="next"`)
+	p = c.get("outbox/orders/dead?destination=orders.paid&page=2")
+	require.Equal(t, "4,5", aggs(p))
+	require.Equal(t, "3", aggs(c.get("outbox/orders/dead?type=OrderShipped")))
+	require.Equal(t, "4", aggs(c.get("outbox/orders/dead?aggregate=order:4")))
+	require.Equal(t, "1,2", aggs(c.get("outbox/orders/dead?since=1h")))
+	p = c.get("outbox/orders/dead?until=1h")
+	require.Equal(t, "", aggs(p), "none is an hour old")
+	mustContain(t, p, "No DEAD event matches this filter")
+}
