@@ -35,7 +35,8 @@
 //   - One state machine: every change of an event's status is an edge of
 //     ferrytype.Transitions, made by one statement conditional on the
 //     edge's source status (and, for SENDING rows, the lease token); SENT
-//     and DISCARDED are terminal but for retention's purge.
+//     is terminal but for retention's purge, and a DISCARDED row leaves
+//     only by a purge or an operator's restore (back to DEAD).
 //     (ferrystoretest: Transitions)
 //
 //   - Stable ids: a retry, a sweep or a restart republishes the same event
@@ -111,9 +112,14 @@
 // # Operations
 //
 // The core emits through small hook interfaces (HookEnqueue on the Outbox;
-// HookClaim, HookPublish, HookFenced, HookSweep and HookSettle on the
-// Relay; HookInbox on the Inbox), detected by type assertion, and never
-// imports Prometheus or OpenTelemetry. Package ferryprom implements the
+// HookClaim, HookPublish, HookFenced, HookSweep, HookSettle,
+// HookSettleDestinations, HookRelease and HookHeartbeat on the Relay;
+// HookInbox on the Inbox), detected by type assertion, and never
+// imports Prometheus or OpenTelemetry. Every relay also records itself in
+// its table's heartbeat table (<table>_relay, RelayConfig.Heartbeat): id,
+// host, pid, version, events in flight, broker connected, stamped by the
+// database clock, deleted on Stop; ferry status and ferryadmin.Relays tell
+// from it which relays are alive. Package ferryprom implements the
 // relay hooks as Prometheus metrics and exports each table's state, above
 // all the age of its oldest pending event, and on the consumer side the
 // inbox outcomes, handler and task results, and the open conflicts;

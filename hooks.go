@@ -3,6 +3,7 @@ package ferry
 import (
 	"time"
 
+	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
@@ -48,11 +49,38 @@ type HookSettle interface {
 	OnSettle(table string, sent, retried, dead int64)
 }
 
+// DestinationSettled counts the outcomes written for the events of one
+// destination: where each is published, its destination or, when it has
+// none, its type (ferrytype.Message.Route); "" when the relay cannot tell
+// (a malformed row recorded DEAD at its claim).
+type DestinationSettled struct {
+	Destination         string
+	Sent, Retried, Dead int64
+}
+
+// HookSettleDestinations is HookSettle split by destination: it is called
+// at the same moments, for the same rows, with one DestinationSettled per
+// destination that had rows changed. ferryprom.Metrics implements it (and
+// not HookSettle). When a SENT mark changed fewer rows than it was given
+// (leases that had passed to another owner) and its batch spans several
+// destinations, which rows were fenced is not known: the sent rows are
+// then attributed in batch order, and only their total is exact.
+type HookSettleDestinations interface {
+	OnSettleDestinations(table string, settled []DestinationSettled)
+}
+
 // HookRelease is called after events whose publish never left the process
 // (ferrytype.ErrNotSent: the broker was unreachable) were given back to NEW
 // without spending an attempt, with the number of rows changed.
 type HookRelease interface {
 	OnRelease(table string, events int64)
+}
+
+// HookHeartbeat is called after each heartbeat of a relay
+// (RelayConfig.Heartbeat), with nil when the beat was recorded and the
+// error when it failed.
+type HookHeartbeat interface {
+	OnHeartbeat(table string, err error)
 }
 
 type relayHooks struct {
@@ -63,6 +91,8 @@ type relayHooks struct {
 	sweep_   []HookSweep
 	settle_  []HookSettle
 	release_ []HookRelease
+	beat_    []HookHeartbeat
+	dest_    []HookSettleDestinations
 }
 
 func collectRelayHooks(table string, hooks []Hook) relayHooks {
@@ -85,6 +115,12 @@ func collectRelayHooks(table string, hooks []Hook) relayHooks {
 		}
 		if v, ok := x.(HookRelease); ok {
 			h.release_ = append(h.release_, v)
+		}
+		if v, ok := x.(HookHeartbeat); ok {
+			h.beat_ = append(h.beat_, v)
+		}
+		if v, ok := x.(HookSettleDestinations); ok {
+			h.dest_ = append(h.dest_, v)
 		}
 	}
 	return h
@@ -124,4 +160,52 @@ func (h relayHooks) release(n int64) {
 	for _, x := range h.release_ {
 		x.OnRelease(h.table, n)
 	}
+}
+
+func (h relayHooks) heartbeat(err error) {
+	for _, x := range h.beat_ {
+		x.OnHeartbeat(h.table, err)
+	}
+}
+
+// wantDestinations reports whether a hook takes settles by destination,
+// which the relay then tallies.
+func (h relayHooks) wantDestinations() bool { return len(h.dest_) > 0 }
+
+func (h relayHooks) settleDest(t destTally) {
+	if len(t) == 0 {
+		return
+	}
+	for _, x := range h.dest_ {
+		x.OnSettleDestinations(h.table, t)
+	}
+}
+
+// destTally adds up settles by destination, in the order destinations
+// first appear; a batch has few, so a linear search does.
+type destTally []DestinationSettled
+
+func (t *destTally) add(dest string, sent, retried, dead int64) {
+	for i := range *t {
+		if (*t)[i].Destination == dest {
+			(*t)[i].Sent += sent
+			(*t)[i].Retried += retried
+			(*t)[i].Dead += dead
+			return
+		}
+	}
+	*t = append(*t, DestinationSettled{Destination: dest, Sent: sent, Retried: retried, Dead: dead})
+}
+
+// tallyFailed adds up a MarkFailed result, route giving each id's
+// destination.
+func tallyFailed(res ferrystore.MarkFailedResult, route map[string]string) destTally {
+	var t destTally
+	for _, id := range res.Retried {
+		t.add(route[id], 0, 1, 0)
+	}
+	for _, id := range res.Dead {
+		t.add(route[id], 0, 0, 1)
+	}
+	return t
 }

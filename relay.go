@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/buildinfo"
 	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
@@ -31,6 +33,10 @@ const (
 	// turns the confirm into an unknown outcome, as if the confirm were
 	// lost on the wire: the event is retried although the broker has it.
 	FaultLoseConfirm = "relay.lose-confirm"
+	// FaultBeforeForget is reached in Stop, after the relay stopped and
+	// before it deletes its heartbeat row. An error leaves the row, as a
+	// relay that was killed does: it stops beating and ages.
+	FaultBeforeForget = "relay.before-forget"
 )
 
 // RelayConfig configures a Relay. A nil config uses the defaults; zero
@@ -100,7 +106,49 @@ type RelayConfig struct {
 	// Fault* constants); a non-nil error acts as a crash at that point.
 	// For fault-injection tests; leave nil in production.
 	FaultPoint func(ctx context.Context, point string) error
+
+	// Heartbeat is how often the relay records itself in the heartbeat
+	// table of its outbox table (<table>_relay, outbox migration
+	// 0003_relay; see ferrystore.RelayRegistry), so that ferry status and
+	// consoles can tell which relays are alive now: its ID, host, pid,
+	// Version, Broker, Lanes, Ordered, the events it holds in flight and
+	// whether its broker is connected, with the last beat stamped by the
+	// database clock. It beats as it starts, then every Heartbeat, and
+	// deletes its row on Stop; a relay that was killed leaves its row,
+	// which then ages. A beat is one statement on one row of that table
+	// and touches no event. A failed beat is logged (the first, then once a
+	// minute while they go on), counted (RelayStats.HeartbeatErrors,
+	// HookHeartbeat), and changes nothing else: the relay goes on
+	// relaying. Default DefaultHeartbeat; negative disables. A relay whose
+	// store does not implement ferrystore.RelayRegistry does not beat.
+	Heartbeat time.Duration
+	// ID names the relay in the heartbeat table: at most
+	// ferrystore.MaxRelayIDLen bytes, unique among the relays of the
+	// table. Default host-pid-random (8 hex digits).
+	ID string
+	// Version is the relay's version, shown in the heartbeat table.
+	// Default: the version of the ferry module in the binary's build
+	// information.
+	Version string
+	// Broker says what the relay publishes to, for the heartbeat table: a
+	// broker URL (its credentials are removed before it is stored) or a
+	// name. Default: the publisher's Go type (*ferrynats.Publisher, ...).
+	Broker string
+	// ForgetAfter is how long the heartbeat row of a relay that stopped
+	// beating without a clean Stop (killed, its host lost) stays before a
+	// relay of the same table deletes it. Each beating relay deletes such
+	// rows at its first beat and then every ForgetAfter, at most once an
+	// hour. It must be at least 3 Heartbeats, so that no live relay's row
+	// is deleted. Default DefaultForgetAfter.
+	ForgetAfter time.Duration
 }
+
+// Defaults of the relay's heartbeat (RelayConfig.Heartbeat,
+// RelayConfig.ForgetAfter).
+const (
+	DefaultHeartbeat   = 5 * time.Second
+	DefaultForgetAfter = 24 * time.Hour
+)
 
 func (c *RelayConfig) withDefaults() (RelayConfig, error) {
 	var out RelayConfig
@@ -137,6 +185,11 @@ func (c *RelayConfig) withDefaults() (RelayConfig, error) {
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
+	def(&out.Heartbeat, DefaultHeartbeat)
+	def(&out.ForgetAfter, DefaultForgetAfter)
+	if out.Version == "" {
+		out.Version = buildinfo.Read("").Version
+	}
 	switch {
 	case out.BatchSize < 1 || out.BatchSize > 10000:
 		return out, fmt.Errorf("%w: RelayConfig.BatchSize %d must be within 1..10000", ErrInvalidConfig, out.BatchSize)
@@ -154,6 +207,11 @@ func (c *RelayConfig) withDefaults() (RelayConfig, error) {
 		return out, fmt.Errorf("%w: RelayConfig.SweepBatch and PurgeBatch must be positive", ErrInvalidConfig)
 	case out.Retention < 0:
 		return out, fmt.Errorf("%w: RelayConfig.Retention is negative", ErrInvalidConfig)
+	case len(out.ID) > ferrystore.MaxRelayIDLen:
+		return out, fmt.Errorf("%w: RelayConfig.ID %q is longer than %d bytes", ErrInvalidConfig, out.ID, ferrystore.MaxRelayIDLen)
+	case out.Heartbeat > 0 && out.ForgetAfter < 3*out.Heartbeat:
+		return out, fmt.Errorf("%w: RelayConfig.ForgetAfter %s must be at least 3 Heartbeats (%s)", ErrInvalidConfig,
+			out.ForgetAfter, 3*out.Heartbeat)
 	}
 	return out, nil
 }
@@ -176,12 +234,15 @@ type RelayStats struct {
 	Swept      int64 // expired leases the sweeper returned or killed
 	Purged     int64 // SENT rows deleted by retention
 	Errors     int64 // database errors in claims and marks
+	// Heartbeats counts the beats recorded in the heartbeat table,
+	// HeartbeatErrors the beats that failed.
+	Heartbeats, HeartbeatErrors int64
 }
 
 type relayCounters struct {
 	claims, claimed, confirmed, duplicates, returned, rejected, unknown atomic.Int64
 	retried, dead, fenced, swept, purged, errors                        atomic.Int64
-	notSent, released, outages                                          atomic.Int64
+	notSent, released, outages, beats, beatErrors                       atomic.Int64
 }
 
 // Relay moves events from an outbox table to a broker. Several relays,
@@ -229,6 +290,12 @@ type Relay struct {
 	active    atomic.Int64  // lanes inside a cycle
 	lastRing  atomic.Int64  // unix nanos of the last wake-up signal
 	missDelay atomic.Int64  // next re-poll delay after a signalled miss
+
+	// registry is the store's heartbeat table, nil when the relay does
+	// not beat.
+	registry ferrystore.RelayRegistry
+	host     string
+	inFlight atomic.Int64 // events claimed and not yet settled
 }
 
 // NewRelay returns a relay from store to pub. Call Start to run it.
@@ -243,8 +310,23 @@ func NewRelay(store ferrystore.Store, pub ferrybroker.Publisher, cfg *RelayConfi
 	r := &Relay{store: store, pub: pub, cfg: c, log: c.Logger.With("table", store.Table())}
 	r.conn, _ = pub.(ferrybroker.Connectivity)
 	r.hooks = collectRelayHooks(store.Table(), c.Hooks)
+	if r.host, _ = os.Hostname(); r.host == "" {
+		r.host = "unknown"
+	}
+	if r.cfg.ID == "" {
+		r.cfg.ID = fmt.Sprintf("%s-%d-%s", sqlutil.Truncate(r.host, 100), os.Getpid(), sqlutil.NewToken()[:8])
+	}
+	if r.cfg.Broker == "" {
+		r.cfg.Broker = fmt.Sprintf("%T", pub)
+	}
+	if reg, ok := store.(ferrystore.RelayRegistry); ok && c.Heartbeat > 0 {
+		r.registry = reg
+	}
 	return r, nil
 }
+
+// ID returns the relay's id in the heartbeat table (RelayConfig.ID).
+func (r *Relay) ID() string { return r.cfg.ID }
 
 // Stats returns the relay's counters.
 func (r *Relay) Stats() RelayStats {
@@ -254,6 +336,7 @@ func (r *Relay) Stats() RelayStats {
 		Unknown: r.c.unknown.Load(), Retried: r.c.retried.Load(), Dead: r.c.dead.Load(),
 		NotSent: r.c.notSent.Load(), Released: r.c.released.Load(), Outages: r.c.outages.Load(),
 		Fenced: r.c.fenced.Load(), Swept: r.c.swept.Load(), Purged: r.c.purged.Load(), Errors: r.c.errors.Load(),
+		Heartbeats: r.c.beats.Load(), HeartbeatErrors: r.c.beatErrors.Load(),
 	}
 }
 
@@ -306,7 +389,11 @@ func (r *Relay) Start(ctx context.Context) error {
 	if r.cfg.Retention > 0 {
 		r.bg(func() { r.every(r.cfg.PurgeInterval, r.purge) })
 	}
-	r.log.Info("relay started", "batch_size", r.cfg.BatchSize, "lanes", r.cfg.Lanes, "ordered", r.cfg.Ordered)
+	if r.registry != nil {
+		r.bg(r.heartbeat)
+	}
+	r.log.Info("relay started", "relay_id", r.cfg.ID, "batch_size", r.cfg.BatchSize, "lanes", r.cfg.Lanes,
+		"ordered", r.cfg.Ordered)
 	return nil
 }
 
@@ -348,6 +435,10 @@ func (r *Relay) Stop(ctx context.Context) error {
 		<-done
 	}
 	r.cancel()
+	if r.registry != nil {
+		// Every goroutine ended, the heartbeat's too: no beat comes after.
+		r.forget(ctx)
+	}
 	r.log.Info("relay stopped")
 	return err
 }
@@ -622,11 +713,14 @@ func (r *Relay) cycle() (int, error) {
 		// never published, so counted as dead and not as claimed.
 		r.c.dead.Add(malformed)
 		r.hooks.settle(0, 0, malformed)
+		r.hooks.settleDest(destTally{{Dead: malformed}})
 	}
 	if len(msgs) == 0 {
 		return int(malformed), nil
 	}
 	leaseEnd := start.Add(r.cfg.Lease)
+	r.inFlight.Add(int64(len(msgs)))
+	defer r.inFlight.Add(-int64(len(msgs)))
 	r.c.claims.Add(1)
 	r.c.claimed.Add(int64(len(msgs)))
 	r.hooks.claim(len(msgs), time.Since(start))
@@ -660,6 +754,11 @@ func (r *Relay) settle(ctx context.Context, token string, leaseEnd time.Time, ms
 		fails   []ferrystore.Failure
 		unsent  []string
 		unsentE error
+		// With a hook that counts by destination: the messages marked
+		// SENT, in order, and the destination of each failed one.
+		wantDest = r.hooks.wantDestinations()
+		sentMsgs []*ferrytype.Message
+		route    map[string]string
 	)
 	for i := range msgs {
 		m, res := &msgs[i], results[i]
@@ -677,6 +776,9 @@ func (r *Relay) settle(ctx context.Context, token string, leaseEnd time.Time, ms
 		switch res.Outcome {
 		case ferrytype.OutcomeConfirmed:
 			sent = append(sent, m.ID)
+			if wantDest {
+				sentMsgs = append(sentMsgs, m)
+			}
 			if res.Duplicate {
 				r.c.duplicates.Add(1)
 			}
@@ -695,6 +797,12 @@ func (r *Relay) settle(ctx context.Context, token string, leaseEnd time.Time, ms
 		}
 		fails = append(fails, ferrystore.Failure{ID: m.ID, Token: token, Dead: dead, Delay: delay,
 			Error: fmt.Sprintf("attempt %d: %s", m.Attempt, msg)})
+		if wantDest {
+			if route == nil {
+				route = map[string]string{}
+			}
+			route[m.ID] = m.Route()
+		}
 		level := slog.LevelWarn
 		if dead {
 			level = slog.LevelError
@@ -732,6 +840,15 @@ func (r *Relay) settle(ctx context.Context, token string, leaseEnd time.Time, ms
 		} else {
 			r.c.confirmed.Add(n)
 			r.hooks.settle(n, 0, 0)
+			if wantDest {
+				// Fenced rows (fewer than asked) are not known by id:
+				// count the first n in batch order.
+				var t destTally
+				for _, m := range sentMsgs[:min(int(n), len(sentMsgs))] {
+					t.add(m.Route(), 1, 0, 0)
+				}
+				r.hooks.settleDest(t)
+			}
 			r.fenced(token, int64(len(sent))-n)
 		}
 	}
@@ -746,6 +863,9 @@ func (r *Relay) settle(ctx context.Context, token string, leaseEnd time.Time, ms
 		r.c.dead.Add(dead)
 		r.c.retried.Add(retried)
 		r.hooks.settle(0, retried, dead)
+		if wantDest {
+			r.hooks.settleDest(tallyFailed(res, route))
+		}
 		r.fenced(token, int64(len(res.Fenced)))
 	}
 }
@@ -806,7 +926,9 @@ func (r *Relay) sweep() {
 			return
 		}
 		fails := make([]ferrystore.Failure, len(leases))
+		route := make(map[string]string, len(leases))
 		for i, l := range leases {
+			route[l.ID] = l.Destination
 			res := ferrytype.Unknown(errors.New("lease expired before an outcome was recorded"))
 			delay, dead := r.cfg.Retry.Next(l.Attempts, res)
 			fails[i] = ferrystore.Failure{ID: l.ID, Token: l.Token, Dead: dead, Delay: delay,
@@ -826,6 +948,9 @@ func (r *Relay) sweep() {
 		r.c.retried.Add(retried)
 		r.hooks.sweep(retried + dead)
 		r.hooks.settle(0, retried, dead)
+		if r.hooks.wantDestinations() {
+			r.hooks.settleDest(tallyFailed(res, route))
+		}
 		r.log.Warn("returned expired leases", "events", retried+dead, "dead", dead, "fenced", len(res.Fenced))
 		if len(leases) < r.cfg.SweepBatch {
 			return
@@ -876,6 +1001,8 @@ type outage struct {
 	heldBack int64
 	nextTry  time.Time
 	backoff  time.Duration
+	// cause is what started the outage, for the heartbeat.
+	cause error
 }
 
 func (o *outage) note(n int64) {
@@ -919,7 +1046,7 @@ func (r *Relay) outageFrom(cause error, byConn bool) {
 	o.mu.Lock()
 	start := o.since.IsZero()
 	if start {
-		o.since, o.heldBack, o.backoff = time.Now(), 0, 0
+		o.since, o.heldBack, o.backoff, o.cause = time.Now(), 0, 0, cause
 		r.c.outages.Add(1)
 	}
 	o.byConn = byConn
@@ -949,7 +1076,7 @@ func (r *Relay) outageOver() {
 		return
 	}
 	took, held := time.Since(o.since), o.heldBack
-	o.since, o.heldBack, o.backoff, o.nextTry, o.byConn = time.Time{}, 0, 0, time.Time{}, false
+	o.since, o.heldBack, o.backoff, o.nextTry, o.byConn, o.cause = time.Time{}, 0, 0, time.Time{}, false, nil
 	o.mu.Unlock()
 	attrs := []any{"outage", took.Round(time.Millisecond), "held_back", held}
 	ctx, cancel := context.WithTimeout(r.workCtx, time.Second)

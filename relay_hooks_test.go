@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -15,10 +16,32 @@ import (
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
-// settleRecorder records what HookSweep and HookSettle report.
+// settleRecorder records what HookSweep, HookSettle and
+// HookSettleDestinations report.
 type settleRecorder struct {
 	mu                         sync.Mutex
 	swept, sent, retried, dead int64
+	byDest                     map[string]ferry.DestinationSettled
+}
+
+func (r *settleRecorder) OnSettleDestinations(_ string, settled []ferry.DestinationSettled) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byDest == nil {
+		r.byDest = map[string]ferry.DestinationSettled{}
+	}
+	for _, s := range settled {
+		d := r.byDest[s.Destination]
+		d.Destination = s.Destination
+		d.Sent, d.Retried, d.Dead = d.Sent+s.Sent, d.Retried+s.Retried, d.Dead+s.Dead
+		r.byDest[s.Destination] = d
+	}
+}
+
+func (r *settleRecorder) destinations() map[string]ferry.DestinationSettled {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.byDest)
 }
 
 func (r *settleRecorder) OnSweep(_ string, n int64) {
@@ -69,4 +92,34 @@ func TestRelaySweptTransitionsAreCountedAndReported(t *testing.T) {
 	require.Equal(t, int64(1), st.Retried, "the first expiry put the event back to NEW")
 	swept, sent, retried, dead := rec.get()
 	require.Equal(t, [4]int64{2, 0, 1, 1}, [4]int64{swept, sent, retried, dead})
+	require.Equal(t, map[string]ferry.DestinationSettled{b.subject: {Destination: b.subject, Retried: 1, Dead: 1}},
+		rec.destinations(), "the sweeper's transitions are counted by destination too")
+}
+
+// Outcomes written by batches are reported by destination: where each event
+// is published, its destination or its type.
+func TestRelayReportsSettlesByDestination(t *testing.T) {
+	b := setupRelay(t, "postgres")
+	b.enqueue(t, 3, func(i int) string { return fmt.Sprint(i) }) // to b.subject
+	tx, err := b.st.DB.BeginTx(b.ctx, nil)
+	require.NoError(t, err)
+	_, err = b.ob.EnqueueTx(b.ctx, tx,
+		ferry.Event{AggregateType: "order", AggregateID: "x", Type: "Unrouted", Payload: []byte(`{}`)},
+		ferry.Event{AggregateType: "order", AggregateID: "y", Type: "OrderPaid", Payload: []byte(`{}`),
+			Destination: "nowhere." + b.subject})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	rec := &settleRecorder{}
+	pub := b.publisher(t)
+	// The event without a destination is published to its type, a subject
+	// no stream takes: returned, then DEAD; so is the one to nowhere.
+	r := b.relay(t, pub, &ferry.RelayConfig{PollInterval: 10 * time.Millisecond, Hooks: []ferry.Hook{rec},
+		Retry: ferry.ExponentialBackoff{Initial: time.Millisecond, MaxAttempts: 2}})
+	testsvc.WaitFor(t, 30*time.Second, func() bool { s := r.Stats(); return s.Confirmed == 3 && s.Dead == 2 },
+		func() string { return fmt.Sprintf("%+v", r.Stats()) })
+	require.Equal(t, map[string]ferry.DestinationSettled{
+		b.subject:              {Destination: b.subject, Sent: 3},
+		"Unrouted":             {Destination: "Unrouted", Retried: 1, Dead: 1},
+		"nowhere." + b.subject: {Destination: "nowhere." + b.subject, Retried: 1, Dead: 1},
+	}, rec.destinations())
 }

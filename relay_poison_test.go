@@ -108,6 +108,8 @@ func TestRelayMalformedRowsNeverStallTheOutbox(t *testing.T) {
 			// Hooks and metrics: each malformed row is one dead event.
 			_, sent, retried, dead := rec.get()
 			require.Equal(t, [3]int64{int64(len(good)), 0, int64(len(bad))}, [3]int64{sent, retried, dead})
+			require.Equal(t, int64(len(bad)), rec.destinations()[""].Dead, "a malformed row's destination is unknown")
+			require.Equal(t, int64(len(good)), rec.destinations()[b.subject].Sent)
 			families, err := reg.Gather()
 			require.NoError(t, err)
 			counters := map[string]float64{}

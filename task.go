@@ -78,6 +78,9 @@ func NewTaskWorker(store ferrystore.Store, handlers map[string]TaskHandler, cfg 
 		inner = ExponentialBackoff{}
 	}
 	c.Retry = poisonIsFinal{inner}
+	if c.Broker == "" {
+		c.Broker = "task handlers" // what the heartbeat row shows
+	}
 	return NewRelay(store, &taskExecutor{handlers: handlers, concurrency: c.Concurrency}, &c.RelayConfig)
 }
 

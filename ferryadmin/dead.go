@@ -8,19 +8,21 @@ import (
 	"os/user"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
-// Defaults of BulkOptions.
-const (
-	DefaultBulkBatch = 500
-	DefaultBulkMax   = 10000
-)
+// DefaultBulkBatch is the default of BulkOptions.Batch.
+const DefaultBulkBatch = 500
 
-// DeadFilter selects DEAD events. Empty fields do not filter; an empty
-// filter selects every DEAD event.
+// MaxBulkIDs bounds BulkResult.IDs.
+const MaxBulkIDs = 1000
+
+// DeadFilter selects DEAD events (DISCARDED ones for ListDiscarded and
+// RestoreDiscarded). Empty fields do not filter; an empty filter selects
+// every event of the status.
 type DeadFilter struct {
 	// IDs are event ids (at most ferrystore.MaxListLimit). Blank ones are
 	// ignored.
@@ -33,6 +35,17 @@ type DeadFilter struct {
 	// Destination matches where the event is published: its destination,
 	// or its type when it has none.
 	Destination string
+	// ErrorContains keeps events whose last error contains this text, as
+	// text (% and _ are no wildcards), ignoring the case of ASCII letters;
+	// at most ferrystore.MaxErrorContains bytes.
+	ErrorContains string
+	// ErrorClass keeps events whose last error is of this class
+	// (ErrorClass), exactly: a group of SummarizeDead. The store is asked
+	// for the class's words, so that few rows of other classes come back;
+	// each row it returns is then classified here. So a selection by
+	// class reads the selection's rows (without payload) a page at a time,
+	// and CountDead counts them that way too.
+	ErrorClass string
 	// MaxAge keeps events created at most this long ago, MinAge events
 	// created at least this long ago, by the database clock. Zero: no
 	// bound.
@@ -41,7 +54,8 @@ type DeadFilter struct {
 
 // Selects reports whether f narrows the selection at all.
 func (f *DeadFilter) Selects() bool {
-	return len(f.ids()) > 0 || f.AggregateID != "" || f.Type != "" || f.Destination != "" || f.MaxAge > 0 || f.MinAge > 0
+	return len(f.ids()) > 0 || f.AggregateID != "" || f.Type != "" || f.Destination != "" || f.MaxAge > 0 || f.MinAge > 0 ||
+		f.ErrorContains != "" || f.ErrorClass != ""
 }
 
 func (f *DeadFilter) ids() []string {
@@ -54,21 +68,133 @@ func (f *DeadFilter) ids() []string {
 	return out
 }
 
-// store returns the store filter of f, validated.
-func (f *DeadFilter) store(limit int) (ferrystore.Filter, error) {
-	sf := ferrystore.Filter{Statuses: []ferrytype.Status{ferrytype.StatusDead}, Limit: limit, IDs: f.ids(),
-		AggregateType: f.AggregateType, AggregateID: f.AggregateID, Type: f.Type, Destination: f.Destination,
-		MinAge: f.MinAge, MaxAge: f.MaxAge}
-	if f.AggregateType != "" && f.AggregateID == "" {
-		return sf, invalid("DeadFilter.AggregateType %q without an AggregateID", f.AggregateType)
-	}
-	if err := sf.Validate(); err != nil {
-		return sf, err
-	}
-	return sf, nil
+// walkPage is the page size of walks that read rows without payload.
+var walkPage = ferrystore.MaxStateListLimit
+
+// selection is a DeadFilter ready to run: the store's filter, and the
+// class every row it returns must have.
+type selection struct {
+	f     ferrystore.Filter
+	class string
 }
 
-// DeadList is a page of DEAD events, oldest first.
+func (s *selection) match(r *ferrystore.Row) bool {
+	return s.class == "" || ErrorClass(r.LastError) == s.class
+}
+
+// selection returns the selection of f among events of status, validated.
+func (f *DeadFilter) selection(status ferrytype.Status) (selection, error) {
+	sf := ferrystore.Filter{Statuses: []ferrytype.Status{status}, IDs: f.ids(),
+		AggregateType: f.AggregateType, AggregateID: f.AggregateID, Type: f.Type, Destination: f.Destination,
+		MinAge: f.MinAge, MaxAge: f.MaxAge}
+	sel := selection{class: f.ErrorClass}
+	switch {
+	case f.AggregateType != "" && f.AggregateID == "":
+		return sel, invalid("DeadFilter.AggregateType %q without an AggregateID", f.AggregateType)
+	case len(f.ErrorContains) > ferrystore.MaxErrorContains:
+		return sel, invalid("DeadFilter.ErrorContains has %d bytes, at most %d are allowed", len(f.ErrorContains), ferrystore.MaxErrorContains)
+	case !utf8.ValidString(f.ErrorContains) || strings.ContainsRune(f.ErrorContains, 0):
+		return sel, invalid("DeadFilter.ErrorContains %q is not valid UTF-8 text", f.ErrorContains)
+	case f.ErrorClass != "" && ErrorClass(f.ErrorClass) != f.ErrorClass:
+		return sel, invalid("DeadFilter.ErrorClass %q is not a class (ErrorClass makes it %q)", f.ErrorClass, ErrorClass(f.ErrorClass))
+	}
+	if f.ErrorContains != "" {
+		sf.ErrorContains = append(sf.ErrorContains, f.ErrorContains)
+	}
+	if f.ErrorClass != "" {
+		sf.ErrorContains = append(sf.ErrorContains, classWords(f.ErrorClass)...)
+	}
+	if err := sf.ValidateSelection(); err != nil {
+		return sel, err
+	}
+	sel.f = sf
+	return sel, nil
+}
+
+// walk calls fn with the rows of sel, oldest first, a page of at most page
+// rows listed at a time (fewer reach fn when sel has a class), until the
+// selection ends or fn returns false. Each page starts after the last row
+// of the one before, so a row that changes status, or stays and does not
+// match, is never listed again.
+func walk(ctx context.Context, a ferrystore.Admin, sel selection, page int, noPayload bool,
+	fn func([]ferrystore.Row) (bool, error)) error {
+	f := sel.f
+	f.Limit, f.NoPayload = page, noPayload
+	for {
+		rows, err := a.List(ctx, f)
+		if err != nil {
+			return err
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		f.After = ferrystore.ListCursorOf(rows[len(rows)-1])
+		kept := make([]ferrystore.Row, 0, len(rows))
+		for i := range rows {
+			if sel.match(&rows[i]) {
+				kept = append(kept, rows[i])
+			}
+		}
+		if len(kept) > 0 {
+			more, err := fn(kept)
+			if err != nil || !more {
+				return err
+			}
+		}
+		if len(rows) < page {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// count counts the events of sel: one statement, or a walk when sel has a
+// class.
+func count(ctx context.Context, a ferrystore.Admin, sel selection) (int64, error) {
+	if sel.class == "" {
+		return a.Count(ctx, sel.f)
+	}
+	var n int64
+	err := walk(ctx, a, sel, walkPage, true, func(rows []ferrystore.Row) (bool, error) {
+		n += int64(len(rows))
+		return true, nil
+	})
+	return n, err
+}
+
+// list returns up to limit events of sel, oldest first, and whether there
+// are more.
+func list(ctx context.Context, a ferrystore.Admin, f DeadFilter, status ferrytype.Status, limit int) (DeadList, error) {
+	if limit < 1 || limit > ferrystore.MaxListLimit {
+		return DeadList{Events: []Event{}}, invalid("limit %d must be within 1..%d", limit, ferrystore.MaxListLimit)
+	}
+	sel, err := f.selection(status)
+	if err != nil {
+		return DeadList{Events: []Event{}}, err
+	}
+	page := limit + 1 // one more tells whether there are more
+	if sel.class != "" || page > ferrystore.MaxListLimit {
+		page = ferrystore.MaxListLimit
+	}
+	var rows []ferrystore.Row
+	err = walk(ctx, a, sel, page, false, func(r []ferrystore.Row) (bool, error) {
+		rows = append(rows, r...)
+		return len(rows) <= limit, nil
+	})
+	if err != nil {
+		return DeadList{Events: []Event{}}, err
+	}
+	l := DeadList{More: len(rows) > limit}
+	if l.More {
+		rows = rows[:limit]
+	}
+	l.Events = eventsOf(rows, false)
+	return l, nil
+}
+
+// DeadList is a page of DEAD (or DISCARDED) events, oldest first.
 type DeadList struct {
 	Events []Event `json:"events"`
 	// More reports that more events match than were listed.
@@ -79,24 +205,26 @@ type DeadList struct {
 // matching f, oldest first, and says whether there are more. Events are
 // listed without headers and payload (GetEvents has them).
 func ListDead(ctx context.Context, a ferrystore.Admin, f DeadFilter, limit int) (DeadList, error) {
-	if limit < 1 || limit > ferrystore.MaxListLimit {
-		return DeadList{}, invalid("limit %d must be within 1..%d", limit, ferrystore.MaxListLimit)
-	}
-	sf, err := f.store(limit)
+	return list(ctx, a, f, ferrytype.StatusDead, limit)
+}
+
+// ListDiscarded lists up to limit (1 to ferrystore.MaxListLimit) DISCARDED
+// events matching f, oldest first (by creation), as ListDead does: each
+// with DiscardedAt and DiscardReason, which holds the reason, who and when
+// (and, for an event restored and discarded again, each step).
+func ListDiscarded(ctx context.Context, a ferrystore.Admin, f DeadFilter, limit int) (DeadList, error) {
+	return list(ctx, a, f, ferrytype.StatusDiscarded, limit)
+}
+
+// CountDead counts the DEAD events matching f: with one statement, or,
+// when f has an ErrorClass, by reading the selection's rows a page at a
+// time.
+func CountDead(ctx context.Context, a ferrystore.Admin, f DeadFilter) (int64, error) {
+	sel, err := f.selection(ferrytype.StatusDead)
 	if err != nil {
-		return DeadList{}, err
+		return 0, err
 	}
-	sf.Limit = limit + 1 // one more tells whether there are more
-	rows, err := a.List(ctx, sf)
-	if err != nil {
-		return DeadList{}, err
-	}
-	l := DeadList{More: len(rows) > limit}
-	if l.More {
-		rows = rows[:limit]
-	}
-	l.Events = eventsOf(rows, false)
-	return l, nil
+	return count(ctx, a, sel)
 }
 
 // EventDetail is one event in full, as GetEvents returns it.
@@ -164,46 +292,66 @@ func heldBack(ctx context.Context, a ferrystore.Admin, r ferrystore.Row) (int, e
 	return n, nil
 }
 
-// BulkOptions selects the DEAD events RetryDead and DiscardDead act on,
-// and bounds the run.
+// BulkOptions selects the events RetryDead, DiscardDead and
+// RestoreDiscarded act on, and bounds the run.
 type BulkOptions struct {
 	// Filter selects the events.
 	Filter DeadFilter
-	// All must be set to act on every DEAD event when Filter selects
-	// nothing, so that an empty filter never acts on everything by mistake.
+	// All must be set to act on every event of the status when Filter
+	// selects nothing, so that an empty filter never acts on everything by
+	// mistake.
 	All bool
-	// Batch is the most events listed and changed per statement, 1 to
+	// Batch is the most events changed per statement, 1 to
 	// ferrystore.MaxListLimit. Default (zero) DefaultBulkBatch.
 	Batch int
-	// Max is the most events one run changes. Default (zero)
-	// DefaultBulkMax.
+	// Max is the most events one run acts on; the result says how many
+	// matched and were left (BulkResult.Left). Default (zero): no cap,
+	// every event that matches.
 	Max int
-	// DryRun changes nothing: the result holds the first batch that would
-	// be changed.
+	// DryRun changes nothing: the result counts what would change and
+	// holds the first batch of it.
 	DryRun bool
 	// Progress, when set, is called after each batch with the result so
-	// far.
+	// far (Matched is set from the start).
 	Progress func(BulkResult)
 }
 
-// BulkResult is what RetryDead or DiscardDead did.
+// BulkResult is what RetryDead, DiscardDead or RestoreDiscarded did. When
+// the run ends early on an error, it says what was done before it.
 type BulkResult struct {
-	// Action is "retry" or "discard".
+	// Action is "retry", "discard" or "restore".
 	Action string `json:"action"`
 	DryRun bool   `json:"dry_run"`
-	// Changed counts the rows the store changed: a row that stopped being
-	// DEAD between its listing and the change is left alone and not
-	// counted. In a dry run, the events that would change.
+	// Matched counts the events that matched when the run started (a count
+	// before the first batch).
+	Matched int64 `json:"matched"`
+	// Changed counts the rows the store changed. In a dry run, the events
+	// that would change: Matched, or Max when it is lower. Events that
+	// come to match during the run (a DEAD event that died after the
+	// count) are acted on too, so Changed may exceed Matched.
 	Changed int64 `json:"changed"`
-	// IDs are the events selected and acted on (or, in a dry run, that
-	// would be).
+	// Skipped counts the events selected but left alone by their batch's
+	// statement, conditional on the status: another operator or a relay
+	// had changed them since they were listed.
+	Skipped int64 `json:"skipped"`
+	// Left counts, when Max stopped the run, the events that still match
+	// beyond the last one it acted on (a count after the run); in a dry
+	// run, Matched less Changed. Zero when the run completed.
+	Left int64 `json:"left"`
+	// Complete is true when the run reached the end of the selection:
+	// every event that matched was acted on, or left alone for the reason
+	// Skipped gives. False when Max stopped it or an error ended it.
+	Complete bool `json:"complete"`
+	// IDs are the first MaxBulkIDs events acted on, in order (in a dry
+	// run, those of Preview); Changed + Skipped counts them all.
 	IDs []string `json:"ids"`
 	// Batches counts the statements that changed rows.
 	Batches int `json:"batches"`
-	// Audit is the text stored with discarded events: the reason, who,
-	// and when.
+	// Audit is the text stored with the events: the discard reason, or the
+	// restore note, with who and when.
 	Audit string `json:"audit,omitempty"`
-	// Preview holds, in a dry run, the events that would change.
+	// Preview holds, in a dry run, the first events that would change (at
+	// most a batch).
 	Preview []Event `json:"preview,omitempty"`
 }
 
@@ -211,14 +359,11 @@ func (o BulkOptions) withDefaults() (BulkOptions, error) {
 	if o.Batch == 0 {
 		o.Batch = DefaultBulkBatch
 	}
-	if o.Max == 0 {
-		o.Max = DefaultBulkMax
-	}
 	switch {
 	case o.Batch < 1 || o.Batch > ferrystore.MaxListLimit:
 		return o, invalid("BulkOptions.Batch %d must be within 1..%d", o.Batch, ferrystore.MaxListLimit)
-	case o.Max < 1:
-		return o, invalid("BulkOptions.Max %d must be positive", o.Max)
+	case o.Max < 0:
+		return o, invalid("BulkOptions.Max %d must not be negative", o.Max)
 	case !o.Filter.Selects() && !o.All:
 		return o, invalid("BulkOptions.Filter selects nothing and BulkOptions.All is not set")
 	}
@@ -227,12 +372,15 @@ func (o BulkOptions) withDefaults() (BulkOptions, error) {
 
 // RetryDead puts the DEAD events selected by opts back to NEW, available
 // at once, attempts 0, same event id: the relay publishes them again and
-// consumers recognise the duplicate. It works in batches of opts.Batch,
-// each one statement conditional on the row still being DEAD, up to
-// opts.Max events. On an error, the result says what was changed before
-// it.
+// consumers recognise the duplicate. It counts the selection first
+// (BulkResult.Matched), then walks it oldest first and acts on every event
+// that matches, up to opts.Max when set, in statements of opts.Batch
+// events, each conditional on the row still being DEAD. The walk goes by
+// (created_at, event_id), so an event retried and dead again during the
+// run is not met twice. On an error, the result says what was changed
+// before it.
 func RetryDead(ctx context.Context, a ferrystore.Admin, opts BulkOptions) (BulkResult, error) {
-	return bulk(ctx, a, "retry", opts, func(ids []string) (int64, error) { return a.Retry(ctx, ids) }, "")
+	return bulk(ctx, a, "retry", ferrytype.StatusDead, opts, a.Retry, "")
 }
 
 // DiscardDead marks the DEAD events selected by opts DISCARDED: never
@@ -245,61 +393,120 @@ func DiscardDead(ctx context.Context, a ferrystore.Admin, opts BulkOptions, reas
 		return BulkResult{Action: "discard", IDs: []string{}}, invalid("a discard needs a reason and an actor: they are kept with the events")
 	}
 	audit := reason + " (by " + actor + " at " + time.Now().UTC().Format(time.RFC3339) + ")"
-	return bulk(ctx, a, "discard", opts, func(ids []string) (int64, error) { return a.Discard(ctx, ids, audit) }, audit)
+	return bulk(ctx, a, "discard", ferrytype.StatusDead, opts, func(ctx context.Context, ids []string) (int64, error) {
+		return a.Discard(ctx, ids, audit)
+	}, audit)
 }
 
-func bulk(ctx context.Context, a ferrystore.Admin, verb string, opts BulkOptions, act func([]string) (int64, error),
-	audit string) (BulkResult, error) {
+// RestoreDiscarded takes the DISCARDED events selected by opts back to
+// DEAD (ferrytype.TransitionRestore), for a person to retry or discard
+// them again: not to NEW, so that nothing is published before someone
+// decides. The discard's record stays: "restored by <actor> at <time>" is
+// appended to the discard reason (ferrystore.Admin.Restore), and the
+// discard time is cleared. Batches and bounds are those of RetryDead, each
+// statement conditional on the row still being DISCARDED. actor is
+// required unless opts.DryRun.
+func RestoreDiscarded(ctx context.Context, a ferrystore.Admin, opts BulkOptions, actor string) (BulkResult, error) {
+	if !opts.DryRun && strings.TrimSpace(actor) == "" {
+		return BulkResult{Action: "restore", IDs: []string{}}, invalid("a restore needs an actor: it is kept with the events")
+	}
+	note := "restored by " + actor + " at " + time.Now().UTC().Format(time.RFC3339)
+	return bulk(ctx, a, "restore", ferrytype.StatusDiscarded, opts, func(ctx context.Context, ids []string) (int64, error) {
+		return a.Restore(ctx, ids, note)
+	}, note)
+}
+
+func bulk(ctx context.Context, a ferrystore.Admin, verb string, status ferrytype.Status, opts BulkOptions,
+	act func(context.Context, []string) (int64, error), audit string) (BulkResult, error) {
 	res := BulkResult{Action: verb, DryRun: opts.DryRun, IDs: []string{}, Audit: audit}
 	o, err := opts.withDefaults()
 	if err != nil {
 		return res, err
 	}
-	f, err := o.Filter.store(o.Batch)
+	sel, err := o.Filter.selection(status)
 	if err != nil {
 		return res, err
 	}
-	seen := map[string]bool{}
-	for len(res.IDs) < o.Max {
-		f.Limit = min(o.Batch, o.Max-len(res.IDs))
-		rows, err := a.List(ctx, f)
-		if err != nil {
-			return res, err
-		}
-		if len(rows) == 0 {
-			break
-		}
-		ids := make([]string, 0, len(rows))
-		for _, r := range rows {
-			if !seen[r.ID] {
-				seen[r.ID] = true
-				ids = append(ids, r.ID)
-			}
-		}
-		if len(ids) == 0 {
-			break // only events this run already changed, dead again: stop
-		}
-		if o.DryRun {
-			res.IDs = append(res.IDs, ids...)
-			res.Preview = append(res.Preview, eventsOf(rows, false)...)
-			break // the same rows would come back: one page is the preview
-		}
-		n, err := act(ids)
-		if err != nil {
-			return res, fmt.Errorf("%s after %d events: %w", verb, len(res.IDs), err)
-		}
-		res.Changed += n
-		res.Batches++
-		res.IDs = append(res.IDs, ids...)
-		if o.Progress != nil {
-			o.Progress(res)
-		}
-		if len(rows) < f.Limit || len(f.IDs) > 0 {
-			break
-		}
+	if res.Matched, err = count(ctx, a, sel); err != nil {
+		return res, fmt.Errorf("%s: count the selection: %w", verb, err)
 	}
 	if o.DryRun {
-		res.Changed = int64(len(res.IDs))
+		return preview(ctx, a, sel, o, res)
+	}
+	var (
+		limited bool
+		last    ferrystore.Row // the last event acted on
+	)
+	err = walk(ctx, a, sel, walkPage, true, func(rows []ferrystore.Row) (bool, error) {
+		for len(rows) > 0 {
+			n := min(len(rows), o.Batch)
+			if o.Max > 0 {
+				n = int(min(int64(n), int64(o.Max)-res.Changed-res.Skipped))
+				if n == 0 {
+					limited = true
+					return false, nil
+				}
+			}
+			ids := make([]string, n)
+			for i := range ids {
+				ids[i] = rows[i].ID
+			}
+			last, rows = rows[n-1], rows[n:]
+			changed, err := act(ctx, ids)
+			if err != nil {
+				return false, err
+			}
+			res.Changed += changed
+			res.Skipped += int64(n) - changed
+			res.Batches++
+			res.IDs = append(res.IDs, ids[:min(len(ids), MaxBulkIDs-len(res.IDs))]...)
+			if o.Progress != nil {
+				o.Progress(res)
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("%s after %d of %d events: %w", verb, res.Changed, res.Matched, err)
+	}
+	if limited { // what matches beyond the last event acted on
+		sel.f.After = ferrystore.ListCursorOf(last)
+		if res.Left, err = count(ctx, a, sel); err != nil {
+			return res, fmt.Errorf("%s: count what is left: %w", verb, err)
+		}
+	}
+	res.Complete = !limited
+	return res, nil
+}
+
+// preview fills a dry run's result: the count, and the first batch.
+func preview(ctx context.Context, a ferrystore.Admin, sel selection, o BulkOptions, res BulkResult) (BulkResult, error) {
+	res.Changed = res.Matched
+	if o.Max > 0 && res.Changed > int64(o.Max) {
+		res.Changed = int64(o.Max)
+	}
+	res.Left = res.Matched - res.Changed
+	res.Complete = res.Left == 0
+	want := o.Batch
+	if o.Max > 0 {
+		want = min(want, o.Max)
+	}
+	page := want
+	if sel.class != "" {
+		page = ferrystore.MaxListLimit
+	}
+	var rows []ferrystore.Row
+	err := walk(ctx, a, sel, page, false, func(r []ferrystore.Row) (bool, error) {
+		rows = append(rows, r...)
+		return len(rows) < want, nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("%s: preview: %w", res.Action, err)
+	}
+	rows = rows[:min(len(rows), want)]
+	res.Preview = eventsOf(rows, false)
+	for _, r := range rows {
+		res.IDs = append(res.IDs, r.ID)
 	}
 	return res, nil
 }

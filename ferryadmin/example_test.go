@@ -13,6 +13,7 @@ import (
 	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrysqlite"
+	"github.com/ferrydev/ferry/ferrytype"
 )
 
 // openExample opens a migrated SQLite outbox in dir with three OrderPaid
@@ -113,7 +114,7 @@ func ExampleRetryDead() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("would retry:", preview.Changed)
+	fmt.Println("would retry:", preview.Changed, "of", preview.Matched)
 
 	res, err := ferryadmin.RetryDead(ctx, store, ferryadmin.BulkOptions{
 		Filter: ferryadmin.DeadFilter{Type: "OrderPaid"},
@@ -125,17 +126,17 @@ func ExampleRetryDead() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("retried:", res.Changed)
+	fmt.Println("retried:", res.Changed, "of", res.Matched, "complete:", res.Complete)
 	left, err := ferryadmin.ListDead(ctx, store, ferryadmin.DeadFilter{}, 10)
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("still DEAD:", len(left.Events))
 	// Output:
-	// would retry: 3
+	// would retry: 3 of 3
 	// batch 1: 2 retried so far
 	// batch 2: 3 retried so far
-	// retried: 3
+	// retried: 3 of 3 complete: true
 	// still DEAD: 0
 }
 
@@ -248,4 +249,58 @@ func ExampleParseKeyTemplate() {
 	// Output:
 	// order:42:paid:EUR <nil>
 	// payload.currency is absent
+}
+
+// confirmAll is a publisher whose broker confirms every message.
+type confirmAll struct{}
+
+func (confirmAll) Publish(_ context.Context, msgs []ferrytype.Message) []ferrytype.PublishResult {
+	out := make([]ferrytype.PublishResult, len(msgs))
+	for i := range out {
+		out[i] = ferrytype.Confirmed()
+	}
+	return out
+}
+
+func (confirmAll) Close() error { return nil }
+
+// Relays tells which relays run on a table and whether they are alive,
+// from the heartbeat each writes in <table>_relay; a relay that stops
+// cleanly deletes its row.
+func ExampleRelays() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "ferryadmin-example-")
+	defer os.RemoveAll(dir)
+	store := openExample(ctx, dir)
+	defer store.Close()
+
+	relay, err := ferry.NewRelay(store, confirmAll{}, &ferry.RelayConfig{ID: "relay-1", Version: "v1.0.0",
+		Broker: "nats://mq:4222", Heartbeat: 50 * time.Millisecond})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := relay.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	var relays []ferryadmin.RelayInfo
+	for len(relays) == 0 { // the first beat is written as the relay starts
+		if relays, err = ferryadmin.Relays(ctx, store, 0); err != nil {
+			log.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r := relays[0]
+	fmt.Println(r.ID, r.Version, r.Broker, "alive:", r.Alive, "broker connected:", r.BrokerConnected)
+
+	if err := relay.Stop(ctx); err != nil {
+		log.Fatal(err)
+	}
+	relays, err = ferryadmin.Relays(ctx, store, 0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("after Stop:", len(relays), "relays")
+	// Output:
+	// relay-1 v1.0.0 nats://mq:4222 alive: true broker connected: true
+	// after Stop: 0 relays
 }

@@ -122,6 +122,14 @@ func TestPurgeMarkers(t *testing.T) {
 			require.Equal(t, []ferryadmin.PurgeResult{{Kind: "markers", Statements: 1, Complete: true}}, rep.Results)
 			require.Equal(t, int64(5), count(), "young markers stay")
 
+			eventually(t, 10*time.Second, func() bool {
+				rep, err := ferryadmin.PurgeMarkers(ctx, b.store,
+					ferryadmin.PurgeOptions{OlderThan: 10 * time.Millisecond, ReplayWindow: 10 * time.Millisecond, DryRun: true})
+				require.NoError(t, err)
+				return rep.Results[0].Eligible == 5
+			}, "markers fall behind the database clock")
+			require.Equal(t, int64(5), count(), "a dry run deletes nothing")
+
 			var deleted int64
 			eventually(t, 10*time.Second, func() bool {
 				rep, err := ferryadmin.PurgeMarkers(ctx, b.store,

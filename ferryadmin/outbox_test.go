@@ -29,7 +29,9 @@ func TestStatus(t *testing.T) {
 				require.Nil(t, rep.OldestPending)
 				require.Empty(t, rep.Destinations)
 				require.Empty(t, rep.Failed)
-				require.Empty(t, rep.Attention)
+				require.Empty(t, rep.Attention, "no relay alive, but nothing waits for one either")
+				require.Empty(t, rep.Relays)
+				require.Empty(t, rep.RelaysError)
 				require.False(t, rep.Unhealthy)
 			})
 			t.Run("CountsPendingDeadAndErrors", func(t *testing.T) {
@@ -57,8 +59,9 @@ func TestStatus(t *testing.T) {
 				require.Equal(t, dead[0], rep.Failed[0].ID)
 				require.Equal(t, "stream not found", rep.Failed[0].LastError)
 				require.Nil(t, rep.Failed[0].Payload, "listings carry no payload")
-				require.Len(t, rep.Attention, 1)
+				require.Len(t, rep.Attention, 2)
 				require.Contains(t, rep.Attention[0], "1 DEAD events wait for a decision")
+				require.Contains(t, rep.Attention[1], "no relay alive: 3 events pending", "no relay runs in this test")
 				require.True(t, rep.Unhealthy, "a DEAD event needs a person")
 				require.Equal(t, ferryadmin.DefaultMaxPendingAge, rep.MaxPendingAge)
 				var attempts int64
@@ -83,8 +86,9 @@ func TestStatus(t *testing.T) {
 					require.NoError(t, err)
 					return rep.Unhealthy
 				}, "the event ages past 1ms by the database clock")
-				require.Len(t, rep.Attention, 1)
+				require.Len(t, rep.Attention, 2)
 				require.Contains(t, rep.Attention[0], "the oldest pending event ("+id[0]+")")
+				require.Contains(t, rep.Attention[1], "no relay alive")
 			})
 			t.Run("RefusesBadOptions", func(t *testing.T) {
 				b := setup(t, kind)
@@ -148,7 +152,9 @@ func TestDead(t *testing.T) {
 					Batch: 2, Progress: func(r ferryadmin.BulkResult) { progress = append(progress, len(r.IDs)) }})
 				require.NoError(t, err)
 				require.Equal(t, "retry", res.Action)
+				require.Equal(t, int64(5), res.Matched)
 				require.Equal(t, int64(5), res.Changed)
+				require.True(t, res.Complete)
 				require.ElementsMatch(t, evs, res.IDs)
 				require.Equal(t, 3, res.Batches)
 				require.Equal(t, []int{2, 4, 5}, progress)
@@ -171,7 +177,10 @@ func TestDead(t *testing.T) {
 				b.dead(t, 3, "rejected")
 				res, err := ferryadmin.RetryDead(b.ctx, b.admin, ferryadmin.BulkOptions{All: true, Batch: 2, Max: 2})
 				require.NoError(t, err)
+				require.Equal(t, int64(3), res.Matched)
 				require.Equal(t, int64(2), res.Changed)
+				require.Equal(t, int64(1), res.Left, "what Max left")
+				require.False(t, res.Complete)
 				l, err := ferryadmin.ListDead(b.ctx, b.admin, ferryadmin.DeadFilter{}, 10)
 				require.NoError(t, err)
 				require.Len(t, l.Events, 1)
@@ -236,6 +245,18 @@ func TestPurgeEvents(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, []ferryadmin.PurgeResult{{Kind: "sent", Statements: 1, Complete: true},
 				{Kind: "discarded", Statements: 1, Complete: true}}, rep.Results, "nothing is an hour old")
+
+			eventually(t, 10*time.Second, func() bool {
+				rep, err = ferryadmin.PurgeEvents(b.ctx, b.admin, ferryadmin.PurgeOptions{OlderThan: time.Millisecond, Discarded: true, DryRun: true})
+				require.NoError(t, err)
+				return rep.Results[0].Eligible == 3 && rep.Results[1].Eligible == 1
+			}, "sent_at and discarded_at fall behind the database clock")
+			require.True(t, rep.DryRun)
+			require.Equal(t, []ferryadmin.PurgeResult{{Kind: "sent", Eligible: 3}, {Kind: "discarded", Eligible: 1}}, rep.Results)
+			for _, id := range append(sent, dead[0]) {
+				_, err := b.admin.Get(b.ctx, id)
+				require.NoError(t, err, "a dry run deletes nothing")
+			}
 
 			var progress []int64
 			eventually(t, 10*time.Second, func() bool {

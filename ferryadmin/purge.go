@@ -37,6 +37,10 @@ type PurgeOptions struct {
 	// Discarded makes PurgeEvents delete DISCARDED events too, discarded
 	// more than OlderThan ago. Default false: SENT events only.
 	Discarded bool
+	// DryRun deletes nothing: each result counts in Eligible the rows a
+	// purge would delete now (with one count statement per kind), and
+	// Deleted stays 0.
+	DryRun bool
 	// ReplayWindow is, for PurgeMarkers, the longest time after which any
 	// consumer may see an event again (broker redelivery, a stream replay,
 	// a DEAD event retried); OlderThan may not be shorter. Default (zero)
@@ -50,6 +54,7 @@ type PurgeReport struct {
 	// the caller names it (the InboxStore does not say).
 	Table            string        `json:"table"`
 	OlderThanSeconds float64       `json:"older_than_seconds"`
+	DryRun           bool          `json:"dry_run,omitempty"`
 	Results          []PurgeResult `json:"results"`
 }
 
@@ -64,6 +69,9 @@ type PurgeResult struct {
 	// batch: none of this kind was left. False when MaxBatches stopped
 	// the purge.
 	Complete bool `json:"complete"`
+	// Eligible counts, in a dry run, the rows a purge would delete now;
+	// a dry run sets only Kind and Eligible.
+	Eligible int64 `json:"eligible,omitempty"`
 }
 
 func (o PurgeOptions) withDefaults(age bool) (PurgeOptions, error) {
@@ -87,9 +95,18 @@ func (o PurgeOptions) withDefaults(age bool) (PurgeOptions, error) {
 // event, however old: each statement is conditional on the final status.
 // On an error, the report says what was deleted before it.
 func PurgeEvents(ctx context.Context, a ferrystore.Admin, opts PurgeOptions) (PurgeReport, error) {
-	kinds := []purgeKind{{"sent", a.PurgeSent, false}}
+	count := func(discarded bool) func(context.Context, time.Duration) (int64, error) {
+		return func(ctx context.Context, olderThan time.Duration) (int64, error) {
+			s, d, err := a.Purgeable(ctx, olderThan)
+			if discarded {
+				return d, err
+			}
+			return s, err
+		}
+	}
+	kinds := []purgeKind{{name: "sent", run: a.PurgeSent, count: count(false)}}
 	if opts.Discarded {
-		kinds = append(kinds, purgeKind{"discarded", a.PurgeDiscarded, false})
+		kinds = append(kinds, purgeKind{name: "discarded", run: a.PurgeDiscarded, count: count(true)})
 	}
 	return purge(ctx, a.Table(), kinds, opts)
 }
@@ -110,7 +127,11 @@ func PurgeMarkers(ctx context.Context, s ferrystore.InboxStore, opts PurgeOption
 		return PurgeReport{Results: []PurgeResult{}}, invalid("PurgeOptions.OlderThan %s is shorter than the replay window %s: "+
 			"an event delivered again after its marker is gone would be applied again", opts.OlderThan, replayWindow)
 	}
-	return purge(ctx, "", []purgeKind{{"markers", s.PurgeMarkers, false}}, opts)
+	k := purgeKind{name: "markers", run: s.PurgeMarkers}
+	if c, ok := s.(ferrystore.MarkerPurgeCounter); ok {
+		k.count = c.PurgeableMarkers
+	}
+	return purge(ctx, "", []purgeKind{k}, opts)
 }
 
 // PurgeIdempotencyKeys deletes the expired idempotency keys of s
@@ -120,21 +141,41 @@ func PurgeMarkers(ctx context.Context, s ferrystore.InboxStore, opts PurgeOption
 // expired too.
 func PurgeIdempotencyKeys(ctx context.Context, s ferrystore.IdempotencyStore, opts PurgeOptions) (PurgeReport, error) {
 	run := func(ctx context.Context, _ time.Duration, limit int) (int64, error) { return s.PurgeKeys(ctx, limit) }
-	return purge(ctx, "", []purgeKind{{"idempotency-keys", run, true}}, opts)
+	k := purgeKind{name: "idempotency-keys", run: run, ageless: true}
+	if c, ok := s.(ferrystore.KeyPurgeCounter); ok {
+		k.count = func(ctx context.Context, _ time.Duration) (int64, error) { return c.PurgeableKeys(ctx) }
+	}
+	return purge(ctx, "", []purgeKind{k}, opts)
 }
 
 type purgeKind struct {
 	name string
 	run  func(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
+	// count counts what run would delete, for a dry run; nil when the
+	// store cannot.
+	count func(ctx context.Context, olderThan time.Duration) (int64, error)
 	// ageless kinds decide for themselves what is old enough.
 	ageless bool
 }
 
 func purge(ctx context.Context, table string, kinds []purgeKind, opts PurgeOptions) (PurgeReport, error) {
-	rep := PurgeReport{Table: table, OlderThanSeconds: opts.OlderThan.Seconds(), Results: []PurgeResult{}}
+	rep := PurgeReport{Table: table, OlderThanSeconds: opts.OlderThan.Seconds(), DryRun: opts.DryRun, Results: []PurgeResult{}}
 	o, err := opts.withDefaults(!kinds[0].ageless)
 	if err != nil {
 		return rep, err
+	}
+	if o.DryRun {
+		for _, k := range kinds {
+			if k.count == nil {
+				return rep, fmt.Errorf("purge %s: the store cannot count what it would delete: no dry run", k.name)
+			}
+			n, err := k.count(ctx, o.OlderThan)
+			if err != nil {
+				return rep, fmt.Errorf("purge %s: dry run: %w", k.name, err)
+			}
+			rep.Results = append(rep.Results, PurgeResult{Kind: k.name, Eligible: n})
+		}
+		return rep, nil
 	}
 	for _, k := range kinds {
 		r := PurgeResult{Kind: k.name}

@@ -2,6 +2,7 @@ package ferryadmin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -33,6 +34,9 @@ type StatusOptions struct {
 	// MaxPendingAge is the age of the oldest pending event that needs
 	// attention. Default (zero) DefaultMaxPendingAge.
 	MaxPendingAge time.Duration
+	// RelayStaleAfter is how long after its last beat a relay still counts
+	// as alive (see Relays). Default (zero) DefaultRelayStaleAfter.
+	RelayStaleAfter time.Duration
 }
 
 // StatusReport describes an outbox table: what ferry status prints. Its
@@ -52,6 +56,14 @@ type StatusReport struct {
 	Attempts      []AttemptCount     `json:"attempts"`
 	// Failed are the oldest unsent events that recorded an error.
 	Failed []Event `json:"failed"`
+	// Relays are the relays of the table from their heartbeat rows, alive
+	// ones first (see Relays); empty when none recorded itself or when
+	// they could not be read.
+	Relays []RelayInfo `json:"relays"`
+	// RelaysError says why Relays could not be read (a store without
+	// heartbeats, a table migrated before 0003_relay); empty when they
+	// were.
+	RelaysError string `json:"relays_error,omitempty"`
 	// Attention says, in sentences, what needs a person; empty when
 	// nothing does.
 	Attention []string `json:"attention"`
@@ -86,11 +98,14 @@ type DestinationStats struct {
 func (o *StatusOptions) withDefaults() StatusOptions {
 	if o == nil {
 		return StatusOptions{Destinations: DefaultStatusDestinations, Errors: DefaultStatusErrors,
-			MaxPendingAge: DefaultMaxPendingAge}
+			MaxPendingAge: DefaultMaxPendingAge, RelayStaleAfter: DefaultRelayStaleAfter}
 	}
 	c := *o
 	if c.MaxPendingAge == 0 {
 		c.MaxPendingAge = DefaultMaxPendingAge
+	}
+	if c.RelayStaleAfter == 0 {
+		c.RelayStaleAfter = DefaultRelayStaleAfter
 	}
 	return c
 }
@@ -103,15 +118,18 @@ func (o StatusOptions) validate() error {
 		return invalid("StatusOptions.Errors %d must be within 0..%d", o.Errors, ferrystore.MaxListLimit)
 	case o.MaxPendingAge < 0:
 		return invalid("StatusOptions.MaxPendingAge must be positive")
+	case o.RelayStaleAfter < 0:
+		return invalid("StatusOptions.RelayStaleAfter must be positive")
 	}
 	return nil
 }
 
 // Status reports the state of the outbox table of a: counts by status, the
 // oldest pending event, the pending events per destination, the attempts
-// of unsent events, the latest errors, and what needs attention. It only
-// reads, and every number comes from the database, so it works while every
-// relay is down.
+// of unsent events, the latest errors, the relays and whether they are
+// alive (from their heartbeats), and what needs attention. It only reads,
+// and every number comes from the database, so it works while every relay
+// is down.
 func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (StatusReport, error) {
 	o := opts.withDefaults()
 	if err := o.validate(); err != nil {
@@ -133,7 +151,7 @@ func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (Statu
 		OldestPendingSeconds: st.OldestPending.Seconds(),
 		Counts: map[string]int64{"NEW": st.New, "SENDING": st.Sending, "DEAD": st.Dead,
 			"DISCARDED": counts[ferrytype.StatusDiscarded]},
-		Destinations: []DestinationStats{}, Failed: []Event{}, Attention: []string{},
+		Destinations: []DestinationStats{}, Failed: []Event{}, Attention: []string{}, Relays: []RelayInfo{},
 		Stats: st, SentCounted: o.CountSent, MaxPendingAge: o.MaxPendingAge}
 	if o.CountSent {
 		rep.Counts["SENT"] = counts[ferrytype.StatusSent]
@@ -175,9 +193,48 @@ func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (Statu
 		}
 		rep.Failed = append(rep.Failed, eventsOf(rows, false)...)
 	}
+	relays, err := Relays(ctx, a, o.RelayStaleAfter)
+	switch {
+	case err == nil:
+		rep.Relays = relays
+	case errors.Is(err, ErrNoRelayRegistry), errors.Is(err, ferrytype.ErrUndefinedTable):
+		rep.RelaysError = err.Error()
+	default:
+		return StatusReport{}, err
+	}
 	rep.Attention = attention(st, rep.OldestPending, o.MaxPendingAge)
+	if rep.RelaysError == "" {
+		if a := relaysAttention(st, rep.Relays, o.RelayStaleAfter); a != "" {
+			rep.Attention = append(rep.Attention, a)
+		}
+	} else if errors.Is(err, ferrytype.ErrUndefinedTable) {
+		rep.Attention = append(rep.Attention, fmt.Sprintf("the relays' heartbeat table %s_relay is missing, "+
+			"so which relays are alive is unknown: run ferry migrate", rep.Table))
+	}
 	rep.Unhealthy = st.Dead > 0 || st.OldestPending > o.MaxPendingAge
 	return rep, nil
+}
+
+// relaysAttention says "no relay alive" when events wait and no relay beat
+// within staleAfter.
+func relaysAttention(st ferrystore.Stats, relays []RelayInfo, staleAfter time.Duration) string {
+	pending := st.New + st.Sending
+	if pending == 0 || aliveRelays(relays) > 0 {
+		return ""
+	}
+	msg := fmt.Sprintf("no relay alive: %d events pending and no relay of this table beat in the last %s", pending,
+		FormatAge(staleAfter))
+	if len(relays) == 0 {
+		return msg + " (none is recorded: start ferry relay; relays older than this ferry do not record themselves)"
+	}
+	last := relays[0]
+	for _, r := range relays[1:] {
+		if r.Age < last.Age {
+			last = r
+		}
+	}
+	return msg + fmt.Sprintf(" (the last one, %s on %s, beat %s ago: killed, hung, or cut off from the database?)",
+		last.ID, last.Host, FormatAge(last.Age))
 }
 
 // attention says, in words, what needs a person.

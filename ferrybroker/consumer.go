@@ -153,3 +153,14 @@ const (
 	// decimal (0: unknown).
 	HeaderParkDeliveryCount = "Ferry-Park-Delivery-Count"
 )
+
+// Headers a replay tool (ferryamqp.ReplayParked) sets on a parked message
+// it puts back into the queue it was parked from, next to the message's own
+// headers and the park headers (which are kept). Values are strings.
+const (
+	// HeaderReplayCount is how many times the message was replayed from a
+	// parking queue, in decimal: 1 after the first replay.
+	HeaderReplayCount = "Ferry-Replay-Count"
+	// HeaderReplayedAt is when it was last replayed (RFC 3339, UTC).
+	HeaderReplayedAt = "Ferry-Replayed-At"
+)

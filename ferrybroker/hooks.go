@@ -2,7 +2,9 @@ package ferrybroker
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"sync/atomic"
 	"time"
@@ -151,6 +153,34 @@ func (o *ConsumerObserver) Handle(ctx context.Context, h Handler, d *Delivery) e
 		x.OnHandled(ctx, o.name, d, err, took)
 	}
 	return err
+}
+
+// HandleWithin is Handle with the handler's context bounded by timeout
+// (none when zero or less), and a panic logged on log with its stack: the
+// handler call every consumer makes.
+func (o *ConsumerObserver) HandleWithin(ctx context.Context, h Handler, d *Delivery, timeout time.Duration, log *slog.Logger) error {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	err := o.Handle(ctx, h, d)
+	if pe := (*PanicError)(nil); errors.As(err, &pe) && log != nil {
+		log.Error("handler panicked", "message_id", d.MessageID, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
+	}
+	return err
+}
+
+// RunUntilDone is the body of every consumer's Run: start, wait for ctx to
+// end, then stop, giving the handlers in flight up to shutdown to finish.
+func RunUntilDone(ctx context.Context, start, stop func(context.Context) error, shutdown time.Duration) error {
+	if err := start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdown)
+	defer cancel()
+	return stop(stopCtx)
 }
 
 func call(ctx context.Context, h Handler, d *Delivery) (err error) {

@@ -9,21 +9,31 @@
 //
 // # Relay metrics (Metrics, from the relay's hooks)
 //
-// Every series has the label table (the outbox table).
+// Every series has the label table (the outbox table). The label
+// destination (where the events are published: their destination, or their
+// type) takes at most Config.MaxDestinations values, 100 by default, across
+// the Metrics; later destinations count under "_other", events whose
+// destination cannot be read (malformed rows) under "_unknown".
 //
-//	ferry_relay_claims_total                    counter    claim statements that returned events
-//	ferry_relay_claimed_events_total            counter    events claimed (one per publish attempt)
-//	ferry_relay_claim_duration_seconds          histogram  claim transactions that returned events
-//	ferry_relay_publish_outcomes_total          counter    publish attempts by outcome: confirmed, returned, rejected, unknown
-//	ferry_relay_publish_duplicates_total        counter    confirms the broker flagged as duplicates (a republished event)
-//	ferry_relay_publish_batch_duration_seconds  histogram  one batch's publish, until every message had an outcome
-//	ferry_relay_commit_to_confirm_seconds       histogram  event created_at (database clock) to the broker's confirm
-//	ferry_relay_confirm_attempts                histogram  attempts an event needed until it was confirmed
-//	ferry_relay_sent_total                      counter    events marked SENT
-//	ferry_relay_retries_total                   counter    events put back to NEW (failed attempt or expired lease)
-//	ferry_relay_dead_total                      counter    events moved to DEAD
-//	ferry_relay_lease_expiries_total            counter    leases returned by the sweeper
-//	ferry_relay_fenced_total                    counter    outcome marks that found the lease gone (0 rows)
+//	ferry_relay_claims_total                              counter    claim statements that returned events
+//	ferry_relay_claimed_events_total                      counter    events claimed (one per publish attempt)
+//	ferry_relay_claim_duration_seconds                    histogram  claim transactions that returned events
+//	ferry_relay_publish_outcomes_total{outcome,destination} counter  publish attempts by outcome: confirmed, returned, rejected, unknown
+//	ferry_relay_publish_duplicates_total                  counter    confirms the broker flagged as duplicates (a republished event)
+//	ferry_relay_publish_batch_duration_seconds            histogram  one batch's publish, until every message had an outcome
+//	ferry_relay_commit_to_confirm_seconds                 histogram  event created_at (database clock) to the broker's confirm
+//	ferry_relay_confirm_attempts                          histogram  attempts an event needed until it was confirmed
+//	ferry_relay_sent_total{destination}                   counter    events marked SENT
+//	ferry_relay_retries_total                             counter    events put back to NEW (failed attempt or expired lease)
+//	ferry_relay_dead_total{destination}                   counter    events moved to DEAD
+//	ferry_relay_lease_expiries_total                      counter    leases returned by the sweeper
+//	ferry_relay_fenced_total                              counter    outcome marks that found the lease gone (0 rows)
+//	ferry_relay_released_total                            counter    events given back unsent (broker unreachable), no attempt spent
+//	ferry_relay_heartbeat_failures_total                  counter    relay heartbeats that could not be recorded
+//
+// # Build information (RegisterBuildInfo, NewBuildInfo)
+//
+//	ferry_build_info{version,revision,goversion}          gauge    always 1: which ferry runs
 //
 // # Outbox metrics (OutboxCollector, from the database)
 //

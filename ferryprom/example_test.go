@@ -7,6 +7,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -44,11 +45,15 @@ func printMetrics(reg prometheus.Gatherer, when string, names ...string) {
 				continue
 			}
 			for _, m := range f.GetMetric() {
-				label := ""
+				var pairs []string
 				for _, l := range m.GetLabel() {
 					if l.GetName() != "table" && l.GetName() != "consumer" {
-						label = fmt.Sprintf("{%s=%q}", l.GetName(), l.GetValue())
+						pairs = append(pairs, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
 					}
+				}
+				label := ""
+				if len(pairs) > 0 {
+					label = "{" + strings.Join(pairs, ",") + "}"
 				}
 				switch {
 				case m.Counter != nil:
@@ -128,10 +133,10 @@ func Example() {
 	// before: ferry_outbox_events{status="dead"} 0
 	// before: ferry_outbox_events{status="new"} 3
 	// before: ferry_outbox_events{status="sending"} 0
-	// after: ferry_relay_publish_outcomes_total{outcome="confirmed"} 3
-	// after: ferry_relay_publish_outcomes_total{outcome="rejected"} 0
-	// after: ferry_relay_publish_outcomes_total{outcome="returned"} 0
-	// after: ferry_relay_publish_outcomes_total{outcome="unknown"} 0
-	// after: ferry_relay_sent_total 3
+	// after: ferry_relay_publish_outcomes_total{destination="OrderPaid",outcome="confirmed"} 3
+	// after: ferry_relay_publish_outcomes_total{destination="OrderPaid",outcome="rejected"} 0
+	// after: ferry_relay_publish_outcomes_total{destination="OrderPaid",outcome="returned"} 0
+	// after: ferry_relay_publish_outcomes_total{destination="OrderPaid",outcome="unknown"} 0
+	// after: ferry_relay_sent_total{destination="OrderPaid"} 3
 	// after: ferry_outbox_oldest_pending_age_seconds 0
 }

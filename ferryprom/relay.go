@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,33 +40,95 @@ type Config struct {
 	// AttemptBuckets are the buckets of ferry_relay_confirm_attempts.
 	// Default 1, 2, 3, 5, 10, 20, 50.
 	AttemptBuckets []float64
+	// MaxDestinations bounds the values of the destination label of
+	// ferry_relay_publish_outcomes_total, ferry_relay_sent_total and
+	// ferry_relay_dead_total, across every table of the Metrics: the
+	// first MaxDestinations destinations seen get series of their own,
+	// every later one is counted under "_other", so that a table with a
+	// million destinations cannot swell the registry. Events whose
+	// destination the relay cannot tell (malformed rows) count under
+	// "_unknown". Default DefaultMaxDestinations; negative: every
+	// destination is "_other".
+	MaxDestinations int
 }
 
+// DefaultMaxDestinations is the default of Config.MaxDestinations.
+const DefaultMaxDestinations = 100
+
+// Values of the destination label that are no destination.
+const (
+	// DestinationOther counts the destinations past Config.MaxDestinations.
+	DestinationOther = "_other"
+	// DestinationUnknown counts events whose destination the relay could
+	// not read (malformed rows recorded DEAD).
+	DestinationUnknown = "_unknown"
+)
+
 // Metrics counts what relays do. It implements the relay hooks of package
-// ferry (HookClaim, HookPublish, HookFenced, HookSweep, HookSettle,
-// HookRelease): pass
-// it in ferry.RelayConfig.Hooks. One Metrics may serve any number of
-// relays, in the same process, on any tables; the table is a label.
+// ferry (HookClaim, HookPublish, HookFenced, HookSweep,
+// HookSettleDestinations, HookRelease, HookHeartbeat): pass it in
+// ferry.RelayConfig.Hooks. One Metrics may serve any number of relays, in
+// the same process, on any tables; the table is a label, and the outcome,
+// sent and dead counters also have a destination label, bounded by
+// Config.MaxDestinations.
 //
-// Every hook does a few atomic additions and histogram observations per
-// event and takes no lock once a table was seen.
+// Every hook does a few atomic additions, map lookups and histogram
+// observations per event and takes no lock once a table and its
+// destinations were seen.
 type Metrics struct {
 	claims, claimed, duplicates, sent, retried, dead, expired, fenced *prometheus.CounterVec
-	released                                                          *prometheus.CounterVec
+	released, beatFailures                                            *prometheus.CounterVec
 	outcomes                                                          *prometheus.CounterVec
 	claimDuration, publishDuration, latency, attempts                 *prometheus.HistogramVec
 
 	tables sync.Map // table name -> *tableMetrics
+	dests  destinationLabels
 }
 
 var (
-	_ ferry.HookClaim   = (*Metrics)(nil)
-	_ ferry.HookPublish = (*Metrics)(nil)
-	_ ferry.HookFenced  = (*Metrics)(nil)
-	_ ferry.HookSweep   = (*Metrics)(nil)
-	_ ferry.HookSettle  = (*Metrics)(nil)
-	_ ferry.HookRelease = (*Metrics)(nil)
+	_ ferry.HookClaim              = (*Metrics)(nil)
+	_ ferry.HookPublish            = (*Metrics)(nil)
+	_ ferry.HookFenced             = (*Metrics)(nil)
+	_ ferry.HookSweep              = (*Metrics)(nil)
+	_ ferry.HookSettleDestinations = (*Metrics)(nil)
+	_ ferry.HookRelease            = (*Metrics)(nil)
+	_ ferry.HookHeartbeat          = (*Metrics)(nil)
 )
+
+// destinationLabels admits destinations as label values, up to max; the
+// rest are DestinationOther.
+type destinationLabels struct {
+	max  int
+	seen sync.Map // destination -> label value
+	full atomic.Bool
+	mu   sync.Mutex
+	n    int // destinations admitted
+}
+
+func (d *destinationLabels) label(dest string) string {
+	if dest == "" {
+		return DestinationUnknown
+	}
+	if v, ok := d.seen.Load(dest); ok {
+		return v.(string)
+	}
+	if d.full.Load() {
+		return DestinationOther
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if v, ok := d.seen.Load(dest); ok {
+		return v.(string)
+	}
+	if d.n >= d.max {
+		// Not remembered: the map stays bounded too.
+		d.full.Store(true)
+		return DestinationOther
+	}
+	d.n++
+	d.seen.Store(dest, dest)
+	return dest
+}
 
 // outcomes in the order of ferrytype.Outcome.
 var outcomeNames = [...]string{
@@ -94,6 +157,9 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 	if c.AttemptBuckets == nil {
 		c.AttemptBuckets = defaultAttemptBuckets
 	}
+	if c.MaxDestinations == 0 {
+		c.MaxDestinations = DefaultMaxDestinations
+	}
 	for name, b := range map[string][]float64{"LatencyBuckets": c.LatencyBuckets, "DurationBuckets": c.DurationBuckets,
 		"AttemptBuckets": c.AttemptBuckets} {
 		if len(b) == 0 {
@@ -109,27 +175,30 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets,
 			ConstLabels: c.ConstLabels}, table)
 	}
-	m := &Metrics{
+	m := &Metrics{dests: destinationLabels{max: max(c.MaxDestinations, 0)},
 		claims: counter("ferry_relay_claims_total",
 			"Claim statements that returned events."),
 		claimed: counter("ferry_relay_claimed_events_total",
 			"Events claimed (leased to a relay for one publish attempt)."),
 		outcomes: counter("ferry_relay_publish_outcomes_total",
-			"Publish attempts by the broker's outcome: confirmed, returned (unroutable), rejected, unknown (not counting publishes that never left the relay).", "outcome"),
+			"Publish attempts by the broker's outcome: confirmed, returned (unroutable), rejected, unknown (not counting publishes that never left the relay), and by destination.",
+			"outcome", "destination"),
 		duplicates: counter("ferry_relay_publish_duplicates_total",
 			"Confirmed publishes the broker reported as duplicates of a message it already had."),
 		sent: counter("ferry_relay_sent_total",
-			"Events marked SENT."),
+			"Events marked SENT, by destination.", "destination"),
 		retried: counter("ferry_relay_retries_total",
 			"Events put back to NEW for another attempt, after a failed attempt or an expired lease."),
 		dead: counter("ferry_relay_dead_total",
-			"Events moved to DEAD: retries exhausted; they wait for a person (ferry dead)."),
+			"Events moved to DEAD, by destination: retries exhausted; they wait for a person (ferry dead).", "destination"),
 		expired: counter("ferry_relay_lease_expiries_total",
 			"Leases that expired before their relay recorded an outcome, returned by the sweeper."),
 		fenced: counter("ferry_relay_fenced_total",
 			"Outcome marks that changed nothing because the lease had passed to another owner."),
 		released: counter("ferry_relay_released_total",
 			"Events whose publish never left the relay (broker unreachable) given back to NEW without spending an attempt."),
+		beatFailures: counter("ferry_relay_heartbeat_failures_total",
+			"Relay heartbeats that could not be recorded in the table's heartbeat table (the relay goes on relaying)."),
 		claimDuration: histogram("ferry_relay_claim_duration_seconds",
 			"Duration of claim transactions that returned events.", c.DurationBuckets),
 		publishDuration: histogram("ferry_relay_publish_batch_duration_seconds",
@@ -140,7 +209,7 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 			"Attempts an event needed until the broker confirmed it (1: the first).", c.AttemptBuckets),
 	}
 	for _, col := range []prometheus.Collector{m.claims, m.claimed, m.outcomes, m.duplicates, m.sent, m.retried, m.dead,
-		m.expired, m.fenced, m.released, m.claimDuration, m.publishDuration, m.latency, m.attempts} {
+		m.expired, m.fenced, m.released, m.beatFailures, m.claimDuration, m.publishDuration, m.latency, m.attempts} {
 		if err := reg.Register(col); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
@@ -154,16 +223,40 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 
 // tableMetrics holds one table's children, resolved once.
 type tableMetrics struct {
-	claims, claimed, duplicates, sent, retried, dead, expired, fenced prometheus.Counter
-	released                                                          prometheus.Counter
-	outcomes                                                          [len(outcomeNames)]prometheus.Counter
-	claimDuration, publishDuration, latency, attempts                 prometheus.Observer
+	name                                             string
+	claims, claimed, duplicates, retried, expired    prometheus.Counter
+	fenced, released, beatFailures                   prometheus.Counter
+	claimDuration, publishDuration, latency, attempt prometheus.Observer
+	dests                                            sync.Map // destination label -> *destMetrics
+}
+
+// destMetrics holds the children of one table and destination.
+type destMetrics struct {
+	outcomes   [len(outcomeNames)]prometheus.Counter
+	sent, dead prometheus.Counter
+}
+
+// dest returns the children of destination dest (not yet a label value).
+func (m *Metrics) dest(t *tableMetrics, dest string) *destMetrics {
+	label := m.dests.label(dest)
+	if d, ok := t.dests.Load(label); ok {
+		return d.(*destMetrics)
+	}
+	d := &destMetrics{sent: m.sent.WithLabelValues(t.name, label), dead: m.dead.WithLabelValues(t.name, label)}
+	// Every outcome at zero from the start: a rate of failures over a
+	// series that appears late misses its first increase.
+	for i, o := range outcomeNames {
+		d.outcomes[i] = m.outcomes.WithLabelValues(t.name, o, label)
+	}
+	actual, _ := t.dests.LoadOrStore(label, d)
+	return actual.(*destMetrics)
 }
 
 // Table initialises the series of table, so that they exist at zero before
 // the first event (a rate over a series that appears late misses its first
 // increase). The hooks call it on their own; calling it up front is
-// optional.
+// optional. The series of a destination start at zero when the destination
+// is first seen.
 func (m *Metrics) Table(table string) {
 	m.table(table)
 }
@@ -172,17 +265,13 @@ func (m *Metrics) table(name string) *tableMetrics {
 	if t, ok := m.tables.Load(name); ok {
 		return t.(*tableMetrics)
 	}
-	t := &tableMetrics{
+	t := &tableMetrics{name: name,
 		claims: m.claims.WithLabelValues(name), claimed: m.claimed.WithLabelValues(name),
-		duplicates: m.duplicates.WithLabelValues(name), sent: m.sent.WithLabelValues(name),
-		retried: m.retried.WithLabelValues(name), dead: m.dead.WithLabelValues(name),
+		duplicates: m.duplicates.WithLabelValues(name), retried: m.retried.WithLabelValues(name),
 		expired: m.expired.WithLabelValues(name), fenced: m.fenced.WithLabelValues(name),
-		released:      m.released.WithLabelValues(name),
+		released: m.released.WithLabelValues(name), beatFailures: m.beatFailures.WithLabelValues(name),
 		claimDuration: m.claimDuration.WithLabelValues(name), publishDuration: m.publishDuration.WithLabelValues(name),
-		latency: m.latency.WithLabelValues(name), attempts: m.attempts.WithLabelValues(name),
-	}
-	for i, o := range outcomeNames {
-		t.outcomes[i] = m.outcomes.WithLabelValues(name, o)
+		latency: m.latency.WithLabelValues(name), attempt: m.attempts.WithLabelValues(name),
 	}
 	actual, _ := m.tables.LoadOrStore(name, t)
 	return actual.(*tableMetrics)
@@ -205,15 +294,28 @@ func (m *Metrics) OnPublish(table string, msgs []ferrytype.Message, results []fe
 	t := m.table(table)
 	t.publishDuration.Observe(took.Seconds())
 	now := time.Now()
+	var (
+		lastRoute string
+		d         *destMetrics
+	)
 	for i := range results {
 		if results[i].NotSent() {
 			continue // never reached the broker: counted when released
 		}
+		route := ""
+		if i < len(msgs) {
+			route = msgs[i].Route()
+		}
+		if d == nil || route != lastRoute {
+			// A batch's messages often share a destination: resolve it
+			// once per run of them.
+			d, lastRoute = m.dest(t, route), route
+		}
 		o := results[i].Outcome
-		if int(o) < 0 || int(o) >= len(t.outcomes) {
+		if int(o) < 0 || int(o) >= len(d.outcomes) {
 			o = ferrytype.OutcomeUnknown
 		}
-		t.outcomes[o].Inc()
+		d.outcomes[o].Inc()
 		if o != ferrytype.OutcomeConfirmed {
 			continue
 		}
@@ -221,7 +323,7 @@ func (m *Metrics) OnPublish(table string, msgs []ferrytype.Message, results []fe
 			t.duplicates.Inc()
 		}
 		if i < len(msgs) {
-			t.attempts.Observe(float64(msgs[i].Attempt))
+			t.attempt.Observe(float64(msgs[i].Attempt))
 			if !msgs[i].CreatedAt.IsZero() {
 				t.latency.Observe(max(now.Sub(msgs[i].CreatedAt).Seconds(), 0))
 			}
@@ -239,12 +341,27 @@ func (m *Metrics) OnSweep(table string, events int64) {
 	m.table(table).expired.Add(float64(events))
 }
 
-// OnSettle implements ferry.HookSettle.
-func (m *Metrics) OnSettle(table string, sent, retried, dead int64) {
+// OnSettleDestinations implements ferry.HookSettleDestinations: sent and
+// dead events by destination, retried events by table.
+func (m *Metrics) OnSettleDestinations(table string, settled []ferry.DestinationSettled) {
 	t := m.table(table)
-	t.sent.Add(float64(sent))
-	t.retried.Add(float64(retried))
-	t.dead.Add(float64(dead))
+	for _, s := range settled {
+		t.retried.Add(float64(s.Retried))
+		if s.Sent == 0 && s.Dead == 0 {
+			continue
+		}
+		d := m.dest(t, s.Destination)
+		d.sent.Add(float64(s.Sent))
+		d.dead.Add(float64(s.Dead))
+	}
+}
+
+// OnHeartbeat implements ferry.HookHeartbeat: it counts failed beats.
+func (m *Metrics) OnHeartbeat(table string, err error) {
+	t := m.table(table)
+	if err != nil {
+		t.beatFailures.Inc()
+	}
 }
 
 // OnRelease implements ferry.HookRelease.

@@ -3,7 +3,9 @@ package ferrystore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ferrydev/ferry/ferrytype"
 )
@@ -40,8 +42,16 @@ type Admin interface {
 	Attempts(ctx context.Context) ([]AttemptCount, error)
 
 	// List returns the rows matching f, oldest first (created_at, then
-	// event id), at most f.Limit of them.
+	// event id), at most f.Limit of them, starting after f.After. A caller
+	// pages through a selection of any size with ListCursorOf the last row
+	// of each page; a row that changes status during the walk keeps its
+	// place in that order, so no row is listed twice.
 	List(ctx context.Context, f Filter) ([]Row, error)
+
+	// Count counts the rows matching f, f.Limit aside, with one statement.
+	// It reads the index entries of f.Statuses and each of their rows, as
+	// List does, but sends back only the count.
+	Count(ctx context.Context, f Filter) (int64, error)
 
 	// Retry moves the DEAD rows among ids back to NEW, available at once,
 	// with attempts reset to 0 and the same event id; their last error
@@ -56,9 +66,24 @@ type Admin interface {
 	// changed.
 	Discard(ctx context.Context, ids []string, reason string) (int64, error)
 
+	// Restore moves the DISCARDED rows among ids back to DEAD
+	// (ferrytype.TransitionRestore), for a person to retry or discard them
+	// again. Their discard time is cleared; their discard reason is kept,
+	// with "; " and note appended, so that the record of who discarded and
+	// who restored stays with the row (a later Discard appends its reason
+	// the same way). Rows that are not DISCARDED are left alone. It
+	// returns how many rows it changed.
+	Restore(ctx context.Context, ids []string, note string) (int64, error)
+
 	// PurgeDiscarded deletes up to limit DISCARDED rows discarded more than
 	// olderThan ago and returns how many it deleted.
 	PurgeDiscarded(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
+
+	// Purgeable counts what PurgeSent and PurgeDiscarded would delete with
+	// olderThan, deleting nothing: SENT rows sent more than olderThan ago,
+	// DISCARDED rows discarded more than olderThan ago. Counting the SENT
+	// rows reads their index entries up to that age, as a purge does.
+	Purgeable(ctx context.Context, olderThan time.Duration) (sent, discarded int64, err error)
 
 	// MissingEvents returns up to q.Limit rows of a business table, in the
 	// outbox's database, that have no outbox event of q.EventType whose
@@ -79,6 +104,11 @@ type Admin interface {
 // MaxListLimit bounds every listing of Admin.
 const MaxListLimit = 1000
 
+// MaxStateListLimit bounds a listing of Admin.List with Filter.NoPayload,
+// whose rows are small: a walk over a large selection reads it in fewer
+// pages.
+const MaxStateListLimit = 10000
+
 // DestinationStats describes the pending events of one destination.
 type DestinationStats struct {
 	// Destination is the events' destination, or their type when they
@@ -97,7 +127,11 @@ type AttemptCount struct {
 	Events   int64
 }
 
-// Filter selects outbox rows for Admin.List. Empty fields do not filter.
+// MaxErrorContains bounds the length of each Filter.ErrorContains string.
+const MaxErrorContains = 1000
+
+// Filter selects outbox rows for Admin.List and Admin.Count. Empty fields
+// do not filter.
 type Filter struct {
 	// Statuses the rows must have. Required.
 	Statuses []ferrytype.Status
@@ -114,20 +148,56 @@ type Filter struct {
 	// Failed keeps rows that recorded an error (last_error set): failed
 	// attempts, whatever their status now.
 	Failed bool
+	// ErrorContains keeps rows whose last_error contains each of these
+	// strings (at most MaxErrorContains bytes each), as text: the stores
+	// escape LIKE's wildcards, so "100%_done" matches only itself. The
+	// match ignores the case of ASCII letters on every store (PostgreSQL
+	// ILIKE and MySQL LOWER() fold other letters too; SQLite does not).
+	// Empty strings are ignored.
+	ErrorContains []string
 	// MinAge keeps rows created at least this long ago, MaxAge rows created
 	// at most this long ago, both by the database clock. Zero: no bound.
 	MinAge, MaxAge time.Duration
-	// Limit is the most rows returned, 1 to MaxListLimit. Required.
+	// After keeps the rows after this position in List's order (created_at,
+	// event_id); the zero value starts at the oldest row.
+	After ListCursor
+	// NoPayload makes List leave the payload and headers out: Payload is
+	// {} and Headers nil, and Malformed judges the other columns only. A
+	// walk that needs the rows' state, not their content, reads less.
+	NoPayload bool
+	// Limit is the most rows returned by List, 1 to MaxListLimit (to
+	// MaxStateListLimit with NoPayload). Required by List; Count ignores
+	// it.
 	Limit int
 }
 
-// Validate checks f, naming the offending field.
+// ListCursor is a position in the order of Admin.List: (created_at,
+// event_id).
+type ListCursor struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// ListCursorOf returns the position just after r.
+func ListCursorOf(r Row) ListCursor { return ListCursor{CreatedAt: r.CreatedAt, ID: r.ID} }
+
+// Validate checks f for List, naming the offending field.
 func (f Filter) Validate() error {
+	most := MaxListLimit
+	if f.NoPayload {
+		most = MaxStateListLimit
+	}
+	if f.Limit < 1 || f.Limit > most {
+		return fmt.Errorf("%w: Filter.Limit %d must be within 1..%d", ferrytype.ErrInvalidConfig, f.Limit, most)
+	}
+	return f.ValidateSelection()
+}
+
+// ValidateSelection checks f for Count: every field but Limit.
+func (f Filter) ValidateSelection() error {
 	switch {
 	case len(f.Statuses) == 0:
 		return fmt.Errorf("%w: Filter.Statuses is empty", ferrytype.ErrInvalidConfig)
-	case f.Limit < 1 || f.Limit > MaxListLimit:
-		return fmt.Errorf("%w: Filter.Limit %d must be within 1..%d", ferrytype.ErrInvalidConfig, f.Limit, MaxListLimit)
 	case len(f.IDs) > MaxListLimit:
 		return fmt.Errorf("%w: Filter.IDs has %d ids, at most %d are allowed", ferrytype.ErrInvalidConfig, len(f.IDs), MaxListLimit)
 	case f.MinAge < 0 || f.MaxAge < 0:
@@ -138,6 +208,18 @@ func (f Filter) Validate() error {
 	for _, s := range f.Statuses {
 		if !s.Valid() {
 			return fmt.Errorf("%w: Filter.Statuses: unknown status %q", ferrytype.ErrInvalidConfig, s)
+		}
+	}
+	if len(f.ErrorContains) > 16 {
+		return fmt.Errorf("%w: Filter.ErrorContains has %d strings, at most 16 are allowed", ferrytype.ErrInvalidConfig, len(f.ErrorContains))
+	}
+	for _, s := range f.ErrorContains {
+		switch {
+		case len(s) > MaxErrorContains:
+			return fmt.Errorf("%w: Filter.ErrorContains: a string of %d bytes, at most %d are allowed",
+				ferrytype.ErrInvalidConfig, len(s), MaxErrorContains)
+		case !utf8.ValidString(s) || strings.ContainsRune(s, 0):
+			return fmt.Errorf("%w: Filter.ErrorContains: %q is not valid UTF-8 text", ferrytype.ErrInvalidConfig, s)
 		}
 	}
 	return nil

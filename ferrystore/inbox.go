@@ -6,6 +6,15 @@ import (
 	"time"
 )
 
+// MarkerPurgeCounter is implemented by inbox stores that count what
+// PurgeMarkers would delete, deleting nothing (ferry purge --markers
+// --dry-run). Every inbox store of this module implements it.
+type MarkerPurgeCounter interface {
+	// PurgeableMarkers counts the markers, of every consumer, older than
+	// olderThan.
+	PurgeableMarkers(ctx context.Context, olderThan time.Duration) (int64, error)
+}
+
 // InboxStore is the database side of ferry's inbox: the marker table that
 // records which business operations a consumer applied, the conflict table,
 // and the per-aggregate versions of the order guard. One InboxStore serves

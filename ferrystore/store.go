@@ -207,6 +207,9 @@ type Lease struct {
 	ID       string
 	Token    string
 	Attempts int
+	// Destination is where the event is published: its destination, or
+	// its type when it has none (ferrytype.Message.Route).
+	Destination string
 }
 
 // Stats describes an outbox table.

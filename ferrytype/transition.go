@@ -17,10 +17,11 @@ type Transition struct {
 	By string
 }
 
-// The edges of the state machine. Every other change is refused: SENT and
-// DISCARDED are terminal (only retention deletes them), a DEAD row moves
-// only by an operator's hand, and a SENDING row is changed only under the
-// lease token it was claimed with.
+// The edges of the state machine. Every other change is refused: SENT is
+// terminal (only retention deletes it), DEAD and DISCARDED rows move only
+// by an operator's hand (a DISCARDED row back to DEAD, or deleted by
+// retention), and a SENDING row is changed only under the lease token it
+// was claimed with.
 var (
 	// TransitionClaim leases an available NEW row to one relay (Store.Claim).
 	TransitionClaim = Transition{Name: "claim", From: StatusNew, To: StatusSending, By: "relay"}
@@ -55,6 +56,10 @@ var (
 	// TransitionDiscard gives up on a DEAD row for good, keeping it as the record
 	// (ferrystore.Admin.Discard, `ferry dead discard`).
 	TransitionDiscard = Transition{Name: "discard", From: StatusDead, To: StatusDiscarded, By: "operator"}
+	// TransitionRestore takes a DISCARDED row back to DEAD, for a person to
+	// retry or discard it again; the discard's record stays, with who
+	// restored it and when (ferrystore.Admin.Restore, `ferry dead restore`).
+	TransitionRestore = Transition{Name: "restore", From: StatusDiscarded, To: StatusDead, By: "operator"}
 	// TransitionPurgeSent deletes a SENT row past retention (Store.PurgeSent).
 	TransitionPurgeSent = Transition{Name: "purge-sent", From: StatusSent, By: "retention"}
 	// TransitionPurgeDiscarded deletes a DISCARDED row past its retention
@@ -65,7 +70,7 @@ var (
 // Transitions returns every edge of the state machine, in the order a row
 // usually meets them.
 func Transitions() []Transition {
-	return []Transition{TransitionClaim, TransitionConfirm, TransitionFailRetry, TransitionFailDead, TransitionMalformed, TransitionRelease, TransitionSweepRetry, TransitionSweepDead, TransitionRevive, TransitionDiscard, TransitionPurgeSent, TransitionPurgeDiscarded}
+	return []Transition{TransitionClaim, TransitionConfirm, TransitionFailRetry, TransitionFailDead, TransitionMalformed, TransitionRelease, TransitionSweepRetry, TransitionSweepDead, TransitionRevive, TransitionDiscard, TransitionRestore, TransitionPurgeSent, TransitionPurgeDiscarded}
 }
 
 // Allowed reports whether some operation moves a row from one status to

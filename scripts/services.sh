@@ -3,7 +3,9 @@
 # PostgreSQL, MariaDB, RabbitMQ, NATS with JetStream and Redis on loopback;
 # installs Chromium for the console's browser tests if it is missing.
 # Idempotent: a service that answers is left alone. Debian's packages are
-# assumed installed (see README.md, "Running the tests").
+# assumed installed (see README.md, "Running the tests"), except promtool,
+# which CI uses to check the alert rules: run as root, the script installs
+# Debian's prometheus package when promtool is missing.
 set -u
 
 up() { # host port
@@ -45,4 +47,25 @@ start Redis 6379 10 redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 63
 start NATS 4222 15 start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
   -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log || rc=1
 start RabbitMQ 5672 90 rabbitmq-server -detached || rc=1
+
+# promtool checks deploy/prometheus (.ci/run). Only the tool is wanted: the
+# package may start and enable a Prometheus server, which is stopped again.
+if command -v promtool >/dev/null 2>&1; then
+  echo "services: promtool is installed"
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "services: installing promtool (Debian package prometheus)"
+  if apt-get update -qq >/dev/null &&
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; then
+    if command -v systemctl >/dev/null 2>&1; then
+      systemctl disable --now prometheus >/dev/null 2>&1 || true
+    fi
+    service prometheus stop >/dev/null 2>&1 || true
+    echo "services: promtool is installed"
+  else
+    echo "services: could not install the prometheus package (promtool)" >&2
+    rc=1
+  fi
+else
+  echo "services: promtool is missing (Debian: apt-get install prometheus); go test ./deploy/ checks the rules without it"
+fi
 exit $rc

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
@@ -60,8 +62,8 @@ func TestRelayServesMetricsAndReadiness(t *testing.T) {
 	testsvc.WaitFor(t, 30*time.Second, func() bool { code, _ := get(t, base+"/healthz"); return code == 200 }, func() string { return "healthz" })
 	testsvc.WaitFor(t, 30*time.Second, func() bool {
 		_, body := get(t, base+"/metrics")
-		return strings.Contains(body, `ferry_relay_sent_total{table="`+b.st.Driver.Table()+`"} 1`)
-	}, func() string { return "the event is sent and counted" })
+		return strings.Contains(body, `ferry_relay_sent_total{destination="`+prefix+`.paid",table="`+b.st.Driver.Table()+`"} 1`)
+	}, func() string { return "the event is sent and counted by destination" })
 	// The outbox gauges exist only while the latest poll succeeded, and a
 	// poll has Interval/2 (25 ms) to answer: on a loaded machine one fails
 	// now and then, so wait for a successful one rather than read once.
@@ -69,7 +71,8 @@ func TestRelayServesMetricsAndReadiness(t *testing.T) {
 	testsvc.WaitFor(t, 30*time.Second, func() bool {
 		_, metrics = get(t, base+"/metrics")
 		for _, name := range []string{"ferry_outbox_oldest_pending_age_seconds", "ferry_outbox_events", "ferry_outbox_up",
-			"ferry_relay_publish_outcomes_total", "ferry_relay_commit_to_confirm_seconds_bucket", "go_goroutines"} {
+			"ferry_relay_publish_outcomes_total", "ferry_relay_commit_to_confirm_seconds_bucket", "go_goroutines",
+			`ferry_build_info{goversion="` + runtime.Version() + `",revision=`} {
 			if !strings.Contains(metrics, name) {
 				return false
 			}
@@ -81,6 +84,23 @@ func TestRelayServesMetricsAndReadiness(t *testing.T) {
 	testsvc.WaitFor(t, 30*time.Second, func() bool { code, body = get(t, base+"/readyz"); return code == 200 },
 		func() string { return fmt.Sprintf("ready: %d %s", code, body) })
 	require.JSONEq(t, `{"status":"ready","checks":{"database":{"ok":true},"broker":{"ok":true}}}`, body)
+
+	// The relay records itself: its version, its broker without the
+	// password; ferry status shows it alive.
+	var beats []ferrystore.RelayBeat
+	testsvc.WaitFor(t, 30*time.Second, func() bool {
+		var err error
+		beats, err = b.st.Driver.(ferrystore.RelayRegistry).Relays(b.ctx)
+		require.NoError(t, err)
+		return len(beats) == 1
+	}, func() string { return "the relay's heartbeat row" })
+	require.NotEmpty(t, beats[0].Version)
+	require.Equal(t, cmd.Process.Pid, beats[0].PID)
+	require.Contains(t, beats[0].Broker, "ferry:xxxxx@")
+	require.NotContains(t, beats[0].Broker, "s3cr3tpw")
+	code, body, _ = b.cli(t, "status")
+	require.Equal(t, exitOK, code)
+	require.Contains(t, body, "relays: 1 alive of 1 recorded")
 
 	dbProxy.Cut()
 	testsvc.WaitFor(t, 30*time.Second, func() bool { code, _ := get(t, base+"/readyz"); return code == 503 }, func() string { return "unready without the database" })
@@ -104,6 +124,9 @@ func TestRelayServesMetricsAndReadiness(t *testing.T) {
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, cmd.Wait(), out.String())
+	beats, err := b.st.Driver.(ferrystore.RelayRegistry).Relays(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, beats, "the relay deleted its heartbeat row as it stopped")
 	logs := out.String()
 	require.Contains(t, logs, "serving /metrics")
 	require.NotContains(t, logs, "s3cr3tpw", "no password in the daemon's logs")

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -254,6 +255,12 @@ func TestPurgeMarkersKeepsTheReplayWindow(t *testing.T) {
 			require.Equal(t, exitOK, code, errOut)
 			require.Contains(t, out, b.markers+": deleted 0 inbox markers older than 168h0m0s")
 			require.Equal(t, int64(5), count(), "young markers stay")
+			testsvc.WaitFor(t, 10*time.Second, func() bool {
+				code, out, errOut = purge("purge", "--markers", "--older-than", "10ms", "--replay-window", "10ms", "--dry-run")
+				require.Equal(t, exitOK, code, errOut)
+				return strings.Contains(out, b.markers+": would delete 5 inbox markers older than 10ms (dry run: nothing deleted)")
+			}, func() string { return "markers fall behind the database clock: " + out })
+			require.Equal(t, int64(5), count(), "a dry run deletes nothing")
 
 			var res struct {
 				Table   string `json:"table"`
@@ -308,6 +315,15 @@ func TestPurgeIdempotencyKeysDeletesExpiredKeys(t *testing.T) {
 			code, _, errOut = purge("purge", "--idempotency-keys", "--markers")
 			require.Equal(t, exitUsage, code)
 			require.Contains(t, errOut, "run --markers or --discarded separately")
+
+			testsvc.WaitFor(t, 10*time.Second, func() bool {
+				code, out, errOut := purge("purge", "--idempotency-keys", "--dry-run")
+				require.Equal(t, exitOK, code, errOut)
+				return strings.Contains(out, b.keys+": would delete 3 expired idempotency keys (dry run: nothing deleted)")
+			}, func() string { return "keys to expire by the database clock" })
+			var keys int
+			require.NoError(t, b.db.QueryRow("SELECT count(*) FROM "+b.keys).Scan(&keys))
+			require.Equal(t, 4, keys, "a dry run deletes nothing")
 
 			var deleted int
 			testsvc.WaitFor(t, 10*time.Second, func() bool {

@@ -1,22 +1,25 @@
 // Command ferry is the ferry daemon and CLI: it migrates outbox tables,
 // relays events to the broker, shows the outbox's state, handles dead
-// events, lists and resolves inbox conflicts, reconciles business tables and
-// consumers' inboxes with the outbox, serves the on-call web console, purges
-// old events and markers, measures itself against the raw database and
-// broker, and runs a self-contained demo.
+// events, lists and resolves inbox conflicts, lists and replays the messages
+// a RabbitMQ consumer parked, reconciles business tables and consumers'
+// inboxes with the outbox, serves the on-call web console, purges old events
+// and markers, measures itself against the raw database and broker, and runs
+// a self-contained demo.
 //
 //	ferry demo                                   # SQLite + embedded NATS, no setup
 //	ferry migrate --database-url mysql://root@127.0.0.1:3306/app
 //	ferry relay   --database-url postgres://... --broker-url nats://127.0.0.1:4222 --http-addr :9090
 //	ferry status  --database-url postgres://...
-//	ferry dead list|show|retry|discard
+//	ferry dead summary|list|show|retry|discard|discarded|restore
 //	ferry conflicts list|show|resolve --database-url mysql://.../points   # the consumer's database
 //	ferry reconcile --config ferry.yaml
 //	ferry console --database-url postgres://... --inbox-url points=mysql://.../points   # the on-call web console
 //	ferry purge --older-than 168h
 //	ferry purge --markers --older-than 720h --database-url mysql://.../points
 //	ferry relay   --database-url mysql://... --broker-url amqp://user:pass@127.0.0.1:5672/ --queue orders --routing-key 'orders.#' --declare
+//	ferry parked list|replay --broker-url amqp://... --queue points   # a RabbitMQ consumer's parked messages
 //	ferry bench   --database-url mysql://... --broker-url amqp://...   # ferry against the raw limits
+//	ferry --version                              # or ferry version [--json]
 //
 // Settings come from the command line, then the environment (every
 // configurable flag names its FERRY_* variable in its help), then the
@@ -75,9 +78,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // execute runs the command line args on root and returns the exit code.
+// SIGINT and SIGTERM end the command's context.
 func execute(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	return executeContext(ctx, root, args, stdout, stderr)
+}
+
+// executeContext runs the command line args on root with ctx and returns
+// the exit code.
+func executeContext(ctx context.Context, root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -148,7 +158,9 @@ func newRootWith(g *globals) *cobra.Command {
 		Short:         "Carry business events from your database to a broker, losing none and applying none twice",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       buildInfo().String(),
 	}
+	root.SetVersionTemplate("ferry {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		g.stderr = cmd.ErrOrStderr()
@@ -165,7 +177,8 @@ func newRootWith(g *globals) *cobra.Command {
 	envString(pf, &g.table, "table", "FERRY_TABLE", "outbox_event", "outbox table name")
 	envString(pf, &g.logLevel, "log-level", "FERRY_LOG_LEVEL", "info", "log level: debug, info, warn, error")
 	envString(pf, &g.logFormat, "log-format", "FERRY_LOG_FORMAT", "text", "log format: text or json")
-	root.AddCommand(newMigrate(g), newRelay(g), newStatus(g), newDead(g), newReconcile(g), newPurge(g), newConflicts(g), newConsole(g), newBench(g), newDemo())
+	root.AddCommand(newMigrate(g), newRelay(g), newStatus(g), newDead(g), newReconcile(g), newPurge(g), newConflicts(g), newParked(),
+		newConsole(g), newBench(g), newDemo(), newVersion())
 	return root
 }
 

@@ -177,15 +177,25 @@ func TestStatusShowsABrokerOutage(t *testing.T) {
 			stream, prefix := testsvc.JetStreamStream(t, nc)
 			natsURL, proxy := testsvc.Proxy(t, testsvc.URL(testsvc.EnvNATS))
 			r := b.relay(t, natsURL, stream, ferry.RelayConfig{PollInterval: 20 * time.Millisecond,
-				Lease: 2 * time.Second, PublishTimeout: 100 * time.Millisecond,
+				Lease: 2 * time.Second, PublishTimeout: 100 * time.Millisecond, Heartbeat: 20 * time.Millisecond,
+				Version: "v7.7.7", Broker: natsURL,
 				Retry: ferry.ExponentialBackoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond, MaxAttempts: 1000}})
 			proxy.Cut()
 			testsvc.WaitFor(t, 30*time.Second, func() bool { return r.Stats().Outages == 1 }, func() string { return "the relay sees the outage" })
 			b.enqueue(t, orderPaid("1", prefix+".paid"), orderPaid("2", prefix+".paid"), orderPaid("3", prefix+".shipped"))
 
-			code, out, errOut := b.cli(t, "status")
-			require.Equal(t, exitOK, code, errOut)
+			// The relay is alive, and its heartbeat says its broker is down.
+			var code int
+			var out, errOut string
+			testsvc.WaitFor(t, 30*time.Second, func() bool {
+				code, out, errOut = b.cli(t, "status")
+				return code == exitOK && strings.Contains(out, "relays: 1 alive of 1 recorded") && strings.Contains(out, " DOWN")
+			}, func() string {
+				return fmt.Sprintf("ferry status shows the relay's broker down: %d\n%s\n%s", code, out, errOut)
+			})
 			t.Logf("ferry status, broker down:\n%s", out)
+			require.Regexp(t, r.ID()+`\s+yes\s+\S+\s+\d+\s+v7\.7\.7\s+`, out)
+			require.NotContains(t, out, "no relay alive")
 			require.Regexp(t, `NEW\s+3 \(3 ready now\)`, out)
 			require.Contains(t, out, "oldest pending event: ")
 			require.Contains(t, out, ", NEW, attempts 0")
@@ -205,6 +215,11 @@ func TestStatusShowsABrokerOutage(t *testing.T) {
 			require.Equal(t, prefix+".paid", rep.Destinations[0].Destination)
 			require.Equal(t, int64(2), rep.Destinations[0].New+rep.Destinations[0].Sending)
 			require.Empty(t, rep.Failed)
+			require.Len(t, rep.Relays, 1)
+			require.Equal(t, r.ID(), rep.Relays[0].ID)
+			require.True(t, rep.Relays[0].Alive)
+			require.False(t, rep.Relays[0].BrokerConnected)
+			require.NotEmpty(t, rep.Relays[0].BrokerError)
 
 			// As a check: the oldest event is older than 1ms.
 			code, _, errOut = b.cli(t, "status", "--check", "--max-pending-age", "1ms")
@@ -263,7 +278,7 @@ func TestDeadRetryDeliversTheSameEventID(t *testing.T) {
 			t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
 			code, out, errOut = b.cli(t, "dead", "retry", "--id", id)
 			require.Equal(t, exitOK, code, errOut)
-			require.Contains(t, out, "retried 1 events")
+			require.Contains(t, out, "retried 1 of 1 matching DEAD events")
 
 			testsvc.WaitFor(t, 30*time.Second, func() bool { return r.Stats().Confirmed == 1 }, func() string { return "the retried event is published" })
 			got := testsvc.ReadStream(t, nc, stream, 1, 30*time.Second)
@@ -311,7 +326,7 @@ func TestDeadDiscardUnblocksAnOrderedAggregate(t *testing.T) {
 
 	code, out, errOut = b.cli(t, "dead", "discard", "--aggregate", "order:7", "--reason", "test event, ticket OPS-1")
 	require.Equal(t, exitOK, code, errOut)
-	require.Contains(t, out, "discarded 1 events")
+	require.Contains(t, out, "discarded 1 of 1 matching DEAD events")
 	got := testsvc.ReadStream(t, nc, stream, 1, 30*time.Second)
 	require.Equal(t, ids[1], got[0].ID, "the aggregate moved on")
 	row, err := b.st.Driver.Get(b.ctx, ids[0])
@@ -445,6 +460,16 @@ func TestPurgeLeavesPendingEventsAlone(t *testing.T) {
 			require.Equal(t, exitOK, code, errOut)
 			require.Contains(t, out, "deleted 0 SENT events")
 
+			testsvc.WaitFor(t, 10*time.Second, func() bool {
+				code, out, errOut = b.cli(t, "purge", "--older-than", "1ms", "--discarded", "--dry-run")
+				require.Equal(t, exitOK, code, errOut)
+				return strings.Contains(out, "would delete 3 SENT events") && strings.Contains(out, "would delete 1 DISCARDED events")
+			}, func() string { return "sent_at and discarded_at fall behind the database clock: " + out })
+			require.Contains(t, out, "(dry run: nothing deleted)")
+			for _, id := range sent {
+				require.Equal(t, ferrytype.StatusSent, b.status(t, id), "a dry run deletes nothing")
+			}
+
 			var res struct {
 				Results []struct {
 					Kind       string `json:"kind"`
@@ -453,13 +478,16 @@ func TestPurgeLeavesPendingEventsAlone(t *testing.T) {
 				} `json:"results"`
 			}
 			testsvc.WaitFor(t, 10*time.Second, func() bool {
-				code, out, errOut = b.cli(t, "purge", "--older-than", "1ms", "--batch", "2", "--discarded", "--json")
+				code, out, errOut = b.cli(t, "purge", "--older-than", "1ms", "--batch", "2", "--discarded", "--json",
+					"--progress-interval", "1ns")
 				require.Equal(t, exitOK, code, errOut)
 				require.NoError(t, json.Unmarshal([]byte(out), &res))
 				return res.Results[0].Deleted > 0
 			}, func() string { return "sent_at falls behind the database clock" })
 			require.Equal(t, int64(3), res.Results[0].Deleted)
 			require.Equal(t, 2, res.Results[0].Statements, "batches of 2")
+			require.Contains(t, errOut, "ferry: purge sent: 2 deleted in 1 statements", "progress on stderr, JSON on stdout")
+			require.Contains(t, errOut, "ferry: purge sent: 3 deleted in 2 statements")
 			require.Equal(t, "discarded", res.Results[1].Kind)
 			require.Equal(t, int64(1), res.Results[1].Deleted)
 			for _, id := range sent {

@@ -23,6 +23,8 @@ type purgeFlags struct {
 	replayWindow time.Duration
 	inbox        inboxTables
 	json         bool
+	dryRun       bool
+	progress     time.Duration
 }
 
 func newPurge(g *globals) *cobra.Command {
@@ -73,6 +75,8 @@ after its key expired runs as a new request.`,
 	bindShared(fl, "replay-window", "FERRY_REPLAY_WINDOW", "inbox.replay_window")
 	f.inbox.flags(fl, true)
 	fl.BoolVar(&f.json, "json", false, "print JSON")
+	fl.BoolVar(&f.dryRun, "dry-run", false, "count what would be deleted now, delete nothing")
+	progressFlag(fl, &f.progress)
 	return cmd
 }
 
@@ -99,13 +103,22 @@ func runPurge(cmd *cobra.Command, g *globals, f *purgeFlags) error {
 			"after its marker is gone would be applied again (raise --older-than, or --replay-window if your "+
 			"consumers truly never see an event again after that long)", f.olderThan, f.replayWindow)}
 	}
+	p := newProgress(cmd.ErrOrStderr(), f.progress)
 	opts := ferryadmin.PurgeOptions{OlderThan: f.olderThan, Batch: f.batch, MaxBatches: f.maxBatches, Pause: f.pause,
-		Discarded: f.discarded, ReplayWindow: f.replayWindow}
-	var rep ferryadmin.PurgeReport
+		Discarded: f.discarded, ReplayWindow: f.replayWindow, DryRun: f.dryRun,
+		Progress: func(r ferryadmin.PurgeResult) {
+			if p.due() {
+				p.printf("purge %s: %d deleted in %d statements, %s", r.Kind, r.Deleted, r.Statements, p.rate(r.Deleted))
+			}
+		}}
+	var (
+		rep ferryadmin.PurgeReport
+		err error // of the purge: what it did before it is printed, then the error
+	)
 	if f.keys {
-		s, err := f.inbox.open(cmd, g)
-		if err != nil {
-			return err
+		s, oerr := f.inbox.open(cmd, g)
+		if oerr != nil {
+			return oerr
 		}
 		defer s.Close()
 		ks, ok := s.(ferrystore.IdempotencyStore)
@@ -114,38 +127,50 @@ func runPurge(cmd *cobra.Command, g *globals, f *purgeFlags) error {
 		}
 		rep, err = ferryadmin.PurgeIdempotencyKeys(ctx, ks, opts)
 		rep.Table = f.inbox.keys
-		if err != nil {
-			return err
-		}
 	} else if f.markers {
-		s, err := f.inbox.open(cmd, g)
-		if err != nil {
-			return err
+		s, oerr := f.inbox.open(cmd, g)
+		if oerr != nil {
+			return oerr
 		}
 		defer s.Close()
 		rep, err = ferryadmin.PurgeMarkers(ctx, s, opts)
 		rep.Table = f.inbox.markers
-		if err != nil {
-			return err
-		}
 	} else {
-		a, err := openAdmin(ctx, g)
-		if err != nil {
-			return err
+		a, oerr := openAdmin(ctx, g)
+		if oerr != nil {
+			return oerr
 		}
 		defer a.Close()
-		if rep, err = ferryadmin.PurgeEvents(ctx, a, opts); err != nil {
-			return err
-		}
+		rep, err = ferryadmin.PurgeEvents(ctx, a, opts)
+	}
+	if err != nil && len(rep.Results) == 0 {
+		return err
 	}
 	out := cmd.OutOrStdout()
 	if f.json {
-		return writeJSON(out, rep)
+		if werr := writeJSON(out, rep); err == nil {
+			err = werr
+		}
+		return err
 	}
 	table := rep.Table
-	for _, r := range rep.Results {
+	for i, r := range rep.Results {
+		if rep.DryRun {
+			what := strings.ToUpper(r.Kind) + " events older than " + f.olderThan.String()
+			switch r.Kind {
+			case "markers":
+				what = "inbox markers older than " + f.olderThan.String()
+			case "idempotency-keys":
+				what = "expired idempotency keys"
+			}
+			fmt.Fprintf(out, "%s: would delete %d %s (dry run: nothing deleted)\n", table, r.Eligible, what)
+			continue
+		}
 		left := ""
-		if !r.Complete {
+		switch {
+		case err != nil && i == len(rep.Results)-1:
+			left = " before the error"
+		case !r.Complete:
 			left = " (stopped at --max-batches; more may be left)"
 		}
 		what := strings.ToUpper(r.Kind) + " events"
@@ -159,5 +184,5 @@ func runPurge(cmd *cobra.Command, g *globals, f *purgeFlags) error {
 		fmt.Fprintf(out, "%s: deleted %d %s older than %s in %d statements%s\n",
 			table, r.Deleted, what, f.olderThan, r.Statements, left)
 	}
-	return nil
+	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
 	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
+	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/open"
 )
@@ -48,6 +50,7 @@ type relayFlags struct {
 	replication     int
 	drain           bool
 	drainTimeout    time.Duration
+	drainProgress   time.Duration
 	shutdownTimeout time.Duration
 	statsInterval   time.Duration
 	httpAddr        string
@@ -55,6 +58,8 @@ type relayFlags struct {
 	metricsDests    int
 	readyTimeout    time.Duration
 	connectTimeout  time.Duration
+	heartbeat       time.Duration
+	relayID         string
 }
 
 func newRelay(g *globals) *cobra.Command {
@@ -102,6 +107,14 @@ restart. Set --connect-timeout explicitly to exit 1 instead when the database
 or the broker stays unreachable that long. With --drain the relay tries the
 database and the broker for --connect-timeout, then exits 1; a missing or
 outdated table exits 7 at once; events that went DEAD during the run exit 6.
+
+Every --heartbeat (5s) the relay records itself in the table <table>_relay
+(outbox migration 0003): --relay-id (default host-pid-random), host, pid,
+version, broker (without credentials), lanes, events in flight and whether
+its broker is connected, stamped with the database clock; it deletes its row
+when it stops. ferry status lists these relays and says "no relay alive" when
+events wait and none beat recently. A failing heartbeat is logged and never
+stops the relay.
 
 With --http-addr (off by default) the relay serves, from the moment it
 starts, /metrics (Prometheus; ferry_broker_connected is 0 until the broker is
@@ -166,6 +179,8 @@ event was enqueued in.`,
 	bindEnv(fl, "replication-factor", "FERRY_KAFKA_REPLICATION_FACTOR")
 	fl.BoolVar(&f.drain, "drain", false, "exit once no event is NEW or SENDING (exit code 3 if --drain-timeout passes first, 6 if events went DEAD, 7 if the table is missing or behind)")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 5*time.Minute, "longest a --drain run waits")
+	fl.DurationVar(&f.drainProgress, "progress-interval", defaultProgressInterval,
+		"with --drain: print progress on stderr (pending left, sent so far, rate) this often (0: never)")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a stop waits for batches in flight")
 	fl.DurationVar(&f.statsInterval, "stats-interval", 0, "log the relay's counters this often (0: only when it stops)")
 	bindEnv(fl, "shutdown-timeout", "FERRY_SHUTDOWN_TIMEOUT")
@@ -180,6 +195,10 @@ event was enqueued in.`,
 		"with --drain, or when set: how long the relay keeps trying to reach the database and the broker at start before it exits 1 (0: one try); "+
 			"unset, a relay without --drain keeps trying as long as it runs")
 	bindEnv(fl, "connect-timeout", "FERRY_CONNECT_TIMEOUT")
+	fl.DurationVar(&f.heartbeat, "heartbeat", ferry.DefaultHeartbeat,
+		"how often the relay records itself in <table>_relay, for ferry status (0: never)")
+	bindEnv(fl, "heartbeat", "FERRY_HEARTBEAT")
+	envString(fl, &f.relayID, "relay-id", "FERRY_RELAY_ID", "", "the relay's name in <table>_relay (default host-pid-random)")
 	return cmd
 }
 
@@ -202,6 +221,7 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 		{"--sweep-interval", f.sweepInterval > 0},
 		{"--metrics-interval", f.metricsInterval > 0}, {"--ready-timeout", f.readyTimeout > 0},
 		{"--metrics-destinations", f.metricsDests >= 0}, {"--connect-timeout", f.connectTimeout >= 0},
+		{"--heartbeat", f.heartbeat >= 0},
 	} {
 		if !c.ok {
 			return usageError{fmt.Errorf("%s must be positive", c.name)}
@@ -217,6 +237,10 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 		Lease:           f.lease, PublishTimeout: f.publishTimeout, Retention: f.retention, SweepInterval: f.sweepInterval,
 		Retry:  ferry.ExponentialBackoff{Initial: f.retryInitial, Max: f.retryMax, MaxAttempts: f.maxAttempts},
 		Logger: log, FaultPoint: g.faultPoint,
+		Heartbeat: f.heartbeat, ID: f.relayID, Version: buildInfo().Version, Broker: ferrytype.RedactURL(f.brokerURL),
+	}
+	if f.heartbeat == 0 {
+		rc.Heartbeat = -1 // 0 on the command line: no heartbeat
 	}
 	if err := validateRelayConfig(rc); err != nil {
 		return err
@@ -282,7 +306,9 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 	if f.drain {
 		dctx, cancel := context.WithTimeout(ctx, f.drainTimeout)
 		defer cancel()
+		stopProgress := drainProgress(dctx, cmd.ErrOrStderr(), f.drainProgress, store, relay)
 		res, err := relay.Drain(dctx)
+		stopProgress()
 		st := relay.Stats()
 		fmt.Fprintf(cmd.OutOrStdout(), "%s: %d published (%d duplicates dropped by the broker), %d retried; left: %d new, %d sending, %d dead\n",
 			store.Table(), st.Confirmed, st.Duplicates, st.Retried, res.Stats.New, res.Stats.Sending, res.Stats.Dead)
@@ -316,6 +342,41 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 	st := relay.Stats()
 	log.Info("relay stopped", "confirmed", st.Confirmed, "retried", st.Retried, "dead", st.Dead, "fenced", st.Fenced)
 	return nil
+}
+
+// drainProgress prints a --drain run's progress on w every interval (0:
+// never) until the returned function is called: what is left to send,
+// what was sent, and the rate since the start.
+func drainProgress(ctx context.Context, w io.Writer, interval time.Duration, store ferrystore.Store, relay *ferry.Relay) (stop func()) {
+	if interval <= 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	p := newProgress(w, interval)
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			st, err := store.Stats(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					p.printf("drain: %d sent so far; the count of what is left failed: %v", relay.Stats().Confirmed, err)
+				}
+				continue
+			}
+			rs := relay.Stats()
+			p.printf("drain: %d left (%d new, %d sending), %d sent, %d dead, %s", st.New+st.Sending, st.New, st.Sending,
+				rs.Confirmed, rs.Dead, p.rate(rs.Confirmed))
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // logStats logs the relay's counters every interval until ctx ends.

@@ -66,6 +66,11 @@ func startRelayOps(f *relayFlags, deps *relayDeps, broker string, log *slog.Logg
 	if err := ferryprom.RegisterBrokerConnected(reg, broker, deps.brokerConnected, nil); err != nil {
 		return nil, err
 	}
+	bi := buildInfo()
+	if err := ferryprom.RegisterBuildInfo(reg, ferryprom.BuildInfo{Version: bi.Version, Revision: bi.Revision,
+		GoVersion: bi.GoVersion}); err != nil {
+		return nil, err
+	}
 	srv, err := startOps(f.httpAddr, opsHandler(reg, deps, f.readyTimeout), log)
 	if err != nil {
 		return nil, err

@@ -19,6 +19,7 @@ import (
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 	"github.com/ferrydev/ferry/ferrystore/ferrypg"
+	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
@@ -45,7 +46,7 @@ func TestRelayWaitsForMigrations(t *testing.T) {
 			}
 			require.NoError(t, err)
 			t.Cleanup(func() {
-				for _, q := range []string{"DROP TABLE IF EXISTS " + table + "_seq", "DROP TABLE IF EXISTS " + table,
+				for _, q := range []string{"DROP TABLE IF EXISTS " + table + "_relay", "DROP TABLE IF EXISTS " + table + "_seq", "DROP TABLE IF EXISTS " + table,
 					"DELETE FROM ferry_migration WHERE component = 'outbox:" + table + "'"} {
 					if _, err := db.Exec(q); err != nil {
 						t.Logf("%s: %v", q, err)
@@ -154,6 +155,46 @@ func TestAdminCommandsOnOldSchema(t *testing.T) {
 				code, out, errOut := b.cli(t, args...)
 				require.Equal(t, exitOK, code, "%v: %s\n%s", args, out, errOut)
 			}
+		})
+	}
+}
+
+// A table an older ferry migrated (up to 0002, without the relays'
+// heartbeat table): status and relay --drain name the missing migration and
+// exit 7; ferry migrate adds the table in place, keeping the events, and
+// both work.
+func TestCommandsOnTableWithoutHeartbeats(t *testing.T) {
+	for _, kind := range []string{"mysql", "postgres", "sqlite"} {
+		t.Run(kind, func(t *testing.T) {
+			b := setupOps(t, kind)
+			table := b.st.Driver.Table()
+			nc := testsvc.NATS(t)
+			stream, prefix := testsvc.JetStreamStream(t, nc)
+			id := b.enqueue(t, orderPaid("1", prefix+".paid"))[0]
+			for _, q := range []string{"DROP TABLE " + table + "_relay",
+				"DELETE FROM ferry_migration WHERE component = 'outbox:" + table + "' AND version = 3"} {
+				_, err := b.st.DB.ExecContext(b.ctx, q)
+				require.NoError(t, err, q)
+			}
+			relay := []string{"relay", "--drain", "--drain-timeout", "30s", "--broker-url", testsvc.URL(testsvc.EnvNATS),
+				"--stream", stream, "--poll-interval", "20ms"}
+			for _, args := range [][]string{{"status"}, relay} {
+				code, out, errOut := b.cli(t, args...)
+				require.Equal(t, exitSchema, code, "%v: %s\n%s", args, out, errOut)
+				require.Contains(t, errOut, "lacks migration 0003_relay (it has 0001_outbox, 0002_discard): run ferry migrate", args)
+			}
+			code, _, errOut := b.cli(t, "migrate")
+			require.Equal(t, exitOK, code, errOut)
+			code, out, errOut := b.cli(t, "status")
+			require.Equal(t, exitOK, code, errOut)
+			require.Contains(t, out, "relays: none recorded")
+			require.Contains(t, out, "no relay alive: 1 events pending")
+			code, out, errOut = b.cli(t, relay...)
+			require.Equal(t, exitOK, code, "%s\n%s", out, errOut)
+			require.Equal(t, ferrytype.StatusSent, b.status(t, id), "the event written before the upgrade is delivered")
+			code, out, errOut = b.cli(t, "status")
+			require.Equal(t, exitOK, code, errOut)
+			require.Contains(t, out, "relays: none recorded", "the drained relay deleted its row as it stopped")
 		})
 	}
 }

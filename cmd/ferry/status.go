@@ -20,6 +20,7 @@ type statusFlags struct {
 	countSent     bool
 	check         bool
 	maxPendingAge time.Duration
+	staleAfter    time.Duration
 }
 
 func newStatus(g *globals) *cobra.Command {
@@ -30,8 +31,12 @@ func newStatus(g *globals) *cobra.Command {
 		Long: `Shows what an on-call engineer asks first: how many events wait (NEW, and how
 many of them are ready now), how many are being sent, DEAD or DISCARDED; how old
 the oldest pending event is, and what happened to it; the pending events per
-destination; how many attempts the unsent events took; and the errors of the
-oldest events that failed. Then it says what needs attention.
+destination; how many attempts the unsent events took; the errors of the
+oldest events that failed; and the relays of the table, from the heartbeat
+each writes every few seconds (host, pid, version, events in flight, broker
+connected), alive when their last beat is younger than --relay-stale-after.
+Then it says what needs attention, "no relay alive" among it when events
+wait and no relay beat recently.
 
 All numbers come from the database, so status works while every relay is down.
 Counting SENT events reads every retained SENT row's index entry, so it is
@@ -50,6 +55,9 @@ pending event is older than --max-pending-age: usable as a cron or probe check.`
 	fl.BoolVar(&f.check, "check", false, "exit 4 if there are DEAD events or the oldest pending event is older than --max-pending-age")
 	fl.DurationVar(&f.maxPendingAge, "max-pending-age", 5*time.Minute, "age of the oldest pending event that needs attention")
 	bindEnv(fl, "max-pending-age", "FERRY_MAX_PENDING_AGE")
+	fl.DurationVar(&f.staleAfter, "relay-stale-after", ferryadmin.DefaultRelayStaleAfter,
+		"a relay whose last heartbeat is older than this is not alive (at least 3 of the relays' heartbeat intervals)")
+	bindEnv(fl, "relay-stale-after", "FERRY_RELAY_STALE_AFTER")
 	return cmd
 }
 
@@ -62,6 +70,8 @@ func runStatus(cmd *cobra.Command, g *globals, f *statusFlags) error {
 		return usageError{fmt.Errorf("--errors must be within 0..%d", ferrystore.MaxListLimit)}
 	case f.maxPendingAge <= 0:
 		return usageError{fmt.Errorf("--max-pending-age must be positive")}
+	case f.staleAfter <= 0:
+		return usageError{fmt.Errorf("--relay-stale-after must be positive")}
 	}
 	a, err := openAdmin(ctx, g)
 	if err != nil {
@@ -69,7 +79,7 @@ func runStatus(cmd *cobra.Command, g *globals, f *statusFlags) error {
 	}
 	defer a.Close()
 	rep, err := ferryadmin.Status(ctx, a, &ferryadmin.StatusOptions{Destinations: f.destinations, Errors: f.errors,
-		CountSent: f.countSent, MaxPendingAge: f.maxPendingAge})
+		CountSent: f.countSent, MaxPendingAge: f.maxPendingAge, RelayStaleAfter: f.staleAfter})
 	if err != nil {
 		return err
 	}
@@ -112,6 +122,7 @@ func printStatus(w io.Writer, rep *ferryadmin.StatusReport) {
 	} else {
 		fmt.Fprintln(w, "oldest pending event: none pending")
 	}
+	printRelays(w, rep)
 	if len(rep.Destinations) > 0 {
 		fmt.Fprintln(w, "\npending by destination, oldest first:")
 		rows := make([]string, len(rep.Destinations))
@@ -156,4 +167,42 @@ func printStatus(w io.Writer, rep *ferryadmin.StatusReport) {
 	} else {
 		fmt.Fprintln(w, "\nnothing needs attention")
 	}
+}
+
+// printRelays prints the relays section of ferry status.
+func printRelays(w io.Writer, rep *ferryadmin.StatusReport) {
+	switch {
+	case rep.RelaysError != "":
+		fmt.Fprintf(w, "\nrelays: unknown (%s)\n", rep.RelaysError)
+		return
+	case len(rep.Relays) == 0:
+		fmt.Fprintln(w, "\nrelays: none recorded")
+		return
+	}
+	alive := 0
+	rows := make([]string, len(rep.Relays))
+	for i, r := range rep.Relays {
+		state := "yes"
+		if r.Alive {
+			alive++
+		} else {
+			state = "NO"
+		}
+		broker := "connected"
+		if !r.BrokerConnected {
+			broker = "DOWN"
+			if r.BrokerError != "" {
+				broker += ": " + ferryadmin.OneLine(r.BrokerError, 80)
+			}
+		}
+		mode := ""
+		if r.Ordered {
+			mode = " ordered"
+		}
+		rows[i] = fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%d\t%d%s\t%s %s", r.ID, state, orDash(r.Host), r.PID,
+			orDash(r.Version), ferryadmin.FormatAge(r.Age), ferryadmin.FormatAge(time.Since(r.StartedAt)), r.InFlight,
+			r.Lanes, mode, orDash(r.Broker), broker)
+	}
+	fmt.Fprintf(w, "\nrelays: %d alive of %d recorded\n", alive, len(rep.Relays))
+	table(w, "  ", "RELAY\tALIVE\tHOST\tPID\tVERSION\tLAST BEAT\tUPTIME\tIN FLIGHT\tLANES\tBROKER", rows)
 }

@@ -422,13 +422,7 @@ func (c *Consumer) Stop(ctx context.Context) error {
 // Run starts the consumer and runs it until ctx ends, then stops it,
 // giving handlers in progress up to ShutdownTimeout to finish.
 func (c *Consumer) Run(ctx context.Context) error {
-	if err := c.Start(ctx); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ShutdownTimeout)
-	defer cancel()
-	return c.Stop(stopCtx)
+	return ferrybroker.RunUntilDone(ctx, c.Start, c.Stop, c.cfg.ShutdownTimeout)
 }
 
 // work takes deliveries of session s while a handler slot is free.
@@ -480,15 +474,7 @@ func (c *Consumer) handle(s *consSession, d amqp.Delivery, fd *ferrybroker.Deliv
 		return
 	}
 	ctx := c.hctx
-	if c.cfg.HandlerTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.HandlerTimeout)
-		defer cancel()
-	}
-	err := c.obs.Handle(ctx, c.h, fd)
-	if pe := (*ferrybroker.PanicError)(nil); errors.As(err, &pe) {
-		c.log.Error("handler panicked", "message_id", fd.MessageID, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
-	}
+	err := c.obs.HandleWithin(ctx, c.h, fd, c.cfg.HandlerTimeout, c.log)
 	switch {
 	case err == nil:
 		if c.cfg.FaultPoint != nil {
@@ -528,6 +514,11 @@ func (c *Consumer) validate(d *amqp.Delivery, fd *ferrybroker.Delivery) error {
 func (c *Consumer) delivery(d *amqp.Delivery) *ferrybroker.Delivery {
 	fd := &ferrybroker.Delivery{MessageID: d.MessageId, Type: d.Type, Route: d.RoutingKey, Payload: d.Body,
 		Headers: make(map[string]string, len(d.Headers)), Redelivered: d.Redelivered}
+	if _, key, ok := replayedRoute(d, c.queue); ok {
+		// Replayed from the parking queue straight to this queue: the
+		// handler sees the routing key the event was published with.
+		fd.Route = key
+	}
 	for k, v := range d.Headers {
 		switch v := v.(type) {
 		case string:
@@ -645,8 +636,12 @@ func (c *Consumer) parkCopy(s *consSession, d *amqp.Delivery, fd *ferrybroker.De
 	}
 	h[ferrybroker.HeaderParkReason] = msg
 	h[ferrybroker.HeaderParkedAt] = time.Now().UTC().Format(time.RFC3339Nano)
-	h[HeaderParkExchange] = d.Exchange
-	h[ferrybroker.HeaderParkRoute] = d.RoutingKey
+	exchange, key := d.Exchange, d.RoutingKey
+	if ex, k, ok := replayedRoute(d, c.queue); ok {
+		exchange, key = ex, k // where it came from before its replay
+	}
+	h[HeaderParkExchange] = exchange
+	h[ferrybroker.HeaderParkRoute] = key
 	h[ferrybroker.HeaderParkSource] = c.queue
 	h[ferrybroker.HeaderParkDeliveryCount] = strconv.Itoa(fd.DeliveryCount)
 	pub := amqp.Publishing{

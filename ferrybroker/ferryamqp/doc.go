@@ -167,6 +167,19 @@
 // the queue's delivery limit (default 20), so that the consumer parks first,
 // with the real reason.
 //
+// # Replaying parked messages
+//
+// Once the cause of the parking is fixed, ReplayParked moves parked
+// messages back to the queue they were parked from (ferry parked replay):
+// each is published again, with a confirm, through the default exchange
+// straight to that queue (not to its original exchange, which would
+// deliver it again to every other queue bound there), and only then acked
+// in the parking queue. It keeps the message's id, body, properties and
+// headers and adds ferrybroker.HeaderReplayCount; the Consumer hands it to
+// its handler with the routing key it was first published with, from the
+// park headers. ListParked looks at the first messages of a parking queue
+// without removing them.
+//
 // # Stopping and crashing
 //
 // Stop cancels the consumer (RabbitMQ sends no more deliveries), lets the

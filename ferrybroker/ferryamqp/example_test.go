@@ -154,3 +154,37 @@ func ExamplePublisher_Publish() {
 		fmt.Println("refused:", r.Err)
 	}
 }
+
+// After fixing what made the points consumer park its messages (a handler
+// bug, a missing account), put them back into its queue: each copy is
+// confirmed before its parked message is acked, so a crash can duplicate a
+// message (the consumer's inbox absorbs it) but never lose one. Needs
+// RabbitMQ, so it is not run.
+func ExampleReplayParked() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	conn, err := ferryamqp.Connect(ctx, "amqp://ferry:secret@127.0.0.1:5672/", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	// First look: what would move, and why it was parked.
+	dry, err := ferryamqp.ReplayParked(ctx, conn, ferryamqp.ReplayOptions{Queue: "points", DryRun: true, Preview: 5})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, m := range dry.Preview {
+		fmt.Println(m.MessageID, m.RoutingKey, m.Reason)
+	}
+	res, err := ferryamqp.ReplayParked(ctx, conn, ferryamqp.ReplayOptions{
+		Queue: "points", // from points.parking
+		Max:   1000,
+		Progress: func(r ferryamqp.ReplayResult) {
+			log.Printf("replayed %d of %d", r.Replayed, r.Depth)
+		},
+	})
+	fmt.Printf("replayed %d, skipped %d (parked from other queues), failed %d\n", res.Replayed, res.Skipped, res.Failed)
+	if err != nil {
+		log.Fatal(err) // the messages not moved are still parked
+	}
+}

@@ -446,13 +446,7 @@ func (c *Consumer) Stop(ctx context.Context) error {
 // Run starts the consumer and runs it until ctx ends, then stops it,
 // giving handlers in flight up to ShutdownTimeout to finish.
 func (c *Consumer) Run(ctx context.Context) error {
-	if err := c.Start(ctx); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ShutdownTimeout)
-	defer cancel()
-	return c.Stop(stopCtx)
+	return ferrybroker.RunUntilDone(ctx, c.Start, c.Stop, c.cfg.ShutdownTimeout)
 }
 
 // poll fetches records and queues each on its partition. Under
@@ -832,15 +826,7 @@ func (c *Consumer) deliver(p *part, rec *kgo.Record, count int) (delay time.Dura
 		return c.park(p, rec, d, err)
 	}
 	ctx := p.ctx
-	if c.cfg.HandlerTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.HandlerTimeout)
-		defer cancel()
-	}
-	err := c.obs.Handle(ctx, c.handler, d)
-	if pe := (*ferrybroker.PanicError)(nil); errors.As(err, &pe) {
-		c.log.Error("handler panicked", "message_id", d.MessageID, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
-	}
+	err := c.obs.HandleWithin(ctx, c.handler, d, c.cfg.HandlerTimeout, c.log)
 	switch {
 	case err == nil:
 		if c.cfg.FaultPoint != nil {

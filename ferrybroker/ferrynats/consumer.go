@@ -278,13 +278,7 @@ func (c *Consumer) Stop(ctx context.Context) error {
 // Run starts the consumer and runs it until ctx ends, then stops it,
 // giving handlers in flight up to ShutdownTimeout to finish.
 func (c *Consumer) Run(ctx context.Context) error {
-	if err := c.Start(ctx); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ShutdownTimeout)
-	defer cancel()
-	return c.Stop(stopCtx)
+	return ferrybroker.RunUntilDone(ctx, c.Start, c.Stop, c.cfg.ShutdownTimeout)
 }
 
 func (c *Consumer) delivery(msg jetstream.Msg) (*ferrybroker.Delivery, *jetstream.MsgMetadata) {
@@ -324,11 +318,6 @@ func (c *Consumer) handle(msg jetstream.Msg) {
 		return
 	}
 	ctx := c.ctx
-	if c.cfg.HandlerTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.HandlerTimeout)
-		defer cancel()
-	}
 	// Keep the message while a long handler runs.
 	stopProgress := make(chan struct{})
 	go func() {
@@ -343,11 +332,8 @@ func (c *Consumer) handle(msg jetstream.Msg) {
 			}
 		}
 	}()
-	err := c.obs.Handle(ctx, c.handler, d)
+	err := c.obs.HandleWithin(ctx, c.handler, d, c.cfg.HandlerTimeout, c.log)
 	close(stopProgress)
-	if pe := (*ferrybroker.PanicError)(nil); errors.As(err, &pe) {
-		c.log.Error("handler panicked", "message_id", d.MessageID, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
-	}
 
 	switch {
 	case err == nil:

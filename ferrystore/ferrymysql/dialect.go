@@ -1,6 +1,7 @@
 package ferrymysql
 
 import (
+	"strings"
 	"time"
 
 	"github.com/ferrydev/ferry/internal/sqlstore"
@@ -27,6 +28,13 @@ func (dialect) Text(col string) string       { return col }
 func (dialect) JSON() string                 { return "?" }
 func (dialect) Moment(expr string) string    { return expr }
 func (dialect) Ping() string                 { return "SELECT 1" }
+func (dialect) Time(t time.Time) any         { return t.UTC() }
+
+// ContainsFold lowers both sides: the outbox's text is in a binary
+// collation, whose LIKE is case-sensitive.
+func (dialect) ContainsFold(col string) string { return "LOWER(" + col + ") LIKE LOWER(?) ESCAPE '!'" }
+
+func (dialect) Concat(exprs ...string) string { return "CONCAT(" + strings.Join(exprs, ", ") + ")" }
 func (dialect) Update() string {
 	return "/*M! SET STATEMENT check_constraint_checks = 0 FOR */ UPDATE "
 }
@@ -48,4 +56,15 @@ func (dialect) DeleteLimited(table, where, order string) string {
 
 func (dialect) After(at time.Time, id string) (string, []any) {
 	return "(available_at > ? OR (available_at = ? AND event_id > ?))", []any{at, at, id}
+}
+
+// Upsert uses ON DUPLICATE KEY UPDATE with VALUES(col), which MariaDB and
+// MySQL 8 both read (MySQL 8.0.20+ prefers a row alias, which MariaDB
+// lacks, and only warns).
+func (dialect) Upsert(_ string, cols []string) string {
+	set := make([]string, len(cols))
+	for i, c := range cols {
+		set[i] = c + " = VALUES(" + c + ")"
+	}
+	return "ON DUPLICATE KEY UPDATE " + strings.Join(set, ", ")
 }

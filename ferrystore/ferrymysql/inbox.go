@@ -48,6 +48,8 @@ type Inbox struct {
 var (
 	_ ferrystore.IdempotencyDriver[*sql.Tx] = (*Inbox)(nil)
 	_ ferrystore.InboxActivity              = (*Inbox)(nil)
+	_ ferrystore.MarkerPurgeCounter         = (*Inbox)(nil)
+	_ ferrystore.KeyPurgeCounter            = (*Inbox)(nil)
 )
 
 // NewInbox returns the inbox tables on db. It never closes db.
@@ -127,6 +129,12 @@ func (s *Inbox) RecentMarkers(ctx context.Context, within time.Duration) ([]ferr
 		return nil, fmt.Errorf("recent markers: %w", err)
 	}
 	return sqlutil.ScanMarkerCounts(rows)
+}
+
+// PurgeableMarkers counts the markers older than olderThan.
+func (s *Inbox) PurgeableMarkers(ctx context.Context, olderThan time.Duration) (int64, error) {
+	return sqlutil.QueryCount(ctx, ferrystore.SQL(s.DB()), "count purgeable markers",
+		"SELECT COUNT(*) FROM "+s.m+" WHERE created_at < NOW(6) - INTERVAL ? MICROSECOND", sqlutil.Micros(olderThan))
 }
 
 // PurgeMarkers deletes up to limit markers older than olderThan.

@@ -40,8 +40,9 @@ const DefaultTable = sqlstore.DefaultTable
 // Config configures a Store. The zero value (or nil) uses the defaults.
 type Config struct {
 	// Table is the outbox table. Default "outbox_event". The store also
-	// uses Table+"_seq" for aggregate sequence numbers. Validated against
-	// ^[A-Za-z_][A-Za-z0-9_]{0,58}$ and quoted.
+	// uses Table+"_seq" for aggregate sequence numbers and Table+"_relay"
+	// for the relays' heartbeats. Validated against
+	// ^[A-Za-z_][A-Za-z0-9_]{0,56}$ and quoted.
 	Table string
 }
 
@@ -56,6 +57,7 @@ type Store struct {
 var (
 	_ ferrystore.Driver[*sql.Tx] = (*Store)(nil)
 	_ ferrystore.Admin           = (*Store)(nil)
+	_ ferrystore.RelayRegistry   = (*Store)(nil)
 )
 
 type queries struct {
@@ -76,13 +78,17 @@ func New(db *sql.DB, cfg *Config) (*Store, error) {
 	if cfg != nil {
 		configured = cfg.Table
 	}
-	table, err := sqlstore.TableName(configured, 59)
+	table, err := sqlstore.TableName(configured, maxTable)
 	if err != nil {
 		return nil, err
 	}
 	return &Store{Outbox: sqlstore.NewOutbox(dialect{}, sqlstore.SQLPool(db), table), SQLDB: sqlstore.NewSQLDB(db, false),
 		q: buildQueries(table)}, nil
 }
+
+// maxTable is the longest outbox table name: with "_relay" after it, a
+// name still fits the 63 bytes every identifier of ferry keeps to.
+const maxTable = 57
 
 func quote(name string) string { return "`" + name + "`" }
 
@@ -315,7 +321,7 @@ func (s *Store) Migrations() (fs.FS, error) { return MigrationFS(s.Table()) }
 // MigrationFS returns the migrations for table (DefaultTable when empty),
 // for use with another migration tool.
 func MigrationFS(table string) (fs.FS, error) {
-	return sqlstore.MigrationFS(dialect{}, migrationsFS, table, 59)
+	return sqlstore.MigrationFS(dialect{}, migrationsFS, table, maxTable)
 }
 
 // CheckSchema compares the table with the embedded migrations

@@ -1,6 +1,7 @@
 package ferrypg
 
 import (
+	"strings"
 	"time"
 
 	"github.com/ferrydev/ferry/internal/sqlstore"
@@ -30,6 +31,13 @@ func (dialect) KeyText(expr string) string   { return expr + "::text" }
 func (dialect) Moment(expr string) string    { return expr }
 func (dialect) Ping() string                 { return "SELECT 1" }
 func (dialect) Update() string               { return "UPDATE " }
+func (dialect) Time(t time.Time) any         { return t.UTC() }
+
+// ContainsFold is ILIKE, which folds every letter by the database's
+// locale.
+func (dialect) ContainsFold(col string) string { return col + " ILIKE ? ESCAPE '!'" }
+
+func (dialect) Concat(exprs ...string) string { return "(" + strings.Join(exprs, " || ") + ")" }
 
 func (dialect) AgeMicros(expr string) string {
 	return "(EXTRACT(EPOCH FROM now() - " + expr + ") * 1000000)::bigint"
@@ -49,4 +57,13 @@ func (dialect) DeleteLimited(table, where, order string) string {
 // After is a row comparison, which walks the pending index from the cursor.
 func (dialect) After(at time.Time, id string) (string, []any) {
 	return "(available_at, event_id) > (?::timestamptz, ?::text)", []any{at, id}
+}
+
+// Upsert is ON CONFLICT ... DO UPDATE with the excluded row's values.
+func (dialect) Upsert(key string, cols []string) string {
+	set := make([]string, len(cols))
+	for i, c := range cols {
+		set[i] = c + " = excluded." + c
+	}
+	return "ON CONFLICT (" + key + ") DO UPDATE SET " + strings.Join(set, ", ")
 }

@@ -65,6 +65,9 @@ var (
 	_ ferrystore.IdempotencyDriver[*sql.Tx] = (*StdlibInbox)(nil)
 	_ ferrystore.InboxActivity              = (*Inbox)(nil)
 	_ ferrystore.InboxActivity              = (*StdlibInbox)(nil)
+	_ ferrystore.MarkerPurgeCounter         = (*Inbox)(nil)
+	_ ferrystore.MarkerPurgeCounter         = (*StdlibInbox)(nil)
+	_ ferrystore.KeyPurgeCounter            = (*Inbox)(nil)
 )
 
 func newInboxCore(c sqlstore.Pool, cfg *InboxConfig) (inboxCore, error) {
@@ -218,6 +221,12 @@ func (s *inboxCore) RecentMarkers(ctx context.Context, within time.Duration) ([]
 		return nil, fmt.Errorf("recent markers: %w", err)
 	}
 	return sqlutil.ScanMarkerCounts(rows)
+}
+
+// PurgeableMarkers counts the markers older than olderThan.
+func (s *inboxCore) PurgeableMarkers(ctx context.Context, olderThan time.Duration) (int64, error) {
+	return sqlutil.QueryCount(ctx, s.c, "count purgeable markers",
+		"SELECT COUNT(*) FROM "+s.m+" WHERE created_at < now() - $1::bigint * interval '1 microsecond'", sqlutil.Micros(olderThan))
 }
 
 // PurgeMarkers deletes up to limit markers older than olderThan.

@@ -35,7 +35,8 @@ const DefaultTable = sqlstore.DefaultTable
 // Config configures a store. The zero value (or nil) uses the defaults.
 type Config struct {
 	// Table is the outbox table. Default "outbox_event". The store also
-	// uses Table+"_seq" and indexes named after the table. Validated
+	// uses Table+"_seq", Table+"_relay" (the relays' heartbeats) and
+	// indexes named after the table. Validated
 	// against ^[A-Za-z_][A-Za-z0-9_]{0,48}$ and quoted.
 	Table string
 	// Notify makes EnqueueTx call pg_notify in the caller's transaction,
@@ -80,6 +81,8 @@ var (
 	_ ferrystore.Listener        = (*StdlibStore)(nil)
 	_ ferrystore.Admin           = (*Store)(nil)
 	_ ferrystore.Admin           = (*StdlibStore)(nil)
+	_ ferrystore.RelayRegistry   = (*Store)(nil)
+	_ ferrystore.RelayRegistry   = (*StdlibStore)(nil)
 )
 
 // New returns a store on pool. The store never closes pool.

@@ -2,6 +2,7 @@ package ferrysqlite
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ferrydev/ferry/internal/sqlstore"
@@ -48,6 +49,14 @@ func (dialect) AgeMicros(expr string) string {
 // format, at the price of not using an index on the column.
 func (dialect) Moment(expr string) string { return "julianday(" + expr + ")" }
 
+// Time is the time as stored: UTC text with milliseconds.
+func (dialect) Time(t time.Time) any { return t.UTC().Format("2006-01-02 15:04:05.000") }
+
+// ContainsFold is LIKE, which folds ASCII letters only.
+func (dialect) ContainsFold(col string) string { return col + " LIKE ? ESCAPE '!'" }
+
+func (dialect) Concat(exprs ...string) string { return "(" + strings.Join(exprs, " || ") + ")" }
+
 func (dialect) In(col string, vals []string) (string, []any) { return sqlutil.InList(col, vals) }
 
 func (dialect) DeleteLimited(table, where, order string) string {
@@ -59,4 +68,13 @@ func (dialect) DeleteLimited(table, where, order string) string {
 func (dialect) After(at time.Time, id string) (string, []any) {
 	s := at.UTC().Format("2006-01-02 15:04:05.000")
 	return "(available_at > ? OR (available_at = ? AND event_id > ?))", []any{s, s, id}
+}
+
+// Upsert is ON CONFLICT ... DO UPDATE with the excluded row's values.
+func (dialect) Upsert(key string, cols []string) string {
+	set := make([]string, len(cols))
+	for i, c := range cols {
+		set[i] = c + " = excluded." + c
+	}
+	return "ON CONFLICT (" + key + ") DO UPDATE SET " + strings.Join(set, ", ")
 }

@@ -32,7 +32,8 @@ const DefaultTable = sqlstore.DefaultTable
 // Config configures a Store. The zero value (or nil) uses the defaults.
 type Config struct {
 	// Table is the outbox table. Default "outbox_event". The store also
-	// uses Table+"_seq" and indexes named after the table. Validated
+	// uses Table+"_seq", Table+"_relay" (the relays' heartbeats) and
+	// indexes named after the table. Validated
 	// against ^[A-Za-z_][A-Za-z0-9_]{0,48}$ and quoted.
 	Table string
 }
@@ -48,6 +49,7 @@ type Store struct {
 var (
 	_ ferrystore.Driver[*sql.Tx] = (*Store)(nil)
 	_ ferrystore.Admin           = (*Store)(nil)
+	_ ferrystore.RelayRegistry   = (*Store)(nil)
 )
 
 type queries struct {

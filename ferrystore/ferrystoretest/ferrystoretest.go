@@ -112,7 +112,9 @@ func Exercise[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("Transitions", func(t *testing.T) { exerciseTransitions(t, h) })
 	t.Run("Errors", func(t *testing.T) { exerciseErrors(t, h) })
 	t.Run("Admin", func(t *testing.T) { exerciseAdmin(t, h) })
+	t.Run("AdminPages", func(t *testing.T) { exercisePages(t, h) })
 	t.Run("PoisonRows", func(t *testing.T) { exercisePoison(t, h) })
+	t.Run("Relays", func(t *testing.T) { exerciseRelays(t, h) })
 }
 
 // waitFor polls cond until it holds or d passes.

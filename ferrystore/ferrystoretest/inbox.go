@@ -392,6 +392,19 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 			_, err := in.Process(b.ctx, ferry.Operation{Key: fmt.Sprint(i), EventID: fmt.Sprint(i), Fields: award{7, 1}}, b.award(7, 1))
 			require.NoError(t, err)
 		}
+		counter, ok := b.store.(ferrystore.MarkerPurgeCounter)
+		require.True(t, ok, "%T counts purgeable markers", b.store)
+		n, err := counter.PurgeableMarkers(b.ctx, time.Hour)
+		require.NoError(t, err)
+		require.Zero(t, n, "none is an hour old")
+		waitFor(t, 10*time.Second, func() bool {
+			n, err = counter.PurgeableMarkers(b.ctx, time.Millisecond)
+			require.NoError(t, err)
+			return n == 5
+		})
+		n, err = b.store.MarkerCount(b.ctx, "")
+		require.NoError(t, err)
+		require.Equal(t, int64(5), n, "counting deletes nothing")
 		var purged int64
 		waitFor(t, 10*time.Second, func() bool {
 			n, err := in.PurgeMarkers(b.ctx, time.Millisecond, 2)
@@ -399,7 +412,7 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 			purged += n
 			return purged == 5
 		})
-		n, err := b.store.MarkerCount(b.ctx, "")
+		n, err = b.store.MarkerCount(b.ctx, "")
 		require.NoError(t, err)
 		require.Zero(t, n)
 	})

@@ -223,6 +223,11 @@ func ExerciseKeys[TTx any](t *testing.T, h KeysHarness[TTx]) {
 			waitLeaseOver(t, ctx, s, h, true)
 		}
 
+		counter, ok := s.(ferrystore.KeyPurgeCounter)
+		require.True(t, ok, "%T counts expired keys", s)
+		n, err := counter.PurgeableKeys(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(len(expired)), n, "the expired keys, not the live one")
 		var total int64
 		for _, want := range []int64{2, 1, 0} {
 			n, err := s.PurgeKeys(ctx, 2)

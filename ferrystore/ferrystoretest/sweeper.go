@@ -25,7 +25,8 @@ func exerciseSweeper[TTx any](t *testing.T, h Harness[TTx]) {
 			require.NoError(t, err)
 			return len(leases) == 1
 		})
-		require.Equal(t, ferrystore.Lease{ID: id, Token: oldToken, Attempts: 1}, leases[0])
+		require.Equal(t, ferrystore.Lease{ID: id, Token: oldToken, Attempts: 1, Destination: "A"}, leases[0],
+			"an event without a destination goes to its type")
 		res, err := b.store.MarkFailed(b.ctx, []ferrystore.Failure{{ID: id, Token: oldToken, Error: "lease expired"}})
 		require.NoError(t, err)
 		require.Equal(t, ferrystore.MarkFailedResult{Retried: []string{id}}, res)

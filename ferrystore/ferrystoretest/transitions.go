@@ -76,8 +76,9 @@ func exerciseTransitions[TTx any](t *testing.T, h Harness[TTx]) {
 			require.True(t, ferrytype.Allowed(tr.From, tr.To), tr.Name)
 		}
 		require.True(t, ferrytype.StatusSent.Terminal())
-		require.True(t, ferrytype.StatusDiscarded.Terminal())
+		require.False(t, ferrytype.StatusDiscarded.Terminal(), "an operator restores it")
 		require.False(t, ferrytype.StatusDead.Terminal())
+		require.False(t, ferrytype.Allowed(ferrytype.StatusDiscarded, ferrytype.StatusNew), "a restored event is DEAD first")
 		require.False(t, ferrytype.Allowed(ferrytype.StatusSent, ferrytype.StatusNew))
 		require.False(t, ferrytype.Allowed(ferrytype.StatusNew, ferrytype.StatusSent))
 	})
@@ -254,7 +255,9 @@ func exerciseTransitions[TTx any](t *testing.T, h Harness[TTx]) {
 
 	t.Run("SweepReturnsExpiredLeasesToNewOrDead", func(t *testing.T) {
 		b := setup(t, h)
-		got := b.enqueue(t, ev("A", "1", `{}`), ev("A", "2", `{}`))
+		routed := ev("A", "2", `{}`)
+		routed.Destination = "orders.paid"
+		got := b.enqueue(t, ev("A", "1", `{}`), routed)
 		_, err := b.store.Claim(b.ctx, ferrystore.ClaimParams{Limit: 10, Token: "short", Lease: time.Millisecond})
 		require.NoError(t, err)
 		var leases []ferrystore.Lease
@@ -263,6 +266,12 @@ func exerciseTransitions[TTx any](t *testing.T, h Harness[TTx]) {
 			require.NoError(t, err)
 			return len(leases) == 2
 		})
+		dest := map[string]string{}
+		for _, l := range leases {
+			dest[l.ID] = l.Destination
+		}
+		require.Equal(t, map[string]string{got[0]: "A", got[1]: "orders.paid"}, dest,
+			"each lease names where its event goes: its destination, else its type")
 		res, err := b.store.MarkFailed(b.ctx, []ferrystore.Failure{
 			{ID: got[0], Token: "short", Error: "lease expired"},
 			{ID: got[1], Token: "short", Dead: true, Error: "lease expired"},
@@ -327,6 +336,29 @@ func exerciseTransitions[TTx any](t *testing.T, h Harness[TTx]) {
 		}
 	})
 
+	t.Run("RestoreTakesDiscardedToDead", func(t *testing.T) {
+		b := setup(t, h)
+		st := b.everyStatus(t)
+		id := st.id[ferrytype.StatusDiscarded]
+		n, err := b.admin(t).Restore(b.ctx, []string{id}, "restored by test")
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
+		row := b.get(t, id)
+		require.Equal(t, ferrytype.TransitionRestore.To, row.Status)
+		require.Equal(t, "fixture; restored by test", row.DiscardReason)
+	})
+
+	t.Run("RestoreRefusesRowsNotDiscarded", func(t *testing.T) {
+		b := setup(t, h)
+		st := b.everyStatus(t)
+		for _, s := range others(ferrytype.StatusDiscarded) {
+			n, err := b.admin(t).Restore(b.ctx, []string{st.id[s]}, "x")
+			require.NoError(t, err)
+			require.Zero(t, n, "Restore changed a %s row", s)
+			require.Equal(t, s, b.get(t, st.id[s]).Status)
+		}
+	})
+
 	t.Run("PurgesDeleteOnlyTheirStatus", func(t *testing.T) {
 		b := setup(t, h)
 		st := b.everyStatus(t)
@@ -349,11 +381,10 @@ func exerciseTransitions[TTx any](t *testing.T, h Harness[TTx]) {
 		}
 	})
 
-	t.Run("TerminalStatusesStay", func(t *testing.T) {
+	t.Run("SentAndDiscardedRowsStay", func(t *testing.T) {
 		b := setup(t, h)
 		st := b.everyStatus(t)
 		for _, s := range []ferrytype.Status{ferrytype.StatusSent, ferrytype.StatusDiscarded} {
-			require.True(t, s.Terminal())
 			id := st.id[s]
 			n, err := b.store.MarkSent(b.ctx, st.token[s], []string{id})
 			require.NoError(t, err)

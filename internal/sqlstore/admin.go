@@ -93,11 +93,11 @@ func (o *Outbox) Attempts(ctx context.Context) ([]ferrystore.AttemptCount, error
 	return sqlutil.ScanAttempts(rows)
 }
 
-// List returns rows matching f, oldest first.
-func (o *Outbox) List(ctx context.Context, f ferrystore.Filter) ([]ferrystore.Row, error) {
-	if err := f.Validate(); err != nil {
-		return nil, err
-	}
+// where builds the WHERE clause of f (validated) and its arguments. The
+// statuses are matched first, so that the statement walks the pending
+// index (status, available_at, event_id) over those statuses; every other
+// condition, the cursor included, is checked on the rows it reaches.
+func (o *Outbox) where(f ferrystore.Filter) (string, []any) {
 	var (
 		where []string
 		args  []any
@@ -131,37 +131,116 @@ func (o *Outbox) List(ctx context.Context, f ferrystore.Filter) ([]ferrystore.Ro
 	if f.Failed {
 		add("last_error IS NOT NULL AND last_error <> ''")
 	}
+	for _, s := range f.ErrorContains {
+		if s != "" {
+			add(o.d.ContainsFold("last_error"), "%"+LikeEscape(s)+"%")
+		}
+	}
 	if f.MinAge > 0 {
 		add("created_at <= "+o.d.Shift(), ago(o.d, f.MinAge))
 	}
 	if f.MaxAge > 0 {
 		add("created_at >= "+o.d.Shift(), ago(o.d, f.MaxAge))
 	}
-	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT "+o.cols+" FROM "+o.t+" WHERE "+strings.Join(where, " AND ")+
-		" ORDER BY created_at, event_id LIMIT ?"), append(args, f.Limit)...)
+	if f.After != (ferrystore.ListCursor{}) {
+		at, bound := o.d.Moment("created_at"), o.d.Moment("?")
+		t := o.d.Time(f.After.CreatedAt)
+		add("("+at+" > "+bound+" OR ("+at+" = "+bound+" AND event_id > ?))", t, t, f.After.ID)
+	}
+	return strings.Join(where, " AND "), args
+}
+
+// LikeEscape makes s match itself in a LIKE pattern whose escape
+// character is '!'.
+func LikeEscape(s string) string {
+	return strings.NewReplacer("!", "!!", "%", "!%", "_", "!_").Replace(s)
+}
+
+// List returns rows matching f, oldest first: (created_at, event_id),
+// through Moment so that SQLite orders times whatever their text format.
+// No index holds that order: each page reads the index entries of
+// f.Statuses and their rows after the cursor, and sorts them.
+func (o *Outbox) List(ctx context.Context, f ferrystore.Filter) ([]ferrystore.Row, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	where, args := o.where(f)
+	cols := o.cols
+	if f.NoPayload {
+		cols = o.stateCols
+	}
+	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT "+cols+" FROM "+o.t+" WHERE "+where+
+		" ORDER BY "+o.d.Moment("created_at")+", event_id LIMIT ?"), append(args, f.Limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
 	}
 	return sqlutil.ScanRows(rows)
 }
 
+// Count counts the rows matching f through the pending index.
+func (o *Outbox) Count(ctx context.Context, f ferrystore.Filter) (int64, error) {
+	if err := f.ValidateSelection(); err != nil {
+		return 0, err
+	}
+	where, args := o.where(f)
+	var n int64
+	if err := o.queryOne(ctx, "count events", o.d.Rebind("SELECT COUNT(*) FROM "+o.t+" WHERE "+where), args, &n); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// queryOne reads the one row of q into dest.
+func (o *Outbox) queryOne(ctx context.Context, what, q string, args []any, dest ...any) error {
+	rows, err := o.pool.Query(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return fmt.Errorf("%s: no row", what)
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return rows.Close()
+}
+
 // Retry makes the DEAD rows among ids NEW again with attempts 0
 // (ferrytype.TransitionRevive).
 func (o *Outbox) Retry(ctx context.Context, ids []string) (int64, error) {
 	t := ferrytype.TransitionRevive
-	return o.fromDead(ctx, "retry dead events", o.d.Update()+o.t+" SET status = "+lit(t.To)+", attempts = 0, available_at = "+
+	return o.byID(ctx, "retry dead events", o.d.Update()+o.t+" SET status = "+lit(t.To)+", attempts = 0, available_at = "+
 		o.d.Now()+", lease_token = NULL, locked_until = NULL WHERE status = "+lit(t.From)+" AND ", ids)
 }
 
 // Discard moves the DEAD rows among ids to DISCARDED
-// (ferrytype.TransitionDiscard).
+// (ferrytype.TransitionDiscard). A row restored before keeps its earlier
+// record: the reason is appended to it.
 func (o *Outbox) Discard(ctx context.Context, ids []string, reason string) (int64, error) {
 	t := ferrytype.TransitionDiscard
-	return o.fromDead(ctx, "discard dead events", o.d.Update()+o.t+" SET status = "+lit(t.To)+", discarded_at = "+o.d.Now()+
-		", discard_reason = ? WHERE status = "+lit(t.From)+" AND ", ids, sqlutil.Truncate(reason, 2000))
+	reason = sqlutil.Truncate(reason, 2000)
+	return o.byID(ctx, "discard dead events", o.d.Update()+o.t+" SET status = "+lit(t.To)+", discarded_at = "+o.d.Now()+
+		", discard_reason = CASE WHEN discard_reason IS NULL OR discard_reason = '' THEN ? ELSE "+
+		o.d.Concat("discard_reason", "'; '", "?")+" END WHERE status = "+lit(t.From)+" AND ", ids, reason, reason)
 }
 
-func (o *Outbox) fromDead(ctx context.Context, what, update string, ids []string, lead ...any) (int64, error) {
+// Restore moves the DISCARDED rows among ids back to DEAD
+// (ferrytype.TransitionRestore), appending note to their discard reason.
+func (o *Outbox) Restore(ctx context.Context, ids []string, note string) (int64, error) {
+	t := ferrytype.TransitionRestore
+	return o.byID(ctx, "restore discarded events", o.d.Update()+o.t+" SET status = "+lit(t.To)+", discarded_at = NULL"+
+		", discard_reason = CASE WHEN discard_reason IS NULL OR discard_reason = '' THEN ? ELSE "+
+		o.d.Concat("discard_reason", "'; '", "?")+" END WHERE status = "+lit(t.From)+" AND ", ids,
+		sqlutil.Truncate(note, 2000), sqlutil.Truncate(note, 2000))
+}
+
+// byID runs update (ending in "AND ") on the rows among ids, by the
+// primary key.
+func (o *Outbox) byID(ctx context.Context, what, update string, ids []string, lead ...any) (int64, error) {
 	if err := ferrystore.ValidateIDs(ids); err != nil || len(ids) == 0 {
 		return 0, err
 	}
@@ -177,12 +256,21 @@ func (o *Outbox) fromDead(ctx context.Context, what, update string, ids []string
 // olderThan ago (ferrytype.TransitionPurgeDiscarded), through the pending
 // index.
 func (o *Outbox) PurgeDiscarded(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
-	n, err := o.pool.Exec(ctx, o.d.Rebind(o.d.DeleteLimited(o.t, "status = "+lit(ferrytype.TransitionPurgeDiscarded.From)+
-		" AND discarded_at < "+o.d.Shift(), "available_at, event_id")), ago(o.d, olderThan), limit)
+	n, err := o.pool.Exec(ctx, o.d.Rebind(o.d.DeleteLimited(o.t, o.purgeDiscardedWhere, "available_at, event_id")),
+		ago(o.d, olderThan), limit)
 	if err != nil {
 		return 0, fmt.Errorf("purge discarded: %w", err)
 	}
 	return n, nil
+}
+
+// Purgeable counts what PurgeSent and PurgeDiscarded would delete, with
+// their conditions, through the pending index.
+func (o *Outbox) Purgeable(ctx context.Context, olderThan time.Duration) (sent, discarded int64, err error) {
+	at := ago(o.d, olderThan)
+	err = o.queryOne(ctx, "count purgeable events", o.d.Rebind("SELECT (SELECT COUNT(*) FROM "+o.t+" WHERE "+o.purgeSentWhere+
+		"), (SELECT COUNT(*) FROM "+o.t+" WHERE "+o.purgeDiscardedWhere+")"), []any{at, at, at}, &sent, &discarded)
+	return sent, discarded, err
 }
 
 // MissingEvents finds business rows without their event. The NOT EXISTS

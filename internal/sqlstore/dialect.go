@@ -52,10 +52,23 @@ type Dialect interface {
 	// KeyText converts a business table's key column expr to text that
 	// compares with aggregate_id through the aggregate index.
 	KeyText(expr string) string
-	// Moment makes a stored time expr comparable with Shift.
+	// Moment makes a stored time expr comparable with Shift, and with
+	// another Moment: in the order of the times it holds.
 	Moment(expr string) string
+	// Time encodes a time as the dialect binds it where a stored time is
+	// compared (under Moment).
+	Time(t time.Time) any
+	// ContainsFold matches text column col against the LIKE pattern bound
+	// at its one ? placeholder, whose escape character is '!', ignoring
+	// the case of ASCII letters at least.
+	ContainsFold(col string) string
+	// Concat concatenates text expressions.
+	Concat(exprs ...string) string
 	// Ping is a query of one round trip that reads the database.
 	Ping() string
+	// Upsert ends an INSERT whose row may exist already, by its primary
+	// key key: the existing row takes the inserted values of cols instead.
+	Upsert(key string, cols []string) string
 	// Update begins an UPDATE of outbox rows that changes no JSON column:
 	// "UPDATE ", or on MySQL "UPDATE " behind MariaDB's executable comment
 	// that skips CHECK constraints for the statement. MariaDB's JSON is a

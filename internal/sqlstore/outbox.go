@@ -23,10 +23,16 @@ type Outbox struct {
 	pool Pool
 	// name is the table's name; t is it quoted.
 	name, t string
-	// cols lists sqlutil.RowColumns as the dialect selects them.
-	cols string
+	// cols lists sqlutil.RowColumns as the dialect selects them;
+	// stateCols the same with a constant payload and no headers.
+	cols, stateCols string
+	// The conditions of PurgeSent and PurgeDiscarded; each ? takes the
+	// same age.
+	purgeSentWhere, purgeDiscardedWhere string
 
 	markSent, markFailed, release, expired, purge, stats, ready, get string
+	// relays are the statements of the heartbeat table, table_relay.
+	relays relayStatements
 }
 
 // NewOutbox returns the shared store of the validated table on pool. Every
@@ -39,6 +45,7 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 	o := Outbox{d: d, pool: pool, name: table, t: t}
 	o.cols = strings.NewReplacer("payload,", d.Text("payload")+",", "headers,", d.Text("headers")+",").
 		Replace(sqlutil.RowColumns)
+	o.stateCols = strings.NewReplacer("payload,", "'{}',", "headers,", "NULL,").Replace(sqlutil.RowColumns)
 	now, shift := d.Now(), d.Shift()
 	// TransitionConfirm, by the primary key; the id list is spliced in.
 	o.markSent = "UPDATE " + t + " SET status = " + lit(ferrytype.TransitionConfirm.To) +
@@ -54,11 +61,14 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 		", available_at = " + now + ", lease_token = NULL, locked_until = NULL" +
 		" WHERE status = " + lit(ferrytype.TransitionRelease.From) + " AND lease_token = ? AND "
 	// The pending index, status SENDING.
-	o.expired = d.Rebind("SELECT event_id, lease_token, attempts FROM " + t +
+	o.expired = d.Rebind("SELECT event_id, lease_token, attempts," +
+		" CASE WHEN destination = '' THEN event_type ELSE destination END FROM " + t +
 		" WHERE status = " + lit(ferrytype.StatusSending) + " AND locked_until < " + now + " ORDER BY locked_until LIMIT ?")
 	// TransitionPurgeSent: the pending index, status SENT, oldest first.
-	o.purge = d.Rebind(d.DeleteLimited(t, "status = "+lit(ferrytype.TransitionPurgeSent.From)+
-		" AND available_at < "+shift+" AND sent_at < "+shift, "available_at, event_id"))
+	o.purgeSentWhere = "status = " + lit(ferrytype.TransitionPurgeSent.From) + " AND available_at < " + shift +
+		" AND sent_at < " + shift
+	o.purgeDiscardedWhere = "status = " + lit(ferrytype.TransitionPurgeDiscarded.From) + " AND discarded_at < " + shift
+	o.purge = d.Rebind(d.DeleteLimited(t, o.purgeSentWhere, "available_at, event_id"))
 	// The pending index, statuses NEW, SENDING and DEAD.
 	o.stats = d.Rebind("SELECT " + d.CountIf("status = 'NEW'") + ", " + d.CountIf("status = 'SENDING'") + ", " +
 		d.CountIf("status = 'DEAD'") + ", " + d.CountIf("status = 'NEW' AND available_at <= "+now) + "," +
@@ -70,6 +80,7 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 	o.ready = "SELECT 1 FROM " + t + " WHERE status = " + lit(ferrytype.StatusNew) +
 		" AND available_at <= " + now + " LIMIT 1"
 	o.get = d.Rebind("SELECT " + o.cols + " FROM " + t + " WHERE event_id = ?")
+	o.relays = newRelayStatements(d, table)
 	return o
 }
 
@@ -162,7 +173,7 @@ func (o *Outbox) ExpiredLeases(ctx context.Context, limit int) ([]ferrystore.Lea
 	var out []ferrystore.Lease
 	for rows.Next() {
 		var l ferrystore.Lease
-		if err := rows.Scan(&l.ID, &l.Token, &l.Attempts); err != nil {
+		if err := rows.Scan(&l.ID, &l.Token, &l.Attempts, &l.Destination); err != nil {
 			return nil, fmt.Errorf("expired leases: %w", err)
 		}
 		out = append(out, l)

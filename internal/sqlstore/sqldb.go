@@ -27,8 +27,8 @@ func TableName(configured string, maxLen int) (string, error) {
 
 // MigrationFS renders the outbox migration templates in src's
 // "migrations" directory for table (DefaultTable when empty, at most
-// maxLen bytes). The templates see Table, SeqTable, PendingIndex and
-// AggregateIndex quoted, and Name as it is.
+// maxLen bytes). The templates see Table, SeqTable, RelayTable,
+// PendingIndex and AggregateIndex quoted, and Name as it is.
 func MigrationFS(d Dialect, src fs.FS, table string, maxLen int) (fs.FS, error) {
 	table, err := TableName(table, maxLen)
 	if err != nil {
@@ -37,11 +37,16 @@ func MigrationFS(d Dialect, src fs.FS, table string, maxLen int) (fs.FS, error) 
 	return migrate.Render(src, "migrations", map[string]string{
 		"Table":          d.Quote(table),
 		"SeqTable":       d.Quote(table + "_seq"),
+		"RelayTable":     d.Quote(RelayTable(table)),
 		"PendingIndex":   d.Quote(table + "_pending_idx"),
 		"AggregateIndex": d.Quote(table + "_aggregate_idx"),
 		"Name":           table,
 	})
 }
+
+// RelayTable is the name of the heartbeat table of the outbox table:
+// table + "_relay".
+func RelayTable(table string) string { return table + "_relay" }
 
 // SQLDB is the database/sql pool of a store or an inbox, and whether the
 // store opened it (and so closes it).

@@ -1,6 +1,7 @@
 package sqlutil
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/ferrydev/ferry/ferrystore"
@@ -41,4 +42,24 @@ func ScanMissing(rows ferrystore.Rows) ([]ferrystore.MissingEvent, error) {
 		out = append(out, m)
 	}
 	return out, rows.Err()
+}
+
+// QueryCount runs q, a statement that returns one count, on ex.
+func QueryCount(ctx context.Context, ex ferrystore.Executor, what, q string, args ...any) (int64, error) {
+	rows, err := ex.Query(ctx, q, args...)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	defer rows.Close()
+	var n int64
+	if rows.Next() {
+		err = rows.Scan(&n)
+	}
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	return n, nil
 }

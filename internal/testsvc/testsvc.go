@@ -221,7 +221,7 @@ func Migrated(t testing.TB, s ferrystore.Store, exec func(string) error) {
 		t.Fatalf("migrate %s: %v", s.Table(), err)
 	}
 	t.Cleanup(func() {
-		for _, name := range []string{s.Table() + "_seq", s.Table()} {
+		for _, name := range []string{s.Table() + "_relay", s.Table() + "_seq", s.Table()} {
 			q := `DROP TABLE IF EXISTS "` + name + `"`
 			if s.Dialect() == "mysql" {
 				q = "DROP TABLE IF EXISTS `" + name + "`"

@@ -1,0 +1,90 @@
+package ferryadmin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferrystore"
+)
+
+// DefaultRelayStaleAfter is how long after its last beat a relay still
+// counts as alive by default: three beats of the default interval
+// (ferry.DefaultHeartbeat), so that one slow or lost beat is not a death.
+const DefaultRelayStaleAfter = 3 * ferry.DefaultHeartbeat
+
+// RelayInfo is a relay of the outbox table as its heartbeat row shows it,
+// judged alive or not. Its JSON form is stable: the fields of
+// ferrystore.RelayBeat (id, host, pid, version, started_at, last_seen,
+// lanes, ordered, in_flight, broker_connected, broker, broker_error), then
+// alive and age_seconds.
+type RelayInfo struct {
+	ferrystore.RelayBeat
+	// Alive is true when the relay beat less than staleAfter ago, by the
+	// database clock. A relay that stopped cleanly has no row; a row that
+	// is not alive is a relay that was killed, hangs, or lost the
+	// database.
+	Alive bool `json:"alive"`
+	// Age is how long ago the relay last beat, by the database clock.
+	Age time.Duration `json:"-"`
+	// AgeSeconds is Age in seconds, for JSON.
+	AgeSeconds float64 `json:"age_seconds"`
+}
+
+// ErrNoRelayRegistry is returned by Relays for a store that records no
+// relays (it does not implement ferrystore.RelayRegistry).
+var ErrNoRelayRegistry = fmt.Errorf("%w: the store records no relay heartbeats (ferrystore.RelayRegistry)", errors.ErrUnsupported)
+
+// Relays returns the relays that recorded themselves in the heartbeat table
+// of a's outbox table (<table>_relay), alive ones first, then by id. A
+// relay is alive when its last beat is less than staleAfter old (zero:
+// DefaultRelayStaleAfter); set staleAfter to at least three of the relays'
+// RelayConfig.Heartbeat. It only reads. A store that records no relays
+// returns an error wrapping ErrNoRelayRegistry; a table migrated before
+// 0003_relay, one wrapping ferrytype.ErrUndefinedTable.
+func Relays(ctx context.Context, a ferrystore.Admin, staleAfter time.Duration) ([]RelayInfo, error) {
+	if staleAfter < 0 {
+		return nil, invalid("Relays: staleAfter %s is negative", staleAfter)
+	}
+	if staleAfter == 0 {
+		staleAfter = DefaultRelayStaleAfter
+	}
+	reg, ok := a.(ferrystore.RelayRegistry)
+	if !ok {
+		return nil, ErrNoRelayRegistry
+	}
+	beats, err := reg.Relays(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	out := make([]RelayInfo, 0, len(beats))
+	for _, b := range beats {
+		age := max(now.Sub(b.LastSeen), 0)
+		out = append(out, RelayInfo{RelayBeat: b, Alive: age < staleAfter, Age: age, AgeSeconds: age.Seconds()})
+	}
+	// Alive first; the store returns them by id.
+	alive := make([]RelayInfo, 0, len(out))
+	var gone []RelayInfo
+	for _, r := range out {
+		if r.Alive {
+			alive = append(alive, r)
+		} else {
+			gone = append(gone, r)
+		}
+	}
+	return append(alive, gone...), nil
+}
+
+// aliveRelays counts the relays alive.
+func aliveRelays(rs []RelayInfo) int {
+	n := 0
+	for _, r := range rs {
+		if r.Alive {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,101 @@
+package ferrystore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+// RelayRegistry is implemented by stores that record which relays run on
+// their outbox table: one heartbeat row per relay, in the table
+// <outbox table>_relay that outbox migration 0003_relay creates. A relay
+// writes its row when it starts and every RelayConfig.Heartbeat after, and
+// deletes it when it stops cleanly; a relay that was killed leaves its row,
+// whose last beat then ages. ferryadmin.Relays and ferry status read it to
+// tell which relays are alive now.
+//
+// The stores in this module implement it; the conformance suite
+// (ferrystoretest) checks it. Every time is taken from the database clock,
+// so that no host's clock decides whether a relay is alive.
+type RelayRegistry interface {
+	// Beat records b as the relay's current state in one statement: it
+	// inserts the relay's row, or updates every field of it, and sets its
+	// last beat to the database clock. The start time is set by the
+	// database at the first beat and kept by the later ones; b.StartedAt
+	// and b.LastSeen are ignored. b.ID must be 1 to MaxRelayIDLen bytes
+	// (an error wrapping ferrytype.ErrInvalidConfig otherwise); the other
+	// strings are cut to their column's size. Beat reads and writes no
+	// outbox row.
+	Beat(ctx context.Context, b RelayBeat) error
+	// Relays returns the recorded relays, by id, at most MaxListLimit of
+	// them. StartedAt and LastSeen come from the database clock,
+	// converted to this process's clock (see RelayBeat.LastSeen).
+	Relays(ctx context.Context) ([]RelayBeat, error)
+	// ForgetRelay deletes the row of relay id. A relay that has no row is
+	// no error.
+	ForgetRelay(ctx context.Context, id string) error
+	// PruneRelays deletes the rows whose last beat is more than olderThan
+	// old, by the database clock, and returns how many it deleted.
+	// olderThan must be positive.
+	PruneRelays(ctx context.Context, olderThan time.Duration) (int64, error)
+}
+
+// Sizes of the heartbeat row's text columns. ID is checked; the others are
+// cut to fit.
+const (
+	MaxRelayIDLen          = 128
+	MaxRelayHostLen        = 255
+	MaxRelayVersionLen     = 128
+	MaxRelayBrokerLen      = 255
+	MaxRelayBrokerErrorLen = 512
+)
+
+// RelayBeat is one relay's heartbeat row: what the relay said about itself
+// at its last beat. Its JSON form is stable.
+type RelayBeat struct {
+	// ID names the relay, unique among the relays of a table
+	// (RelayConfig.ID; by default host-pid-random).
+	ID string `json:"id"`
+	// Host and PID are the relay's host name and process id.
+	Host string `json:"host"`
+	PID  int    `json:"pid"`
+	// Version is the relay's ferry version (RelayConfig.Version).
+	Version string `json:"version"`
+	// StartedAt is when the relay first beat, LastSeen when it last did.
+	// Both are stamped by the database clock; Relays converts them to the
+	// reader's clock (now minus how long ago they were, measured by the
+	// database), so that a clock skew between the database and the reader
+	// neither ages nor rejuvenates a relay.
+	StartedAt time.Time `json:"started_at"`
+	LastSeen  time.Time `json:"last_seen"`
+	// Lanes and Ordered are the relay's settings (RelayConfig.Lanes,
+	// RelayConfig.Ordered).
+	Lanes   int  `json:"lanes"`
+	Ordered bool `json:"ordered"`
+	// InFlight counts the events the relay had claimed and not yet
+	// settled (published and marked) at its last beat.
+	InFlight int64 `json:"in_flight"`
+	// BrokerConnected says whether the relay could publish at its last
+	// beat: false while its broker connection is down or blocked, or
+	// while a broker outage holds its claims back.
+	BrokerConnected bool `json:"broker_connected"`
+	// Broker says what the relay publishes to: a broker URL without its
+	// credentials (RelayConfig.Broker), never a secret.
+	Broker string `json:"broker"`
+	// BrokerError is why the broker is not connected, redacted; empty
+	// while it is.
+	BrokerError string `json:"broker_error,omitempty"`
+}
+
+// Validate checks the fields Beat refuses: the ID.
+func (b RelayBeat) Validate() error {
+	switch {
+	case b.ID == "":
+		return fmt.Errorf("%w: RelayBeat.ID is empty", ferrytype.ErrInvalidConfig)
+	case len(b.ID) > MaxRelayIDLen:
+		return fmt.Errorf("%w: RelayBeat.ID %q is longer than %d bytes", ferrytype.ErrInvalidConfig, b.ID, MaxRelayIDLen)
+	}
+	return nil
+}

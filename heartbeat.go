@@ -1,0 +1,140 @@
+package ferry
+
+import (
+	"context"
+	"errors"
+	"os"
+	"time"
+
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+// heartbeat records the relay in the heartbeat table as it starts, then
+// every Heartbeat until Stop, and deletes the rows of relays that stopped
+// beating ForgetAfter ago, at the first beat and then every ForgetAfter (at
+// most hourly).
+func (r *Relay) heartbeat() {
+	pruneEvery := min(r.cfg.ForgetAfter, time.Hour)
+	var (
+		lastPrune time.Time
+		failing   beatFailures
+	)
+	t := time.NewTicker(r.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		err := r.beat()
+		failing.note(r, err)
+		if err == nil && time.Since(lastPrune) >= pruneEvery {
+			lastPrune = time.Now()
+			r.prune()
+		}
+		select {
+		case <-r.stopping:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// beat writes the relay's row: one statement, bounded by the heartbeat
+// interval (at least a second).
+func (r *Relay) beat() error {
+	ctx, cancel := context.WithTimeout(r.workCtx, max(r.cfg.Heartbeat, time.Second))
+	defer cancel()
+	connected, cause := r.brokerState()
+	err := r.registry.Beat(ctx, ferrystore.RelayBeat{
+		ID: r.cfg.ID, Host: r.host, PID: os.Getpid(), Version: r.cfg.Version, Broker: r.cfg.Broker,
+		Lanes: r.cfg.Lanes, Ordered: r.cfg.Ordered, InFlight: r.inFlight.Load(),
+		BrokerConnected: connected, BrokerError: cause,
+	})
+	if err != nil {
+		r.c.beatErrors.Add(1)
+	} else {
+		r.c.beats.Add(1)
+	}
+	r.hooks.heartbeat(err)
+	return err
+}
+
+// beatFailures rate-limits the log of failing beats: the first failure,
+// then one line a minute while they go on, then one when a beat works
+// again.
+type beatFailures struct {
+	since, logged time.Time
+	n             int64
+}
+
+func (f *beatFailures) note(r *Relay, err error) {
+	if err == nil {
+		if !f.since.IsZero() {
+			r.log.Info("relay heartbeat recorded again", "failed_beats", f.n, "failing_for", time.Since(f.since).Round(time.Millisecond))
+			*f = beatFailures{}
+		}
+		return
+	}
+	f.n++
+	if f.since.IsZero() {
+		f.since = time.Now()
+	} else if time.Since(f.logged) < time.Minute {
+		return
+	}
+	f.logged = time.Now()
+	msg := "relay heartbeat failed; relaying goes on, but ferry status may not show this relay as alive"
+	if errors.Is(err, ferrytype.ErrUndefinedTable) {
+		msg = "relay heartbeat failed: the heartbeat table is missing (run ferry migrate); relaying goes on"
+	}
+	r.log.Warn(msg, "error", err, "failed_beats", f.n, "relay_id", r.cfg.ID)
+}
+
+// prune deletes the rows of relays that stopped beating ForgetAfter ago.
+func (r *Relay) prune() {
+	ctx, cancel := context.WithTimeout(r.workCtx, max(r.cfg.Heartbeat, time.Second))
+	defer cancel()
+	n, err := r.registry.PruneRelays(ctx, r.cfg.ForgetAfter)
+	switch {
+	case err != nil:
+		r.log.Warn("pruning the heartbeats of relays gone failed", "error", err)
+	case n > 0:
+		r.log.Info("forgot relays that stopped beating", "relays", n, "silent_for", r.cfg.ForgetAfter)
+	}
+}
+
+// forget deletes the relay's row as it stops, within a few seconds even
+// when ctx already ended (Stop gave up waiting).
+func (r *Relay) forget(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := r.fault(ctx, FaultBeforeForget); err != nil {
+		r.log.Warn("fault before forget: heartbeat row left", "relay_id", r.cfg.ID, "error", err)
+		return
+	}
+	if err := r.registry.ForgetRelay(ctx, r.cfg.ID); err != nil {
+		r.log.Warn("deleting the relay's heartbeat row failed; it ages until pruned", "relay_id", r.cfg.ID, "error", err)
+	}
+}
+
+// brokerState says whether a publish made now could reach the broker, and
+// why not (redacted): the publisher's connectivity when it reports one,
+// and an outage the relay saw in its results.
+func (r *Relay) brokerState() (bool, string) {
+	if r.conn != nil {
+		if err := r.conn.Disconnected(); err != nil {
+			return false, ferrytype.RedactURL(err.Error())
+		}
+	}
+	o := &r.outage
+	o.mu.Lock()
+	down, byConn, cause := !o.since.IsZero(), o.byConn, o.cause
+	o.mu.Unlock()
+	if !down || byConn {
+		// byConn: the publisher reported the outage, and now reports its
+		// connection back.
+		return true, ""
+	}
+	msg := "publishes came back not sent"
+	if cause != nil {
+		msg = ferrytype.RedactURL(cause.Error())
+	}
+	return false, msg
+}

@@ -1,0 +1,110 @@
+// Package buildinfo reads what the running binary knows about the ferry
+// code in it: the module's version, the VCS revision and time it was built
+// from, and the Go version. ferry --version, the relays' heartbeat rows and
+// ferry_build_info report it.
+package buildinfo
+
+import (
+	"runtime"
+	"runtime/debug"
+)
+
+// ModulePath is ferry's module path.
+const ModulePath = "github.com/ferrydev/ferry"
+
+// Info describes the ferry code of the running binary.
+type Info struct {
+	// Version is ferry's module version: a release tag (v1.2.0), a
+	// pseudo-version stamped from the checkout's VCS state, "(devel)" for
+	// a build of a checkout without one, or "unknown" when the binary
+	// carries no build information.
+	Version string
+	// Revision and Time are the VCS revision the binary was built from
+	// and its commit time (RFC 3339), and Modified says whether the
+	// working tree had changes: known when ferry is the binary's main
+	// module and Go stamped the VCS state; empty otherwise (a program that
+	// imports ferry as a library has its own revision, not ferry's).
+	Revision string
+	Time     string
+	Modified bool
+	// GoVersion is the Go release the binary was built with.
+	GoVersion string
+}
+
+// Read returns the build information of the running binary. override,
+// when not empty, is the version to report instead of the module's (a
+// release build sets it with -ldflags -X).
+func Read(override string) Info {
+	info := Info{Version: "unknown", GoVersion: runtime.Version()}
+	bi, ok := debug.ReadBuildInfo()
+	if ok {
+		info = fromBuildInfo(bi)
+	}
+	if override != "" {
+		info.Version = override
+	}
+	return info
+}
+
+func fromBuildInfo(bi *debug.BuildInfo) Info {
+	info := Info{Version: "unknown", GoVersion: bi.GoVersion}
+	if info.GoVersion == "" {
+		info.GoVersion = runtime.Version()
+	}
+	if bi.Main.Path == ModulePath {
+		info.Version = orDevel(bi.Main.Version)
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				info.Revision = s.Value
+			case "vcs.time":
+				info.Time = s.Value
+			case "vcs.modified":
+				info.Modified = s.Value == "true"
+			}
+		}
+		return info
+	}
+	for _, d := range bi.Deps {
+		if d.Path != ModulePath {
+			continue
+		}
+		if d.Replace != nil {
+			// Replaced by a directory (a checkout) or another version.
+			info.Version = orDevel(d.Replace.Version)
+		} else {
+			info.Version = orDevel(d.Version)
+		}
+		break
+	}
+	return info
+}
+
+func orDevel(v string) string {
+	if v == "" {
+		return "(devel)"
+	}
+	return v
+}
+
+// String is the version line of ferry --version: the version, then the
+// revision (its first 12 digits, "+dirty" when modified) and its time when
+// known, then the Go version.
+func (i Info) String() string {
+	s := i.Version
+	if i.Revision != "" {
+		rev := i.Revision
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		if i.Modified {
+			rev += "+dirty"
+		}
+		s += " (" + rev
+		if i.Time != "" {
+			s += ", " + i.Time
+		}
+		s += ")"
+	}
+	return s + " " + i.GoVersion
+}

@@ -1,0 +1,42 @@
+package buildinfo
+
+import (
+	"runtime/debug"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestFromBuildInfo(t *testing.T) {
+	t.Run("FerryIsTheMainModule", func(t *testing.T) {
+		info := fromBuildInfo(&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: ModulePath, Version: "v1.4.0"},
+			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef0123"},
+				{Key: "vcs.time", Value: "2026-01-02T03:04:05Z"}, {Key: "vcs.modified", Value: "true"}}})
+		require.Equal(t, Info{Version: "v1.4.0", Revision: "0123456789abcdef0123", Time: "2026-01-02T03:04:05Z",
+			Modified: true, GoVersion: "go1.26.8"}, info)
+		require.Equal(t, "v1.4.0 (0123456789ab+dirty, 2026-01-02T03:04:05Z) go1.26.8", info.String())
+	})
+	t.Run("CheckoutWithoutVCS", func(t *testing.T) {
+		info := fromBuildInfo(&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: ModulePath, Version: "(devel)"}})
+		require.Equal(t, "(devel) go1.26.8", info.String())
+	})
+	t.Run("FerryIsADependency", func(t *testing.T) {
+		info := fromBuildInfo(&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "example.com/app", Version: "v9.0.0"},
+			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "feedface"}},
+			Deps:     []*debug.Module{{Path: "example.com/other", Version: "v1.0.0"}, {Path: ModulePath, Version: "v1.3.2"}}})
+		require.Equal(t, Info{Version: "v1.3.2", GoVersion: "go1.26.8"}, info, "the application's revision is not ferry's")
+	})
+	t.Run("FerryReplacedByACheckout", func(t *testing.T) {
+		info := fromBuildInfo(&debug.BuildInfo{Main: debug.Module{Path: "example.com/app"},
+			Deps: []*debug.Module{{Path: ModulePath, Version: "v0.0.0-00010101000000-000000000000",
+				Replace: &debug.Module{Path: "../"}}}})
+		require.Equal(t, "(devel)", info.Version)
+		require.NotEmpty(t, info.GoVersion)
+	})
+}
+
+func TestReadOverride(t *testing.T) {
+	require.Equal(t, "v2.0.0", Read("v2.0.0").Version)
+	require.NotEmpty(t, Read("").Version)
+	require.NotEmpty(t, Read("").GoVersion)
+}

@@ -1,0 +1,104 @@
+package sqlstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/sqlutil"
+)
+
+var _ ferrystore.RelayRegistry = (*Outbox)(nil)
+
+// relayStatements are the heartbeat table's statements, by its primary key
+// (relay_id); the table holds one row per relay, so the prune and the
+// listing read it whole.
+type relayStatements struct {
+	beat, list, forget, prune string
+}
+
+func newRelayStatements(d Dialect, table string) relayStatements {
+	rt := d.Quote(RelayTable(table))
+	cols := []string{"host", "pid", "version", "broker", "broker_connected", "broker_error", "lanes", "ordered",
+		"in_flight", "last_seen"}
+	return relayStatements{
+		// One row, one statement: started_at is set on insert only.
+		beat: d.Rebind("INSERT INTO " + rt + " (relay_id, " + strings.Join(cols, ", ") + ", started_at)" +
+			" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, " + d.Now() + ", " + d.Now() + ") " + d.Upsert("relay_id", cols)),
+		list: d.Rebind("SELECT relay_id, host, pid, version, broker, broker_connected, broker_error, lanes, ordered," +
+			" in_flight, " + d.AgeMicros("started_at") + ", " + d.AgeMicros("last_seen") +
+			" FROM " + rt + " ORDER BY relay_id LIMIT ?"),
+		forget: d.Rebind("DELETE FROM " + rt + " WHERE relay_id = ?"),
+		prune:  d.Rebind("DELETE FROM " + rt + " WHERE last_seen < " + d.Shift()),
+	}
+}
+
+// Beat upserts the relay's heartbeat row.
+func (o *Outbox) Beat(ctx context.Context, b ferrystore.RelayBeat) error {
+	if err := b.Validate(); err != nil {
+		return err
+	}
+	_, err := o.pool.Exec(ctx, o.relays.beat, b.ID,
+		sqlutil.Truncate(b.Host, ferrystore.MaxRelayHostLen), int64(b.PID),
+		sqlutil.Truncate(b.Version, ferrystore.MaxRelayVersionLen),
+		sqlutil.Truncate(ferrytype.RedactURL(b.Broker), ferrystore.MaxRelayBrokerLen), b.BrokerConnected,
+		sqlutil.Truncate(ferrytype.RedactURL(b.BrokerError), ferrystore.MaxRelayBrokerErrorLen),
+		int64(b.Lanes), b.Ordered, b.InFlight)
+	if err != nil {
+		return fmt.Errorf("relay heartbeat: %w", err)
+	}
+	return nil
+}
+
+// Relays lists the heartbeat rows.
+func (o *Outbox) Relays(ctx context.Context) ([]ferrystore.RelayBeat, error) {
+	rows, err := o.pool.Query(ctx, o.relays.list, ferrystore.MaxListLimit)
+	if err != nil {
+		return nil, fmt.Errorf("list relays: %w", err)
+	}
+	defer rows.Close()
+	now := time.Now()
+	out := []ferrystore.RelayBeat{}
+	for rows.Next() {
+		var (
+			b                 ferrystore.RelayBeat
+			pid, lanes        int64
+			started, lastSeen int64
+		)
+		if err := rows.Scan(&b.ID, &b.Host, &pid, &b.Version, &b.Broker, &b.BrokerConnected, &b.BrokerError,
+			&lanes, &b.Ordered, &b.InFlight, &started, &lastSeen); err != nil {
+			return nil, fmt.Errorf("list relays: %w", err)
+		}
+		b.PID, b.Lanes = int(pid), int(lanes)
+		b.StartedAt = now.Add(-time.Duration(started) * time.Microsecond)
+		b.LastSeen = now.Add(-time.Duration(lastSeen) * time.Microsecond)
+		out = append(out, b)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list relays: %w", err)
+	}
+	return out, nil
+}
+
+// ForgetRelay deletes the relay's heartbeat row.
+func (o *Outbox) ForgetRelay(ctx context.Context, id string) error {
+	if _, err := o.pool.Exec(ctx, o.relays.forget, id); err != nil {
+		return fmt.Errorf("forget relay %s: %w", id, err)
+	}
+	return nil
+}
+
+// PruneRelays deletes heartbeat rows older than olderThan.
+func (o *Outbox) PruneRelays(ctx context.Context, olderThan time.Duration) (int64, error) {
+	if olderThan <= 0 {
+		return 0, fmt.Errorf("%w: prune relays: olderThan %s must be positive", ferrytype.ErrInvalidConfig, olderThan)
+	}
+	n, err := o.pool.Exec(ctx, o.relays.prune, ago(o.d, olderThan))
+	if err != nil {
+		return 0, fmt.Errorf("prune relays: %w", err)
+	}
+	return n, nil
+}
