@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferryconsole"
+	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
@@ -232,7 +234,7 @@ func TestBrowser(t *testing.T) {
 
 func testBrowser(t *testing.T, kind string) {
 	secret := []byte(strings.Repeat("b", 32))
-	b := setup(t, kind, func(c *ferryconsole.Config) { c.Secret = secret })
+	b := setup(t, kind, func(c *ferryconsole.Config) { c.Secret = secret; c.RelayStaleAfter = time.Hour })
 	// The outbox: three OrderPaid events a missing stream killed, an
 	// oversized OrderShipped, then events still pending, one of them held
 	// back behind a DEAD event of its order.
@@ -240,6 +242,12 @@ func testBrowser(t *testing.T, kind string) {
 		orderEvent("OrderPaid", "1", "orders.paid"), orderEvent("OrderPaid", "2", "orders.paid"),
 		orderEvent("OrderPaid", "3", "orders.paid"))
 	big := b.dead(t, b.st, "nats: maximum payload exceeded (1048576 bytes)", orderEvent("OrderShipped", "4", "orders.shipped"))[0]
+	// Four refunds a timeout killed, each after its own delay: one group.
+	var refunds []string
+	for i := 1; i <= 4; i++ {
+		refunds = append(refunds, b.dead(t, b.st, fmt.Sprintf("nats: timeout after %dms waiting for the stream's ack", 250*i),
+			orderEvent("OrderRefunded", strconv.Itoa(10+i), "orders.refunded"))...)
+	}
 	b.enqueue(t, b.ob, b.st.DB, orderEvent("OrderShipped", "1", "orders.shipped"), orderEvent("OrderPaid", "5", "orders.paid"),
 		orderEvent("OrderPaid", "6", "orders.paid"))
 	// Tasks: an SMS the gateway refused, one pending.
@@ -249,6 +257,12 @@ func testBrowser(t *testing.T, kind string) {
 	b.applied(t, "points-award", 3)
 	b.applied(t, "sms", 2)
 	cid := b.conflict(t, "points-award", "order:1:paid")
+	// Two relays beat: one alive, one whose broker is down.
+	reg := b.admin.(ferrystore.RelayRegistry)
+	require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "relay-a-7-3f9c0e1d", Host: "relay-a", PID: 7, Version: "v1.4.0",
+		Lanes: 2, InFlight: 18, BrokerConnected: true, Broker: "nats://mq:4222"}))
+	require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "relay-b-9-0b81d2aa", Host: "relay-b", PID: 9, Version: "v1.4.0",
+		Lanes: 2, Broker: "nats://mq:4222", BrokerError: "nats: no servers available for connection"}))
 	// Reconcile: orders 1 to 7 paid; 4 and 7 have no OrderPaid event.
 	table := b.businessTable(t, 7)
 	h, err := ferryconsole.New(withReconcile(b.cfg, ferryadmin.ReconcileOptions{
@@ -269,17 +283,25 @@ func testBrowser(t *testing.T, kind string) {
 	t.Run("EveryPageLoads", func(t *testing.T) {
 		ctx := tab(t, testUser, testPassword)
 		require.EqualValues(t, 200, open(t, ctx, base))
-		require.Equal(t, "4", text(t, ctx, `#outbox-orders [data-stat="dead"]`))
+		require.Equal(t, "8", text(t, ctx, `#outbox-orders [data-stat="dead"]`))
 		require.Equal(t, "3", text(t, ctx, `#outbox-orders [data-stat="pending"]`))
-		require.Contains(t, text(t, ctx, "#outbox-orders .attention"), "4 DEAD events wait for a decision")
+		require.Contains(t, text(t, ctx, "#outbox-orders .attention"), "8 DEAD events wait for a decision")
+		require.Contains(t, text(t, ctx, `tr[data-relay="relay-a-7-3f9c0e1d"]`), "alive")
+		require.Contains(t, text(t, ctx, `tr[data-relay="relay-a-7-3f9c0e1d"]`), "v1.4.0")
+		require.Contains(t, text(t, ctx, `tr[data-relay="relay-b-9-0b81d2aa"]`), "not connected")
 		require.Equal(t, "1", text(t, ctx, `#tasks-points [data-stat="dead"]`))
 		require.Contains(t, text(t, ctx, "#inboxes"), "points-award: 1")
 		shot(ctx, "overview")
 
 		// The menu's links, followed in the browser.
 		require.EqualValues(t, 200, submit(t, ctx, `header nav a[href$="outbox/orders/dead"]`))
-		require.Equal(t, 4, count(t, ctx, "#dead-events tbody tr"))
+		require.Equal(t, 8, count(t, ctx, "#dead-events tbody tr"))
 		shot(ctx, "dead")
+		require.EqualValues(t, 200, submit(t, ctx, "#tab-groups"))
+		require.Equal(t, "8 DEAD events in 3 groups.", text(t, ctx, "#total"))
+		require.Equal(t, "4", text(t, ctx, `section[data-destination="orders.refunded"] .count`))
+		shot(ctx, "groups")
+		require.EqualValues(t, 200, submit(t, ctx, "#tab-events"))
 		require.EqualValues(t, 200, submit(t, ctx, `#dead-events a[href*="`+paid[0]+`"]`))
 		require.Equal(t, "DEAD", text(t, ctx, "#event-status"))
 		require.Contains(t, text(t, ctx, "#payload"), `"order_id": 1`)
@@ -374,6 +396,40 @@ func testBrowser(t *testing.T, kind string) {
 		require.Equal(t, 0, count(t, ctx, "#resolve"), "no form on a resolved conflict")
 	})
 
+	t.Run("RetryAGroup", func(t *testing.T) {
+		ctx := tab(t, testUser, testPassword)
+		require.EqualValues(t, 200, open(t, ctx, base+"outbox/orders/groups"))
+		// The group's events, through its link.
+		require.EqualValues(t, 200, submit(t, ctx, `section[data-destination="orders.refunded"] a[href^="dead?"]`))
+		require.Equal(t, 4, count(t, ctx, "#dead-events tbody tr"))
+		require.NotEmpty(t, js[string](t, ctx, `document.querySelector('#filter input[name="class"]').value`))
+		require.EqualValues(t, 200, submit(t, ctx, "#tab-groups"))
+		require.EqualValues(t, 200, submit(t, ctx, `section[data-destination="orders.refunded"] .retry-group`))
+		require.Equal(t, "4 of 4 matching events changed: back to NEW, published again on the relay's next poll.",
+			text(t, ctx, "#result"))
+		require.Contains(t, text(t, ctx, "#totals"), "4 matched when the run started; every one was acted on")
+		for _, id := range refunds {
+			require.Equal(t, ferrytype.StatusNew, b.row(t, b.admin, id).Status)
+		}
+		require.Equal(t, ferrytype.StatusDead, b.row(t, b.admin, big).Status, "another group, left alone")
+		require.NotEmpty(t, b.logs.Lines("console action", `action="retry group"`, "matched=4", "changed=4"))
+	})
+
+	t.Run("RestoreADiscardedEvent", func(t *testing.T) {
+		ctx := tab(t, testUser, testPassword)
+		require.EqualValues(t, 200, open(t, ctx, base+"outbox/orders/discarded"))
+		require.Contains(t, text(t, ctx, "#discarded-events"), "test order, INC-7 (by "+testUser+" at ")
+		shot(ctx, "discarded")
+		require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`input[name="id"][value="`+paid[2]+`"]`))))
+		require.EqualValues(t, 200, submit(t, ctx, "#restore-selected"))
+		require.Equal(t, "1 of 1 selected events changed: back to DEAD, for someone to retry or discard.", text(t, ctx, "#result"))
+		r := b.row(t, b.admin, paid[2])
+		require.Equal(t, ferrytype.StatusDead, r.Status)
+		require.Contains(t, r.DiscardReason, "test order, INC-7 (by "+testUser+" at ", "the discard's record stays")
+		require.Contains(t, r.DiscardReason, "restored by "+testUser+" at ")
+		require.NotEmpty(t, b.logs.Lines("console action", "action=restore", "changed=1"))
+	})
+
 	t.Run("PostWithoutTokenIsRefused", func(t *testing.T) {
 		ctx := tab(t, testUser, testPassword)
 		require.EqualValues(t, 200, open(t, ctx, base+"outbox/orders/event?id="+url.QueryEscape(big)))
@@ -420,8 +476,8 @@ func testBrowser(t *testing.T, kind string) {
 		rsrv := httptest.NewServer(ro)
 		defer rsrv.Close()
 		ctx := tab(t, testUser, testPassword)
-		for _, path := range []string{"/", "/outbox/orders/dead", "/outbox/orders/event?id=" + url.QueryEscape(big),
-			"/tasks/points/dead", fmt.Sprintf("/inbox/points/conflicts/%d", cid)} {
+		for _, path := range []string{"/", "/outbox/orders/dead", "/outbox/orders/groups", "/outbox/orders/discarded",
+			"/outbox/orders/event?id=" + url.QueryEscape(big), "/tasks/points/dead", fmt.Sprintf("/inbox/points/conflicts/%d", cid)} {
 			require.EqualValues(t, 200, open(t, ctx, rsrv.URL+path))
 			require.Equal(t, "read-only", text(t, ctx, "#read-only"))
 			require.Zero(t, count(t, ctx, `form[method="post"], button[formaction], input[name="id"], #resolve`),

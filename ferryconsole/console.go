@@ -56,8 +56,9 @@ type Config struct {
 	// named "anonymous". It must be set explicitly: without Authenticate
 	// and without Insecure, New refuses to build a handler.
 	Insecure bool
-	// ReadOnly hides every action (retry, discard, resolve) and refuses
-	// their requests with 403. Reconcile, which only reads, still runs.
+	// ReadOnly hides every action (retry, discard, restore, resolve) and
+	// refuses their requests with 403. Reconcile, which only reads, still
+	// runs.
 	ReadOnly bool
 	// Logger receives a line per action (operator, what, how many changed)
 	// and per failed request. Default: none.
@@ -76,13 +77,18 @@ type Config struct {
 	// attention (ferryadmin.StatusOptions). Default
 	// ferryadmin.DefaultMaxPendingAge.
 	MaxPendingAge time.Duration
+	// RelayStaleAfter is how long after its last heartbeat a relay still
+	// counts as alive (ferryadmin.Relays). Default
+	// ferryadmin.DefaultRelayStaleAfter.
+	RelayStaleAfter time.Duration
 	// PageSize is the number of DEAD events per page, 1 to MaxPageSize.
 	// Default DefaultPageSize.
 	PageSize int
 	// QueryTimeout bounds the database work of one page or action.
 	// Default DefaultQueryTimeout.
 	QueryTimeout time.Duration
-	// RunTimeout bounds one reconcile run. Default DefaultRunTimeout.
+	// RunTimeout bounds one reconcile run, one summary of DEAD events into
+	// groups, and one action on a whole group. Default DefaultRunTimeout.
 	RunTimeout time.Duration
 }
 
@@ -116,8 +122,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return o, invalid("Config: no Outboxes, Inboxes or Tasks to show")
 	case o.PageSize < 1 || o.PageSize > MaxPageSize:
 		return o, invalid("Config.PageSize %d must be within 1..%d", o.PageSize, MaxPageSize)
-	case o.QueryTimeout < 0 || o.RunTimeout < 0 || o.TokenLifetime < 0 || o.MaxPendingAge < 0:
-		return o, invalid("Config: QueryTimeout, RunTimeout, TokenLifetime and MaxPendingAge must not be negative")
+	case o.QueryTimeout < 0 || o.RunTimeout < 0 || o.TokenLifetime < 0 || o.MaxPendingAge < 0 || o.RelayStaleAfter < 0:
+		return o, invalid("Config: QueryTimeout, RunTimeout, TokenLifetime, MaxPendingAge and RelayStaleAfter must not be negative")
 	case o.Secret != nil && len(o.Secret) < 32:
 		return o, invalid("Config.Secret has %d bytes, at least 32 are required", len(o.Secret))
 	}
@@ -228,6 +234,11 @@ func (h *console) routes() {
 		m.HandleFunc("GET /"+kind+"/{name}/event", of(h.eventDetail))
 		m.HandleFunc("POST /"+kind+"/{name}/retry", of(h.action(h.retry)))
 		m.HandleFunc("POST /"+kind+"/{name}/discard", of(h.action(h.discard)))
+		m.HandleFunc("GET /"+kind+"/{name}/groups", of(h.groups))
+		m.HandleFunc("POST /"+kind+"/{name}/retry-group", of(h.action(h.groupAction("retry"))))
+		m.HandleFunc("POST /"+kind+"/{name}/discard-group", of(h.action(h.groupAction("discard"))))
+		m.HandleFunc("GET /"+kind+"/{name}/discarded", of(h.discarded))
+		m.HandleFunc("POST /"+kind+"/{name}/restore", of(h.action(h.restore)))
 	}
 	m.HandleFunc("GET /conflicts", h.conflictsIndex)
 	m.HandleFunc("GET /inbox/{db}", h.inbox)

@@ -1,6 +1,7 @@
 package ferryconsole_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferryconsole"
 	"github.com/ferrydev/ferry/ferrystore"
@@ -196,15 +198,19 @@ func TestCSRF(t *testing.T) {
 func TestReadOnly(t *testing.T) {
 	secret := []byte(strings.Repeat("s", 32))
 	b := setup(t, "sqlite", func(c *ferryconsole.Config) { c.ReadOnly = true; c.Secret = secret })
-	id := b.dead(t, b.st, "boom", orderEvent("OrderPaid", "1", ""))[0]
+	ids := b.dead(t, b.st, "boom", orderEvent("OrderPaid", "1", ""), orderEvent("OrderPaid", "2", ""))
+	id := ids[0]
+	_, err := ferryadmin.DiscardDead(b.ctx, b.admin, ferryadmin.BulkOptions{Filter: ferryadmin.DeadFilter{IDs: ids[1:]}}, "x", "y")
+	require.NoError(t, err)
 	cid := b.conflict(t, "points-award", "order:1:paid")
 	c := b.client(t)
-	for _, path := range []string{"", "outbox/orders/dead", "outbox/orders/event?id=" + url.QueryEscape(id),
-		"inbox/points/conflicts/" + itoa(cid)} {
+	for _, path := range []string{"", "outbox/orders/dead", "outbox/orders/groups", "outbox/orders/discarded",
+		"outbox/orders/event?id=" + url.QueryEscape(id), "inbox/points/conflicts/" + itoa(cid)} {
 		p := c.get(path)
 		eq(t, http.StatusOK, p, b.logs)
 		mustContain(t, p, `id="read-only"`)
-		for _, s := range []string{"<form method=\"post\"", `name="id"`, "Retry", "Discard", "Record decision"} {
+		for _, s := range []string{`method="post"`, `name="id"`, "formaction", ">Retry<", ">Discard<", "Retry selected",
+			"Discard selected", "Retry all", "Discard all", "Restore selected", "Record decision"} {
 			require.NotContains(t, p.body, s, "read-only %s shows no action", path)
 		}
 	}
@@ -221,6 +227,9 @@ func TestReadOnly(t *testing.T) {
 	}{
 		{"outbox/orders/retry", form(tok, "id", id)},
 		{"outbox/orders/discard", form(tok, "id", id, "reason", "test")},
+		{"outbox/orders/restore", form(tok, "id", ids[1])},
+		{"outbox/orders/retry-group", form(tok, "destination", "OrderPaid", "class", "boom")},
+		{"outbox/orders/discard-group", form(tok, "destination", "OrderPaid", "class", "boom", "reason", "r")},
 		{"tasks/points/retry", form(tok, "id", id)},
 		{"inbox/points/conflicts/" + itoa(cid) + "/resolve", form(tok, "decision", "ignored", "note", "x")},
 	} {
@@ -229,6 +238,7 @@ func TestReadOnly(t *testing.T) {
 		mustContain(t, p, "This console is read-only")
 	}
 	require.Equal(t, ferrytype.StatusDead, b.row(t, b.admin, id).Status)
+	require.Equal(t, ferrytype.StatusDiscarded, b.row(t, b.admin, ids[1]).Status)
 	require.Equal(t, "OPEN", b.getConflict(t, cid).Status)
 }
 
@@ -478,4 +488,104 @@ func TestDeadListPagesAndFilters(t *testing.T) {
 	p = c.get("outbox/orders/dead?until=1h")
 	require.Equal(t, "", aggs(p), "none is an hour old")
 	mustContain(t, p, "No DEAD event matches this filter")
+}
+
+// A group's action acts on every event of the group, however many, and
+// the result has the true totals; the discarded events keep who, why and
+// when, and come back to DEAD on restore.
+func TestGroupsDiscardedAndRestore(t *testing.T) {
+	b := setup(t, "sqlite")
+	const many = 1203 // more than a listing, a batch, and the old bulk cap of a run
+	events := make([]ferry.Event, many)
+	for i := range events {
+		events[i] = orderEvent("OrderPaid", strconv.Itoa(i+1), "orders.paid")
+	}
+	paid := b.dead(t, b.st, `nats: no stream matches subject "orders.paid"`, events...)
+	big := b.dead(t, b.st, "payload 1048577 bytes > max 1048576", orderEvent("OrderShipped", "1", "orders.shipped"),
+		orderEvent("OrderShipped", "2", "orders.shipped"))
+	timeout := b.dead(t, b.st, "nats: timeout after 3s", orderEvent("OrderPaid", "9999", "orders.paid"))[0]
+	c := b.client(t)
+
+	p := c.get("outbox/orders/groups")
+	eq(t, http.StatusOK, p)
+	mustContain(t, p, fmt.Sprintf("%d DEAD events in 3 groups", many+3), `<span class="count">1203</span> to <code>orders.paid</code>`,
+		`nats: no stream matches subject &#34;&lt;s&gt;&#34;`)
+	p = c.get("outbox/orders/groups?error=payload")
+	mustContain(t, p, "2 DEAD events match in 1 group")
+	p = c.get("outbox/orders/dead?error=TIMEOUT")
+	mustContain(t, p, timeout)
+	require.NotContains(t, p.body, paid[0])
+	for _, bad := range []struct{ q, says string }{
+		{"error=" + strings.Repeat("e", 1001), "error text is longer than 1000 bytes"},
+		{"class=attempt+20", "is not an error class"},
+		{"error=a%00b", "control characters"},
+	} {
+		p := c.get("outbox/orders/groups?" + bad.q)
+		eq(t, http.StatusBadRequest, p)
+		mustContain(t, p, bad.says)
+	}
+
+	tok := c.token("outbox/orders/groups")
+	class := ferryadmin.ErrorClass(`nats: no stream matches subject "orders.paid"`)
+	p = c.post("outbox/orders/retry-group", form(tok, "class", class))
+	eq(t, http.StatusBadRequest, p)
+	mustContain(t, p, "a destination and an error class are required")
+	p = c.post("outbox/orders/retry-group", form(tok, "destination", "orders.paid", "class", class))
+	eq(t, http.StatusOK, p)
+	mustContain(t, p, "1203 of 1203 matching events changed: back to NEW", "1203 matched when the run started; every one was acted on")
+	for _, id := range []string{paid[0], paid[many/2], paid[many-1]} {
+		require.Equal(t, ferrytype.StatusNew, b.row(t, b.admin, id).Status)
+	}
+	require.Equal(t, ferrytype.StatusDead, b.row(t, b.admin, timeout).Status, "same destination, another class")
+	n, err := ferryadmin.CountDead(b.ctx, b.admin, ferryadmin.DeadFilter{})
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n)
+	require.NotEmpty(t, b.logs.Lines("console action", `action="retry group"`, "matched=1203", "changed=1203", "operator=alice"))
+
+	p = c.post("outbox/orders/discard-group", form(tok, "destination", "orders.shipped",
+		"class", ferryadmin.ErrorClass("payload 1048577 bytes > max 1048576")))
+	eq(t, http.StatusBadRequest, p)
+	mustContain(t, p, "a reason is required")
+	p = c.post("outbox/orders/discard-group", form(tok, "destination", "orders.shipped",
+		"class", ferryadmin.ErrorClass("payload 1048577 bytes > max 1048576"), "reason", "too big to ever pass, INC-5"))
+	eq(t, http.StatusOK, p)
+	mustContain(t, p, "2 of 2 matching events changed: DISCARDED")
+
+	p = c.get("outbox/orders/discarded")
+	eq(t, http.StatusOK, p)
+	mustContain(t, p, big[0], big[1], "too big to ever pass, INC-5 (by alice at ")
+	tok = c.token("outbox/orders/discarded")
+	p = c.post("outbox/orders/restore", form(tok, "id", big[0], "id", timeout))
+	eq(t, http.StatusOK, p)
+	mustContain(t, p, "1 of 2 selected events changed: back to DEAD", "1 selected were not DISCARDED any more")
+	r := b.row(t, b.admin, big[0])
+	require.Equal(t, ferrytype.StatusDead, r.Status)
+	require.Contains(t, r.DiscardReason, "too big to ever pass, INC-5 (by alice at ")
+	require.Contains(t, r.DiscardReason, "restored by alice at ")
+	require.Equal(t, ferrytype.StatusDiscarded, b.row(t, b.admin, big[1]).Status)
+	require.NotEmpty(t, b.logs.Lines("console action", "action=restore", "selected=2", "changed=1"))
+}
+
+// The overview lists the relays of each outbox from their heartbeats.
+func TestOverviewShowsTheRelays(t *testing.T) {
+	b := setup(t, "sqlite", func(c *ferryconsole.Config) { c.RelayStaleAfter = time.Hour })
+	c := b.client(t)
+	p := c.get("")
+	eq(t, http.StatusOK, p)
+	mustContain(t, p, "No relay has recorded itself on this table")
+	reg := b.admin.(ferrystore.RelayRegistry)
+	require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "relay-a", Host: "relay-host", PID: 7, Version: "v1.4.0",
+		Lanes: 2, InFlight: 18, BrokerConnected: true, Broker: "nats://mq:4222"}))
+	require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "relay-b", Host: "other", PID: 8, Version: "v1.4.0",
+		Lanes: 1, BrokerError: "dial tcp: connection refused"}))
+	p = c.get("")
+	eq(t, http.StatusOK, p)
+	row := regexp.MustCompile(`(?s)<tr data-relay="relay-a">(.*?)</tr>`).FindStringSubmatch(p.body)
+	require.NotNil(t, row)
+	for _, s := range []string{"alive", "relay-host", "pid 7", "v1.4.0", ">2<", ">18<", "nats://mq:4222", "connected"} {
+		require.Contains(t, row[1], s)
+	}
+	row = regexp.MustCompile(`(?s)<tr data-relay="relay-b">(.*?)</tr>`).FindStringSubmatch(p.body)
+	require.NotNil(t, row)
+	require.Contains(t, row[1], "not connected")
 }

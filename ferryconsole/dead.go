@@ -2,6 +2,7 @@ package ferryconsole
 
 import (
 	"fmt"
+	"html/template"
 	"net/http"
 	"net/url"
 	"sort"
@@ -46,6 +47,9 @@ const (
 // filterForm is the DEAD events filter as typed.
 type filterForm struct {
 	Type, Destination, Aggregate, Since, Until string
+	// Error is text the last error contains; Class an error class
+	// (ferryadmin.ErrorClass), as the groups show them.
+	Error, Class string
 }
 
 // checkText validates a filter value: at most n bytes of UTF-8 without
@@ -66,16 +70,20 @@ func checkText(field, v string, n int) error {
 func parseDeadFilter(q url.Values) (ferryadmin.DeadFilter, filterForm, error) {
 	ff := filterForm{Type: strings.TrimSpace(q.Get("type")), Destination: strings.TrimSpace(q.Get("destination")),
 		Aggregate: strings.TrimSpace(q.Get("aggregate")), Since: strings.TrimSpace(q.Get("since")),
-		Until: strings.TrimSpace(q.Get("until"))}
-	f := ferryadmin.DeadFilter{Type: ff.Type, Destination: ff.Destination}
+		Until: strings.TrimSpace(q.Get("until")), Error: q.Get("error"), Class: q.Get("class")}
+	f := ferryadmin.DeadFilter{Type: ff.Type, Destination: ff.Destination, ErrorContains: ff.Error, ErrorClass: ff.Class}
 	for _, c := range []struct {
 		field, v string
 		n        int
 	}{{"type", ff.Type, maxTypeLen}, {"destination", ff.Destination, maxDestinationLen},
-		{"aggregate", ff.Aggregate, maxAggregateLen}, {"since", ff.Since, maxWhenLen}, {"until", ff.Until, maxWhenLen}} {
+		{"aggregate", ff.Aggregate, maxAggregateLen}, {"since", ff.Since, maxWhenLen}, {"until", ff.Until, maxWhenLen},
+		{"error text", ff.Error, ferrystore.MaxErrorContains}, {"error class", ff.Class, ferryadmin.MaxErrorClass}} {
 		if err := checkText(c.field, c.v, c.n); err != nil {
 			return f, ff, err
 		}
+	}
+	if ff.Class != "" && ferryadmin.ErrorClass(ff.Class) != ff.Class {
+		return f, ff, fmt.Errorf("error class %q is not an error class as the groups show them", ff.Class)
 	}
 	if ff.Aggregate != "" {
 		typ, id, ok := strings.Cut(ff.Aggregate, ":")
@@ -119,11 +127,24 @@ func parseWhen(field, v string) (time.Duration, error) {
 	return age, nil
 }
 
+// Values are the filter's fields that are set, for hidden form fields.
+func (ff filterForm) Values() map[string]string {
+	out := map[string]string{}
+	for k, v := range ff.query() {
+		out[k] = v[0]
+	}
+	return out
+}
+
+// Query is the filter as a query string, "" when it filters nothing,
+// encoded for links (url.Values.Encode, so safe to put after "?").
+func (ff filterForm) Query() template.URL { return template.URL(ff.query().Encode()) }
+
 // query encodes the filter for links.
 func (ff filterForm) query() url.Values {
 	q := url.Values{}
 	for k, v := range map[string]string{"type": ff.Type, "destination": ff.Destination, "aggregate": ff.Aggregate,
-		"since": ff.Since, "until": ff.Until} {
+		"since": ff.Since, "until": ff.Until, "error": ff.Error, "class": ff.Class} {
 		if v != "" {
 			q.Set(k, v)
 		}
@@ -291,21 +312,36 @@ func (h *console) eventDetail(w http.ResponseWriter, r *http.Request) {
 	h.page(w, r, "event", p)
 }
 
-// resultPage says what a retry or a discard changed.
+// resultPage says what a retry, a discard or a restore changed.
 type resultPage struct {
 	Kind, Name string
 	Action     string
-	// Asked counts the events selected in the form.
+	// Group is set for an action on a group (or any filter): the
+	// selection, and Result's true totals.
+	Group *filterForm
+	// Asked counts the events selected in the form (0 for a group).
 	Asked  int
 	Result ferryadmin.BulkResult
-	// NotDead counts the selected events that were not DEAD any more when
-	// listed; Raced those that stopped being DEAD between the listing and
-	// the change.
-	NotDead int
-	Raced   int64
+	// NotMatching counts the selected events that were not of the status
+	// any more when counted (retried, discarded or restored already, or
+	// unknown).
+	NotMatching int64
+	// From is the status the action changes, Back the page to return to.
+	From, Back string
 }
 
 func (p resultPage) title() string { return p.Action + " " + p.Kind + " " + p.Name }
+
+func newResult(kind, name, action string, asked int, res ferryadmin.BulkResult) resultPage {
+	p := resultPage{Kind: kind, Name: name, Action: action, Asked: asked, Result: res, From: "DEAD", Back: "dead"}
+	if res.Action == "restore" {
+		p.From, p.Back = "DISCARDED", "discarded"
+	}
+	if asked > 0 {
+		p.NotMatching = max(int64(asked)-res.Matched, 0)
+	}
+	return p
+}
 
 // selectedIDs reads the ids of a retry or discard form.
 func selectedIDs(r *http.Request) ([]string, error) {
@@ -348,8 +384,7 @@ func (h *console) retry(w http.ResponseWriter, r *http.Request) {
 		h.failed(w, r, fmt.Sprintf("retry (%d events changed before the error)", res.Changed), err)
 		return
 	}
-	h.page(w, r, "result", resultPage{Kind: kind, Name: name, Action: "Retry", Asked: len(ids), Result: res,
-		NotDead: len(ids) - len(res.IDs), Raced: int64(len(res.IDs)) - res.Changed})
+	h.page(w, r, "result", newResult(kind, name, "Retry", len(ids), res))
 }
 
 // maxReasonLen bounds a discard reason or a resolution note.
@@ -382,8 +417,7 @@ func (h *console) discard(w http.ResponseWriter, r *http.Request) {
 		h.failed(w, r, fmt.Sprintf("discard (%d events changed before the error)", res.Changed), err)
 		return
 	}
-	h.page(w, r, "result", resultPage{Kind: kind, Name: name, Action: "Discard", Asked: len(ids), Result: res,
-		NotDead: len(ids) - len(res.IDs), Raced: int64(len(res.IDs)) - res.Changed})
+	h.page(w, r, "result", newResult(kind, name, "Discard", len(ids), res))
 }
 
 // checkNote validates a free text kept with a decision.
@@ -400,9 +434,10 @@ func checkNote(field, v string) error {
 }
 
 // logAction logs what an operator changed.
-func (h *console) logAction(r *http.Request, action, kind, name string, asked int, res ferryadmin.BulkResult, err error) {
-	args := []any{"operator", operator(r), "action", action, "table_kind", kind, "table", name, "selected", asked,
-		"changed", res.Changed}
+func (h *console) logAction(r *http.Request, action, kind, name string, asked int, res ferryadmin.BulkResult, err error,
+	more ...any) {
+	args := append([]any{"operator", operator(r), "action", action, "table_kind", kind, "table", name, "selected", asked,
+		"matched", res.Matched, "changed", res.Changed, "skipped", res.Skipped}, more...)
 	if err != nil {
 		h.cfg.Logger.Error("console action failed", append(args, "error", ferrytype.RedactURL(err.Error()))...)
 		return

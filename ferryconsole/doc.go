@@ -13,14 +13,20 @@
 //
 //   - Overview: per outbox and task table, the events pending, ready, in
 //     flight (SENDING) and DEAD, the age of the oldest pending event, the
-//     same per destination, and in sentences what needs a person
-//     (ferryadmin.Status); per consumer database, the open conflicts.
-//   - DEAD events: filtered by type, destination, aggregate and age,
-//     paged, oldest first; an event in full (payload, headers, attempts,
-//     the whole last error, the later events of its aggregate it holds
-//     back); retry or discard one event or a selection. A discard needs a
-//     reason, kept with the events with the operator's name. The result
-//     says how many events changed.
+//     same per destination, in sentences what needs a person
+//     (ferryadmin.Status), and the relays (or task workers) that beat on
+//     the table: alive or not, host, version, started, last beat, lanes,
+//     events in flight, broker connected; per consumer database, the open
+//     conflicts.
+//   - DEAD events: filtered by type, destination, aggregate, age and text
+//     of the last error, paged, oldest first; grouped by destination and
+//     class of error (ferryadmin.SummarizeDead), each group retried or
+//     discarded as a whole, the result giving the true totals; an event in
+//     full (payload, headers, attempts, the whole last error, the later
+//     events of its aggregate it holds back); retry or discard one event or
+//     a selection. A discard needs a reason, kept with the events with the
+//     operator's name. The DISCARDED events, with who, why and when,
+//     restored to DEAD one or a selection at a time.
 //   - Conflicts: per consumer database and consumer, the open ones (or
 //     all); a conflict's stored and incoming fields side by side and the
 //     consumer's marker now; a decision recorded with a note and the
@@ -43,7 +49,8 @@
 // POST refused when it comes from another origin
 // (http.CrossOriginProtection) or lacks the form's token: an HMAC over the
 // operator and the time the form was rendered, keyed by Config.Secret.
-// Config.ReadOnly hides every action and refuses its requests with 403.
+// Config.ReadOnly hides every action (retry, discard, restore, resolve)
+// and refuses its requests with 403.
 // Every action is logged with the operator's name, what it did and how
 // many rows changed. Responses carry a Content-Security-Policy
 // (default-src 'self', no inline script, frame-ancestors 'none'),

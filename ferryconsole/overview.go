@@ -90,7 +90,8 @@ func (h *console) overview(w http.ResponseWriter, r *http.Request) {
 // in the table's section, not as the page's.
 func (h *console) summarize(ctx context.Context, r *http.Request, kind, name string, a ferrystore.Admin) tableSummary {
 	s := tableSummary{Kind: kind, Name: name, DeadCounted: true}
-	rep, err := ferryadmin.Status(ctx, a, &ferryadmin.StatusOptions{Destinations: 50, Errors: 0, MaxPendingAge: h.cfg.MaxPendingAge})
+	rep, err := ferryadmin.Status(ctx, a, &ferryadmin.StatusOptions{Destinations: 50, Errors: 0, MaxPendingAge: h.cfg.MaxPendingAge,
+		RelayStaleAfter: h.cfg.RelayStaleAfter})
 	if err != nil {
 		s.Ref = h.logFailure(r, "status of "+kind+" "+name, err)
 		return s

@@ -43,8 +43,8 @@ type pages struct {
 	byName map[string]*template.Template
 }
 
-var pageNames = []string{"overview", "dead", "event", "result", "conflicts", "conflict_list", "conflict",
-	"resolved", "inbox", "reconcile", "reconcile_run", "error"}
+var pageNames = []string{"overview", "dead", "groups", "discarded", "event", "result", "conflicts", "conflict_list",
+	"conflict", "resolved", "inbox", "reconcile", "reconcile_run", "error"}
 
 var funcs = template.FuncMap{
 	"age": func(t time.Time) string {
@@ -96,9 +96,17 @@ var funcs = template.FuncMap{
 	},
 	"redact":    ferrytype.RedactURL,
 	"aggregate": func(e ferryadmin.Event) string { return e.Aggregate() },
+	"deref":     func(t *time.Time) time.Time { return *t },
+	"tabsOf":    func(active string, f filterForm) tabsView { return tabsView{Active: active, Filter: f} },
 	"summaryOf": func(base string, s tableSummary) summaryView {
 		return summaryView{Base: base, Summary: s}
 	},
+}
+
+// tabsView is what the dead-tabs template receives.
+type tabsView struct {
+	Active string
+	Filter filterForm
 }
 
 // summaryView is what the table-summary template receives.

@@ -37,6 +37,7 @@ type consoleFlags struct {
 	readOnly      bool
 	insecure      bool
 	maxPendingAge time.Duration
+	staleAfter    time.Duration
 	tables        inboxTables
 }
 
@@ -46,11 +47,12 @@ func newConsole(g *globals) *cobra.Command {
 		Use:   "console",
 		Short: "Serve the on-call console: outbox state, DEAD events, conflicts, inboxes and tasks, reconcile, in a browser",
 		Long: `Serves the web console of the ferryconsole package on --http-addr
-(127.0.0.1:8080 by default): the state of each outbox, its DEAD events (filter,
-inspect, retry, discard with a reason), the conflicts of each consumer database
-(both versions side by side, resolve with a note), the inboxes' recent markers
-and their task tables, and the reconcile checks of the config file, run on a
-button.
+(127.0.0.1:8080 by default): the state of each outbox and the relays alive on
+it, its DEAD events (filter, group by error, inspect, retry or discard one, a
+selection or a whole group; the discarded ones, restored), the conflicts of
+each consumer database (both versions side by side, resolve with a note), the
+inboxes' recent markers and their task tables, and the reconcile checks of
+the config file, run on a button.
 
   --database-url [name=]URL   an outbox (repeat for more; the table is --table);
                               the name is what the console shows, default the table
@@ -87,6 +89,9 @@ SIGTERM or SIGINT stops the server, letting requests in progress finish.`,
 	fl.BoolVar(&f.insecure, "insecure-no-auth", false, "serve without authentication (only on a loopback --http-addr)")
 	fl.DurationVar(&f.maxPendingAge, "max-pending-age", ferryadmin.DefaultMaxPendingAge, "age of the oldest pending event that needs attention")
 	bindEnv(fl, "max-pending-age", "FERRY_MAX_PENDING_AGE")
+	fl.DurationVar(&f.staleAfter, "relay-stale-after", ferryadmin.DefaultRelayStaleAfter,
+		"a relay whose last heartbeat is older is not alive (at least 3 of the relays' --heartbeat)")
+	bindEnv(fl, "relay-stale-after", "FERRY_RELAY_STALE_AFTER")
 	f.tables.flags(fl, false)
 	return cmd
 }
@@ -162,8 +167,8 @@ func runConsole(cmd *cobra.Command, g *globals, f *consoleFlags) error {
 	if len(f.databaseURLs)+len(f.inboxURLs) == 0 {
 		return usageError{fmt.Errorf("nothing to show: give --database-url (an outbox) or --inbox-url (a consumer's database)")}
 	}
-	if f.maxPendingAge <= 0 {
-		return usageError{fmt.Errorf("--max-pending-age must be positive")}
+	if f.maxPendingAge <= 0 || f.staleAfter <= 0 {
+		return usageError{fmt.Errorf("--max-pending-age and --relay-stale-after must be positive")}
 	}
 	log, err := g.logger(cmd.ErrOrStderr())
 	if err != nil {
@@ -171,7 +176,7 @@ func runConsole(cmd *cobra.Command, g *globals, f *consoleFlags) error {
 	}
 	cfg := ferryconsole.Config{Outboxes: map[string]ferrystore.Admin{}, Inboxes: map[string]ferrystore.InboxStore{},
 		Tasks: map[string]ferrystore.Admin{}, Authenticate: auth, Insecure: auth == nil, ReadOnly: f.readOnly,
-		Logger: log, Secret: secret, MaxPendingAge: f.maxPendingAge}
+		Logger: log, Secret: secret, MaxPendingAge: f.maxPendingAge, RelayStaleAfter: f.staleAfter}
 	var closers []func() error
 	defer func() {
 		for _, c := range closers {
