@@ -74,6 +74,28 @@ type InboxStore interface {
 	Close() error
 }
 
+// InboxActivity is implemented by the inbox stores of this module: the
+// recent work of each consumer of a database, as a console shows it, read
+// from the markers' created_at index (the one retention purges by).
+type InboxActivity interface {
+	// RecentMarkers counts the markers created within the last `within`,
+	// by the database clock, per consumer and outcome ("applied", or
+	// "stale" for an operation the order guard recorded as a no-op). It
+	// reads the range of the created_at index the window covers, and each
+	// of its rows: its cost grows with the markers written in the window,
+	// never with older ones. Duplicates and conflicts write no marker: they
+	// are not counted here (duplicates are counted only by the inbox's
+	// metrics, conflicts in the conflict table).
+	RecentMarkers(ctx context.Context, within time.Duration) ([]MarkerCount, error)
+}
+
+// MarkerCount is how many markers one consumer recorded with one outcome.
+type MarkerCount struct {
+	Consumer string
+	Outcome  string
+	Markers  int64
+}
+
 // InboxDriver is an InboxStore that also runs transactions of the caller's
 // type TTx (*sql.Tx or pgx.Tx), which the business function receives.
 type InboxDriver[TTx any] interface {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Starts, if they are not already up, the services ferry's tests use:
-# PostgreSQL, MariaDB, RabbitMQ, NATS with JetStream and Redis on loopback.
+# PostgreSQL, MariaDB, RabbitMQ, NATS with JetStream and Redis on loopback;
+# installs Chromium for the console's browser tests if it is missing.
 # Idempotent: a service that answers is left alone. Debian's packages are
 # assumed installed (see README.md, "Running the tests"), except promtool,
 # which CI uses to check the alert rules: run as root, the script installs
@@ -34,6 +35,11 @@ start() { # name port seconds command...
 }
 
 rc=0
+# The console's browser tests drive Debian's Chromium, headless.
+if [ ! -x /usr/bin/chromium ]; then
+  echo "services: installing chromium (the console's browser tests)"
+  { apt-get update && apt-get install -y chromium; } >/dev/null 2>&1 || { echo "services: chromium did not install" >&2; rc=1; }
+fi
 start PostgreSQL 5432 30 pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql 2>/dev/null | head -n1)" main start || rc=1
 start MariaDB 3306 30 start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd || rc=1
 start Redis 6379 10 redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \

@@ -1,10 +1,10 @@
 // Command ferry is the ferry daemon and CLI: it migrates outbox tables,
 // relays events to the broker, shows the outbox's state, handles dead
 // events, lists and resolves inbox conflicts, lists and replays the messages
-// a RabbitMQ consumer parked, reconciles business tables and
-// consumers' inboxes with the outbox, purges old events and markers,
-// measures itself against the raw database and broker, and runs a
-// self-contained demo.
+// a RabbitMQ consumer parked, reconciles business tables and consumers'
+// inboxes with the outbox, serves the on-call web console, purges old events
+// and markers, measures itself against the raw database and broker, and runs
+// a self-contained demo.
 //
 //	ferry demo                                   # SQLite + embedded NATS, no setup
 //	ferry migrate --database-url mysql://root@127.0.0.1:3306/app
@@ -13,6 +13,7 @@
 //	ferry dead summary|list|show|retry|discard|discarded|restore
 //	ferry conflicts list|show|resolve --database-url mysql://.../points   # the consumer's database
 //	ferry reconcile --config ferry.yaml
+//	ferry console --database-url postgres://... --inbox-url points=mysql://.../points   # the on-call web console
 //	ferry purge --older-than 168h
 //	ferry purge --markers --older-than 720h --database-url mysql://.../points
 //	ferry relay   --database-url mysql://... --broker-url amqp://user:pass@127.0.0.1:5672/ --queue orders --routing-key 'orders.#' --declare
@@ -176,7 +177,8 @@ func newRootWith(g *globals) *cobra.Command {
 	envString(pf, &g.table, "table", "FERRY_TABLE", "outbox_event", "outbox table name")
 	envString(pf, &g.logLevel, "log-level", "FERRY_LOG_LEVEL", "info", "log level: debug, info, warn, error")
 	envString(pf, &g.logFormat, "log-format", "FERRY_LOG_FORMAT", "text", "log format: text or json")
-	root.AddCommand(newMigrate(g), newRelay(g), newStatus(g), newDead(g), newReconcile(g), newPurge(g), newConflicts(g), newParked(), newBench(g), newDemo(), newVersion())
+	root.AddCommand(newMigrate(g), newRelay(g), newStatus(g), newDead(g), newReconcile(g), newPurge(g), newConflicts(g), newParked(),
+		newConsole(g), newBench(g), newDemo(), newVersion())
 	return root
 }
 

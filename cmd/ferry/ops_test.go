@@ -519,7 +519,7 @@ func TestExampleConfigIsCompleteAndValid(t *testing.T) {
 		}
 		require.Contains(t, cf.values, key, "ferry.example.yaml documents %s", key)
 	}
-	for _, c := range []string{"relay", "status", "reconcile", "purge", "migrate", "conflicts list", "conflicts show 1"} {
+	for _, c := range []string{"relay", "status", "reconcile", "purge", "migrate", "conflicts list", "conflicts show 1", "console"} {
 		code, out, errOut := ferryCLI(t, append(strings.Fields(c), "--config", path, "--print-config")...)
 		require.Equal(t, exitOK, code, "%s: %s", c, errOut)
 		require.NotContains(t, out, " default\n", "%s: every setting comes from the file", c)

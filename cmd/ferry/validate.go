@@ -18,8 +18,8 @@ import (
 func checkSettings(cmd *cobra.Command) error {
 	var err error
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if err != nil {
-			return
+		if err != nil || f.Value.Type() == "stringArray" {
+			return // lists (ferry console's) check each of their values
 		}
 		v := f.Value.String()
 		switch {

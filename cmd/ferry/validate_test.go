@@ -75,6 +75,13 @@ func TestBadURLsExitTwoBeforeConnecting(t *testing.T) {
 				require.Equal(t, exitUsage, code, errOut)
 				require.Contains(t, errOut, c.want)
 				require.NotContains(t, out+errOut, "3tpw")
+				t.Setenv(envConsoleToken, "tok")
+				for _, flag := range []string{"--database-url", "--inbox-url"} {
+					code, out, errOut = runQuick(t, "console", flag, "db="+c.db)
+					require.Equal(t, exitUsage, code, errOut)
+					require.Contains(t, errOut, c.want)
+					require.NotContains(t, out+errOut, "3tpw")
+				}
 			}
 		})
 	}
@@ -97,6 +104,8 @@ func TestBadTableNamesBeforeConnecting(t *testing.T) {
 		{"conflicts", "list", "--conflict-table", bad},
 		{"purge", "--markers", "--older-than", "720h", "--marker-table", bad},
 		{"bench", "--table", bad},
+		{"console", "--table", bad},
+		{"console", "--marker-table", bad},
 	} {
 		code, _, errOut := runQuick(t, append(args, "--database-url", down)...)
 		require.Equal(t, exitUsage, code, "%v: %s", args, errOut)

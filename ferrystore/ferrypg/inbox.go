@@ -63,6 +63,8 @@ type StdlibInbox struct {
 var (
 	_ ferrystore.IdempotencyDriver[pgx.Tx]  = (*Inbox)(nil)
 	_ ferrystore.IdempotencyDriver[*sql.Tx] = (*StdlibInbox)(nil)
+	_ ferrystore.InboxActivity              = (*Inbox)(nil)
+	_ ferrystore.InboxActivity              = (*StdlibInbox)(nil)
 	_ ferrystore.MarkerPurgeCounter         = (*Inbox)(nil)
 	_ ferrystore.MarkerPurgeCounter         = (*StdlibInbox)(nil)
 	_ ferrystore.KeyPurgeCounter            = (*Inbox)(nil)
@@ -208,6 +210,18 @@ func (s *inboxCore) AdvanceVersion(ctx context.Context, ex ferrystore.Executor, 
 // Classify wraps a driver error in ferry's classes (see
 // ferrystore.Classifier).
 func (s *inboxCore) Classify(err error) error { return classify(err) }
+
+// RecentMarkers counts the markers created within the last `within`, per
+// consumer and outcome, through the range of the created_at index.
+func (s *inboxCore) RecentMarkers(ctx context.Context, within time.Duration) ([]ferrystore.MarkerCount, error) {
+	rows, err := s.c.Query(ctx, "SELECT consumer_name, outcome, COUNT(*) FROM "+s.m+
+		" WHERE created_at >= now() - $1::bigint * interval '1 microsecond' GROUP BY consumer_name, outcome"+
+		" ORDER BY consumer_name, outcome", sqlutil.Micros(within))
+	if err != nil {
+		return nil, fmt.Errorf("recent markers: %w", err)
+	}
+	return sqlutil.ScanMarkerCounts(rows)
+}
 
 // PurgeableMarkers counts the markers older than olderThan.
 func (s *inboxCore) PurgeableMarkers(ctx context.Context, olderThan time.Duration) (int64, error) {

@@ -48,6 +48,7 @@ type Inbox struct {
 
 var (
 	_ ferrystore.IdempotencyDriver[*sql.Tx] = (*Inbox)(nil)
+	_ ferrystore.InboxActivity              = (*Inbox)(nil)
 	_ ferrystore.MarkerPurgeCounter         = (*Inbox)(nil)
 	_ ferrystore.KeyPurgeCounter            = (*Inbox)(nil)
 )
@@ -125,6 +126,17 @@ func (s *Inbox) AdvanceVersion(ctx context.Context, ex ferrystore.Executor, cons
 // Classify wraps a driver error in ferry's classes (see
 // ferrystore.Classifier).
 func (s *Inbox) Classify(err error) error { return classify(err) }
+
+// RecentMarkers counts the markers created within the last `within`, per
+// consumer and outcome, through the range of the created_at index.
+func (s *Inbox) RecentMarkers(ctx context.Context, within time.Duration) ([]ferrystore.MarkerCount, error) {
+	rows, err := ferrystore.SQL(s.DB()).Query(ctx, "SELECT consumer_name, outcome, COUNT(*) FROM "+s.m+
+		" WHERE created_at >= "+nowPlus+" GROUP BY consumer_name, outcome ORDER BY consumer_name, outcome", modifier(-within))
+	if err != nil {
+		return nil, fmt.Errorf("recent markers: %w", err)
+	}
+	return sqlutil.ScanMarkerCounts(rows)
+}
 
 // PurgeableMarkers counts the markers older than olderThan.
 func (s *Inbox) PurgeableMarkers(ctx context.Context, olderThan time.Duration) (int64, error) {

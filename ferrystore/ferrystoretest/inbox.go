@@ -450,6 +450,45 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 		require.ErrorIs(t, err, ferrytype.ErrInvalidConfig, "bounded")
 	})
 
+	t.Run("RecentMarkersCountsTheWindowByConsumerAndOutcome", func(t *testing.T) {
+		b := setupInbox(t, h)
+		act, ok := any(b.store).(ferrystore.InboxActivity)
+		if !ok {
+			t.Skipf("the %s inbox store does not implement ferrystore.InboxActivity", b.store.Dialect())
+		}
+		require.NoError(t, b.exec("INSERT INTO "+b.table+" VALUES (7, 0)"))
+		points, sms, view := b.inbox(t, "points-award"), b.inbox(t, "sms"), b.inbox(t, "order-view")
+		for _, k := range []string{"order:1:paid", "order:2:paid"} {
+			_, err := points.Process(b.ctx, ferry.Operation{Key: k, EventID: k, Fields: award{7, 1}}, b.award(7, 1))
+			require.NoError(t, err)
+		}
+		_, err := sms.Process(b.ctx, ferry.Operation{Key: "order:1:paid", EventID: "e1", Fields: award{7, 1}}, b.award(7, 1))
+		require.NoError(t, err)
+		// Version 2 applied, then version 1 recorded as a stale no-op.
+		for _, v := range []int64{2, 1} {
+			_, err := view.Process(b.ctx, ferry.Operation{Key: fmt.Sprintf("order:1:v%d", v), EventID: fmt.Sprint(v),
+				Fields: award{7, v}, Aggregate: "order:1", Version: v, Order: ferry.OrderNewer},
+				func(context.Context, TTx) error { return nil })
+			require.NoError(t, err)
+		}
+		// A duplicate writes no marker and is not counted.
+		res, err := points.Process(b.ctx, ferry.Operation{Key: "order:1:paid", EventID: "order:1:paid", Fields: award{7, 1}}, b.award(7, 1))
+		require.NoError(t, err)
+		require.Equal(t, ferry.InboxDuplicate, res.Outcome)
+
+		got, err := act.RecentMarkers(b.ctx, time.Hour)
+		require.NoError(t, err)
+		require.Equal(t, []ferrystore.MarkerCount{{Consumer: "order-view", Outcome: "applied", Markers: 1},
+			{Consumer: "order-view", Outcome: "stale", Markers: 1}, {Consumer: "points-award", Outcome: "applied", Markers: 2},
+			{Consumer: "sms", Outcome: "applied", Markers: 1}}, got)
+		// A window shorter than the markers' age counts none of them.
+		waitFor(t, 10*time.Second, func() bool {
+			got, err := act.RecentMarkers(b.ctx, time.Millisecond)
+			require.NoError(t, err)
+			return len(got) == 0
+		})
+	})
+
 	t.Run("FilterIsNeverAuthoritative", func(t *testing.T) {
 		b := setupInbox(t, h)
 		require.NoError(t, b.exec("INSERT INTO "+b.table+" VALUES (7, 0)"))

@@ -174,3 +174,20 @@ func ScanCounts(rows ferrystore.Rows) (map[string]int64, error) {
 	}
 	return out, rows.Err()
 }
+
+// ScanMarkerCounts reads (consumer, outcome, count) rows and closes them.
+func ScanMarkerCounts(rows ferrystore.Rows) ([]ferrystore.MarkerCount, error) {
+	defer rows.Close()
+	out := []ferrystore.MarkerCount{}
+	for rows.Next() {
+		var c ferrystore.MarkerCount
+		if err := rows.Scan(&c.Consumer, &c.Outcome, &c.Markers); err != nil {
+			return nil, fmt.Errorf("scan marker count: %w", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("recent markers: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,167 @@
+package ferryconsole
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/ferrydev/ferry/ferryadmin"
+)
+
+// groupsPage is the DEAD events grouped by destination and error class.
+type groupsPage struct {
+	Kind, Name string
+	Filter     filterForm
+	Filtered   bool
+	Summary    ferryadmin.DeadSummary
+	// Groups are the summary's groups, each with its filter.
+	Groups []groupRow
+}
+
+func (p groupsPage) title() string { return "DEAD groups " + p.Kind + " " + p.Name }
+
+// groupRow is one group and the filter that selects exactly its events
+// within the page's filter.
+type groupRow struct {
+	ferryadmin.DeadGroup
+	Filter filterForm
+}
+
+func (h *console) groups(w http.ResponseWriter, r *http.Request) {
+	kind, name, a, ok := h.table(w, r)
+	if !ok {
+		return
+	}
+	f, ff, err := parseDeadFilter(r.URL.Query())
+	if err != nil {
+		h.badInput(w, r, "Filter: %v.", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.RunTimeout)
+	defer cancel()
+	sum, err := ferryadmin.SummarizeDead(ctx, a, f)
+	if err != nil {
+		h.failed(w, r, "grouping DEAD events", err)
+		return
+	}
+	p := groupsPage{Kind: kind, Name: name, Filter: ff, Filtered: f.Selects(), Summary: sum}
+	for _, g := range sum.Groups {
+		gf := ff
+		gf.Destination, gf.Class = g.Destination, g.ErrorClass
+		p.Groups = append(p.Groups, groupRow{DeadGroup: g, Filter: gf})
+	}
+	h.page(w, r, "groups", p)
+}
+
+// groupAction acts on every DEAD event a group's filter selects (the
+// form's filter fields, a class required), with no cap: the result has the
+// true totals.
+func (h *console) groupAction(action string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		kind, name, a, ok := h.table(w, r)
+		if !ok {
+			return
+		}
+		f, ff, err := parseDeadFilter(r.PostForm)
+		if err != nil {
+			h.badInput(w, r, "Group: %v.", err)
+			return
+		}
+		if ff.Class == "" || ff.Destination == "" {
+			h.badInput(w, r, "Group: a destination and an error class are required: act on a group of the groups page.")
+			return
+		}
+		reason := strings.TrimSpace(r.PostForm.Get("reason"))
+		if action == "discard" {
+			if reason == "" {
+				h.badInput(w, r, "Discard: a reason is required; it is kept with the events.")
+				return
+			}
+			if err := checkNote("reason", reason); err != nil {
+				h.badInput(w, r, "Discard: %v.", err)
+				return
+			}
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), h.cfg.RunTimeout)
+		defer cancel()
+		opts := ferryadmin.BulkOptions{Filter: f}
+		var res ferryadmin.BulkResult
+		if action == "discard" {
+			res, err = ferryadmin.DiscardDead(ctx, a, opts, reason, operator(r))
+		} else {
+			res, err = ferryadmin.RetryDead(ctx, a, opts)
+		}
+		h.logAction(r, action+" group", kind, name, 0, res, err, "filter", string(ff.Query()))
+		if err != nil {
+			h.failed(w, r, fmt.Sprintf("%s of the group (%d of %d events changed before the error)", action, res.Changed,
+				res.Matched), err)
+			return
+		}
+		title := "Retry group"
+		if action == "discard" {
+			title = "Discard group"
+		}
+		p := newResult(kind, name, title, 0, res)
+		p.Group = &ff
+		h.page(w, r, "result", p)
+	}
+}
+
+// discardedPage lists DISCARDED events: who discarded them, why, when.
+type discardedPage struct {
+	Kind, Name string
+	Filter     filterForm
+	Filtered   bool
+	Events     []ferryadmin.Event
+	More       bool
+	Limit      int
+}
+
+func (p discardedPage) title() string { return "DISCARDED " + p.Kind + " " + p.Name }
+
+// discardedShown is the most DISCARDED events the page lists.
+const discardedShown = 200
+
+func (h *console) discarded(w http.ResponseWriter, r *http.Request) {
+	kind, name, a, ok := h.table(w, r)
+	if !ok {
+		return
+	}
+	f, ff, err := parseDeadFilter(r.URL.Query())
+	if err != nil {
+		h.badInput(w, r, "Filter: %v.", err)
+		return
+	}
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	l, err := ferryadmin.ListDiscarded(ctx, a, f, discardedShown)
+	if err != nil {
+		h.failed(w, r, "listing DISCARDED events", err)
+		return
+	}
+	h.page(w, r, "discarded", discardedPage{Kind: kind, Name: name, Filter: ff, Filtered: f.Selects(), Events: l.Events,
+		More: l.More, Limit: discardedShown})
+}
+
+// restore takes the selected DISCARDED events back to DEAD.
+func (h *console) restore(w http.ResponseWriter, r *http.Request) {
+	kind, name, a, ok := h.table(w, r)
+	if !ok {
+		return
+	}
+	ids, err := selectedIDs(r)
+	if err != nil {
+		h.badInput(w, r, "Restore: %v.", err)
+		return
+	}
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	res, err := ferryadmin.RestoreDiscarded(ctx, a, ferryadmin.BulkOptions{Filter: ferryadmin.DeadFilter{IDs: ids}}, operator(r))
+	h.logAction(r, "restore", kind, name, len(ids), res, err)
+	if err != nil {
+		h.failed(w, r, fmt.Sprintf("restore (%d events changed before the error)", res.Changed), err)
+		return
+	}
+	h.page(w, r, "result", newResult(kind, name, "Restore", len(ids), res))
+}

@@ -1,0 +1,153 @@
+package ferryconsole
+
+import (
+	"context"
+	"net/http"
+	"sort"
+
+	"github.com/ferrydev/ferry/ferryadmin"
+	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
+)
+
+// overviewPage is the console's front page.
+type overviewPage struct {
+	Outboxes []tableSummary
+	Tasks    []tableSummary
+	Inboxes  []inboxSummary
+}
+
+func (overviewPage) title() string { return "Overview" }
+
+// tableSummary is the state of one outbox or task table.
+type tableSummary struct {
+	Kind, Name string
+	Report     ferryadmin.StatusReport
+	// Destinations joins the pending and the DEAD events by destination.
+	Destinations []destinationRow
+	// DeadCounted is false when there were more DEAD events than the
+	// console counts by destination: the DEAD column then counts the
+	// oldest maxListed only.
+	DeadCounted bool
+	// Ref names the failure in the log when the table could not be read.
+	Ref string
+}
+
+// destinationRow is one destination's pending and DEAD events.
+type destinationRow struct {
+	Destination          string
+	New, Sending, Dead   int64
+	OldestPendingSeconds float64
+}
+
+// inboxSummary is the open conflicts of one consumer database.
+type inboxSummary struct {
+	Name      string
+	HasInbox  bool
+	Open      int64
+	Consumers []consumerCount
+	Ref       string
+}
+
+type consumerCount struct {
+	Consumer string
+	Count    int64
+}
+
+// maxListed is the most events a listing of ferryadmin returns.
+const maxListed = ferrystore.MaxListLimit - 1
+
+func (h *console) overview(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	var p overviewPage
+	for _, n := range keys(h.cfg.Outboxes) {
+		p.Outboxes = append(p.Outboxes, h.summarize(ctx, r, kindOutbox, n, h.cfg.Outboxes[n]))
+	}
+	for _, n := range keys(h.cfg.Tasks) {
+		p.Tasks = append(p.Tasks, h.summarize(ctx, r, kindTasks, n, h.cfg.Tasks[n]))
+	}
+	for _, n := range keys(h.cfg.Inboxes) {
+		s := inboxSummary{Name: n, HasInbox: true}
+		counts, err := h.cfg.Inboxes[n].OpenConflicts(ctx)
+		if err != nil {
+			s.Ref = h.logFailure(r, "count open conflicts of "+n, err)
+		}
+		s.Consumers = sortedCounts(counts)
+		for _, c := range s.Consumers {
+			s.Open += c.Count
+		}
+		p.Inboxes = append(p.Inboxes, s)
+	}
+	if ctx.Err() != nil && r.Context().Err() == nil {
+		h.failed(w, r, "the overview", ctx.Err())
+		return
+	}
+	h.page(w, r, "overview", p)
+}
+
+// summarize reads the status of one table; a failure is logged and shown
+// in the table's section, not as the page's.
+func (h *console) summarize(ctx context.Context, r *http.Request, kind, name string, a ferrystore.Admin) tableSummary {
+	s := tableSummary{Kind: kind, Name: name, DeadCounted: true}
+	rep, err := ferryadmin.Status(ctx, a, &ferryadmin.StatusOptions{Destinations: 50, Errors: 0, MaxPendingAge: h.cfg.MaxPendingAge,
+		RelayStaleAfter: h.cfg.RelayStaleAfter})
+	if err != nil {
+		s.Ref = h.logFailure(r, "status of "+kind+" "+name, err)
+		return s
+	}
+	s.Report = rep
+	rows := map[string]*destinationRow{}
+	row := func(d string) *destinationRow {
+		if rows[d] == nil {
+			rows[d] = &destinationRow{Destination: d}
+		}
+		return rows[d]
+	}
+	for _, d := range rep.Destinations {
+		x := row(d.Destination)
+		x.New, x.Sending, x.OldestPendingSeconds = d.New, d.Sending, d.OldestPendingSeconds
+	}
+	if rep.Stats.Dead > 0 {
+		dead, err := ferryadmin.ListDead(ctx, a, ferryadmin.DeadFilter{}, maxListed)
+		if err != nil {
+			s.Ref = h.logFailure(r, "DEAD events of "+kind+" "+name, err)
+		}
+		for _, e := range dead.Events {
+			row(e.Destination).Dead++
+		}
+		s.DeadCounted = !dead.More
+	}
+	for _, x := range rows {
+		s.Destinations = append(s.Destinations, *x)
+	}
+	sort.Slice(s.Destinations, func(i, j int) bool {
+		a, b := s.Destinations[i], s.Destinations[j]
+		if a.OldestPendingSeconds != b.OldestPendingSeconds {
+			return a.OldestPendingSeconds > b.OldestPendingSeconds
+		}
+		if a.Dead != b.Dead {
+			return a.Dead > b.Dead
+		}
+		return a.Destination < b.Destination
+	})
+	return s
+}
+
+// logFailure logs an error of a section of a page and returns its
+// reference.
+func (h *console) logFailure(r *http.Request, what string, err error) string {
+	ref := newRef()
+	h.cfg.Logger.Error("console read failed", "ref", ref, "what", what, "operator", operator(r),
+		"error", ferrytype.RedactURL(err.Error()))
+	return ref
+}
+
+func sortedCounts(m map[string]int64) []consumerCount {
+	out := make([]consumerCount, 0, len(m))
+	for k, v := range m {
+		out = append(out, consumerCount{k, v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Consumer < out[j].Consumer })
+	return out
+}
