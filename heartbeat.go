@@ -19,11 +19,13 @@ func (r *Relay) heartbeat() {
 	var (
 		lastPrune time.Time
 		failing   beatFailures
+		window    sentWindow
 	)
 	t := time.NewTicker(r.cfg.Heartbeat)
 	defer t.Stop()
 	for {
-		err := r.beat()
+		sent := r.c.confirmed.Load()
+		err := r.beat(sent, window.add(time.Now(), sent))
 		failing.note(r, err)
 		if err == nil && time.Since(lastPrune) >= pruneEvery {
 			lastPrune = time.Now()
@@ -39,14 +41,14 @@ func (r *Relay) heartbeat() {
 
 // beat writes the relay's row: one statement, bounded by the heartbeat
 // interval (at least a second).
-func (r *Relay) beat() error {
+func (r *Relay) beat(sent, lastMinute int64) error {
 	ctx, cancel := context.WithTimeout(r.workCtx, max(r.cfg.Heartbeat, time.Second))
 	defer cancel()
 	connected, cause := r.brokerState()
 	err := r.registry.Beat(ctx, ferrystore.RelayBeat{
 		ID: r.cfg.ID, Host: r.host, PID: os.Getpid(), Version: r.cfg.Version, Broker: r.cfg.Broker,
 		Lanes: r.cfg.Lanes, Ordered: r.cfg.Ordered, InFlight: r.inFlight.Load(),
-		BrokerConnected: connected, BrokerError: cause,
+		BrokerConnected: connected, BrokerError: cause, Sent: sent, SentLastMinute: lastMinute,
 	})
 	if err != nil {
 		r.c.beatErrors.Add(1)
@@ -55,6 +57,28 @@ func (r *Relay) beat() error {
 	}
 	r.hooks.heartbeat(err)
 	return err
+}
+
+// sentWindow turns the relay's count of events marked SENT, sampled at
+// each beat, into the count of about the last minute.
+type sentWindow struct {
+	samples []sentSample // oldest first; the first at least a minute old once there is one
+}
+
+type sentSample struct {
+	at   time.Time
+	sent int64
+}
+
+// add records sent at now and returns how many were sent since the
+// sample nearest to a minute before now that is at least that old (or the
+// first sample, while the relay is younger than a minute).
+func (w *sentWindow) add(now time.Time, sent int64) int64 {
+	w.samples = append(w.samples, sentSample{now, sent})
+	for len(w.samples) > 1 && !w.samples[1].at.After(now.Add(-time.Minute)) {
+		w.samples = w.samples[1:]
+	}
+	return sent - w.samples[0].sent
 }
 
 // beatFailures rate-limits the log of failing beats: the first failure,

@@ -260,9 +260,9 @@ func testBrowser(t *testing.T, kind string) {
 	// Two relays beat: one alive, one whose broker is down.
 	reg := b.admin.(ferrystore.RelayRegistry)
 	require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "relay-a-7-3f9c0e1d", Host: "relay-a", PID: 7, Version: "v1.4.0",
-		Lanes: 2, InFlight: 18, BrokerConnected: true, Broker: "nats://mq:4222"}))
+		Lanes: 2, InFlight: 18, BrokerConnected: true, Broker: "nats://mq:4222", Sent: 1284730, SentLastMinute: 3120}))
 	require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "relay-b-9-0b81d2aa", Host: "relay-b", PID: 9, Version: "v1.4.0",
-		Lanes: 2, Broker: "nats://mq:4222", BrokerError: "nats: no servers available for connection"}))
+		Lanes: 2, Broker: "nats://mq:4222", BrokerError: "nats: no servers available for connection", Sent: 3950, SentLastMinute: 0}))
 	// Reconcile: orders 1 to 7 paid; 4 and 7 have no OrderPaid event.
 	table := b.businessTable(t, 7)
 	h, err := ferryconsole.New(withReconcile(b.cfg, ferryadmin.ReconcileOptions{

@@ -575,14 +575,15 @@ func TestOverviewShowsTheRelays(t *testing.T) {
 	mustContain(t, p, "No relay has recorded itself on this table")
 	reg := b.admin.(ferrystore.RelayRegistry)
 	require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "relay-a", Host: "relay-host", PID: 7, Version: "v1.4.0",
-		Lanes: 2, InFlight: 18, BrokerConnected: true, Broker: "nats://mq:4222"}))
+		Lanes: 2, InFlight: 18, BrokerConnected: true, Broker: "nats://mq:4222", Sent: 90210, SentLastMinute: 3021}))
 	require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "relay-b", Host: "other", PID: 8, Version: "v1.4.0",
-		Lanes: 1, BrokerError: "dial tcp: connection refused"}))
+		Lanes: 1, BrokerError: "dial tcp: connection refused", SentLastMinute: 500}))
 	p = c.get("")
 	eq(t, http.StatusOK, p)
 	row := regexp.MustCompile(`(?s)<tr data-relay="relay-a">(.*?)</tr>`).FindStringSubmatch(p.body)
 	require.NotNil(t, row)
-	for _, s := range []string{"alive", "relay-host", "pid 7", "v1.4.0", ">2<", ">18<", "nats://mq:4222", "connected"} {
+	mustContain(t, p, "3521 events sent in about the last minute by the relays alive")
+	for _, s := range []string{"alive", "relay-host", "pid 7", "v1.4.0", ">2<", ">18<", ">3021<", "90210 since it started", "nats://mq:4222", "connected"} {
 		require.Contains(t, row[1], s)
 	}
 	row = regexp.MustCompile(`(?s)<tr data-relay="relay-b">(.*?)</tr>`).FindStringSubmatch(p.body)

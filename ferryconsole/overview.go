@@ -29,6 +29,9 @@ type tableSummary struct {
 	// console counts by destination: the DEAD column then counts the
 	// oldest maxListed only.
 	DeadCounted bool
+	// SentLastMinute sums what the relays alive marked SENT in about the
+	// last minute, from their heartbeats.
+	SentLastMinute int64
 	// Ref names the failure in the log when the table could not be read.
 	Ref string
 }
@@ -97,6 +100,11 @@ func (h *console) summarize(ctx context.Context, r *http.Request, kind, name str
 		return s
 	}
 	s.Report = rep
+	for _, x := range rep.Relays {
+		if x.Alive {
+			s.SentLastMinute += x.SentLastMinute
+		}
+	}
 	rows := map[string]*destinationRow{}
 	row := func(d string) *destinationRow {
 		if rows[d] == nil {

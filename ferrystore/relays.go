@@ -77,6 +77,12 @@ type RelayBeat struct {
 	// InFlight counts the events the relay had claimed and not yet
 	// settled (published and marked) at its last beat.
 	InFlight int64 `json:"in_flight"`
+	// Sent counts the events the relay marked SENT since it started, and
+	// SentLastMinute those of them it marked in about the last minute (from
+	// its beat nearest to a minute ago, or since it started when it is
+	// younger): its rate, read from the database with no metrics system.
+	Sent           int64 `json:"sent"`
+	SentLastMinute int64 `json:"sent_last_minute"`
 	// BrokerConnected says whether the relay could publish at its last
 	// beat: false while its broker connection is down or blocked, or
 	// while a broker outage holds its claims back.

@@ -199,10 +199,10 @@ func printRelays(w io.Writer, rep *ferryadmin.StatusReport) {
 		if r.Ordered {
 			mode = " ordered"
 		}
-		rows[i] = fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%d\t%d%s\t%s %s", r.ID, state, orDash(r.Host), r.PID,
+		rows[i] = fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%d\t%d\t%d%s\t%s %s", r.ID, state, orDash(r.Host), r.PID,
 			orDash(r.Version), ferryadmin.FormatAge(r.Age), ferryadmin.FormatAge(time.Since(r.StartedAt)), r.InFlight,
-			r.Lanes, mode, orDash(r.Broker), broker)
+			r.SentLastMinute, r.Lanes, mode, orDash(r.Broker), broker)
 	}
 	fmt.Fprintf(w, "\nrelays: %d alive of %d recorded\n", alive, len(rep.Relays))
-	table(w, "  ", "RELAY\tALIVE\tHOST\tPID\tVERSION\tLAST BEAT\tUPTIME\tIN FLIGHT\tLANES\tBROKER", rows)
+	table(w, "  ", "RELAY\tALIVE\tHOST\tPID\tVERSION\tLAST BEAT\tUPTIME\tIN FLIGHT\tSENT/MIN\tLANES\tBROKER", rows)
 }

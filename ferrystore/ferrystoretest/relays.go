@@ -51,7 +51,7 @@ func exerciseRelays[TTx any](t *testing.T, h Harness[TTx]) {
 		require.Empty(t, beats, "no relay has beat on a fresh table")
 
 		want := ferrystore.RelayBeat{ID: "host-a-42-x1", Host: "host-a", PID: 42, Version: "v1.2.3", Lanes: 3,
-			Ordered: true, InFlight: 7, BrokerConnected: true, Broker: "nats://broker:4222"}
+			Ordered: true, InFlight: 7, BrokerConnected: true, Broker: "nats://broker:4222", Sent: 1 << 40, SentLastMinute: 12345}
 		require.NoError(t, reg.Beat(b.ctx, want))
 		beats, err = reg.Relays(b.ctx)
 		require.NoError(t, err)
@@ -66,6 +66,7 @@ func exerciseRelays[TTx any](t *testing.T, h Harness[TTx]) {
 		// while the last beat moves on with the database clock.
 		next := want
 		next.InFlight, next.BrokerConnected, next.BrokerError, next.Ordered, next.Lanes = 0, false, "dial tcp: refused", false, 1
+		next.Sent, next.SentLastMinute = 1<<40+5, 0
 		var last ferrystore.RelayBeat
 		waitFor(t, 30*time.Second, func() bool {
 			require.NoError(t, reg.Beat(b.ctx, next))
@@ -80,6 +81,8 @@ func exerciseRelays[TTx any](t *testing.T, h Harness[TTx]) {
 		require.Equal(t, "dial tcp: refused", last.BrokerError)
 		require.False(t, last.Ordered)
 		require.Equal(t, 1, last.Lanes)
+		require.Equal(t, int64(1<<40+5), last.Sent)
+		require.Zero(t, last.SentLastMinute)
 	})
 
 	t.Run("SecretsAndSizes", func(t *testing.T) {

@@ -16,6 +16,8 @@ CREATE TABLE IF NOT EXISTS {{.RelayTable}} (
   lanes            INT          NOT NULL DEFAULT 0,
   ordered          BOOLEAN      NOT NULL DEFAULT FALSE,
   in_flight        BIGINT       NOT NULL DEFAULT 0,
+  sent             BIGINT       NOT NULL DEFAULT 0,
+  sent_last_minute BIGINT       NOT NULL DEFAULT 0,
   started_at       DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
   last_seen        DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
   PRIMARY KEY (relay_id)

@@ -16,6 +16,8 @@ CREATE TABLE IF NOT EXISTS {{.RelayTable}} (
   lanes            integer      NOT NULL DEFAULT 0,
   ordered          boolean      NOT NULL DEFAULT false,
   in_flight        bigint       NOT NULL DEFAULT 0,
+  sent             bigint       NOT NULL DEFAULT 0,
+  sent_last_minute bigint       NOT NULL DEFAULT 0,
   started_at       timestamptz  NOT NULL DEFAULT now(),
   last_seen        timestamptz  NOT NULL DEFAULT now()
 );

@@ -15,6 +15,8 @@ CREATE TABLE IF NOT EXISTS {{.RelayTable}} (
   lanes            INTEGER NOT NULL DEFAULT 0,
   ordered          INTEGER NOT NULL DEFAULT 0,
   in_flight        INTEGER NOT NULL DEFAULT 0,
+  sent             INTEGER NOT NULL DEFAULT 0,
+  sent_last_minute INTEGER NOT NULL DEFAULT 0,
   started_at       TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
   last_seen        TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now'))
 );
