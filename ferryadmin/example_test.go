@@ -282,12 +282,20 @@ func ExampleRelays() {
 	if err := relay.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
+	// The first beat is written in the background as the relay starts:
+	// poll for it, with a deadline.
 	var relays []ferryadmin.RelayInfo
-	for len(relays) == 0 { // the first beat is written as the relay starts
+	tick, deadline := time.NewTicker(10*time.Millisecond), time.After(30*time.Second)
+	defer tick.Stop()
+	for len(relays) == 0 {
 		if relays, err = ferryadmin.Relays(ctx, store, 0); err != nil {
 			log.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-tick.C:
+		case <-deadline:
+			log.Fatal("no heartbeat within 30s")
+		}
 	}
 	r := relays[0]
 	fmt.Println(r.ID, r.Version, r.Broker, "alive:", r.Alive, "broker connected:", r.BrokerConnected)
