@@ -82,6 +82,12 @@ type Store interface {
 	// index (status, available_at), takes no locks and writes nothing, so
 	// it may run every few milliseconds.
 	Ready(ctx context.Context) (bool, error)
+	// Pending reports whether any row is NEW (available now or later) or
+	// SENDING: whether a drain has anything left. Like Ready it reads at
+	// most one entry of the pending index and locks nothing, so a drain
+	// can ask it often where Stats, which counts every pending row, would
+	// cost the database as much as the relaying.
+	Pending(ctx context.Context) (bool, error)
 	// Stats counts rows by status and measures the oldest pending row.
 	Stats(ctx context.Context) (Stats, error)
 	// Get returns one row by event id, or an error wrapping

@@ -109,6 +109,7 @@ func Exercise[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("Purge", func(t *testing.T) { exercisePurge(t, h) })
 	t.Run("Stats", func(t *testing.T) { exerciseStats(t, h) })
 	t.Run("Ready", func(t *testing.T) { exerciseReady(t, h) })
+	t.Run("Pending", func(t *testing.T) { exercisePending(t, h) })
 	t.Run("Transitions", func(t *testing.T) { exerciseTransitions(t, h) })
 	t.Run("Errors", func(t *testing.T) { exerciseErrors(t, h) })
 	t.Run("Admin", func(t *testing.T) { exerciseAdmin(t, h) })

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ferrydev/ferry/ferrytype"
 )
 
 // exerciseReady checks the idle relay's probe: it sees exactly the rows a
@@ -59,5 +61,45 @@ func exerciseReady[TTx any](t *testing.T, h Harness[TTx]) {
 		rest, _ := b.claim(t, 10, false)
 		require.Len(t, rest, 1)
 		require.False(t, ready(t, b), "one event SENT, one SENDING: nothing to claim")
+	})
+}
+
+// exercisePending checks the drain's check: whether any row is NEW (now or
+// later) or SENDING, whatever else the table holds.
+func exercisePending[TTx any](t *testing.T, h Harness[TTx]) {
+	pending := func(t *testing.T, b *bundle[TTx]) bool {
+		t.Helper()
+		ok, err := b.store.Pending(b.ctx)
+		require.NoError(t, err)
+		return ok
+	}
+
+	t.Run("EmptyTableHasNothingPending", func(t *testing.T) {
+		b := setup(t, h)
+		require.False(t, pending(t, b))
+	})
+
+	t.Run("DelayedEventIsPending", func(t *testing.T) {
+		b := setup(t, h)
+		later := ev("A", "1", `{}`)
+		later.Delay = time.Hour
+		b.enqueue(t, later)
+		require.True(t, pending(t, b), "a drain waits for a delayed event")
+	})
+
+	t.Run("OnlyNewAndSendingArePending", func(t *testing.T) {
+		b := setup(t, h)
+		st := b.everyStatus(t)
+		require.True(t, pending(t, b), "NEW and SENDING rows")
+		tok := st.token[ferrytype.StatusSending]
+		_, err := b.store.MarkSent(b.ctx, tok, []string{st.id[ferrytype.StatusSending]})
+		require.NoError(t, err)
+		require.True(t, pending(t, b), "the NEW row")
+		msgs, tok := b.claim(t, 10, false)
+		require.Equal(t, []string{st.id[ferrytype.StatusNew]}, ids(msgs))
+		require.True(t, pending(t, b), "the NEW row is SENDING now")
+		_, err = b.store.MarkSent(b.ctx, tok, ids(msgs))
+		require.NoError(t, err)
+		require.False(t, pending(t, b), "SENT, DEAD and DISCARDED rows are not pending")
 	})
 }

@@ -30,7 +30,7 @@ type Outbox struct {
 	// same age.
 	purgeSentWhere, purgeDiscardedWhere string
 
-	markSent, markFailed, release, expired, purge, stats, ready, get string
+	markSent, markFailed, release, expired, purge, stats, ready, pending, get string
 	// relays are the statements of the heartbeat table, table_relay.
 	relays relayStatements
 }
@@ -79,6 +79,9 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 	// size and locks nothing.
 	o.ready = "SELECT 1 FROM " + t + " WHERE status = " + lit(ferrytype.StatusNew) +
 		" AND available_at <= " + now + " LIMIT 1"
+	// The pending index, statuses NEW and SENDING: one entry at most.
+	o.pending = "SELECT 1 FROM " + t + " WHERE status IN (" + lit(ferrytype.StatusNew) + ", " +
+		lit(ferrytype.StatusSending) + ") LIMIT 1"
 	o.get = d.Rebind("SELECT " + o.cols + " FROM " + t + " WHERE event_id = ?")
 	o.relays = newRelayStatements(d, table)
 	return o
@@ -215,16 +218,32 @@ func (o *Outbox) Stats(ctx context.Context) (ferrystore.Stats, error) {
 // Ready reports whether a NEW row is available now, reading at most one
 // entry of the pending index.
 func (o *Outbox) Ready(ctx context.Context) (bool, error) {
-	rows, err := o.pool.Query(ctx, o.ready)
+	found, err := o.any(ctx, o.ready)
 	if err != nil {
 		return false, fmt.Errorf("ready: %w", err)
 	}
-	defer rows.Close()
-	found := rows.Next()
-	if err := rows.Err(); err != nil {
-		return false, fmt.Errorf("ready: %w", err)
+	return found, nil
+}
+
+// Pending reports whether any row is NEW or SENDING, reading at most one
+// entry of the pending index.
+func (o *Outbox) Pending(ctx context.Context) (bool, error) {
+	found, err := o.any(ctx, o.pending)
+	if err != nil {
+		return false, fmt.Errorf("pending: %w", err)
 	}
 	return found, nil
+}
+
+// any reports whether query returns a row.
+func (o *Outbox) any(ctx context.Context, query string) (bool, error) {
+	rows, err := o.pool.Query(ctx, query)
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	found := rows.Next()
+	return found, rows.Err()
 }
 
 // Get returns one row by event id.
