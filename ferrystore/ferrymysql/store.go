@@ -52,6 +52,9 @@ type Store struct {
 	sqlstore.Outbox
 	sqlstore.SQLDB
 	q queries
+	// sessionReadCommitted: every session of the pool runs READ
+	// COMMITTED already (Open sets it), so claims need not set it.
+	sessionReadCommitted bool
 }
 
 var (
@@ -213,7 +216,11 @@ func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) (_ []ferryt
 	// entry, exactly where producers insert their new events; producers
 	// would wait for relays and, now and then, deadlock with them. Under
 	// READ COMMITTED the claim locks only the rows it takes.
-	tx, err := s.DB().BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	opts := &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	if s.sessionReadCommitted {
+		opts = nil // one round trip less: the session's level is the one
+	}
+	tx, err := s.DB().BeginTx(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("claim: begin: %w", err)
 	}

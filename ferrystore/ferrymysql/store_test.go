@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
@@ -74,4 +75,63 @@ func TestKeysConformance(t *testing.T) {
 			return s
 		},
 	})
+}
+
+// opened is a store of ferrymysql.Open on a fresh migrated table: its
+// pool's sessions run READ COMMITTED, so its claims skip the per-claim
+// isolation statement.
+func opened(t *testing.T) *ferrymysql.Store {
+	t.Helper()
+	ctx := testsvc.Context(t, time.Minute)
+	testsvc.MySQL(t) // skips or fails the test when MariaDB is not reachable
+	s, err := ferrymysql.Open(ctx, testsvc.URL(testsvc.EnvMySQL), &ferrymysql.Config{Table: testsvc.Name("ft_")})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	testsvc.Migrated(t, s, func(q string) error { _, err := s.DB().Exec(q); return err })
+	return s
+}
+
+// TestConformanceOpened runs the whole suite on a store of Open, whose
+// claims rely on the session's isolation level. Producers write through
+// an application's pool (REPEATABLE READ), as in production: the claims
+// must still never conflict with them.
+func TestConformanceOpened(t *testing.T) {
+	h := harness
+	h.New = func(t *testing.T) ferrystore.Driver[*sql.Tx] { return opened(t) }
+	h.Begin = func(ctx context.Context, t *testing.T, _ ferrystore.Driver[*sql.Tx]) (*sql.Tx, func() error, func() error) {
+		tx, err := testsvc.MySQL(t).BeginTx(ctx, nil)
+		require.NoError(t, err)
+		return tx, tx.Commit, tx.Rollback
+	}
+	ferrystoretest.Exercise(t, h)
+}
+
+// TestOpenSessionsReadCommitted checks every connection of an opened
+// store's pool, not only the first: each runs READ COMMITTED, while the
+// application's pool keeps the server's default.
+func TestOpenSessionsReadCommitted(t *testing.T) {
+	s := opened(t)
+	ctx := testsvc.Context(t, time.Minute)
+	level := func(c *sql.Conn) string {
+		var v string
+		err := c.QueryRowContext(ctx, "SELECT @@SESSION.transaction_isolation").Scan(&v)
+		if err != nil { // MariaDB before 11.1 names it tx_isolation
+			require.NoError(t, c.QueryRowContext(ctx, "SELECT @@SESSION.tx_isolation").Scan(&v))
+		}
+		return v
+	}
+	var conns []*sql.Conn
+	for range 4 {
+		c, err := s.DB().Conn(ctx)
+		require.NoError(t, err)
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		require.Equal(t, "READ-COMMITTED", level(c))
+		require.NoError(t, c.Close())
+	}
+	app, err := testsvc.MySQL(t).Conn(ctx)
+	require.NoError(t, err)
+	defer app.Close()
+	require.Equal(t, "REPEATABLE-READ", level(app))
 }

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx" for database/sql
 	"github.com/nats-io/nats.go"
@@ -91,16 +92,30 @@ var (
 	mysqlErr  error
 )
 
-// MySQL returns a shared pool on the test MariaDB/MySQL database.
+// MySQL returns a shared pool on the test MariaDB/MySQL database, opened
+// as an application opens it: its sessions keep the server's default
+// isolation level (REPEATABLE READ), unlike the pool of ferrymysql.Open.
 func MySQL(t testing.TB) *sql.DB {
 	t.Helper()
 	mysqlOnce.Do(func() {
-		s, err := ferrymysql.Open(context.Background(), URL(EnvMySQL), nil)
+		cfg, err := ferrymysql.ParseURL(URL(EnvMySQL))
 		if err != nil {
 			mysqlErr = err
 			return
 		}
-		mysqlDB = s.DB()
+		conn, err := mysql.NewConnector(cfg)
+		if err != nil {
+			mysqlErr = err
+			return
+		}
+		db := sql.OpenDB(conn)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if mysqlErr = db.PingContext(ctx); mysqlErr != nil {
+			db.Close()
+			return
+		}
+		mysqlDB = db
 		mysqlDB.SetMaxOpenConns(64)
 	})
 	if mysqlErr != nil {
