@@ -286,10 +286,15 @@ type Relay struct {
 	wg       sync.WaitGroup
 	bgWG     sync.WaitGroup
 
-	kick      chan struct{} // one token wakes one lane
-	active    atomic.Int64  // lanes inside a cycle
-	lastRing  atomic.Int64  // unix nanos of the last wake-up signal
-	missDelay atomic.Int64  // next re-poll delay after a signalled miss
+	kick     chan struct{} // one token wakes one lane
+	active   atomic.Int64  // lanes inside a cycle
+	claiming atomic.Int64  // lanes inside a claim
+	// heldBack is set when an ordered claim, woken by the probe while
+	// another lane's batch was in flight, found nothing: the ready events
+	// wait for that batch. The probe then waits for the lanes to go idle.
+	heldBack  atomic.Bool
+	lastRing  atomic.Int64 // unix nanos of the last wake-up signal
+	missDelay atomic.Int64 // next re-poll delay after a signalled miss
 
 	// registry is the store's heartbeat table, nil when the relay does
 	// not beat.
@@ -526,16 +531,20 @@ func (r *Relay) ring() {
 	r.kickOne()
 }
 
-// poller looks for events while the lanes are idle. While a lane is in a
-// cycle it makes no query: a lane that finds events claims again at once.
-// Otherwise it probes the store (Store.Ready) and wakes one lane when
-// events are ready. The interval starts at MinPollInterval and grows by a
-// quarter at each look that is not followed by claimed events, up to
-// PollInterval; any claimed event brings it back. So an idle relay makes
-// about one query per PollInterval, and a busy one notices new events
-// within a few milliseconds of its lanes running dry. A probe that finds
-// events a claim cannot take (an ordered claim held back by an earlier
-// event) still lengthens the interval.
+// poller looks for events for the lanes that are idle. While a lane is
+// claiming, or no lane is idle, it makes no query: a lane that finds
+// events claims again at once. Otherwise it probes the store
+// (Store.Ready) and wakes one idle lane when events are ready, so events
+// committed while one lane publishes its batch are claimed by another
+// lane, not after that batch's publish and mark. The interval starts at
+// MinPollInterval and grows by a quarter at each look that is not
+// followed by claimed events, up to PollInterval; any claimed event
+// brings it back. So an idle relay makes about one query per
+// PollInterval, and a busy one notices new events within a few
+// milliseconds. A probe that finds events a claim cannot take (an ordered
+// claim held back by an earlier event in flight) still lengthens the
+// interval, and until the lanes are all idle again the probe leaves the
+// idle lanes be while a batch is in flight.
 func (r *Relay) poller() {
 	fast := r.cfg.MinPollInterval
 	d := fast
@@ -554,8 +563,16 @@ func (r *Relay) poller() {
 			d = min(d+max(d/4, 100*time.Microsecond), r.cfg.PollInterval)
 		}
 		t.Reset(d)
-		if r.active.Load() > 0 {
+		active := r.active.Load()
+		switch {
+		case r.claiming.Load() > 0:
 			continue // a lane is looking already
+		case active >= int64(r.cfg.Lanes):
+			continue // no lane is free to claim
+		case active == 0:
+			r.heldBack.Store(false)
+		case r.heldBack.Load():
+			continue // the ready events wait for the batch in flight
 		}
 		if r.brokerDown() {
 			continue // nothing could be published: no probe, no claim
@@ -646,8 +663,11 @@ func (r *Relay) lane() {
 				return
 			default:
 			}
-			r.active.Add(1)
+			busy := r.active.Add(1) > 1
 			n, err := r.cycle()
+			if err == nil && n == 0 && busy && r.cfg.Ordered {
+				r.heldBack.Store(true) // before this lane counts as idle
+			}
 			r.active.Add(-1)
 			if err != nil {
 				r.c.errors.Add(1)
@@ -701,6 +721,7 @@ func (r *Relay) cycle() (int, error) {
 	token := sqlutil.NewToken()
 	start := time.Now()
 	var malformed int64
+	r.claiming.Add(1)
 	msgs, err := r.store.Claim(ctx, ferrystore.ClaimParams{
 		Limit: r.cfg.BatchSize, Token: token, Lease: r.cfg.Lease, Ordered: r.cfg.Ordered,
 		Malformed: func(id string, reason error) {
@@ -708,6 +729,7 @@ func (r *Relay) cycle() (int, error) {
 			r.log.Warn("malformed outbox row recorded DEAD; it is never published", "event_id", id, "error", reason)
 		},
 	})
+	r.claiming.Add(-1)
 	if err != nil {
 		return 0, err
 	}

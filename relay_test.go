@@ -568,6 +568,100 @@ func TestRelayProbeFindsEventsOfAnotherProcess(t *testing.T) {
 	}
 }
 
+// holdFirstBatch is a FaultPoint that holds the relay's first claimed
+// batch after its claim until release is closed; held is closed once it
+// holds it.
+func holdFirstBatch() (fault func(context.Context, string) error, held, release chan struct{}) {
+	held, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	return func(ctx context.Context, point string) error {
+		if point != ferry.FaultAfterClaim {
+			return nil
+		}
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			close(held)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	}, held, release
+}
+
+// TestRelayClaimsWhileABatchIsInFlight: an event committed while one lane
+// holds its batch (publishing, marking) is claimed and sent by another
+// lane, found by the probe alone, without waiting for that batch.
+func TestRelayClaimsWhileABatchIsInFlight(t *testing.T) {
+	for _, kind := range []string{"mysql", "postgres", "sqlite"} {
+		t.Run(kind, func(t *testing.T) {
+			b := setupRelay(t, kind)
+			fault, held, release := holdFirstBatch()
+			defer func() {
+				select {
+				case <-release:
+				default:
+					close(release)
+				}
+			}()
+			r, err := ferry.NewRelay(b.st.Driver, b.publisher(t), &ferry.RelayConfig{Lanes: 2, DisableListen: true, FaultPoint: fault})
+			require.NoError(t, err)
+			require.NoError(t, r.Start(b.ctx))
+			t.Cleanup(func() { _ = r.Stop(context.Background()) })
+			first := b.enqueue(t, 1, func(int) string { return "a" })[0]
+			receive(t, held, 10*time.Second, "the first batch held")
+			second := b.enqueue(t, 1, func(int) string { return "b" })[0]
+			testsvc.WaitFor(t, 10*time.Second, func() bool { return r.Stats().Confirmed == 1 },
+				func() string { return fmt.Sprintf("the second event was not sent while the first batch was held: %+v", r.Stats()) })
+			row, err := b.st.Driver.Get(b.ctx, second)
+			require.NoError(t, err)
+			require.Equal(t, ferrytype.StatusSent, row.Status)
+			row, err = b.st.Driver.Get(b.ctx, first)
+			require.NoError(t, err)
+			require.Equal(t, ferrytype.StatusSending, row.Status, "the first batch is still held")
+			close(release)
+			testsvc.WaitFor(t, 10*time.Second, func() bool { return r.Stats().Confirmed == 2 },
+				func() string { return fmt.Sprintf("%+v", r.Stats()) })
+		})
+	}
+}
+
+// TestRelayOrderedProbeWaitsForTheBatchInFlight: in ordered mode, events
+// ready behind an event in flight cannot be claimed; once a claim found
+// that, the idle lanes are left alone until the batch is settled, instead
+// of claiming in vain at every probe.
+func TestRelayOrderedProbeWaitsForTheBatchInFlight(t *testing.T) {
+	b := setupRelay(t, "mysql")
+	cs := &countingStore{Driver: b.st.Driver, claims: make(chan time.Time, 1000), claimed: make(chan int, 1000)}
+	fault, held, release := holdFirstBatch()
+	r, err := ferry.NewRelay(cs, b.publisher(t), &ferry.RelayConfig{Lanes: 2, Ordered: true, DisableListen: true, FaultPoint: fault})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(b.ctx))
+	t.Cleanup(func() { _ = r.Stop(context.Background()) })
+	require.Zero(t, receive(t, cs.claimed, 10*time.Second, "claim at start"))
+	ids := b.enqueue(t, 3, func(int) string { return "one" })
+	receive(t, held, 10*time.Second, "the first batch held")
+	require.Equal(t, 1, receive(t, cs.claimed, 10*time.Second, "the held claim"))
+	// The probe sees events 2 and 3 ready and wakes the idle lane, whose
+	// ordered claim finds them held back by event 1.
+	require.Zero(t, receive(t, cs.claimed, 10*time.Second, "a claim held back by event 1"))
+	// Hold the batch for a while: a relay that kept trying would claim
+	// about every few milliseconds. Fewer claims on a slow machine only
+	// make the check easier.
+	time.Sleep(300 * time.Millisecond)
+	require.LessOrEqual(t, len(cs.claimed), 2, "claims in vain while event 1 was in flight")
+	close(release)
+	testsvc.WaitFor(t, 10*time.Second, func() bool { return r.Stats().Confirmed == 3 },
+		func() string { return fmt.Sprintf("%+v", r.Stats()) })
+	for _, id := range ids {
+		row, err := b.st.Driver.Get(b.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, ferrytype.StatusSent, row.Status)
+	}
+}
+
 func TestRelayWakesOnEnqueueBeforeCommit(t *testing.T) {
 	b := setupRelay(t, "mysql") // SQLite would block the look on the writer's lock until the commit
 	wake := ferry.NewWakeup()
