@@ -75,6 +75,7 @@ embedded NATS server.`,
 	fl.BoolVar(&f.json, "json", false, "print JSON")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	fl.IntVar(&f.cfg.Events, "events", 20000, "events per drain")
+	fl.IntVar(&f.cfg.Aggregates, "aggregates", bench.DefaultAggregates, "aggregates the drained events belong to (what an ordered drain can claim at once)")
 	fl.IntVar(&f.cfg.Repeat, "repeat", 3, "runs per throughput figure; the median is reported")
 	fl.IntVar(&f.cfg.Batch, "batch-size", 100, "events per claim")
 	fl.IntVar(&f.cfg.Window, "window", 1000, "raw publisher's outstanding confirms")

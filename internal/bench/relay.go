@@ -68,16 +68,16 @@ type RelaySpec struct {
 }
 
 // Drain measures the relay: spec.Relays relays, each with its own
-// publisher, drain n pre-filled events (2,000 aggregates' worth of ten
-// events each in ordered mode) to the broker. It returns events per
+// publisher, drain n pre-filled events (of t.Aggregates aggregates, which
+// matter in ordered mode) to the broker. It returns events per
 // second from start to the last confirm.
 func Drain(ctx context.Context, t *Target, b *Broker, n int, spec RelaySpec) (float64, error) {
 	d, err := drainInProcess(ctx, t, b, n, spec, newMeter("", ""))
 	return d.Rate, err
 }
 
-// prepare empties the outbox and the destination and fills n events (ten
-// per aggregate).
+// prepare empties the outbox and the destination and fills n events of
+// t's aggregates, round robin.
 func prepare(ctx context.Context, t *Target, b *Broker, n int) error {
 	if err := t.truncate(ctx); err != nil {
 		return err
@@ -85,7 +85,7 @@ func prepare(ctx context.Context, t *Target, b *Broker, n int) error {
 	if err := b.Purge(ctx); err != nil {
 		return err
 	}
-	aggregates := max(n/10, 1)
+	aggregates := t.aggregates(n)
 	return t.fill(ctx, n, b.Dest, func(i int) string { return fmt.Sprint(i % aggregates) })
 }
 

@@ -137,7 +137,7 @@ func (r *Report) targets() []Ratio {
 		how+"; the target is for PostgreSQL → RabbitMQ quorum")
 	o, okO := largest(deployed, true)
 	add("ordered / unordered, "+relays, o.Rate/max(f.Rate, 1e-9), okO && okF && o.Relays == f.Relays, 0.6, false,
-		how+fmt.Sprintf("; %d aggregates", max(r.Events/10, 1)))
+		how+fmt.Sprintf("; %d aggregates", max(min(r.Aggregates, r.Events), 1)))
 	f8, ok8 := figureOf(deployed, 8, false)
 	f4, ok4 := figureOf(deployed, 4, false)
 	note := how

@@ -45,6 +45,8 @@ type Config struct {
 	Scenarios []string
 	// Events drained by the raw and relay scenarios. Default 20,000.
 	Events int
+	// Aggregates the drained events belong to. Default 1,000.
+	Aggregates int
 	// Repeat runs each throughput figure this often and reports the
 	// median. Default 3.
 	Repeat int
@@ -91,6 +93,7 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	def(&c.Events, 20000)
+	def(&c.Aggregates, DefaultAggregates)
 	def(&c.Repeat, 3)
 	def(&c.Batch, 100)
 	def(&c.Window, 1000)
@@ -146,8 +149,10 @@ type Report struct {
 	Database string    `json:"database"`
 	Broker   string    `json:"broker,omitempty"`
 	Events   int       `json:"events"`
-	Batch    int       `json:"batch"`
-	Repeat   int       `json:"repeat"`
+	// Aggregates the drained events belong to.
+	Aggregates int `json:"aggregates"`
+	Batch      int `json:"batch"`
+	Repeat     int `json:"repeat"`
 
 	// RawBroker: messages/s published with confirms by the client alone.
 	RawBroker float64 `json:"raw_broker_per_second,omitempty"`
@@ -194,13 +199,14 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	if needBroker && cfg.BrokerURL == "" {
 		return nil, fmt.Errorf("%w: the raw-broker, relay, plain and live scenarios need a broker: set --broker-url", ferrytype.ErrInvalidConfig)
 	}
-	rep := &Report{Date: time.Now().UTC(), Go: runtime.Version(), CPUs: runtime.NumCPU(), Events: cfg.Events, Batch: cfg.Batch, Repeat: cfg.Repeat}
+	rep := &Report{Date: time.Now().UTC(), Go: runtime.Version(), CPUs: runtime.NumCPU(), Events: cfg.Events, Aggregates: cfg.Aggregates, Batch: cfg.Batch, Repeat: cfg.Repeat}
 	name := "ferry_bench_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
 	t, err := OpenTarget(ctx, cfg.DatabaseURL, name)
 	if err != nil {
 		return nil, err
 	}
 	defer t.Close()
+	t.Aggregates = cfg.Aggregates
 	rep.Database = t.Dialect + " " + t.version(ctx)
 	var b *Broker
 	if needBroker {
@@ -440,7 +446,7 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.Broker != "" {
 		fmt.Fprintf(w, "broker:   %s\n", r.Broker)
 	}
-	fmt.Fprintf(w, "%d events per drain, batch %d, median of %d\n\n", r.Events, r.Batch, r.Repeat)
+	fmt.Fprintf(w, "%d events per drain (%d aggregates), batch %d, median of %d\n\n", r.Events, max(min(r.Aggregates, r.Events), 1), r.Batch, r.Repeat)
 	row := func(name, value string) { fmt.Fprintf(w, "  %-66s %14s\n", name, value) }
 	per := func(v float64, unit string) string { return fmt.Sprintf("%.0f %s", v, unit) }
 	if r.RawBroker > 0 || r.RawDB > 0 || len(r.Relay) > 0 {

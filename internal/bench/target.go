@@ -31,12 +31,27 @@ type Target struct {
 	DB *sql.DB
 	// Driver writes events in *sql.Tx transactions of DB.
 	Driver ferrystore.Driver[*sql.Tx]
+	// Aggregates the drains' events belong to, round robin: what an
+	// ordered drain can claim at once. Default 1,000.
+	Aggregates int
 
 	name   string // prefix of every table the bench creates
 	url    string // the database URL, for relays in their own processes
 	closes []func()
 	tables []string // tables to drop on Close, in order
 }
+
+// aggregates is how many aggregates n drained events belong to.
+func (t *Target) aggregates(n int) int {
+	a := t.Aggregates
+	if a <= 0 {
+		a = DefaultAggregates
+	}
+	return max(min(a, n), 1)
+}
+
+// DefaultAggregates is the drains' default number of aggregates.
+const DefaultAggregates = 1000
 
 // OpenTarget opens the database at rawURL (mysql://, postgres://, sqlite:)
 // and creates an outbox table named after prefix, which Close drops again.
