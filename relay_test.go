@@ -614,7 +614,9 @@ func TestRelayClaimsWhileABatchIsInFlight(t *testing.T) {
 			receive(t, held, 10*time.Second, "the first batch held")
 			second := b.enqueue(t, 1, func(int) string { return "b" })[0]
 			testsvc.WaitFor(t, 10*time.Second, func() bool { return r.Stats().Confirmed == 1 },
-				func() string { return fmt.Sprintf("the second event was not sent while the first batch was held: %+v", r.Stats()) })
+				func() string {
+					return fmt.Sprintf("the second event was not sent while the first batch was held: %+v", r.Stats())
+				})
 			row, err := b.st.Driver.Get(b.ctx, second)
 			require.NoError(t, err)
 			require.Equal(t, ferrytype.StatusSent, row.Status)

@@ -108,15 +108,22 @@ func buildQueries(table string) queries {
 	// (and so skips) the subquery's rows is an optimizer detail, so the
 	// ordered claim re-checks its candidates with orderCheck, a plain
 	// consistent read, before it updates them.
-	q.claimSelectOrdered = "SELECT " + claimCols + " FROM " + t + " e" +
+	//
+	// Each candidate's check must be one lookup of idx_aggregate. Left to
+	// itself, MariaDB materialises the subquery instead: every row of the
+	// table not SENT, read on every claim (37 ms a claim on a 20,000-row
+	// drain, against 1.6 ms). So materialization is off for the statement
+	// on MariaDB (/*M! ... */), and MySQL 8 is told not to turn the NOT
+	// EXISTS into an antijoin (/*+ NO_SEMIJOIN() */, a comment to MariaDB).
+	q.claimSelectOrdered = "/*M! SET STATEMENT optimizer_switch='materialization=off' FOR */ SELECT " + claimCols + " FROM " + t + " e" +
 		" WHERE e.status = 'NEW' AND e.available_at <= NOW(6)" +
-		" AND NOT EXISTS (SELECT 1 FROM " + t + " p WHERE p.aggregate_type = e.aggregate_type" +
-		" AND p.aggregate_id = e.aggregate_id AND p.aggregate_seq < e.aggregate_seq AND p.status NOT IN ('SENT', 'DISCARDED'))" +
+		" AND NOT EXISTS (SELECT /*+ NO_SEMIJOIN() */ 1 FROM " + t + " p WHERE " + sqlstore.HeldBack + ")" +
 		" ORDER BY e.available_at, e.event_id LIMIT ? FOR UPDATE SKIP LOCKED"
-	q.orderCheck = "SELECT DISTINCT e.event_id FROM " + t + " e JOIN " + t + " p" +
-		" ON p.aggregate_type = e.aggregate_type AND p.aggregate_id = e.aggregate_id" +
-		" AND p.aggregate_seq < e.aggregate_seq AND p.status NOT IN ('SENT', 'DISCARDED')" +
-		" WHERE "
+	// The candidates by the primary key first, then each one's
+	// predecessor in idx_aggregate: a fixed plan, whatever the table's
+	// statistics say after a bulk load (seen at 300 ms a check otherwise).
+	q.orderCheck = "SELECT STRAIGHT_JOIN DISTINCT e.event_id FROM " + t + " e FORCE INDEX (PRIMARY)" +
+		" JOIN " + t + " p FORCE INDEX (idx_aggregate) ON " + sqlstore.HeldBack + " WHERE "
 	q.claimUpdate = dialect{}.Update() + t + " SET status = 'SENDING', lease_token = ?," +
 		" locked_until = NOW(6) + INTERVAL ? MICROSECOND, attempts = attempts + 1" +
 		" WHERE status = 'NEW' AND "

@@ -161,8 +161,7 @@ func buildQueries(table string) queries {
 	// plain read of the statement's snapshot, in which an earlier event
 	// whose claim is not yet committed still shows as NEW: conservative.
 	q.claimOrdered = "WITH c AS (SELECT e.event_id FROM " + t + " e WHERE e.status = 'NEW' AND e.available_at <= now()" +
-		" AND NOT EXISTS (SELECT 1 FROM " + t + " p WHERE p.aggregate_type = e.aggregate_type" +
-		" AND p.aggregate_id = e.aggregate_id AND p.aggregate_seq < e.aggregate_seq AND p.status NOT IN ('SENT', 'DISCARDED'))" +
+		" AND NOT EXISTS (SELECT 1 FROM " + t + " p WHERE " + sqlstore.HeldBack + ")" +
 		" ORDER BY e.available_at, e.event_id LIMIT $1 FOR UPDATE OF e SKIP LOCKED)" + update
 	// TransitionFailRetry or TransitionFailDead, all rows in one
 	// statement, by the primary key; RETURNING says which rows changed.

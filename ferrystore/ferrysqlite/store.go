@@ -89,8 +89,7 @@ func buildQueries(table string) queries {
 	q.claim = update + "SELECT event_id FROM " + t + " WHERE status = 'NEW' AND available_at <= " + now +
 		" ORDER BY available_at, event_id LIMIT ?)" + returning
 	q.claimOrdered = update + "SELECT e.event_id FROM " + t + " e WHERE e.status = 'NEW' AND e.available_at <= " + now +
-		" AND NOT EXISTS (SELECT 1 FROM " + t + " p WHERE p.aggregate_type = e.aggregate_type" +
-		" AND p.aggregate_id = e.aggregate_id AND p.aggregate_seq < e.aggregate_seq AND p.status NOT IN ('SENT', 'DISCARDED'))" +
+		" AND NOT EXISTS (SELECT 1 FROM " + t + " p WHERE " + sqlstore.HeldBack + ")" +
 		" ORDER BY e.available_at, e.event_id LIMIT ?)" + returning
 	q.seqUpsert = "INSERT INTO " + seq + " (aggregate_type, aggregate_id, last_seq) VALUES (?, ?, ?)" +
 		" ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_seq = last_seq + excluded.last_seq RETURNING last_seq"

@@ -2,6 +2,7 @@ package ferrystoretest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -29,6 +30,29 @@ func exerciseOrderedClaim[TTx any](t *testing.T, h Harness[TTx]) {
 		require.Empty(t, again, "a DEAD event blocks its aggregate")
 		unordered, _ := b.claim(t, 10, false)
 		require.Equal(t, []string{a[2]}, ids(unordered), "unordered claims ignore order")
+	})
+
+	t.Run("OrderedClaimLooksAtThePredecessorOnly", func(t *testing.T) {
+		b := setup(t, h)
+		a := b.enqueue(t, ev("Created", "A", `{}`), ev("Paid", "A", `{}`), ev("Shipped", "A", `{}`))
+		for _, want := range a[:2] {
+			msgs, token := b.claim(t, 10, true)
+			require.Equal(t, []string{want}, ids(msgs))
+			n, err := b.store.MarkSent(b.ctx, token, ids(msgs))
+			require.NoError(t, err)
+			require.Equal(t, int64(1), n)
+		}
+		// A's first two events are SENT and purged: a missing predecessor
+		// holds nothing back.
+		var purged int64
+		waitFor(t, 10*time.Second, func() bool {
+			n, err := b.store.PurgeSent(b.ctx, time.Millisecond, 10)
+			require.NoError(t, err)
+			purged += n
+			return purged == 2
+		})
+		msgs, _ := b.claim(t, 10, true)
+		require.Equal(t, []string{a[2]}, ids(msgs))
 	})
 
 	if h.LockRow != nil {

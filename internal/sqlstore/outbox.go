@@ -353,3 +353,14 @@ func Report(p ferrystore.ClaimParams, bad []Malformed) {
 		p.Malformed(b.ID, b.Reason)
 	}
 }
+
+// HeldBack is the condition, on an outbox row p, that holds back the
+// ordered claim of the row e: p is the event just before e in e's
+// aggregate and is neither SENT nor DISCARDED. Ordered relays send an
+// aggregate's events one at a time in sequence order, so the event just
+// before e is SENT only once every earlier one is, and checking it alone
+// costs one index entry per candidate however long the aggregate's
+// history of retained SENT rows. A missing predecessor (purged, or never
+// numbered: sequence 0) holds nothing back.
+const HeldBack = "p.aggregate_type = e.aggregate_type AND p.aggregate_id = e.aggregate_id" +
+	" AND p.aggregate_seq = e.aggregate_seq - 1 AND p.aggregate_seq > 0 AND p.status NOT IN ('SENT', 'DISCARDED')"
