@@ -49,6 +49,9 @@ measured side by side do not):
               commit → delivery at a consumer, p50 / p99 / max, for a relay in
               the bench's process, a ferry relay process with default
               settings, and the plain relay polling every 10ms
+  idle        a ferry relay process with default settings on an empty table:
+              the statements the database server counts per second and the
+              relay's CPU, over --idle-for (the only client of the server)
   producer    business tx alone, with a hand-written outbox INSERT, with EnqueueTx
   inbox       the seed's points award bare and inside the inbox, 1 and 8 workers
   claim       claim latency on an empty outbox and with --retained SENT rows
@@ -83,6 +86,7 @@ embedded NATS server.`,
 	fl.IntVar(&f.cfg.Lanes, "lanes", 0, "lanes per relay (0: the relay's default)")
 	fl.IntVar(&f.cfg.LiveRate, "live-rate", 1000, "events per second committed in the live scenario")
 	fl.DurationVar(&f.cfg.LiveFor, "live-for", 10*time.Second, "length of the live scenario")
+	fl.DurationVar(&f.cfg.IdleFor, "idle-for", 20*time.Second, "length of the idle scenario's window")
 	fl.IntVar(&f.cfg.Retained, "retained", 1000000, "SENT rows retained in the claim scenario")
 	fl.StringVar(&f.cfg.QueueType, "queue-type", "quorum", "RabbitMQ queue type: quorum or classic")
 	fl.StringVar(&f.relayBinary, "relay-binary", "", `ferry binary run as relay processes (default: this one; "none" skips those figures)`)

@@ -117,7 +117,19 @@ func (r *Report) targets() []Ratio {
 		}
 		return float64(lp.P99) / float64(pl.P99)
 	}(), lp != nil && pl != nil && pl.P99 > 0, 1, true, "")
-	add("idle relay: queries/s and CPU", 0, false, 0, false, "not measured by ferry bench (target ≤ 20 queries/s, ≤ 1% of a core)")
+	idleQ := r.Idle != nil && r.Idle.QueriesPerSecond != nil
+	add("idle ferry relay process: queries/s", func() float64 {
+		if !idleQ {
+			return 0
+		}
+		return *r.Idle.QueriesPerSecond
+	}(), idleQ, 20, true, "counted by the database server")
+	add("idle ferry relay process: % of a core", func() float64 {
+		if r.Idle == nil {
+			return 0
+		}
+		return r.Idle.CPUPercent
+	}(), r.Idle != nil, 1, true, "")
 	// The targets are set for 4 relays; other counts stand in when 4 did
 	// not run.
 	f, okF := figureOf(deployed, 4, false)

@@ -30,13 +30,14 @@ const (
 	ScenarioRelay     = "relay"
 	ScenarioPlain     = "plain"
 	ScenarioLive      = "live"
+	ScenarioIdle      = "idle"
 	ScenarioProducer  = "producer"
 	ScenarioInbox     = "inbox"
 	ScenarioClaim     = "claim"
 )
 
 // AllScenarios lists every scenario.
-var AllScenarios = []string{ScenarioRawBroker, ScenarioRawDB, ScenarioRelay, ScenarioPlain, ScenarioLive, ScenarioProducer, ScenarioInbox, ScenarioClaim}
+var AllScenarios = []string{ScenarioRawBroker, ScenarioRawDB, ScenarioRelay, ScenarioPlain, ScenarioLive, ScenarioIdle, ScenarioProducer, ScenarioInbox, ScenarioClaim}
 
 // Config configures a run. Zero values take the defaults.
 type Config struct {
@@ -62,6 +63,8 @@ type Config struct {
 	// 1,000/s for 10s.
 	LiveRate int
 	LiveFor  time.Duration
+	// IdleFor is the idle scenario's window. Default 20s.
+	IdleFor time.Duration
 	// Retained SENT rows for the claim scenario. Default 1,000,000.
 	Retained int
 	// ClaimRounds is how many claims each claim latency is measured
@@ -102,6 +105,9 @@ func (c Config) withDefaults() Config {
 	def(&c.ClaimRounds, 200)
 	def(&c.ProducerTxs, 3000)
 	def(&c.InboxOps, 4000)
+	if c.IdleFor <= 0 {
+		c.IdleFor = 20 * time.Second
+	}
 	if c.LiveFor <= 0 {
 		c.LiveFor = 10 * time.Second
 	}
@@ -172,6 +178,9 @@ type Report struct {
 	Live        *LiveResult `json:"live,omitempty"`
 	LiveProcess *LiveResult `json:"live_process,omitempty"`
 	LivePlain   *LiveResult `json:"live_plain,omitempty"`
+	// Idle is a ferry relay process with default settings on an empty
+	// table.
+	Idle *IdleResult `json:"idle,omitempty"`
 	// Skipped says why figures were not measured.
 	Skipped  []string         `json:"skipped,omitempty"`
 	Producer []ProducerResult `json:"producer,omitempty"`
@@ -195,7 +204,8 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		}
 	}
 	want := func(s string) bool { return slices.Contains(cfg.Scenarios, s) }
-	needBroker := want(ScenarioRawBroker) || want(ScenarioRelay) || want(ScenarioPlain) || want(ScenarioLive)
+	needBroker := want(ScenarioRawBroker) || want(ScenarioRelay) || want(ScenarioPlain) || want(ScenarioLive) ||
+		(want(ScenarioIdle) && cfg.RelayBinary != "")
 	if needBroker && cfg.BrokerURL == "" {
 		return nil, fmt.Errorf("%w: the raw-broker, relay, plain and live scenarios need a broker: set --broker-url", ferrytype.ErrInvalidConfig)
 	}
@@ -229,7 +239,12 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		slices.Sort(got)
 		return got[len(got)/2], nil
 	}
-	maxRelays := slices.Max(cfg.Relays)
+	// The raw claim+mark loops: as many as the relays the targets are
+	// set for (4) when they run, else the most relays.
+	rawLoops := slices.Max(cfg.Relays)
+	if slices.Contains(cfg.Relays, 4) {
+		rawLoops = 4
+	}
 	m := newMeter(cfg.DatabaseURL, cfg.BrokerURL)
 	// drains runs a drain Repeat times and keeps the run with the median rate.
 	drains := func(fn func() (drainRun, error)) (drainRun, error) {
@@ -264,11 +279,11 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		say("raw broker: %.0f msg/s (window %d)", rep.RawBroker, cfg.Window)
 	}
 	if want(ScenarioRawDB) {
-		rep.RawLoops = maxRelays
-		if rep.RawDB, err = median(func() (float64, error) { return RawDB(ctx, t, cfg.Events, maxRelays, cfg.Batch) }); err != nil {
+		rep.RawLoops = rawLoops
+		if rep.RawDB, err = median(func() (float64, error) { return RawDB(ctx, t, cfg.Events, rawLoops, cfg.Batch) }); err != nil {
 			return rep.partial(), fmt.Errorf("raw database: %w", err)
 		}
-		say("raw claim+mark: %.0f events/s (%d loops, batch %d)", rep.RawDB, maxRelays, cfg.Batch)
+		say("raw claim+mark: %.0f events/s (%d loops, batch %d)", rep.RawDB, rawLoops, cfg.Batch)
 	}
 	if want(ScenarioRelay) {
 		for _, ordered := range []bool{false, true} {
@@ -327,6 +342,14 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		}
 		rep.LivePlain = &l
 		sayLive(l)
+	}
+	if want(ScenarioIdle) && cfg.RelayBinary != "" {
+		idle, err := idleProcess(ctx, t, b, cfg.RelayBinary, cfg.RelayEnv, cfg.IdleFor)
+		if err != nil {
+			return rep.partial(), fmt.Errorf("idle: %w", err)
+		}
+		rep.Idle = &idle
+		say("idle ferry relay process: %s", idle)
 	}
 	if want(ScenarioProducer) {
 		for _, w := range []int{1, 16} {
