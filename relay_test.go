@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
@@ -662,6 +663,42 @@ func TestRelayOrderedProbeWaitsForTheBatchInFlight(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, ferrytype.StatusSent, row.Status)
 	}
+}
+
+// TestRelaysOnASmallPgxPoolAllProgress: relays sharing one pgx pool
+// listen on connections of their own, so more relays than the pool has
+// connections still claim and mark (each used to pin a pool connection
+// in LISTEN: with three relays on two connections, nothing moved).
+func TestRelaysOnASmallPgxPoolAllProgress(t *testing.T) {
+	b := setupRelay(t, "postgres")
+	cfg, err := pgxpool.ParseConfig(testsvc.URL(testsvc.EnvPostgres))
+	require.NoError(t, err)
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	store, err := ferrypg.New(pool, &ferrypg.Config{Table: b.st.Driver.Table()})
+	require.NoError(t, err)
+	var relays []*ferry.Relay
+	for range 3 {
+		r, err := ferry.NewRelay(store, b.publisher(t), nil)
+		require.NoError(t, err)
+		require.NoError(t, r.Start(b.ctx))
+		t.Cleanup(func() {
+			// Bounded: a relay starved of connections would never stop.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = r.Stop(ctx)
+		})
+		relays = append(relays, r)
+	}
+	b.enqueue(t, 300, func(i int) string { return fmt.Sprint(i) })
+	b.waitSettled(t, time.Minute)
+	var sent int64
+	for _, r := range relays {
+		sent += r.Stats().Confirmed
+	}
+	require.Equal(t, int64(300), sent)
 }
 
 func TestRelayWakesOnEnqueueBeforeCommit(t *testing.T) {

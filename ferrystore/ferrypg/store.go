@@ -95,12 +95,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 		return nil, err
 	}
 	c.listen = func(ctx context.Context, fn func(*pgx.Conn) error) error {
-		pc, err := pool.Acquire(ctx)
-		if err != nil {
-			return err
-		}
-		defer pc.Release()
-		return fn(pc.Conn())
+		return listenOn(ctx, pool.Config().ConnConfig, fn)
 	}
 	return &Store{core: c, pool: pool}, nil
 }
