@@ -101,7 +101,10 @@ func buildQueries(table string) queries {
 	t, seq := quote(table), quote(table+"_seq")
 	q := queries{seq: seq}
 	// TransitionClaim: idx_pending, status NEW, oldest available first.
-	q.claimSelect = "SELECT " + claimCols + " FROM " + t +
+	// The index is forced: right after a bulk load, before InnoDB has
+	// counted the table again, the optimizer may take it for empty and
+	// scan and sort the whole table on every claim.
+	q.claimSelect = "SELECT " + claimCols + " FROM " + t + " FORCE INDEX (idx_pending)" +
 		" WHERE status = 'NEW' AND available_at <= NOW(6)" +
 		" ORDER BY available_at, event_id LIMIT ? FOR UPDATE SKIP LOCKED"
 	// The NOT EXISTS filter narrows the candidates; whether InnoDB locks
@@ -115,9 +118,9 @@ func buildQueries(table string) queries {
 	// drain, against 1.6 ms). So materialization is off for the statement
 	// on MariaDB (/*M! ... */), and MySQL 8 is told not to turn the NOT
 	// EXISTS into an antijoin (/*+ NO_SEMIJOIN() */, a comment to MariaDB).
-	q.claimSelectOrdered = "/*M! SET STATEMENT optimizer_switch='materialization=off' FOR */ SELECT " + claimCols + " FROM " + t + " e" +
+	q.claimSelectOrdered = "/*M! SET STATEMENT optimizer_switch='materialization=off' FOR */ SELECT " + claimCols + " FROM " + t + " e FORCE INDEX (idx_pending)" +
 		" WHERE e.status = 'NEW' AND e.available_at <= NOW(6)" +
-		" AND NOT EXISTS (SELECT /*+ NO_SEMIJOIN() */ 1 FROM " + t + " p WHERE " + sqlstore.HeldBack + ")" +
+		" AND NOT EXISTS (SELECT /*+ NO_SEMIJOIN() */ 1 FROM " + t + " p FORCE INDEX (idx_aggregate) WHERE " + sqlstore.HeldBack + ")" +
 		" ORDER BY e.available_at, e.event_id LIMIT ? FOR UPDATE SKIP LOCKED"
 	// The candidates by the primary key first, then each one's
 	// predecessor in idx_aggregate: a fixed plan, whatever the table's
