@@ -15,9 +15,9 @@ import (
 type IdleResult struct {
 	Seconds float64 `json:"seconds"`
 	// QueriesPerSecond is the server's count of statements (MySQL:
-	// Questions; PostgreSQL: transactions of the database, each probe
-	// being one), less the bench's own; nil where the server keeps no
-	// such count (SQLite).
+	// Questions; PostgreSQL: scans of the outbox's tables, each of the
+	// relay's statements being one), less the bench's own; nil where the
+	// server keeps no such count (SQLite).
 	QueriesPerSecond *float64 `json:"queries_per_second,omitempty"`
 	// CPUPercent is the relay process's user and system time over the
 	// window, in percent of one core.
@@ -88,11 +88,20 @@ func idleProcess(ctx context.Context, t *Target, b *Broker, binary string, env [
 	res.Seconds = took.Seconds()
 	res.CPUPercent = 100 * (cpu1 - cpu0).Seconds() / took.Seconds()
 	if okQ {
-		// The bench's own first count is one statement of the window.
-		qps := float64(q1-q0-1) / took.Seconds()
+		qps := float64(q1-q0-t.ownStatements()) / took.Seconds()
 		res.QueriesPerSecond = &qps
 	}
 	return res, nil
+}
+
+// ownStatements is how many of the statements counted in a window the
+// bench made itself: MySQL counts its first SHOW STATUS; the scan count
+// of PostgreSQL, none.
+func (t *Target) ownStatements() int64 {
+	if t.Dialect == "mysql" {
+		return 1
+	}
+	return 0
 }
 
 // statements returns the database server's count of client statements,
@@ -106,10 +115,15 @@ func (t *Target) statements(ctx context.Context) (int64, bool, error) {
 			return 0, false, fmt.Errorf("count statements: %w", err)
 		}
 	case "postgres":
-		// Other sessions report their counts within about a second of
-		// going idle: a window of many seconds keeps that error small.
-		q := "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
-		if err := t.DB.QueryRowContext(ctx, q).Scan(&n); err != nil {
+		// The scans of the outbox's tables, each statement of the relay
+		// being one: unlike the database's transaction count, this leaves
+		// out autovacuum and other clients' work. Sessions report their
+		// counts within about a second of going idle: a window of many
+		// seconds keeps that error small.
+		table := t.Store.Table()
+		q := "SELECT COALESCE(SUM(seq_scan + COALESCE(idx_scan, 0)), 0) FROM pg_stat_user_tables" +
+			" WHERE schemaname = current_schema() AND relname IN ($1, $2, $3)"
+		if err := t.DB.QueryRowContext(ctx, q, table, table+"_relay", table+"_seq").Scan(&n); err != nil {
 			return 0, false, fmt.Errorf("count statements: %w", err)
 		}
 	default:
