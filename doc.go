@@ -101,7 +101,7 @@
 // A relay whose lanes find events claims again at once. Once they run dry,
 // it probes the store (Store.Ready: one read of the pending index, no
 // locks) every MinPollInterval (1ms), lengthening the interval by a
-// quarter at each empty probe up to PollInterval (60ms): a relay deployed
+// quarter at each empty probe up to PollInterval (80ms): a relay deployed
 // in its own process notices new events within milliseconds while busy,
 // and an idle one makes about one query per PollInterval, whatever its
 // number of lanes. It also wakes at once on a Wakeup rung by an Outbox in

@@ -68,7 +68,7 @@ type RelayConfig struct {
 	// PollInterval is the longest an idle relay waits between two probes:
 	// an idle relay makes about one query per PollInterval (plus a sweep
 	// per SweepInterval), and notices an event enqueued after a long idle
-	// time within PollInterval. Default 60ms: about 17 queries a second
+	// time within PollInterval. Default 80ms: about 13 queries a second
 	// when idle.
 	PollInterval time.Duration
 	// Lease is how long a claim holds its events; a relay that has not
@@ -166,7 +166,7 @@ func (c *RelayConfig) withDefaults() (RelayConfig, error) {
 	if out.Lanes == 0 {
 		out.Lanes = 2
 	}
-	def(&out.PollInterval, 60*time.Millisecond)
+	def(&out.PollInterval, 80*time.Millisecond)
 	def(&out.MinPollInterval, time.Millisecond)
 	out.MinPollInterval = min(out.MinPollInterval, out.PollInterval)
 	def(&out.Lease, 30*time.Second)

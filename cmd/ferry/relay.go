@@ -136,7 +136,7 @@ event was enqueued in.`,
 	bindEnv(fl, "lanes", "FERRY_LANES")
 	fl.BoolVar(&f.ordered, "ordered", false, "publish each aggregate's events one at a time, in order")
 	bindEnv(fl, "ordered", "FERRY_ORDERED")
-	fl.DurationVar(&f.pollInterval, "poll-interval", 60*time.Millisecond,
+	fl.DurationVar(&f.pollInterval, "poll-interval", 80*time.Millisecond,
 		"longest wait between two probes for events of an idle relay (about one query per interval)")
 	bindEnv(fl, "poll-interval", "FERRY_POLL_INTERVAL")
 	fl.DurationVar(&f.minPollInterval, "min-poll-interval", time.Millisecond,

@@ -82,7 +82,7 @@ func (o *RelayOptions) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.BatchSize, "batch-size", 100, "events per claim")
 	fs.IntVar(&o.Lanes, "lanes", 2, "concurrent claim→publish→mark loops")
 	fs.BoolVar(&o.Ordered, "ordered", false, "publish each aggregate's events one at a time, in order")
-	fs.DurationVar(&o.PollInterval, "poll-interval", 60*time.Millisecond, "longest wait between two probes of an idle relay")
+	fs.DurationVar(&o.PollInterval, "poll-interval", 80*time.Millisecond, "longest wait between two probes of an idle relay")
 	fs.DurationVar(&o.MinPollInterval, "min-poll-interval", time.Millisecond, "probe interval right after events were found")
 	fs.DurationVar(&o.Lease, "lease", 30*time.Second, "how long a claim holds its events")
 	fs.DurationVar(&o.PublishTimeout, "publish-timeout", 10*time.Second, "bound on one batch's publish and confirms (< lease)")
