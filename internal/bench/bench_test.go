@@ -96,7 +96,7 @@ func TestRunMeasuresEveryScenario(t *testing.T) {
 			rep, err := bench.Run(ctx, bench.Config{
 				DatabaseURL: url, BrokerURL: broker, Events: 400, Repeat: 1, Batch: 50,
 				Relays: []int{1, 2}, LiveRate: 200, LiveFor: time.Second, Retained: 100001,
-				ClaimRounds: 10, ProducerTxs: 100, InboxOps: 100, RelayBinary: relayBinary(t),
+				ClaimRounds: 10, ProducerTxs: 100, InboxOps: 100, RelayBinary: relayBinary(t), IdleFor: time.Second,
 			}, &progress)
 			require.NoError(t, err, progress.String())
 
@@ -137,7 +137,16 @@ func TestRunMeasuresEveryScenario(t *testing.T) {
 			}
 			require.Equal(t, []string{bench.LiveInProcess, bench.LiveProcess, bench.LivePlain},
 				[]string{rep.Live.Mode, rep.LiveProcess.Mode, rep.LivePlain.Mode})
-			require.Len(t, rep.Targets, 9)
+			require.Len(t, rep.Targets, 10)
+			require.NotNil(t, rep.Idle)
+			require.GreaterOrEqual(t, rep.Idle.CPUPercent, 0.0)
+			require.Positive(t, rep.Idle.Seconds)
+			if strings.HasPrefix(url, "sqlite") {
+				require.Nil(t, rep.Idle.QueriesPerSecond, "SQLite counts no statements")
+			} else {
+				require.NotNil(t, rep.Idle.QueriesPerSecond)
+				require.GreaterOrEqual(t, *rep.Idle.QueriesPerSecond, 0.0)
+			}
 			require.Len(t, rep.Producer, 2)
 			require.Len(t, rep.Inbox, 2)
 			for _, p := range rep.Producer {
