@@ -1,6 +1,7 @@
 package ferrystoretest
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -9,15 +10,19 @@ import (
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
+// answer returns what question (Store.Ready or Store.Pending) says of
+// b's table, failing t on an error.
+func answer[TTx any](t *testing.T, b *bundle[TTx], question func(context.Context) (bool, error)) bool {
+	t.Helper()
+	ok, err := question(b.ctx)
+	require.NoError(t, err)
+	return ok
+}
+
 // exerciseReady checks the idle relay's probe: it sees exactly the rows a
 // claim would take.
 func exerciseReady[TTx any](t *testing.T, h Harness[TTx]) {
-	ready := func(t *testing.T, b *bundle[TTx]) bool {
-		t.Helper()
-		ok, err := b.store.Ready(b.ctx)
-		require.NoError(t, err)
-		return ok
-	}
+	ready := func(t *testing.T, b *bundle[TTx]) bool { t.Helper(); return answer(t, b, b.store.Ready) }
 
 	t.Run("EmptyTableIsNotReady", func(t *testing.T) {
 		b := setup(t, h)
@@ -67,12 +72,7 @@ func exerciseReady[TTx any](t *testing.T, h Harness[TTx]) {
 // exercisePending checks the drain's check: whether any row is NEW (now or
 // later) or SENDING, whatever else the table holds.
 func exercisePending[TTx any](t *testing.T, h Harness[TTx]) {
-	pending := func(t *testing.T, b *bundle[TTx]) bool {
-		t.Helper()
-		ok, err := b.store.Pending(b.ctx)
-		require.NoError(t, err)
-		return ok
-	}
+	pending := func(t *testing.T, b *bundle[TTx]) bool { t.Helper(); return answer(t, b, b.store.Pending) }
 
 	t.Run("EmptyTableHasNothingPending", func(t *testing.T) {
 		b := setup(t, h)

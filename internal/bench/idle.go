@@ -49,13 +49,20 @@ func idleProcess(ctx context.Context, t *Target, b *Broker, binary string, env [
 		}
 		return nil
 	}
-	select {
-	case err := <-exited:
-		return res, fmt.Errorf("ferry relay exited while idle: %v: %s", err, strings.TrimSpace(out.String()))
-	case <-ctx.Done():
-		_ = stop()
-		return res, ctx.Err()
-	case <-time.After(idleSettle):
+	// wait lets the relay run for d; it fails if the relay exits or ctx ends.
+	wait := func(d time.Duration) error {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("ferry relay exited while idle: %v: %s", err, strings.TrimSpace(out.String()))
+		case <-ctx.Done():
+			_ = stop()
+			return ctx.Err()
+		case <-time.After(d):
+			return nil
+		}
+	}
+	if err := wait(idleSettle); err != nil {
+		return res, err
 	}
 	pid := strconv.Itoa(cmd.Process.Pid)
 	cpu0, _, okCPU := statCPU(pid)
@@ -65,13 +72,8 @@ func idleProcess(ctx context.Context, t *Target, b *Broker, binary string, env [
 		return res, err
 	}
 	start := time.Now()
-	select {
-	case err := <-exited:
-		return res, fmt.Errorf("ferry relay exited while idle: %v: %s", err, strings.TrimSpace(out.String()))
-	case <-ctx.Done():
-		_ = stop()
-		return res, ctx.Err()
-	case <-time.After(d):
+	if err := wait(d); err != nil {
+		return res, err
 	}
 	cpu1, _, okCPU1 := statCPU(pid)
 	q1, _, err := t.statements(ctx)
