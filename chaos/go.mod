@@ -1,10 +1,15 @@
 module github.com/ferrydev/ferry/chaos
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/Shopify/toxiproxy/v2 v2.5.0
-	github.com/ferrydev/ferry v0.0.0-00010101000000-000000000000
+	github.com/ferrydev/ferry v0.1.0
+	github.com/ferrydev/ferry/examples v0.1.0
+	github.com/ferrydev/ferry/ferrybroker/ferrykafka v0.1.0
+	github.com/ferrydev/ferry/ferrystore/ferrymysql v0.1.0
+	github.com/ferrydev/ferry/internal/open v0.1.0
+	github.com/ferrydev/ferry/internal/testsvc v0.1.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus/client_golang v1.25.0
@@ -17,10 +22,15 @@ require (
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
-	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
+	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
+	github.com/ferrydev/ferry/ferrybroker/ferryamqp v0.1.0 // indirect
+	github.com/ferrydev/ferry/ferrybroker/ferrynats v0.1.0 // indirect
+	github.com/ferrydev/ferry/ferrystore/ferrypg v0.1.0 // indirect
+	github.com/ferrydev/ferry/ferrystore/ferrysqlite v0.1.0 // indirect
+	github.com/ferrydev/ferry/internal/natsembed v0.1.0 // indirect
 	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/uuid v1.6.0 // indirect
@@ -28,14 +38,14 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
-	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
-	github.com/nats-io/jwt/v2 v2.8.2 // indirect
-	github.com/nats-io/nats-server/v2 v2.15.2 // indirect
-	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/jwt/v2 v2.8.3 // indirect
+	github.com/nats-io/nats-server/v2 v2.15.3 // indirect
+	github.com/nats-io/nkeys v0.4.17 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
@@ -49,7 +59,7 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
@@ -59,5 +69,3 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.62.0 // indirect
 )
-
-replace github.com/ferrydev/ferry => ../

@@ -69,7 +69,7 @@ func (f *DeadFilter) ids() []string {
 }
 
 // walkPage is the page size of walks that read rows without payload.
-var walkPage = ferrystore.MaxStateListLimit
+const walkPage = ferrystore.MaxStateListLimit
 
 // selection is a DeadFilter ready to run: the store's filter, and the
 // class every row it returns must have.
@@ -304,6 +304,10 @@ type BulkOptions struct {
 	// Batch is the most events changed per statement, 1 to
 	// ferrystore.MaxListLimit. Default (zero) DefaultBulkBatch.
 	Batch int
+	// Page is the most events read per page of the run's walk over the
+	// selection (rows without payload), 1 to ferrystore.MaxStateListLimit.
+	// Default (zero) ferrystore.MaxStateListLimit.
+	Page int
 	// Max is the most events one run acts on; the result says how many
 	// matched and were left (BulkResult.Left). Default (zero): no cap,
 	// every event that matches.
@@ -359,9 +363,14 @@ func (o BulkOptions) withDefaults() (BulkOptions, error) {
 	if o.Batch == 0 {
 		o.Batch = DefaultBulkBatch
 	}
+	if o.Page == 0 {
+		o.Page = walkPage
+	}
 	switch {
 	case o.Batch < 1 || o.Batch > ferrystore.MaxListLimit:
 		return o, invalid("BulkOptions.Batch %d must be within 1..%d", o.Batch, ferrystore.MaxListLimit)
+	case o.Page < 1 || o.Page > ferrystore.MaxStateListLimit:
+		return o, invalid("BulkOptions.Page %d must be within 1..%d", o.Page, ferrystore.MaxStateListLimit)
 	case o.Max < 0:
 		return o, invalid("BulkOptions.Max %d must not be negative", o.Max)
 	case !o.Filter.Selects() && !o.All:
@@ -437,7 +446,7 @@ func bulk(ctx context.Context, a ferrystore.Admin, verb string, status ferrytype
 		limited bool
 		last    ferrystore.Row // the last event acted on
 	)
-	err = walk(ctx, a, sel, walkPage, true, func(rows []ferrystore.Row) (bool, error) {
+	err = walk(ctx, a, sel, o.Page, true, func(rows []ferrystore.Row) (bool, error) {
 		for len(rows) > 0 {
 			n := min(len(rows), o.Batch)
 			if o.Max > 0 {

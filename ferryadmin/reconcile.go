@@ -8,7 +8,6 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/open"
 )
 
 // Defaults of ReconcileOptions.
@@ -158,8 +157,11 @@ type ReconcileOptions struct {
 	// a Window longer than it is refused with Checks. Zero: not checked.
 	Retention time.Duration
 	// OpenInbox opens a consumer's inbox for an Effect. Reconcile opens
-	// each (URL, marker table) once and closes it when done. Default: by
-	// the URL's scheme, as the ferry command does.
+	// each (URL, marker table) once and closes it when done. Required when
+	// there are Effects: ferryadmin imports no store adapter, so the caller
+	// says how a URL becomes a store (ferrypg.OpenInbox, ferrymysql.OpenInbox,
+	// ferrysqlite.OpenInbox, or a choice by scheme, as the ferry command
+	// makes).
 	OpenInbox func(ctx context.Context, url, markerTable string) (ferrystore.InboxStore, error)
 }
 
@@ -175,11 +177,6 @@ func (o ReconcileOptions) withDefaults() (ReconcileOptions, error) {
 	}
 	if o.ReplayWindow == 0 {
 		o.ReplayWindow = ferry.DefaultReplayWindow
-	}
-	if o.OpenInbox == nil {
-		o.OpenInbox = func(ctx context.Context, url, markerTable string) (ferrystore.InboxStore, error) {
-			return open.InboxStore(ctx, url, &open.InboxConfig{MarkerTable: markerTable})
-		}
 	}
 	switch {
 	case len(o.Checks) == 0 && len(o.Effects) == 0 && o.PendingOlderThan == 0:
@@ -198,6 +195,9 @@ func (o ReconcileOptions) withDefaults() (ReconcileOptions, error) {
 	case len(o.Effects) > 0 && o.Window > o.ReplayWindow:
 		return o, invalid("ReconcileOptions.Window %s is longer than the replay window %s: markers older than that "+
 			"may have been purged, and their events would be reported without effect", o.Window, o.ReplayWindow)
+	case len(o.Effects) > 0 && o.OpenInbox == nil:
+		return o, invalid("ReconcileOptions.OpenInbox is required with Effects: it opens each consumer's inbox " +
+			"(ferrypg.OpenInbox, ferrymysql.OpenInbox, ferrysqlite.OpenInbox)")
 	}
 	for _, c := range o.Checks {
 		if err := c.Validate(); err != nil {

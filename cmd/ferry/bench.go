@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ferrydev/ferry/internal/bench"
+	"github.com/ferrydev/ferry/cmd/ferry/internal/bench"
 	"github.com/ferrydev/ferry/internal/natsembed"
 )
 

@@ -284,7 +284,7 @@ func consoleReconcile(g *globals) (o ferryadmin.ReconcileOptions, ok bool, err e
 		return o, false, nil
 	}
 	o = ferryadmin.ReconcileOptions{Checks: g.file.checks, Window: 24 * time.Hour, Grace: time.Minute,
-		PendingOlderThan: 15 * time.Minute, Limit: 100, Batch: 500, ScanLimit: 100000}
+		PendingOlderThan: 15 * time.Minute, Limit: 100, Batch: 500, ScanLimit: 100000, OpenInbox: openInbox}
 	durations := []struct {
 		key, env string
 		p        *time.Duration

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/internal/open"
 )
 
 type reconcileFlags struct {
@@ -157,7 +159,7 @@ func runReconcile(cmd *cobra.Command, g *globals, f *reconcileFlags) error {
 	defer a.Close()
 	rep, err := ferryadmin.Reconcile(ctx, a, ferryadmin.ReconcileOptions{Checks: checks, Effects: effects,
 		Window: f.window, Grace: f.grace, PendingOlderThan: f.pendingOlderThan, Limit: f.limit, Batch: f.batch,
-		ScanLimit: f.scanLimit, ReplayWindow: replay, Retention: retention})
+		ScanLimit: f.scanLimit, ReplayWindow: replay, Retention: retention, OpenInbox: openInbox})
 	if err != nil {
 		return err
 	}
@@ -273,4 +275,10 @@ func printEffect(out io.Writer, e *ferryadmin.EffectResult, f *reconcileFlags) {
 		}
 		table(out, "  ", "EVENT\tKEY\tSENT\tPROBLEM", rows)
 	}
+}
+
+// openInbox opens a consumer's inbox for reconcile's effect checks, by the
+// URL's scheme.
+func openInbox(ctx context.Context, url, markerTable string) (ferrystore.InboxStore, error) {
+	return open.InboxStore(ctx, url, &open.InboxConfig{MarkerTable: markerTable})
 }

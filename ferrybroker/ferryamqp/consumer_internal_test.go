@@ -16,8 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrybroker/ferryamqp/ferryamqptest"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/testsvc"
+	"github.com/ferrydev/ferry/internal/testenv"
 )
 
 // consumerBundle is a fresh queue (declared by the consumers, deleted when
@@ -32,10 +33,10 @@ type consumerBundle struct {
 
 func setupConsumer(t *testing.T) *consumerBundle {
 	t.Helper()
-	b := &consumerBundle{ctx: testsvc.Context(t, 5*time.Minute), conn: testsvc.RabbitMQ(t),
-		queue: testsvc.Name("ferry_cq_"), rk: testsvc.Name("ferry.rk.")}
-	testsvc.DeleteRabbitMQQueue(t, b.queue)
-	testsvc.DeleteRabbitMQQueue(t, b.queue+".parking")
+	b := &consumerBundle{ctx: testenv.Context(t, 5*time.Minute), conn: ferryamqptest.RabbitMQ(t),
+		queue: testenv.Name("ferry_cq_"), rk: testenv.Name("ferry.rk.")}
+	ferryamqptest.DeleteRabbitMQQueue(t, b.queue)
+	ferryamqptest.DeleteRabbitMQQueue(t, b.queue+".parking")
 	// Declare the queue now, as consumers will, so that publishes route.
 	var err error
 	b.pub, err = New(b.ctx, b.conn, &Config{Declare: true, Topology: Topology{
@@ -276,9 +277,9 @@ func TestConsumerKilledMidBatchRedeliversEveryUnacked(t *testing.T) {
 func TestQuorumDeliveryLimitParksAMessageThatCrashesItsConsumer(t *testing.T) {
 	b := setupConsumer(t)
 	// A queue of its own with a small delivery limit.
-	queue := testsvc.Name("ferry_crash_")
-	testsvc.DeleteRabbitMQQueue(t, queue)
-	testsvc.DeleteRabbitMQQueue(t, queue+".parking")
+	queue := testenv.Name("ferry_crash_")
+	ferryamqptest.DeleteRabbitMQQueue(t, queue)
+	ferryamqptest.DeleteRabbitMQQueue(t, queue+".parking")
 	cfg := func() *ConsumerConfig {
 		return &ConsumerConfig{Declare: true, Retry: ferrybroker.RetryPolicy{MaxDeliveries: 2}, Queue: Queue{DeliveryLimit: 2},
 			Topology: Topology{Bindings: []Binding{{Queue: queue, Exchange: "amq.topic", RoutingKey: queue}}}}
@@ -319,14 +320,14 @@ func TestQuorumDeliveryLimitParksAMessageThatCrashesItsConsumer(t *testing.T) {
 		_ = rc.Close()
 	}
 	require.Equal(t, 3, deliveries, "delivered DeliveryLimit+1 times")
-	got := testsvc.ReadRabbitMQQueue(t, b.conn, queue+".parking", 1, time.Minute)
+	got := ferryamqptest.ReadRabbitMQQueue(t, b.conn, queue+".parking", 1, time.Minute)
 	require.Len(t, got, 1)
 	require.Equal(t, m[0].ID, got[0].MessageId)
 	require.Equal(t, "delivery_limit", got[0].Headers["x-first-death-reason"])
 }
 
 func TestConsumerConfigErrors(t *testing.T) {
-	conn := testsvc.RabbitMQ(t)
+	conn := ferryamqptest.RabbitMQ(t)
 	h := func(context.Context, *ferrybroker.Delivery) error { return nil }
 	_, err := NewConsumer(conn, "q", nil, nil)
 	require.ErrorContains(t, err, "handler is nil")
@@ -336,7 +337,7 @@ func TestConsumerConfigErrors(t *testing.T) {
 	require.ErrorContains(t, err, "ConsumerConfig.Retry.MaxDeliveries 30 exceeds the queue's DeliveryLimit 20")
 	_, err = NewConsumer(conn, "q", h, &ConsumerConfig{Retry: ferrybroker.RetryPolicy{RetryDelay: time.Second, MaxRetryDelay: time.Millisecond}})
 	require.ErrorContains(t, err, "ConsumerConfig.Retry: ")
-	c, err := NewConsumer(conn, testsvc.Name("ferry_missing_"), h, nil)
+	c, err := NewConsumer(conn, testenv.Name("ferry_missing_"), h, nil)
 	require.NoError(t, err)
 	err = c.Start(context.Background())
 	require.ErrorContains(t, err, "does not exist: declare it")
@@ -349,7 +350,7 @@ func TestConsumerConfigErrors(t *testing.T) {
 func TestCloseLeavesNoGoroutines(t *testing.T) {
 	b := setupConsumer(t)
 	base := runtime.NumGoroutine()
-	url := testsvc.URL(testsvc.EnvAMQP)
+	url := testenv.URL(testenv.EnvAMQP)
 	p, err := Dial(b.ctx, url, nil)
 	require.NoError(t, err)
 	msgs := testMsgs(100, func(int) string { return b.rk })
@@ -368,7 +369,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	waitUntil(t, time.Minute, func() bool { return c.Stats().Acked == 100 })
 	require.NoError(t, c.Stop(b.ctx))
 	require.NoError(t, p.Close())
-	testsvc.WaitFor(t, 30*time.Second, func() bool { return runtime.NumGoroutine() <= base }, func() string {
+	testenv.WaitFor(t, 30*time.Second, func() bool { return runtime.NumGoroutine() <= base }, func() string {
 		buf := make([]byte, 1<<20)
 		return fmt.Sprintf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
 	})
@@ -384,7 +385,7 @@ func TestConsumerParkedCopyKeepsAMQPProperties(t *testing.T) {
 	}, b.config(ConsumerConfig{}))
 	waitUntil(t, time.Minute, func() bool { return c.Stats().Parked == 1 })
 	require.NoError(t, c.Stop(b.ctx))
-	got := testsvc.ReadRabbitMQQueue(t, b.conn, c.ParkingQueue(), 1, time.Minute)
+	got := ferryamqptest.ReadRabbitMQQueue(t, b.conn, c.ParkingQueue(), 1, time.Minute)
 	require.Len(t, got, 1)
 	d := got[0]
 	require.Equal(t, m.ID, d.MessageId)

@@ -10,8 +10,9 @@ import (
 
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
+	"github.com/ferrydev/ferry/ferrybroker/ferryamqp/ferryamqptest"
 	"github.com/ferrydev/ferry/ferrybroker/ferrybrokertest"
-	"github.com/ferrydev/ferry/internal/testsvc"
+	"github.com/ferrydev/ferry/internal/testenv"
 )
 
 // consumerHarness runs the consumer suite on a fresh queue of type typ bound
@@ -19,10 +20,10 @@ import (
 func consumerHarness(typ ferryamqp.QueueType) ferrybrokertest.ConsumerHarness {
 	return ferrybrokertest.ConsumerHarness{New: func(t *testing.T) ferrybrokertest.ConsumerSetup {
 		conn := dial(t)
-		ctx := testsvc.Context(t, 5*time.Minute)
-		queue, rk := testsvc.Name("ferry_cq_"), testsvc.Name("ferry.rk.")
-		testsvc.DeleteRabbitMQQueue(t, queue)
-		testsvc.DeleteRabbitMQQueue(t, queue+".parking")
+		ctx := testenv.Context(t, 5*time.Minute)
+		queue, rk := testenv.Name("ferry_cq_"), testenv.Name("ferry.rk.")
+		ferryamqptest.DeleteRabbitMQQueue(t, queue)
+		ferryamqptest.DeleteRabbitMQQueue(t, queue+".parking")
 		config := func(o ferrybrokertest.ConsumerOptions) *ferryamqp.ConsumerConfig {
 			return &ferryamqp.ConsumerConfig{
 				Concurrency: o.Concurrency, Retry: o.Retry, Hooks: o.Hooks, Validate: o.Validate, FaultPoint: o.FaultPoint,
@@ -62,7 +63,7 @@ func consumerHarness(typ ferryamqp.QueueType) ferrybrokertest.ConsumerHarness {
 				return c
 			},
 			Parked: func(t *testing.T, want int, d time.Duration) []ferrybrokertest.Received {
-				return received(testsvc.ReadRabbitMQQueue(t, conn, queue+".parking", want, d))
+				return received(ferryamqptest.ReadRabbitMQQueue(t, conn, queue+".parking", want, d))
 			},
 			BreakParking: func(t *testing.T) {
 				ch, err := conn.Channel()

@@ -14,43 +14,10 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
-	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 	"github.com/ferrydev/ferry/ferrytype"
 )
-
-// A relay publishing a MariaDB outbox to RabbitMQ: the publisher declares
-// a quorum queue bound to amq.topic (and its parking queue) and publishes
-// each event with a confirm. Needs MariaDB and RabbitMQ, so it is not run.
-func Example_relay() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	store, err := ferrymysql.Open(ctx, "mysql://app:secret@127.0.0.1:3306/shop", nil)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer store.Close()
-	pub, err := ferryamqp.Dial(ctx, "amqp://ferry:secret@127.0.0.1:5672/", &ferryamqp.Config{
-		Declare: true,
-		Topology: ferryamqp.Topology{
-			Queues:   []ferryamqp.Queue{{Name: "points"}},
-			Bindings: []ferryamqp.Binding{{Queue: "points", RoutingKey: "orders.*.paid"}},
-		},
-	})
-	if err != nil {
-		log.Fatal(err) // e.g. "queue points exists with other settings ..."
-	}
-	defer pub.Close()
-	relay, err := ferry.NewRelay(store, pub, nil)
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := relay.Run(ctx); err != nil {
-		log.Fatal(err)
-	}
-}
 
 // A consumer awarding points: the handler commits the business effect and
 // its idempotency marker in one transaction and returns nil only after the

@@ -14,8 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrybroker/ferryamqp/ferryamqptest"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/testsvc"
+	"github.com/ferrydev/ferry/internal/testenv"
 )
 
 // proxy forwards TCP connections to RabbitMQ until stopped: stopping it
@@ -32,7 +33,7 @@ type proxy struct {
 
 func startProxy(t testing.TB) *proxy {
 	t.Helper()
-	u, err := amqp.ParseURI(testsvc.URL(testsvc.EnvAMQP))
+	u, err := amqp.ParseURI(testenv.URL(testenv.EnvAMQP))
 	require.NoError(t, err)
 	p := &proxy{t: t, target: net.JoinHostPort(u.Host, strconv.Itoa(u.Port))}
 	p.listen("127.0.0.1:0")
@@ -42,7 +43,7 @@ func startProxy(t testing.TB) *proxy {
 
 // url is the test server's URL with the proxy's address.
 func (p *proxy) url() string {
-	u, _ := amqp.ParseURI(testsvc.URL(testsvc.EnvAMQP))
+	u, _ := amqp.ParseURI(testenv.URL(testenv.EnvAMQP))
 	return "amqp://" + u.Username + ":" + u.Password + "@" + p.addr + "/"
 }
 
@@ -93,10 +94,10 @@ func (p *proxy) restart() { p.listen(p.addr) }
 // sending nothing, however often it is called; once the server is back
 // the publisher has reconnected and publishes again.
 func TestDialPublishDuringOutageIsPromptlyUnknown(t *testing.T) {
-	conn := testsvc.RabbitMQ(t)
-	q := testsvc.RabbitMQQueue(t, conn, "quorum", nil)
+	conn := ferryamqptest.RabbitMQ(t)
+	q := ferryamqptest.RabbitMQQueue(t, conn, "quorum", nil)
 	px := startProxy(t)
-	ctx := testsvc.Context(t, 2*time.Minute)
+	ctx := testenv.Context(t, 2*time.Minute)
 	p, err := Dial(ctx, px.url(), &Config{ReconnectWait: 300 * time.Millisecond,
 		Connection: ConnectionConfig{ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond}})
 	require.NoError(t, err)
@@ -130,7 +131,7 @@ func TestDialPublishDuringOutageIsPromptlyUnknown(t *testing.T) {
 	for _, r := range p.Publish(ctx, msgs[20:]) {
 		require.Equal(t, ferrytype.OutcomeConfirmed, r.Outcome, "%v", r.Err)
 	}
-	got := ids(testsvc.ReadRabbitMQQueue(t, conn, q.Name, 20, time.Minute))
+	got := ids(ferryamqptest.ReadRabbitMQQueue(t, conn, q.Name, 20, time.Minute))
 	for _, m := range append(msgs[:10:10], msgs[20:]...) {
 		require.Equal(t, 1, got[m.ID])
 	}

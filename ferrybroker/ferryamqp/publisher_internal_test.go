@@ -15,8 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrybroker/ferryamqp/ferryamqptest"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/testsvc"
+	"github.com/ferrydev/ferry/internal/testenv"
 )
 
 // rawConn is a connection whose socket the test can cut without any AMQP
@@ -35,9 +36,9 @@ func (c *rawConn) cut() {
 
 func dialRaw(t testing.TB) *rawConn {
 	t.Helper()
-	testsvc.UseRabbitMQ(t)
+	ferryamqptest.UseRabbitMQ(t)
 	rc := &rawConn{}
-	conn, err := amqp.DialConfig(testsvc.URL(testsvc.EnvAMQP), amqp.Config{Dial: func(network, addr string) (net.Conn, error) {
+	conn, err := amqp.DialConfig(testenv.URL(testenv.EnvAMQP), amqp.Config{Dial: func(network, addr string) (net.Conn, error) {
 		c, err := amqp.DefaultDial(5*time.Second)(network, addr)
 		rc.mu.Lock()
 		rc.sock = c
@@ -45,7 +46,7 @@ func dialRaw(t testing.TB) *rawConn {
 		return c, err
 	}})
 	if err != nil {
-		testsvc.Unavailable(t, "RabbitMQ", err)
+		testenv.Unavailable(t, "RabbitMQ", err)
 	}
 	rc.Connection = conn
 	t.Cleanup(func() { _ = conn.Close() })
@@ -54,7 +55,7 @@ func dialRaw(t testing.TB) *rawConn {
 
 func testMsgs(n int, route func(i int) string) []ferrytype.Message {
 	out := make([]ferrytype.Message, n)
-	prefix := testsvc.Name("evt-")
+	prefix := testenv.Name("evt-")
 	for i := range out {
 		out[i] = ferrytype.Message{
 			ID: fmt.Sprintf("%s-%d", prefix, i), AggregateType: "order", AggregateID: fmt.Sprint(i % 13),
@@ -78,13 +79,13 @@ func ids(ds []amqp.Delivery) map[string]int {
 // callers: every returned message is reported returned, none confirmed;
 // every routed one is confirmed and in the queue.
 func TestPublishUnroutableMixIsReturnedNeverConfirmed(t *testing.T) {
-	conn := testsvc.RabbitMQ(t)
-	q := testsvc.RabbitMQQueue(t, conn, "quorum", nil)
-	p, err := New(testsvc.Context(t, 10*time.Second), dialRaw(t).Connection, &Config{Window: 500, Channels: 2})
+	conn := ferryamqptest.RabbitMQ(t)
+	q := ferryamqptest.RabbitMQQueue(t, conn, "quorum", nil)
+	p, err := New(testenv.Context(t, 10*time.Second), dialRaw(t).Connection, &Config{Window: 500, Channels: 2})
 	require.NoError(t, err)
 	defer p.Close()
-	unbound := testsvc.Name("ferry.unbound.")
-	ctx := testsvc.Context(t, time.Minute)
+	unbound := testenv.Name("ferry.unbound.")
+	ctx := testenv.Context(t, time.Minute)
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -118,7 +119,7 @@ func TestPublishUnroutableMixIsReturnedNeverConfirmed(t *testing.T) {
 	}
 	wg.Wait()
 	require.Positive(t, returned)
-	got := ids(testsvc.ReadRabbitMQQueue(t, conn, q.Name, len(routed), time.Minute))
+	got := ids(ferryamqptest.ReadRabbitMQQueue(t, conn, q.Name, len(routed), time.Minute))
 	require.Len(t, got, len(routed))
 	for id := range routed {
 		require.Equal(t, 1, got[id], "confirmed message %s", id)
@@ -130,12 +131,12 @@ func TestPublishUnroutableMixIsReturnedNeverConfirmed(t *testing.T) {
 // reported rejected, let alone confirmed: they are unknown. Every message
 // reported confirmed is in the queue.
 func TestConnectionCutMidWindowIsUnknownNeverConfirmed(t *testing.T) {
-	conn := testsvc.RabbitMQ(t)
-	q := testsvc.RabbitMQQueue(t, conn, "quorum", nil)
+	conn := ferryamqptest.RabbitMQ(t)
+	q := ferryamqptest.RabbitMQQueue(t, conn, "quorum", nil)
 	rc := dialRaw(t)
 	cut := make(chan struct{})
 	var once sync.Once
-	p, err := New(testsvc.Context(t, 10*time.Second), rc.Connection, &Config{Window: 1000, Channels: 1,
+	p, err := New(testenv.Context(t, 10*time.Second), rc.Connection, &Config{Window: 1000, Channels: 1,
 		testAfterPublish: func(n int64) {
 			if n == 1500 {
 				once.Do(func() { close(cut) })
@@ -145,7 +146,7 @@ func TestConnectionCutMidWindowIsUnknownNeverConfirmed(t *testing.T) {
 	defer p.Close()
 	go func() { <-cut; rc.cut() }()
 	msgs := testMsgs(4000, func(int) string { return q.RoutingKey })
-	res := p.Publish(testsvc.Context(t, time.Minute), msgs)
+	res := p.Publish(testenv.Context(t, time.Minute), msgs)
 	confirmed := map[string]bool{}
 	unknown := 0
 	for i, r := range res {
@@ -160,7 +161,7 @@ func TestConnectionCutMidWindowIsUnknownNeverConfirmed(t *testing.T) {
 		}
 	}
 	require.Positive(t, unknown)
-	got := ids(testsvc.ReadRabbitMQQueue(t, conn, q.Name, len(confirmed), time.Minute))
+	got := ids(ferryamqptest.ReadRabbitMQQueue(t, conn, q.Name, len(confirmed), time.Minute))
 	for id := range confirmed {
 		require.Equal(t, 1, got[id], "confirmed message %s is not in the queue", id)
 	}
@@ -168,7 +169,7 @@ func TestConnectionCutMidWindowIsUnknownNeverConfirmed(t *testing.T) {
 	t.Logf("confirmed %d, unknown %d, of which stored anyway %d", len(confirmed), unknown, len(got)-len(confirmed))
 	// Publishing on the dead connection is unknown at once.
 	start := time.Now()
-	for _, r := range p.Publish(testsvc.Context(t, time.Minute), msgs[:3]) {
+	for _, r := range p.Publish(testenv.Context(t, time.Minute), msgs[:3]) {
 		require.Equal(t, ferrytype.OutcomeUnknown, r.Outcome)
 		require.ErrorIs(t, r.Err, ErrNotConnected)
 	}
@@ -179,15 +180,15 @@ func TestConnectionCutMidWindowIsUnknownNeverConfirmed(t *testing.T) {
 // A real basic.nack (a quorum queue at its length limit with
 // overflow=reject-publish) is reported rejected; nothing is unknown.
 func TestBrokerNackIsRejected(t *testing.T) {
-	conn := testsvc.RabbitMQ(t)
-	q := testsvc.RabbitMQQueue(t, conn, "quorum", amqp.Table{"x-max-length": int64(10), "x-overflow": "reject-publish"})
-	p, err := New(testsvc.Context(t, 10*time.Second), dialRaw(t).Connection, nil)
+	conn := ferryamqptest.RabbitMQ(t)
+	q := ferryamqptest.RabbitMQQueue(t, conn, "quorum", amqp.Table{"x-max-length": int64(10), "x-overflow": "reject-publish"})
+	p, err := New(testenv.Context(t, 10*time.Second), dialRaw(t).Connection, nil)
 	require.NoError(t, err)
 	defer p.Close()
 	msgs := testMsgs(30, func(int) string { return q.RoutingKey })
 	confirmed, rejected := map[string]bool{}, 0
 	for _, m := range msgs {
-		r := p.Publish(testsvc.Context(t, time.Minute), []ferrytype.Message{m})[0]
+		r := p.Publish(testenv.Context(t, time.Minute), []ferrytype.Message{m})[0]
 		switch r.Outcome {
 		case ferrytype.OutcomeConfirmed:
 			confirmed[m.ID] = true
@@ -203,7 +204,7 @@ func TestBrokerNackIsRejected(t *testing.T) {
 	require.GreaterOrEqual(t, len(confirmed), 10)
 	require.LessOrEqual(t, len(confirmed), 11)
 	require.Equal(t, 30-len(confirmed), rejected)
-	got := ids(testsvc.ReadRabbitMQQueue(t, conn, q.Name, len(confirmed), time.Minute))
+	got := ids(ferryamqptest.ReadRabbitMQQueue(t, conn, q.Name, len(confirmed), time.Minute))
 	require.Len(t, got, len(confirmed))
 	for id := range confirmed {
 		require.Equal(t, 1, got[id])
@@ -214,19 +215,19 @@ func TestBrokerNackIsRejected(t *testing.T) {
 // unroutable without being published: RabbitMQ would close the channel,
 // turning the other publishes in flight on it into unknown outcomes.
 func TestMissingExchangeIsReturnedAndOthersConfirmed(t *testing.T) {
-	conn := testsvc.RabbitMQ(t)
-	q := testsvc.RabbitMQQueue(t, conn, "quorum", nil)
-	p, err := New(testsvc.Context(t, 10*time.Second), dialRaw(t).Connection, &Config{Channels: 1})
+	conn := ferryamqptest.RabbitMQ(t)
+	q := ferryamqptest.RabbitMQQueue(t, conn, "quorum", nil)
+	p, err := New(testenv.Context(t, 10*time.Second), dialRaw(t).Connection, &Config{Channels: 1})
 	require.NoError(t, err)
 	defer p.Close()
-	missing := testsvc.Name("ferry_no_such_exchange_")
+	missing := testenv.Name("ferry_no_such_exchange_")
 	msgs := testMsgs(200, func(int) string { return q.RoutingKey })
 	for i := range msgs {
 		if i%10 == 0 {
 			msgs[i].Exchange = missing
 		}
 	}
-	for i, r := range p.Publish(testsvc.Context(t, time.Minute), msgs) {
+	for i, r := range p.Publish(testenv.Context(t, time.Minute), msgs) {
 		if i%10 == 0 {
 			require.Equal(t, ferrytype.OutcomeReturned, r.Outcome, "message %d", i)
 			require.ErrorContains(t, r.Err, "exchange "+missing+" does not exist")
@@ -240,15 +241,15 @@ func TestMissingExchangeIsReturnedAndOthersConfirmed(t *testing.T) {
 // Every message carries what a consumer needs, in AMQP's own fields
 // where there is one.
 func TestPublishedMessageProperties(t *testing.T) {
-	conn := testsvc.RabbitMQ(t)
-	q := testsvc.RabbitMQQueue(t, conn, "quorum", nil)
-	p, err := New(testsvc.Context(t, 10*time.Second), conn, nil)
+	conn := ferryamqptest.RabbitMQ(t)
+	q := ferryamqptest.RabbitMQQueue(t, conn, "quorum", nil)
+	p, err := New(testenv.Context(t, 10*time.Second), conn, nil)
 	require.NoError(t, err)
 	defer p.Close()
 	m := testMsgs(1, func(int) string { return q.RoutingKey })[0]
 	m.Headers["Ferry-Event-Id"] = "spoofed"
-	require.Equal(t, ferrytype.OutcomeConfirmed, p.Publish(testsvc.Context(t, time.Minute), []ferrytype.Message{m})[0].Outcome)
-	got := testsvc.ReadRabbitMQQueue(t, conn, q.Name, 1, time.Minute)
+	require.Equal(t, ferrytype.OutcomeConfirmed, p.Publish(testenv.Context(t, time.Minute), []ferrytype.Message{m})[0].Outcome)
+	got := ferryamqptest.ReadRabbitMQQueue(t, conn, q.Name, 1, time.Minute)
 	require.Len(t, got, 1)
 	d := got[0]
 	require.Equal(t, m.ID, d.MessageId)
@@ -266,25 +267,25 @@ func TestPublishedMessageProperties(t *testing.T) {
 }
 
 func TestTopology(t *testing.T) {
-	conn := testsvc.RabbitMQ(t)
-	ctx := testsvc.Context(t, time.Minute)
+	conn := ferryamqptest.RabbitMQ(t)
+	ctx := testenv.Context(t, time.Minute)
 	t.Run("MissingExchangeIsNamed", func(t *testing.T) {
-		name := testsvc.Name("ferry_orders_")
+		name := testenv.Name("ferry_orders_")
 		_, err := New(ctx, conn, &Config{Exchange: name})
 		require.EqualError(t, err, "exchange "+name+" does not exist: declare it, or let ferry declare it (Declare, --declare)")
 	})
 	t.Run("MissingQueueIsNamed", func(t *testing.T) {
-		name := testsvc.Name("ferry_q_")
+		name := testenv.Name("ferry_q_")
 		_, err := New(ctx, conn, &Config{Topology: Topology{Queues: []Queue{{Name: name}}}})
 		require.EqualError(t, err, "queue "+name+" does not exist: declare it, or let ferry declare it (Declare, --declare)")
 	})
 	t.Run("DeclareThenVerify", func(t *testing.T) {
-		ex, ae, queue := testsvc.Name("ferry_ex_"), testsvc.Name("ferry_ae_"), testsvc.Name("ferry_q_")
-		testsvc.DeleteRabbitMQExchange(t, ex)
-		testsvc.DeleteRabbitMQExchange(t, ae)
-		testsvc.DeleteRabbitMQQueue(t, queue)
-		testsvc.DeleteRabbitMQQueue(t, queue+".parking")
-		testsvc.DeleteRabbitMQQueue(t, queue+".unrouted")
+		ex, ae, queue := testenv.Name("ferry_ex_"), testenv.Name("ferry_ae_"), testenv.Name("ferry_q_")
+		ferryamqptest.DeleteRabbitMQExchange(t, ex)
+		ferryamqptest.DeleteRabbitMQExchange(t, ae)
+		ferryamqptest.DeleteRabbitMQQueue(t, queue)
+		ferryamqptest.DeleteRabbitMQQueue(t, queue+".parking")
+		ferryamqptest.DeleteRabbitMQQueue(t, queue+".unrouted")
 		cfg := &Config{
 			Exchange: ex, Declare: true,
 			Topology: Topology{
@@ -302,8 +303,8 @@ func TestTopology(t *testing.T) {
 			require.Equal(t, ferrytype.OutcomeConfirmed, r.Outcome, "%v", r.Err)
 		}
 		require.NoError(t, p.Close())
-		require.Len(t, testsvc.ReadRabbitMQQueue(t, conn, queue, 1, time.Minute), 1)
-		require.Len(t, testsvc.ReadRabbitMQQueue(t, conn, queue+".unrouted", 1, time.Minute), 1)
+		require.Len(t, ferryamqptest.ReadRabbitMQQueue(t, conn, queue, 1, time.Minute), 1)
+		require.Len(t, ferryamqptest.ReadRabbitMQQueue(t, conn, queue+".unrouted", 1, time.Minute), 1)
 
 		cfg.Declare = false
 		p, err = New(ctx, conn, cfg)
@@ -318,9 +319,9 @@ func TestTopology(t *testing.T) {
 		require.ErrorContains(t, err, "PRECONDITION_FAILED")
 	})
 	t.Run("QuorumQueueArguments", func(t *testing.T) {
-		queue := testsvc.Name("ferry_q_")
-		testsvc.DeleteRabbitMQQueue(t, queue)
-		testsvc.DeleteRabbitMQQueue(t, queue+".parking")
+		queue := testenv.Name("ferry_q_")
+		ferryamqptest.DeleteRabbitMQQueue(t, queue)
+		ferryamqptest.DeleteRabbitMQQueue(t, queue+".parking")
 		p, err := New(ctx, conn, &Config{Declare: true, Topology: Topology{Queues: []Queue{{Name: queue, DeliveryLimit: 3}}}})
 		require.NoError(t, err)
 		require.NoError(t, p.Close())
@@ -346,10 +347,10 @@ func TestTopology(t *testing.T) {
 }
 
 func TestRecoveryEnabledConnectionIsRefused(t *testing.T) {
-	testsvc.UseRabbitMQ(t)
-	conn, err := amqp.DialConfig(testsvc.URL(testsvc.EnvAMQP), amqp.Config{Recovery: &amqp.Recovery{}})
+	ferryamqptest.UseRabbitMQ(t)
+	conn, err := amqp.DialConfig(testenv.URL(testenv.EnvAMQP), amqp.Config{Recovery: &amqp.Recovery{}})
 	if err != nil {
-		testsvc.Unavailable(t, "RabbitMQ", err)
+		testenv.Unavailable(t, "RabbitMQ", err)
 	}
 	defer conn.Close()
 	_, err = New(context.Background(), conn, nil)
@@ -370,10 +371,10 @@ func TestDialRedactsPassword(t *testing.T) {
 // A publisher that owns its connection reconnects after losing it; a
 // publish during the outage is unknown, never lost nor confirmed.
 func TestDialReconnectsAfterConnectionLoss(t *testing.T) {
-	conn := testsvc.RabbitMQ(t)
-	q := testsvc.RabbitMQQueue(t, conn, "quorum", nil)
-	ctx := testsvc.Context(t, time.Minute)
-	p, err := Dial(ctx, testsvc.URL(testsvc.EnvAMQP), &Config{
+	conn := ferryamqptest.RabbitMQ(t)
+	q := ferryamqptest.RabbitMQQueue(t, conn, "quorum", nil)
+	ctx := testenv.Context(t, time.Minute)
+	p, err := Dial(ctx, testenv.URL(testenv.EnvAMQP), &Config{
 		Connection: ConnectionConfig{ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond}})
 	require.NoError(t, err)
 	defer p.Close()
@@ -387,7 +388,7 @@ func TestDialReconnectsAfterConnectionLoss(t *testing.T) {
 	for _, r := range p.Publish(ctx, msgs[1:]) {
 		require.Equal(t, ferrytype.OutcomeConfirmed, r.Outcome, "%v", r.Err)
 	}
-	require.Len(t, testsvc.ReadRabbitMQQueue(t, conn, q.Name, 3, time.Minute), 3)
+	require.Len(t, ferryamqptest.ReadRabbitMQQueue(t, conn, q.Name, 3, time.Minute), 3)
 	require.NoError(t, p.Close())
 	require.NoError(t, p.Close(), "closing twice is safe")
 	r := p.Publish(ctx, msgs[:1])[0]
@@ -398,7 +399,7 @@ func TestDialReconnectsAfterConnectionLoss(t *testing.T) {
 
 func waitUntil(t testing.TB, d time.Duration, cond func() bool) {
 	t.Helper()
-	testsvc.WaitFor(t, d, cond, nil)
+	testenv.WaitFor(t, d, cond, nil)
 }
 
 // While RabbitMQ blocks the connection (a resource alarm) it stops reading
@@ -409,28 +410,28 @@ func waitUntil(t testing.TB, d time.Duration, cond func() bool) {
 // message is not sent and Connected is false; once the alarm clears the
 // publisher is connected and publishes again.
 func TestBlockedConnectionIsUnknownAndReturnsOnTime(t *testing.T) {
-	testsvc.DisruptRabbitMQ(t)
-	conn := testsvc.RabbitMQ(t)
-	q := testsvc.RabbitMQQueue(t, conn, "quorum", nil)
-	p, err := New(testsvc.Context(t, 10*time.Second), dialRaw(t).Connection, nil)
+	ferryamqptest.DisruptRabbitMQ(t)
+	conn := ferryamqptest.RabbitMQ(t)
+	q := ferryamqptest.RabbitMQQueue(t, conn, "quorum", nil)
+	p, err := New(testenv.Context(t, 10*time.Second), dialRaw(t).Connection, nil)
 	require.NoError(t, err)
 	defer p.Close()
-	ctx := testsvc.Context(t, 2*time.Minute)
+	ctx := testenv.Context(t, 2*time.Minute)
 	msgs := testMsgs(30, func(int) string { return q.RoutingKey })
 	require.Equal(t, ferrytype.OutcomeConfirmed, p.Publish(ctx, msgs[:1])[0].Outcome)
 
-	orig := strings.TrimSpace(testsvc.RabbitMQCtl(t, "eval", "vm_memory_monitor:get_vm_memory_high_watermark()."))
+	orig := strings.TrimSpace(ferryamqptest.RabbitMQCtl(t, "eval", "vm_memory_monitor:get_vm_memory_high_watermark()."))
 	restore := func() {
 		args := []string{"set_vm_memory_high_watermark", orig}
 		if strings.HasPrefix(orig, "{absolute,") {
 			args = []string{"set_vm_memory_high_watermark", "absolute", strings.TrimSuffix(strings.TrimPrefix(orig, "{absolute,"), "}")}
 		}
-		testsvc.RabbitMQCtl(t, args...)
+		ferryamqptest.RabbitMQCtl(t, args...)
 	}
 	t.Cleanup(restore)
-	testsvc.RabbitMQCtl(t, "set_vm_memory_high_watermark", "0.0000001")
+	ferryamqptest.RabbitMQCtl(t, "set_vm_memory_high_watermark", "0.0000001")
 	waitUntil(t, 30*time.Second, func() bool {
-		return strings.Contains(testsvc.RabbitMQCtl(t, "eval", "rabbit_alarm:get_alarms()."), "memory")
+		return strings.Contains(ferryamqptest.RabbitMQCtl(t, "eval", "rabbit_alarm:get_alarms()."), "memory")
 	})
 
 	publishBlocked := func(batch []ferrytype.Message, known bool) {

@@ -13,18 +13,19 @@ import (
 
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
+	"github.com/ferrydev/ferry/ferrybroker/ferryamqp/ferryamqptest"
 	"github.com/ferrydev/ferry/ferrybroker/ferrybrokertest"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/testsvc"
+	"github.com/ferrydev/ferry/internal/testenv"
 )
 
 // dial opens a connection of the test's own, closed when the test ends.
 func dial(t testing.TB) *amqp.Connection {
 	t.Helper()
-	testsvc.UseRabbitMQ(t)
-	conn, err := amqp.Dial(testsvc.URL(testsvc.EnvAMQP))
+	ferryamqptest.UseRabbitMQ(t)
+	conn, err := amqp.Dial(testenv.URL(testenv.EnvAMQP))
 	if err != nil {
-		testsvc.Unavailable(t, "RabbitMQ", err)
+		testenv.Unavailable(t, "RabbitMQ", err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn
@@ -46,12 +47,12 @@ func received(ds []amqp.Delivery) []ferrybrokertest.Received {
 
 func harness(queueType string) ferrybrokertest.Harness {
 	return ferrybrokertest.Harness{New: func(t *testing.T) ferrybrokertest.Setup {
-		reader := testsvc.RabbitMQ(t)
-		q := testsvc.RabbitMQQueue(t, reader, queueType, nil)
+		reader := ferryamqptest.RabbitMQ(t)
+		q := ferryamqptest.RabbitMQQueue(t, reader, queueType, nil)
 		// The publisher gets its own connection, so that Break does not
 		// cut the test's reader.
 		pubConn := dial(t)
-		p, err := ferryamqp.New(testsvc.Context(t, 10*time.Second), pubConn, &ferryamqp.Config{
+		p, err := ferryamqp.New(testenv.Context(t, 10*time.Second), pubConn, &ferryamqp.Config{
 			Topology: ferryamqp.Topology{Queues: []ferryamqp.Queue{{Name: q.Name}}},
 		})
 		require.NoError(t, err)
@@ -59,17 +60,17 @@ func harness(queueType string) ferrybrokertest.Harness {
 		return ferrybrokertest.Setup{
 			Publisher:  p,
 			Route:      q.RoutingKey,
-			Unroutable: testsvc.Name("ferry.unbound."),
+			Unroutable: testenv.Name("ferry.unbound."),
 			Receive: func(t *testing.T, want int, d time.Duration) []ferrybrokertest.Received {
-				return received(testsvc.ReadRabbitMQQueue(t, reader, q.Name, want, d))
+				return received(ferryamqptest.ReadRabbitMQQueue(t, reader, q.Name, want, d))
 			},
 			Break: func(*testing.T) { _ = pubConn.Close() },
 		}
 	}, NewDialed: func(t *testing.T) ferrybrokertest.Setup {
-		reader := testsvc.RabbitMQ(t)
-		q := testsvc.RabbitMQQueue(t, reader, queueType, nil)
-		url, proxy := testsvc.Proxy(t, testsvc.URL(testsvc.EnvAMQP))
-		p, err := ferryamqp.Dial(testsvc.Context(t, 10*time.Second), url, &ferryamqp.Config{
+		reader := ferryamqptest.RabbitMQ(t)
+		q := ferryamqptest.RabbitMQQueue(t, reader, queueType, nil)
+		url, proxy := testenv.Proxy(t, testenv.URL(testenv.EnvAMQP))
+		p, err := ferryamqp.Dial(testenv.Context(t, 10*time.Second), url, &ferryamqp.Config{
 			Topology:      ferryamqp.Topology{Queues: []ferryamqp.Queue{{Name: q.Name}}},
 			ReconnectWait: 100 * time.Millisecond,
 			Connection: ferryamqp.ConnectionConfig{DialTimeout: 2 * time.Second,
@@ -80,9 +81,9 @@ func harness(queueType string) ferrybrokertest.Harness {
 		return ferrybrokertest.Setup{
 			Publisher:  p,
 			Route:      q.RoutingKey,
-			Unroutable: testsvc.Name("ferry.unbound."),
+			Unroutable: testenv.Name("ferry.unbound."),
 			Receive: func(t *testing.T, want int, d time.Duration) []ferrybrokertest.Received {
-				return received(testsvc.ReadRabbitMQQueue(t, reader, q.Name, want, d))
+				return received(ferryamqptest.ReadRabbitMQQueue(t, reader, q.Name, want, d))
 			},
 			Cut:     func(*testing.T) { proxy.Cut() },
 			Restore: func(*testing.T) { proxy.Restore() },
@@ -99,10 +100,10 @@ func TestConformance(t *testing.T) {
 // an error there makes every message unknown, although RabbitMQ stores
 // them all — the window a relay crash leaves open.
 func TestFaultBeforeConfirmIsUnknownAndStored(t *testing.T) {
-	reader := testsvc.RabbitMQ(t)
-	q := testsvc.RabbitMQQueue(t, reader, "quorum", nil)
+	reader := ferryamqptest.RabbitMQ(t)
+	q := ferryamqptest.RabbitMQQueue(t, reader, "quorum", nil)
 	var hit atomic.Int64
-	p, err := ferryamqp.New(testsvc.Context(t, 10*time.Second), dial(t), &ferryamqp.Config{
+	p, err := ferryamqp.New(testenv.Context(t, 10*time.Second), dial(t), &ferryamqp.Config{
 		FaultPoint: func(_ context.Context, point string) error {
 			if point == ferrybroker.FaultPublishBeforeConfirm {
 				hit.Add(1)
@@ -125,7 +126,7 @@ func TestFaultBeforeConfirmIsUnknownAndStored(t *testing.T) {
 			msgs[i] = ferrytype.Message{ID: fmt.Sprintf("fault-%d-%d", round, i), Type: "T", Payload: []byte(`{}`),
 				Destination: q.RoutingKey}
 		}
-		for i, r := range p.Publish(testsvc.Context(t, 10*time.Second), msgs) {
+		for i, r := range p.Publish(testenv.Context(t, 10*time.Second), msgs) {
 			if r.Outcome == ferrytype.OutcomeConfirmed {
 				continue
 			}
@@ -136,6 +137,6 @@ func TestFaultBeforeConfirmIsUnknownAndStored(t *testing.T) {
 		sent += len(msgs)
 		require.Equal(t, int64(round+1), hit.Load(), "one fault point per batch")
 	}
-	require.Len(t, testsvc.ReadRabbitMQQueue(t, reader, q.Name, sent, 10*time.Second), sent,
+	require.Len(t, ferryamqptest.ReadRabbitMQQueue(t, reader, q.Name, sent, 10*time.Second), sent,
 		"the broker has every message whose outcome was reported unknown")
 }

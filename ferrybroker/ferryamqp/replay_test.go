@@ -12,8 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferrybroker/ferryamqp/ferryamqptest"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/testsvc"
+	"github.com/ferrydev/ferry/internal/testenv"
 )
 
 func refuseAll(context.Context, *ferrybroker.Delivery) error {
@@ -124,7 +125,7 @@ func TestReplayParkedHonoursMax(t *testing.T) {
 	res, err = ReplayParked(b.ctx, b.conn, ReplayOptions{Queue: b.queue})
 	require.NoError(t, err)
 	require.Equal(t, 6, res.Replayed)
-	got := testsvc.ReadRabbitMQQueue(t, b.conn, b.queue, 10, time.Minute)
+	got := ferryamqptest.ReadRabbitMQQueue(t, b.conn, b.queue, 10, time.Minute)
 	var gotIDs []string
 	for _, d := range got {
 		gotIDs = append(gotIDs, d.MessageId)
@@ -173,7 +174,7 @@ func TestReplayParkedDryRunMovesNothing(t *testing.T) {
 	require.Len(t, list.Messages, 4)
 	waitUntil(t, time.Minute, func() bool { m, _ := b.depth(t, b.queue+".parking"); return m == 10 })
 	// Everything is still there, once.
-	got := testsvc.ReadRabbitMQQueue(t, b.conn, b.queue+".parking", 10, time.Minute)
+	got := ferryamqptest.ReadRabbitMQQueue(t, b.conn, b.queue+".parking", 10, time.Minute)
 	var gotIDs []string
 	for _, d := range got {
 		gotIDs = append(gotIDs, d.MessageId)
@@ -205,7 +206,7 @@ func TestReplayParkedSkipsAnotherQueuesMessages(t *testing.T) {
 	require.Equal(t, 1, res.Skipped)
 	require.Equal(t, 4, res.Examined)
 	waitUntil(t, time.Minute, func() bool { m, _ := b.depth(t, b.queue+".parking"); return m == 1 })
-	left := testsvc.ReadRabbitMQQueue(t, b.conn, b.queue+".parking", 1, time.Minute)
+	left := ferryamqptest.ReadRabbitMQQueue(t, b.conn, b.queue+".parking", 1, time.Minute)
 	require.Len(t, left, 1)
 	require.Equal(t, "foreign-1", left[0].MessageId)
 }
@@ -223,7 +224,7 @@ func TestReplayParkedMessageParkedAgainKeepsItsOrigin(t *testing.T) {
 	require.Equal(t, 5, res.Examined)
 	waitUntil(t, time.Minute, func() bool { return c.Stats().Parked == 5 })
 	require.NoError(t, c.Stop(b.ctx))
-	got := testsvc.ReadRabbitMQQueue(t, b.conn, b.queue+".parking", 5, time.Minute)
+	got := ferryamqptest.ReadRabbitMQQueue(t, b.conn, b.queue+".parking", 5, time.Minute)
 	require.Len(t, got, 5)
 	for _, d := range got {
 		require.Equal(t, b.rk, d.Headers[ferrybroker.HeaderParkRoute])
@@ -241,7 +242,7 @@ func TestReplayParkedErrors(t *testing.T) {
 	require.ErrorIs(t, err, ferrytype.ErrInvalidConfig)
 	_, err = ReplayParked(b.ctx, b.conn, ReplayOptions{Queue: b.queue, Batch: 20000})
 	require.ErrorContains(t, err, "ReplayOptions.Batch")
-	missing := testsvc.Name("ferry_missing_")
+	missing := testenv.Name("ferry_missing_")
 	_, err = ReplayParked(b.ctx, b.conn, ReplayOptions{Queue: missing})
 	require.ErrorContains(t, err, "queue "+missing+" does not exist")
 	var ae *amqp.Error

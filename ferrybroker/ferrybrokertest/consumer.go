@@ -13,7 +13,7 @@ import (
 
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/testsvc"
+	"github.com/ferrydev/ferry/internal/testenv"
 )
 
 // RawMessage is a message the suite publishes to the queue or stream under
@@ -217,7 +217,7 @@ func idle(t *testing.T, c ferrybroker.Consumer) {
 
 func waitFor(t *testing.T, d time.Duration, cond func() bool, why func() string) {
 	t.Helper()
-	testsvc.WaitFor(t, d, cond, why)
+	testenv.WaitFor(t, d, cond, why)
 }
 
 // wait receives from ch or fails the test after d.

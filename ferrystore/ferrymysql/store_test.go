@@ -13,11 +13,11 @@ import (
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 	"github.com/ferrydev/ferry/ferrystore/ferrystoretest"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/testsvc"
+	"github.com/ferrydev/ferry/internal/testenv"
 )
 
 var harness = ferrystoretest.Harness[*sql.Tx]{
-	New: func(t *testing.T) ferrystore.Driver[*sql.Tx] { return testsvc.Store(t, "mysql").Driver },
+	New: func(t *testing.T) ferrystore.Driver[*sql.Tx] { return Store(t) },
 	NewWithTable: func(table string) (ferrystore.Driver[*sql.Tx], error) {
 		return ferrymysql.New(sql.OpenDB(nil), &ferrymysql.Config{Table: table})
 	},
@@ -58,13 +58,13 @@ func TestInboxConformance(t *testing.T) {
 }
 
 func mysqlInbox(t *testing.T) (*ferrymysql.Inbox, func(string, ...any) error) {
-	db := testsvc.MySQL(t)
-	m, c, v := testsvc.InboxTables()
+	db := MySQL(t)
+	m, c, v := testenv.InboxTables()
 	k := m + "k"
 	s, err := ferrymysql.NewInbox(db, &ferrymysql.InboxConfig{MarkerTable: m, ConflictTable: c, VersionTable: v, KeyTable: k})
 	require.NoError(t, err)
 	exec := func(q string, args ...any) error { _, err := db.Exec(q, args...); return err }
-	testsvc.MigratedInbox(t, s, func(q string) error { return exec(q) }, m, m, c, v, k)
+	testenv.MigratedInbox(t, s, func(q string) error { return exec(q) }, m, m, c, v, k)
 	return s, exec
 }
 
@@ -82,12 +82,12 @@ func TestKeysConformance(t *testing.T) {
 // isolation statement.
 func opened(t *testing.T) *ferrymysql.Store {
 	t.Helper()
-	ctx := testsvc.Context(t, time.Minute)
-	testsvc.MySQL(t) // skips or fails the test when MariaDB is not reachable
-	s, err := ferrymysql.Open(ctx, testsvc.URL(testsvc.EnvMySQL), &ferrymysql.Config{Table: testsvc.Name("ft_")})
+	ctx := testenv.Context(t, time.Minute)
+	MySQL(t) // skips or fails the test when MariaDB is not reachable
+	s, err := ferrymysql.Open(ctx, testenv.URL(testenv.EnvMySQL), &ferrymysql.Config{Table: testenv.Name("ft_")})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
-	testsvc.Migrated(t, s, func(q string) error { _, err := s.DB().Exec(q); return err })
+	testenv.Migrated(t, s, func(q string) error { _, err := s.DB().Exec(q); return err })
 	return s
 }
 
@@ -99,7 +99,7 @@ func TestConformanceOpened(t *testing.T) {
 	h := harness
 	h.New = func(t *testing.T) ferrystore.Driver[*sql.Tx] { return opened(t) }
 	h.Begin = func(ctx context.Context, t *testing.T, _ ferrystore.Driver[*sql.Tx]) (*sql.Tx, func() error, func() error) {
-		tx, err := testsvc.MySQL(t).BeginTx(ctx, nil)
+		tx, err := MySQL(t).BeginTx(ctx, nil)
 		require.NoError(t, err)
 		return tx, tx.Commit, tx.Rollback
 	}
@@ -111,7 +111,7 @@ func TestConformanceOpened(t *testing.T) {
 // application's pool keeps the server's default.
 func TestOpenSessionsReadCommitted(t *testing.T) {
 	s := opened(t)
-	ctx := testsvc.Context(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	level := func(c *sql.Conn) string {
 		var v string
 		err := c.QueryRowContext(ctx, "SELECT @@SESSION.transaction_isolation").Scan(&v)
@@ -130,7 +130,7 @@ func TestOpenSessionsReadCommitted(t *testing.T) {
 		require.Equal(t, "READ-COMMITTED", level(c))
 		require.NoError(t, c.Close())
 	}
-	app, err := testsvc.MySQL(t).Conn(ctx)
+	app, err := MySQL(t).Conn(ctx)
 	require.NoError(t, err)
 	defer app.Close()
 	require.Equal(t, "REPEATABLE-READ", level(app))

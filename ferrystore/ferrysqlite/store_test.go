@@ -14,11 +14,10 @@ import (
 	"github.com/ferrydev/ferry/ferrystore/ferrysqlite"
 	"github.com/ferrydev/ferry/ferrystore/ferrystoretest"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
 var harness = ferrystoretest.Harness[*sql.Tx]{
-	New: func(t *testing.T) ferrystore.Driver[*sql.Tx] { return testsvc.Store(t, "sqlite").Driver },
+	New: func(t *testing.T) ferrystore.Driver[*sql.Tx] { return Store(t) },
 	NewWithTable: func(table string) (ferrystore.Driver[*sql.Tx], error) {
 		return ferrysqlite.New(sql.OpenDB(nil), &ferrysqlite.Config{Table: table})
 	},
@@ -46,7 +45,7 @@ func TestClassifyKeepsTheDriverError(t *testing.T) {
 func TestInboxConformance(t *testing.T) {
 	ferrystoretest.ExerciseInbox(t, ferrystoretest.InboxHarness[*sql.Tx]{
 		New: func(t *testing.T) (ferrystore.InboxDriver[*sql.Tx], func(string, ...any) error) {
-			db := testsvc.SQLite(t)
+			db := SQLite(t)
 			s, err := ferrysqlite.NewInbox(db, nil)
 			require.NoError(t, err)
 			require.NoError(t, s.Migrate(context.Background()))
@@ -60,7 +59,7 @@ func TestInboxConformance(t *testing.T) {
 func TestKeysConformance(t *testing.T) {
 	ferrystoretest.ExerciseKeys(t, ferrystoretest.KeysHarness[*sql.Tx]{
 		New: func(t *testing.T) ferrystore.IdempotencyDriver[*sql.Tx] {
-			s, err := ferrysqlite.NewInbox(testsvc.SQLite(t), nil)
+			s, err := ferrysqlite.NewInbox(SQLite(t), nil)
 			require.NoError(t, err)
 			require.NoError(t, s.Migrate(context.Background()))
 			return s

@@ -16,7 +16,7 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/testsvc"
+	"github.com/ferrydev/ferry/internal/testenv"
 )
 
 // Harness adapts one store to the suite. TTx is the store's transaction
@@ -121,7 +121,7 @@ func Exercise[TTx any](t *testing.T, h Harness[TTx]) {
 // waitFor polls cond until it holds or d passes.
 func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 	t.Helper()
-	testsvc.WaitFor(t, d, cond, nil)
+	testenv.WaitFor(t, d, cond, nil)
 }
 
 // retryTx retries fn on errors a concurrent writer may see (deadlock,

@@ -15,7 +15,7 @@ import (
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/testsvc"
+	"github.com/ferrydev/ferry/internal/testenv"
 )
 
 // KeysHarness adapts one store's idempotency key table to the suite.
@@ -50,7 +50,7 @@ func complete[TTx any](ctx context.Context, s ferrystore.IdempotencyDriver[TTx],
 // lease (or retention, when expired is set).
 func waitLeaseOver(t *testing.T, ctx context.Context, s ferrystore.IdempotencyStore, hash string, expired bool) {
 	t.Helper()
-	testsvc.WaitFor(t, 10*time.Second, func() bool {
+	testenv.WaitFor(t, 10*time.Second, func() bool {
 		k, err := s.GetKey(ctx, hash)
 		require.NoError(t, err)
 		if expired {
@@ -71,7 +71,7 @@ func ExerciseKeys[TTx any](t *testing.T, h KeysHarness[TTx]) {
 	}
 
 	t.Run("FirstClaimWinsAndADuplicateSeesItInProgress", func(t *testing.T) {
-		ctx := testsvc.Context(t, time.Minute)
+		ctx := testenv.Context(t, time.Minute)
 		s := h.New(t)
 		c := keyClaim("t1")
 		_, ok, err := s.ClaimKey(ctx, c, lease, retention)
@@ -91,7 +91,7 @@ func ExerciseKeys[TTx any](t *testing.T, h KeysHarness[TTx]) {
 	})
 
 	t.Run("CompletedKeyReturnsTheResponseByteForByte", func(t *testing.T) {
-		ctx := testsvc.Context(t, time.Minute)
+		ctx := testenv.Context(t, time.Minute)
 		s := h.New(t)
 		c := keyClaim("t1")
 		_, ok, err := s.ClaimKey(ctx, c, lease, retention)
@@ -114,7 +114,7 @@ func ExerciseKeys[TTx any](t *testing.T, h KeysHarness[TTx]) {
 	})
 
 	t.Run("RolledBackCompletionLeavesTheClaimAndReleaseFreesIt", func(t *testing.T) {
-		ctx := testsvc.Context(t, time.Minute)
+		ctx := testenv.Context(t, time.Minute)
 		s := h.New(t)
 		c := keyClaim("t1")
 		_, ok, err := s.ClaimKey(ctx, c, lease, retention)
@@ -140,7 +140,7 @@ func ExerciseKeys[TTx any](t *testing.T, h KeysHarness[TTx]) {
 	})
 
 	t.Run("TakeOverOnlyAfterTheLeaseAndTheOldHolderIsFenced", func(t *testing.T) {
-		ctx := testsvc.Context(t, time.Minute)
+		ctx := testenv.Context(t, time.Minute)
 		s := h.New(t)
 		c := keyClaim("t1")
 		_, ok, err := s.ClaimKey(ctx, c, 50*time.Millisecond, retention)
@@ -176,7 +176,7 @@ func ExerciseKeys[TTx any](t *testing.T, h KeysHarness[TTx]) {
 	})
 
 	t.Run("ExpiredKeyIsANewRequest", func(t *testing.T) {
-		ctx := testsvc.Context(t, time.Minute)
+		ctx := testenv.Context(t, time.Minute)
 		s := h.New(t)
 		c := keyClaim("t1")
 		_, ok, err := s.ClaimKey(ctx, c, lease, retention)
@@ -201,7 +201,7 @@ func ExerciseKeys[TTx any](t *testing.T, h KeysHarness[TTx]) {
 	})
 
 	t.Run("PurgeDeletesExpiredKeysInBoundedBatches", func(t *testing.T) {
-		ctx := testsvc.Context(t, time.Minute)
+		ctx := testenv.Context(t, time.Minute)
 		s := h.New(t)
 		var expired []string
 		for i := range 3 {
@@ -245,7 +245,7 @@ func ExerciseKeys[TTx any](t *testing.T, h KeysHarness[TTx]) {
 	})
 
 	t.Run("ConcurrentClaimsOfOneKeyHaveOneWinner", func(t *testing.T) {
-		ctx := testsvc.Context(t, time.Minute)
+		ctx := testenv.Context(t, time.Minute)
 		s := h.New(t)
 		for round := range 5 {
 			c := keyClaim(fmt.Sprint("r", round))

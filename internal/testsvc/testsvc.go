@@ -9,10 +9,7 @@ package testsvc
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -24,67 +21,64 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx" for database/sql
 	"github.com/nats-io/nats.go"
 
+	"github.com/ferrydev/ferry/ferrybroker/ferryamqp/ferryamqptest"
+	"github.com/ferrydev/ferry/ferrybroker/ferrynats/ferrynatstest"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 	"github.com/ferrydev/ferry/ferrystore/ferrypg"
 	"github.com/ferrydev/ferry/ferrystore/ferrysqlite"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/natsembed"
+	"github.com/ferrydev/ferry/internal/testenv"
 )
 
-// Environment variables naming the services, and their defaults.
+// The generic parts of the test bed, from testenv (core module), and the
+// adapters' own test helpers (ferryamqptest, ferrynatstest), under the names
+// the test bed's users know.
 const (
-	EnvRequire  = "FERRY_REQUIRE_SERVICES"
-	EnvMySQL    = "FERRY_TEST_MYSQL_URL"
-	EnvPostgres = "FERRY_TEST_POSTGRES_URL"
-	EnvNATS     = "FERRY_TEST_NATS_URL"
-	EnvAMQP     = "FERRY_TEST_AMQP_URL"
-	EnvRedis    = "FERRY_TEST_REDIS_URL"
+	EnvRequire     = testenv.EnvRequire
+	EnvMySQL       = testenv.EnvMySQL
+	EnvPostgres    = testenv.EnvPostgres
+	EnvNATS        = testenv.EnvNATS
+	EnvAMQP        = testenv.EnvAMQP
+	EnvRedis       = testenv.EnvRedis
+	EnvRabbitMQCtl = ferryamqptest.EnvRabbitMQCtl
 )
 
-var defaults = map[string]string{
-	EnvMySQL:    "mysql://root@127.0.0.1:3306/test",
-	EnvPostgres: "postgres://postgres@127.0.0.1:5432/test?sslmode=disable",
-	EnvNATS:     "nats://127.0.0.1:4222",
-	EnvAMQP:     "amqp://guest:guest@127.0.0.1:5672/",
-	EnvRedis:    "redis://127.0.0.1:6379/0",
-}
+var (
+	URL           = testenv.URL
+	Required      = testenv.Required
+	Unavailable   = testenv.Unavailable
+	Name          = testenv.Name
+	Context       = testenv.Context
+	WaitFor       = testenv.WaitFor
+	Proxy         = testenv.Proxy
+	Migrated      = testenv.Migrated
+	InboxTables   = testenv.InboxTables
+	MigratedInbox = testenv.MigratedInbox
 
-// URL returns the service URL from env, or its loopback default.
-func URL(env string) string {
-	if v := os.Getenv(env); v != "" {
-		return v
-	}
-	return defaults[env]
-}
+	UseRabbitMQ            = ferryamqptest.UseRabbitMQ
+	DisruptRabbitMQ        = ferryamqptest.DisruptRabbitMQ
+	RabbitMQ               = ferryamqptest.RabbitMQ
+	RabbitMQQueue          = ferryamqptest.RabbitMQQueue
+	DeleteRabbitMQQueue    = ferryamqptest.DeleteRabbitMQQueue
+	DeleteRabbitMQExchange = ferryamqptest.DeleteRabbitMQExchange
+	ReadRabbitMQQueue      = ferryamqptest.ReadRabbitMQQueue
+	RabbitMQCtl            = ferryamqptest.RabbitMQCtl
+	StopRabbitMQ           = ferryamqptest.StopRabbitMQ
+	StartRabbitMQ          = ferryamqptest.StartRabbitMQ
 
-// Required reports whether unreachable services fail tests.
-func Required() bool { return os.Getenv(EnvRequire) == "1" }
+	NATS            = ferrynatstest.NATS
+	JetStreamStream = ferrynatstest.JetStreamStream
+	ReadStream      = ferrynatstest.ReadStream
+)
 
-// Unavailable skips t, or fails it when services are required.
-func Unavailable(t testing.TB, what string, err error) {
-	t.Helper()
-	msg := fmt.Sprintf("%s is not reachable (%v); start it with scripts/services.sh, or set %s=1 to make this a failure",
-		what, err, EnvRequire)
-	if Required() {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-}
-
-// Name returns a fresh identifier for a test table: prefix + 8 hex digits.
-func Name(prefix string) string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return prefix + hex.EncodeToString(b[:])
-}
-
-// Context returns a context that ends when the test does, or after d.
-func Context(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+// Types of the test bed's helpers.
+type (
+	LogBuffer   = testenv.LogBuffer
+	RabbitQueue = ferryamqptest.RabbitQueue
+	StreamMsg   = ferrynatstest.StreamMsg
+)
 
 var (
 	mysqlOnce sync.Once
@@ -227,43 +221,6 @@ func Store(t testing.TB, kind string) SQLStore {
 	return SQLStore{Kind: kind, DB: db, Driver: drv}
 }
 
-// Migrated migrates s and drops its tables when the test ends; exec runs
-// one statement on the store's database.
-func Migrated(t testing.TB, s ferrystore.Store, exec func(string) error) {
-	t.Helper()
-	ctx := Context(t, time.Minute)
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatalf("migrate %s: %v", s.Table(), err)
-	}
-	t.Cleanup(func() {
-		for _, name := range []string{s.Table() + "_relay", s.Table() + "_seq", s.Table()} {
-			q := `DROP TABLE IF EXISTS "` + name + `"`
-			if s.Dialect() == "mysql" {
-				q = "DROP TABLE IF EXISTS `" + name + "`"
-			}
-			if err := exec(q); err != nil {
-				t.Logf("drop %s: %v", name, err)
-			}
-		}
-		q := "DELETE FROM ferry_migration WHERE component = 'outbox:" + s.Table() + "'"
-		if err := exec(q); err != nil {
-			t.Logf("forget migrations of %s: %v", s.Table(), err)
-		}
-	})
-}
-
-// NATS returns a connection to the test NATS server (with JetStream),
-// closed when the test ends.
-func NATS(t testing.TB) *nats.Conn {
-	t.Helper()
-	nc, err := nats.Connect(URL(EnvNATS), nats.Timeout(3*time.Second), nats.MaxReconnects(-1))
-	if err != nil {
-		Unavailable(t, "NATS at "+URL(EnvNATS), err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
-}
-
 var (
 	embedOnce sync.Once
 	embedURL  string
@@ -296,33 +253,4 @@ func EmbeddedNATS(t testing.TB) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
-}
-
-// InboxTables returns fresh names for an inbox's marker, conflict and
-// version tables.
-func InboxTables() (markers, conflicts, versions string) {
-	base := Name("fi_")
-	return base + "_m", base + "_c", base + "_v"
-}
-
-// MigratedInbox migrates s and drops tables when the test ends; exec runs
-// one statement on the store's database.
-func MigratedInbox(t testing.TB, s ferrystore.InboxStore, exec func(string) error, markers string, tables ...string) {
-	t.Helper()
-	ctx := Context(t, time.Minute)
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatalf("migrate inbox: %v", err)
-	}
-	t.Cleanup(func() {
-		for _, name := range tables {
-			q := `DROP TABLE IF EXISTS "` + name + `"`
-			if s.Dialect() == "mysql" {
-				q = "DROP TABLE IF EXISTS `" + name + "`"
-			}
-			if err := exec(q); err != nil {
-				t.Logf("drop %s: %v", name, err)
-			}
-		}
-		_ = exec("DELETE FROM ferry_migration WHERE component = 'inbox:" + markers + "'")
-	})
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ferrydev/ferry/internal/bench"
+	"github.com/ferrydev/ferry/cmd/ferry/internal/bench"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 

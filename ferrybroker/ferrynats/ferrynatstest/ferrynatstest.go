@@ -1,4 +1,11 @@
-package testsvc
+// Package ferrynatstest runs tests against a real NATS server with
+// JetStream: it connects to the server FERRY_TEST_NATS_URL names (default
+// nats://127.0.0.1:4222), skipping the test when it is unreachable unless
+// FERRY_REQUIRE_SERVICES=1, creates fresh streams that are deleted when the
+// test ends, and reads a stream back in order. ferry's own tests use it; so
+// can the tests of an application that runs ferrynats. It imports nothing
+// but the core and nats.go.
+package ferrynatstest
 
 import (
 	"context"
@@ -10,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/internal/testenv"
 )
 
 // JetStreamStream creates a stream with a fresh name capturing subject
@@ -17,13 +25,13 @@ import (
 // and the prefix.
 func JetStreamStream(t testing.TB, nc *nats.Conn) (stream, prefix string) {
 	t.Helper()
-	ctx := Context(t, 30*time.Second)
+	ctx := testenv.Context(t, 30*time.Second)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream = Name("FT_")
-	prefix = Name("ft")
+	stream = testenv.Name("FT_")
+	prefix = testenv.Name("ft")
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
 		Name: stream, Subjects: []string{prefix + ".>"}, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute,
 	})
@@ -53,7 +61,7 @@ type StreamMsg struct {
 // at least want of them, and returns them all.
 func ReadStream(t testing.TB, nc *nats.Conn, stream string, want int, d time.Duration) []StreamMsg {
 	t.Helper()
-	ctx := Context(t, d)
+	ctx := testenv.Context(t, d)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -88,4 +96,16 @@ func ReadStream(t testing.TB, nc *nats.Conn, stream string, want int, d time.Dur
 			t.Fatalf("read %d of %d messages from %s within %s", len(out), want, stream, d)
 		}
 	}
+}
+
+// NATS returns a connection to the test NATS server (with JetStream),
+// closed when the test ends.
+func NATS(t testing.TB) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(testenv.URL(testenv.EnvNATS), nats.Timeout(3*time.Second), nats.MaxReconnects(-1))
+	if err != nil {
+		testenv.Unavailable(t, "NATS at "+testenv.URL(testenv.EnvNATS), err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }

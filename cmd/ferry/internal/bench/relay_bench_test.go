@@ -1,4 +1,4 @@
-package ferry_test
+package bench_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferrydev/ferry/internal/bench"
+	"github.com/ferrydev/ferry/cmd/ferry/internal/bench"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 

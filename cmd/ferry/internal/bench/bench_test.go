@@ -16,7 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferrydev/ferry/internal/bench"
+	"github.com/ferrydev/ferry/cmd/ferry/internal/bench"
 	"github.com/ferrydev/ferry/internal/natsembed"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )

@@ -1,4 +1,13 @@
-package testsvc
+// Package ferryamqptest runs tests against a real RabbitMQ server: it
+// connects to the server FERRY_TEST_AMQP_URL names (default
+// amqp://guest:guest@127.0.0.1:5672/), skipping the test when it is
+// unreachable unless FERRY_REQUIRE_SERVICES=1; it declares fresh queues,
+// reads them back and deletes them when the test ends; and it stops,
+// restarts or disrupts the server for outage tests, under a file lock that
+// keeps every other test process of the machine off the server meanwhile.
+// ferry's own tests use it; so can the tests of an application that runs
+// ferryamqp. It imports nothing but the core and amqp091-go.
+package ferryamqptest
 
 import (
 	"context"
@@ -14,6 +23,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/ferrydev/ferry/internal/testenv"
 )
 
 // EnvRabbitMQCtl names the rabbitmqctl command tests use to stop and start
@@ -94,9 +105,9 @@ func DisruptRabbitMQ(t testing.TB) {
 func RabbitMQ(t testing.TB) *amqp.Connection {
 	t.Helper()
 	UseRabbitMQ(t)
-	conn, err := amqp.DialConfig(URL(EnvAMQP), amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	conn, err := amqp.DialConfig(testenv.URL(testenv.EnvAMQP), amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
 	if err != nil {
-		Unavailable(t, "RabbitMQ at "+URL(EnvAMQP), err)
+		testenv.Unavailable(t, "RabbitMQ at "+testenv.URL(testenv.EnvAMQP), err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn
@@ -113,7 +124,7 @@ type RabbitQueue struct {
 // routing key, and deletes it when the test ends.
 func RabbitMQQueue(t testing.TB, conn *amqp.Connection, typ string, args amqp.Table) RabbitQueue {
 	t.Helper()
-	q := RabbitQueue{Name: Name("ferry_q_"), RoutingKey: Name("ferry.rk.")}
+	q := RabbitQueue{Name: testenv.Name("ferry_q_"), RoutingKey: testenv.Name("ferry.rk.")}
 	ch, err := conn.Channel()
 	if err != nil {
 		t.Fatalf("open channel: %v", err)
@@ -148,7 +159,7 @@ func DeleteRabbitMQExchange(t testing.TB, name string) {
 }
 
 func deleteRabbit(t testing.TB, op func(ch *amqp.Channel) error) {
-	conn, err := amqp.DialConfig(URL(EnvAMQP), amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	conn, err := amqp.DialConfig(testenv.URL(testenv.EnvAMQP), amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
 	if err != nil {
 		t.Logf("cleanup: connect to RabbitMQ: %v", err)
 		return
@@ -203,7 +214,7 @@ func RabbitMQCtl(t testing.TB, args ...string) string {
 	out, err := rabbitmqctl(args...)
 	if err != nil {
 		if _, lerr := exec.LookPath(rabbitmqctlPath()); lerr != nil {
-			Unavailable(t, "rabbitmqctl", lerr)
+			testenv.Unavailable(t, "rabbitmqctl", lerr)
 		}
 		t.Fatalf("rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
@@ -258,7 +269,7 @@ func StartRabbitMQ(t testing.TB) {
 // waitRabbitMQ waits until an AMQP connection to the test server opens.
 func waitRabbitMQ(d time.Duration) error {
 	deadline := time.Now().Add(d)
-	u, err := amqp.ParseURI(URL(EnvAMQP))
+	u, err := amqp.ParseURI(testenv.URL(testenv.EnvAMQP))
 	if err != nil {
 		return err
 	}
@@ -267,7 +278,7 @@ func waitRabbitMQ(d time.Duration) error {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()
-			conn, err := amqp.DialConfig(URL(EnvAMQP), amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+			conn, err := amqp.DialConfig(testenv.URL(testenv.EnvAMQP), amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
 			if err == nil {
 				conn.Close()
 				return nil

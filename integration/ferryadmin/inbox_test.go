@@ -2,6 +2,7 @@ package ferryadmin_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -285,8 +286,14 @@ func TestReconcileRefusesBadOptions(t *testing.T) {
 			EventType: "E", Key: "order:paid"}}}, "has no placeholder"},
 		{"NoInboxURL", ferryadmin.ReconcileOptions{Effects: []ferryadmin.Effect{{Consumer: "c", EventType: "E",
 			Key: "{event_id}"}}}, "InboxDatabaseURL is required"},
+		{"NoOpenInbox", ferryadmin.ReconcileOptions{Effects: []ferryadmin.Effect{effect}}, "OpenInbox is required with Effects"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			if len(c.opts.Effects) > 0 && c.name != "NoOpenInbox" {
+				c.opts.OpenInbox = func(context.Context, string, string) (ferrystore.InboxStore, error) {
+					return nil, errors.New("not opened: the options are refused first")
+				}
+			}
 			_, err := ferryadmin.Reconcile(b.ctx, b.admin, c.opts)
 			if c.name == "BadIdentifier" {
 				require.ErrorIs(t, err, ferrytype.ErrInvalidIdentifier)

@@ -195,12 +195,13 @@ func TestBulkActsOnEverythingThatMatches(t *testing.T) {
 			var calls int
 			var last ferryadmin.BulkResult
 			done = step("retry --all")
-			res, err = ferryadmin.RetryDead(b.ctx, b.admin, ferryadmin.BulkOptions{All: true, Progress: func(r ferryadmin.BulkResult) {
-				calls++
-				require.GreaterOrEqual(t, r.Changed, last.Changed)
-				require.Equal(t, left, r.Matched)
-				last = r
-			}})
+			res, err = ferryadmin.RetryDead(b.ctx, b.admin, ferryadmin.BulkOptions{All: true, Page: 1000, // 1,200 rows span two pages
+				Progress: func(r ferryadmin.BulkResult) {
+					calls++
+					require.GreaterOrEqual(t, r.Changed, last.Changed)
+					require.Equal(t, left, r.Matched)
+					last = r
+				}})
 			require.NoError(t, err)
 			done()
 			require.Equal(t, left, res.Matched)
@@ -231,7 +232,6 @@ func TestBulkActsOnEverythingThatMatches(t *testing.T) {
 // event matched is acted on once, the discarded ones are reported skipped,
 // the new ones are retried too.
 func TestBulkRunSurvivesConcurrentChanges(t *testing.T) {
-	defer ferryadmin.SetWalkPage(1000)() // 1,200 rows span two pages
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
 			b := setup(t, kind)
@@ -245,34 +245,35 @@ func TestBulkRunSurvivesConcurrentChanges(t *testing.T) {
 				newDead  []string
 				calls    int
 			)
-			res, err := ferryadmin.RetryDead(b.ctx, b.admin, ferryadmin.BulkOptions{All: true, Progress: func(r ferryadmin.BulkResult) {
-				calls++
-				if calls != 1 {
-					return
-				}
-				// After the first batch: three events die afresh, and a
-				// relay claims the 500 just retried with them and fails
-				// all for good.
-				newDead = b.enqueue(t, event("OrderPaid", "9001"), event("OrderPaid", "9002"), event("OrderPaid", "9003"))
-				ids, tok := b.claim(t, 503)
-				fails := make([]ferrystore.Failure, len(ids))
-				for i, id := range ids {
-					fails[i] = ferrystore.Failure{ID: id, Token: tok, Dead: true, Error: "attempt 1: nack again"}
-				}
-				out, err := b.admin.MarkFailed(b.ctx, fails)
-				require.NoError(t, err)
-				require.Len(t, out.Dead, 503)
-				for _, id := range ids {
-					if !strings.HasPrefix(id, "dead-") {
-						continue
+			res, err := ferryadmin.RetryDead(b.ctx, b.admin, ferryadmin.BulkOptions{All: true, Page: 1000, // 1,200 rows span two pages
+				Progress: func(r ferryadmin.BulkResult) {
+					calls++
+					if calls != 1 {
+						return
 					}
-					rekilled = append(rekilled, id)
-				}
-				// Another operator discards five the run listed.
-				n, err := b.admin.Discard(b.ctx, listedNotReached, "by someone else")
-				require.NoError(t, err)
-				require.Equal(t, int64(5), n)
-			}})
+					// After the first batch: three events die afresh, and a
+					// relay claims the 500 just retried with them and fails
+					// all for good.
+					newDead = b.enqueue(t, event("OrderPaid", "9001"), event("OrderPaid", "9002"), event("OrderPaid", "9003"))
+					ids, tok := b.claim(t, 503)
+					fails := make([]ferrystore.Failure, len(ids))
+					for i, id := range ids {
+						fails[i] = ferrystore.Failure{ID: id, Token: tok, Dead: true, Error: "attempt 1: nack again"}
+					}
+					out, err := b.admin.MarkFailed(b.ctx, fails)
+					require.NoError(t, err)
+					require.Len(t, out.Dead, 503)
+					for _, id := range ids {
+						if !strings.HasPrefix(id, "dead-") {
+							continue
+						}
+						rekilled = append(rekilled, id)
+					}
+					// Another operator discards five the run listed.
+					n, err := b.admin.Discard(b.ctx, listedNotReached, "by someone else")
+					require.NoError(t, err)
+					require.Equal(t, int64(5), n)
+				}})
 			require.NoError(t, err)
 			require.Len(t, rekilled, 500)
 			require.Equal(t, int64(1200), res.Matched)
