@@ -1,6 +1,6 @@
 module github.com/ferrydev/ferry
 
-go 1.26.0
+go 1.24.0
 
 require (
 	github.com/google/uuid v1.6.0

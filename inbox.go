@@ -26,7 +26,7 @@ const (
 	// conflict is recorded durably; nothing else was written. The delivery
 	// must be parked, never counted as a success.
 	InboxConflict
-	// InboxStale: the order guard found a newer version already applied.
+	// InboxStale: the version guard found a newer version already applied.
 	// The operation is recorded (its marker has outcome "stale") and its
 	// effect skipped: an older event never overwrites newer state.
 	InboxStale
@@ -57,26 +57,29 @@ var (
 	// business function, it rolls the transaction back: no effect, no
 	// marker.
 	ErrNoEffect = errors.New("ferry: statement had no effect")
-	// ErrOutOfOrder is returned by contiguous ordering when a version
+	// ErrOutOfOrder is returned by GuardContiguous when a version
 	// arrives before the one it follows. Nothing was written; retry the
 	// delivery later, when the gap may have filled.
 	ErrOutOfOrder = errors.New("ferry: operation arrived before an earlier one")
 )
 
-// Order selects the order guard of an operation.
-type Order int
+// VersionGuard selects how an operation's Version is checked against the
+// newest version applied for its Aggregate, so that an older event never
+// overwrites newer state (R2.8). It is the consumer's guard; the relay's
+// own ordering of an aggregate's events is RelayConfig.Ordered.
+type VersionGuard int
 
 const (
-	// OrderNone applies operations in any order. Default.
-	OrderNone Order = iota
-	// OrderNewer applies an operation only when its Version is above the
+	// GuardNone applies operations whatever their version. Default.
+	GuardNone VersionGuard = iota
+	// GuardNewer applies an operation only when its Version is above the
 	// newest applied for its Aggregate; older ones become stale no-ops.
 	// For state-overwriting updates where skipping is fine.
-	OrderNewer
-	// OrderContiguous applies only Version = newest + 1; older ones become
+	GuardNewer
+	// GuardContiguous applies only Version = newest + 1; older ones become
 	// stale no-ops and later ones fail with ErrOutOfOrder, to be retried
 	// until the gap fills. For operations that must each happen, in order.
-	OrderContiguous
+	GuardContiguous
 )
 
 // Operation identifies one business operation a delivery asks for.
@@ -93,11 +96,11 @@ type Operation struct {
 	// different fields, a conflict. Compared by a canonical fingerprint:
 	// map key order and number spelling (10, 10.0, 1e1) do not matter.
 	Fields any
-	// Aggregate and Version feed the order guard (Order). Aggregate scopes
-	// the version: "order:42". Versions start at 1.
+	// Aggregate and Version feed the version guard (Guard). Aggregate
+	// scopes the version: "order:42". Versions start at 1.
 	Aggregate string
 	Version   int64
-	Order     Order
+	Guard     VersionGuard
 }
 
 // InboxResult describes a processed operation.
@@ -157,11 +160,6 @@ type InboxConfig struct {
 // ferry CLI) refuse shorter retentions by the same rule.
 const DefaultReplayWindow = 7 * 24 * time.Hour
 
-// FaultInboxBeforeCommit is reached inside an operation's transaction,
-// after the marker and the business function, before the commit. A crash
-// there rolls everything back: the redelivery applies the operation.
-const FaultInboxBeforeCommit = "inbox.before-commit"
-
 // Inbox applies business operations idempotently: it runs the caller's
 // business function and inserts a marker for the operation in the same
 // database transaction, so the effect and the record that it happened
@@ -216,7 +214,7 @@ func NewInbox[TTx any](driver ferrystore.InboxDriver[TTx], cfg *InboxConfig) (*I
 func (in *Inbox[TTx]) Consumer() string { return in.cfg.Consumer }
 
 // Process applies op: in one transaction it inserts the operation's marker,
-// runs the order guard when op asks for one, and runs fn, then commits.
+// runs the version guard when op asks for one, and runs fn, then commits.
 //
 //   - Applied: fn's effect and the marker committed.
 //   - Duplicate (nil error): the marker insert hit the unique key; the
@@ -224,7 +222,7 @@ func (in *Inbox[TTx]) Consumer() string { return in.cfg.Consumer }
 //     its fields found equal. fn did not run.
 //   - Conflict: same, but the fields differ. The conflict is recorded and
 //     the error wraps ErrConflict and ferrytype.ErrPoison.
-//   - Stale (nil error): the order guard skipped fn; the marker records it.
+//   - Stale (nil error): the version guard skipped fn; the marker records it.
 //   - An error from fn, or from the database: everything rolled back.
 //     Errors the store classifies as ferrytype.ErrRetryable (deadlocks,
 //     lock wait timeouts, serialization failures) are retried (MaxRetries) with fn run
@@ -250,7 +248,7 @@ func (in *Inbox[TTx]) process(ctx context.Context, op Operation, fn func(ctx con
 		return InboxResult{}, ferrytype.Poison(fmt.Errorf("%w: Operation.Key must be 1 to 128 bytes", ErrInvalidEvent))
 	case len(op.EventID) > 64:
 		return InboxResult{}, ferrytype.Poison(fmt.Errorf("%w: Operation.EventID is longer than 64 bytes", ErrInvalidEvent))
-	case op.Order != OrderNone && (op.Aggregate == "" || len(op.Aggregate) > 200 || op.Version < 1):
+	case op.Guard != GuardNone && (op.Aggregate == "" || len(op.Aggregate) > 200 || op.Version < 1):
 		return InboxResult{}, ferrytype.Poison(fmt.Errorf("%w: an ordered operation needs an Aggregate (at most 200 bytes) and a Version from 1", ErrInvalidEvent))
 	}
 	fields, fp, err := Fingerprint(op.Fields)
@@ -301,8 +299,8 @@ func (in *Inbox[TTx]) once(ctx context.Context, op Operation, fields []byte, fp 
 	}()
 	ex := in.driver.UnwrapTx(tx)
 	outcome := InboxApplied
-	if op.Order != OrderNone {
-		prev, moved, err := in.driver.AdvanceVersion(ctx, ex, in.cfg.Consumer, op.Aggregate, op.Version, op.Order == OrderContiguous)
+	if op.Guard != GuardNone {
+		prev, moved, err := in.driver.AdvanceVersion(ctx, ex, in.cfg.Consumer, op.Aggregate, op.Version, op.Guard == GuardContiguous)
 		if err != nil {
 			return res, err
 		}

@@ -17,31 +17,11 @@ import (
 	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
-// Named fault points of the relay, passed to RelayConfig.FaultPoint. They
-// mark the crash windows the outbox pattern must survive.
-const (
-	// FaultAfterClaim is reached after a claim committed and before the
-	// batch is published. An error abandons the batch there, as a crash
-	// would: its leases expire and the sweeper returns it.
-	FaultAfterClaim = "relay.after-claim"
-	// FaultAfterPublish is reached after the broker answered and before
-	// any outcome is written. An error abandons the batch there: the
-	// events were published but are not marked, so they are published
-	// again after their leases expire, with the same ids.
-	FaultAfterPublish = "relay.after-publish"
-	// FaultLoseConfirm is reached for each confirmed message. An error
-	// turns the confirm into an unknown outcome, as if the confirm were
-	// lost on the wire: the event is retried although the broker has it.
-	FaultLoseConfirm = "relay.lose-confirm"
-	// FaultBeforeForget is reached in Stop, after the relay stopped and
-	// before it deletes its heartbeat row. An error leaves the row, as a
-	// relay that was killed does: it stops beating and ages.
-	FaultBeforeForget = "relay.before-forget"
-)
-
 // RelayConfig configures a Relay. A nil config uses the defaults; zero
 // fields take the default named in their comment.
 type RelayConfig struct {
+	// Throughput.
+
 	// BatchSize is the most events one claim takes. Default 100.
 	BatchSize int
 	// Lanes is the number of claim→publish→mark loops run concurrently,
@@ -57,6 +37,9 @@ type RelayConfig struct {
 	// event of its aggregate until it is retried or discarded. Default
 	// false: maximum throughput, no order between concurrent batches.
 	Ordered bool
+
+	// Polling and wake-ups: how soon a committed event is claimed, and what an idle relay costs.
+
 	// MinPollInterval is the probe interval right after the relay found
 	// events: once its lanes run out of work, the relay asks the store
 	// (Store.Ready, one read of the pending index) this often whether
@@ -71,6 +54,15 @@ type RelayConfig struct {
 	// time within PollInterval. Default 80ms: about 13 queries a second
 	// when idle.
 	PollInterval time.Duration
+	// Wakeup, shared with the Outbox of the same process, wakes the relay
+	// right after events are enqueued.
+	Wakeup *Wakeup
+	// DisableListen stops the relay from using the store's own
+	// notifications (PostgreSQL LISTEN/NOTIFY). Default false.
+	DisableListen bool
+
+	// Leases and retries.
+
 	// Lease is how long a claim holds its events; a relay that has not
 	// recorded an outcome by then loses them to the sweeper. Default 30s.
 	Lease time.Duration
@@ -85,6 +77,9 @@ type RelayConfig struct {
 	SweepInterval time.Duration
 	// SweepBatch bounds one sweep statement. Default 500.
 	SweepBatch int
+
+	// Maintenance of the table: retention of SENT events.
+
 	// Retention deletes SENT events older than this. Default 0: keep them.
 	Retention time.Duration
 	// PurgeInterval is how often retention runs. Default 1m.
@@ -92,20 +87,8 @@ type RelayConfig struct {
 	// PurgeBatch bounds one purge statement, so that no purge holds many
 	// row locks for long. Default 1000.
 	PurgeBatch int
-	// Wakeup, shared with the Outbox of the same process, wakes the relay
-	// right after events are enqueued.
-	Wakeup *Wakeup
-	// DisableListen stops the relay from using the store's own
-	// notifications (PostgreSQL LISTEN/NOTIFY). Default false.
-	DisableListen bool
-	// Logger receives the relay's logs. Default: discarded.
-	Logger *slog.Logger
-	// Hooks observe the relay; see the Hook* interfaces.
-	Hooks []Hook
-	// FaultPoint, when set, is called at each named fault point (the
-	// Fault* constants); a non-nil error acts as a crash at that point.
-	// For fault-injection tests; leave nil in production.
-	FaultPoint func(ctx context.Context, point string) error
+
+	// Heartbeat: the relay's row in the table of relays alive.
 
 	// Heartbeat is how often the relay records itself in the heartbeat
 	// table of its outbox table (<table>_relay, outbox migration
@@ -141,6 +124,22 @@ type RelayConfig struct {
 	// hour. It must be at least 3 Heartbeats, so that no live relay's row
 	// is deleted. Default DefaultForgetAfter.
 	ForgetAfter time.Duration
+
+	// Observability.
+
+	// Logger receives the relay's logs. Default: discarded.
+	Logger *slog.Logger
+	// Hooks observe the relay; see the Hook* interfaces.
+	Hooks []Hook
+
+	// Testing: fault injection, for tests of the crash windows only.
+
+	// FaultPoint, when set, is called at each of the relay's fault points
+	// (FaultAfterClaim, FaultAfterPublish, FaultLoseConfirm,
+	// FaultBeforeForget); a non-nil error acts as a crash at that point.
+	// For fault-injection tests; leave nil in production: no command-line
+	// flag or environment variable of ferry's sets it.
+	FaultPoint func(ctx context.Context, point string) error
 }
 
 // Defaults of the relay's heartbeat (RelayConfig.Heartbeat,

@@ -52,17 +52,24 @@ type TaskWorkerConfig struct {
 	Concurrency int
 }
 
-// NewTaskWorker returns a relay that executes the tasks of store (an
+// TaskWorker executes the tasks of a task table with handlers, by task
+// type: a relay whose "broker" is the handlers. It claims, leases, retries
+// and gives up tasks exactly as a Relay does events, and its Start, Stop,
+// Run, Drain, Stats and ID behave as the Relay's.
+type TaskWorker struct {
+	relay *Relay
+}
+
+// NewTaskWorker returns a worker that executes the tasks of store (an
 // outbox table of tasks) with handlers, by task type, instead of
-// publishing them. Start, Stop, Drain and Stats work as for any relay. A
-// task of a type without handler is DEAD at once.
+// publishing them. A task of a type without handler is DEAD at once.
 //
 // The relay hooks in cfg.Hooks see tasks as they see events, with the task
 // table as the table: a done task is sent, a failed execution a rejected
 // publish followed by a retry, a task given up DEAD (ferryprom.Metrics
 // counts them). To time each execution by task type, wrap the handlers
 // (ferryprom.ConsumerMetrics.Tasks).
-func NewTaskWorker(store ferrystore.Store, handlers map[string]TaskHandler, cfg *TaskWorkerConfig) (*Relay, error) {
+func NewTaskWorker(store ferrystore.Store, handlers map[string]TaskHandler, cfg *TaskWorkerConfig) (*TaskWorker, error) {
 	if len(handlers) == 0 {
 		return nil, fmt.Errorf("%w: NewTaskWorker needs handlers", ErrInvalidConfig)
 	}
@@ -81,8 +88,34 @@ func NewTaskWorker(store ferrystore.Store, handlers map[string]TaskHandler, cfg 
 	if c.Broker == "" {
 		c.Broker = "task handlers" // what the heartbeat row shows
 	}
-	return NewRelay(store, &taskExecutor{handlers: handlers, concurrency: c.Concurrency}, &c.RelayConfig)
+	r, err := NewRelay(store, &taskExecutor{handlers: handlers, concurrency: c.Concurrency}, &c.RelayConfig)
+	if err != nil {
+		return nil, err
+	}
+	return &TaskWorker{relay: r}, nil
 }
+
+// ID returns the worker's id in the heartbeat table (RelayConfig.ID).
+func (w *TaskWorker) ID() string { return w.relay.ID() }
+
+// Stats returns the worker's counters: a done task counts as Confirmed, a
+// failed execution as Rejected, a task given up as Dead.
+func (w *TaskWorker) Stats() RelayStats { return w.relay.Stats() }
+
+// Start starts the worker and returns; stop it with Stop (see Relay.Start).
+func (w *TaskWorker) Start(ctx context.Context) error { return w.relay.Start(ctx) }
+
+// Stop stops claiming, lets the executions in flight finish and record
+// their outcomes, and returns (see Relay.Stop). Stopping twice is safe.
+func (w *TaskWorker) Stop(ctx context.Context) error { return w.relay.Stop(ctx) }
+
+// Run starts the worker and runs it until ctx ends, then stops it (see
+// Relay.Run).
+func (w *TaskWorker) Run(ctx context.Context) error { return w.relay.Run(ctx) }
+
+// Drain runs the worker until no task is NEW or SENDING, then stops it
+// (see Relay.Drain).
+func (w *TaskWorker) Drain(ctx context.Context) (DrainResult, error) { return w.relay.Drain(ctx) }
 
 // poisonIsFinal sends poison failures straight to DEAD.
 type poisonIsFinal struct{ RetryPolicy }

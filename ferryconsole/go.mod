@@ -1,6 +1,6 @@
 module github.com/ferrydev/ferry/ferryconsole
 
-go 1.26.0
+go 1.25.0
 
 require (
 	github.com/ferrydev/ferry v0.1.0

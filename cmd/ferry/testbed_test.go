@@ -2,12 +2,9 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,58 +17,10 @@ import (
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
-// The library packages depend on no test bed: neither the reference shop
-// nor the crash code. The code that runs in production (the library but
-// its conformance suites, and this command) depends on no test harness
-// either: not the test services, not the fault proxy.
-func TestLibraryImportsNoTestBed(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("no go command on PATH")
-	}
-	library := []string{".", "./ferrystore/...", "./ferrybroker/...", "./ferryadmin", "./ferryprom", "./ferryotel",
-		"./ferryredis", "./ferrytype"}
-	testBed := []string{"github.com/ferrydev/ferry/examples", "github.com/ferrydev/ferry/internal/fault",
-		"github.com/ferrydev/ferry/chaos"}
-	harnesses := []string{"github.com/ferrydev/ferry/internal/testsvc", "github.com/ferrydev/ferry/internal/faultnet"}
-
-	deps := goList(t, append([]string{"-deps"}, library...)...)
-	require.Contains(t, deps, "github.com/ferrydev/ferry", "go list ran on the module's root")
-	checkNone(t, "a library package", deps, testBed)
-
-	var runtime []string
-	for _, pkg := range goList(t, append(library, "./cmd/ferry")...) {
-		if !strings.HasSuffix(pkg, "test") { // ferrystoretest, ferrybrokertest: suites for tests
-			runtime = append(runtime, pkg)
-		}
-	}
-	require.Contains(t, runtime, "github.com/ferrydev/ferry/cmd/ferry")
-	checkNone(t, "production code", goList(t, append([]string{"-deps"}, runtime...)...), harnesses)
-}
-
-// goList runs go list -f {{.ImportPath}} with args in the module's root.
-func goList(t *testing.T, args ...string) []string {
-	t.Helper()
-	cmd := exec.Command("go", append([]string{"list", "-f", "{{.ImportPath}}"}, args...)...)
-	cmd.Dir = filepath.Join("..", "..")
-	out, err := cmd.Output()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		t.Fatalf("go list: %v\n%s", err, ee.Stderr)
-	}
-	require.NoError(t, err)
-	return strings.Fields(string(out))
-}
-
-func checkNone(t *testing.T, who string, deps, banned []string) {
-	t.Helper()
-	for _, dep := range deps {
-		for _, b := range banned {
-			if dep == b || strings.HasPrefix(dep, b+"/") {
-				t.Errorf("%s depends on %s", who, dep)
-			}
-		}
-	}
-}
+// What the library packages and this command link, and what each module
+// requires, is checked in integration/layout (TestLibraryPackagesLinkNoTestBed,
+// TestCommandLinksNoTestBed, TestLibraryModulesRequireOnlyTheirOwn,
+// TestUserModuleGraph).
 
 // `ferry relay` has no fault injection: the shop's flag is unknown to it,
 // and the crash variable its binary once read does nothing.

@@ -136,7 +136,7 @@ func RunConsumer(ctx context.Context, o ConsumerOptions) error {
 	}
 	var (
 		handler ferrybroker.Handler
-		worker  *ferry.Relay
+		worker  *ferry.TaskWorker
 	)
 	switch o.Role {
 	case "points":

@@ -4,15 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log"
 	"os/signal"
 	"slices"
 	"syscall"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
@@ -39,15 +36,15 @@ func ExampleNewConsumer() {
 			return err // transient: retried after a delay
 		}
 		defer tx.Rollback()
-		_, err = tx.ExecContext(ctx, `INSERT INTO consumed_operation (consumer_name, business_key, event_id) VALUES (?, ?, ?)`,
+		res, err := tx.ExecContext(ctx, `INSERT IGNORE INTO consumed_operation (consumer_name, business_key, event_id) VALUES (?, ?, ?)`,
 			"points-award", "order:"+d.AggregateID+":paid", d.MessageID)
-		var me *mysql.MySQLError
-		if errors.As(err, &me) && me.Number == 1062 {
-			// Already done (a real consumer also compares the stored
-			// operation with this one, as ferry's inbox does): ack.
-			return nil
-		}
 		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			// n == 0: the marker was there, the operation is done (a real
+			// consumer also compares the stored operation with this one,
+			// as ferry's inbox does): ack.
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE points_account SET points = points + ? WHERE user_id = ?`, ev.Points, ev.UserID); err != nil {

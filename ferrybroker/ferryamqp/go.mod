@@ -1,15 +1,11 @@
 module github.com/ferrydev/ferry/ferrybroker/ferryamqp
 
-go 1.26.0
+go 1.24.0
 
 require (
 	github.com/ferrydev/ferry v0.1.0
-	github.com/go-sql-driver/mysql v1.10.1
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/stretchr/testify v1.12.1
 )
 
-require (
-	filippo.io/edwards25519 v1.2.0 // indirect
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
-)
+require go.yaml.in/yaml/v3 v3.0.5 // indirect

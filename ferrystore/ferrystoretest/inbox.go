@@ -290,7 +290,7 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 		for _, i := range rand.Perm(versions) {
 			v := int64(i + 1)
 			res, err := in.Process(b.ctx, ferry.Operation{Key: fmt.Sprintf("order:1:v%d", v), EventID: fmt.Sprint(v),
-				Fields: map[string]int64{"version": v}, Aggregate: "order:1", Version: v, Order: ferry.OrderNewer}, setState(v))
+				Fields: map[string]int64{"version": v}, Aggregate: "order:1", Version: v, Guard: ferry.GuardNewer}, setState(v))
 			require.NoError(t, err)
 			switch res.Outcome {
 			case ferry.InboxApplied:
@@ -305,7 +305,7 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 		require.Positive(t, stale, "a shuffle of %d versions leaves some stale", versions)
 		// A stale event redelivered is a duplicate of its recorded no-op.
 		res, err := in.Process(b.ctx, ferry.Operation{Key: "order:1:v1", EventID: "1", Fields: map[string]int64{"version": 1},
-			Aggregate: "order:1", Version: 1, Order: ferry.OrderNewer}, setState(1))
+			Aggregate: "order:1", Version: 1, Guard: ferry.GuardNewer}, setState(1))
 		require.NoError(t, err)
 		require.Equal(t, ferry.InboxDuplicate, res.Outcome)
 		require.Equal(t, int64(versions), b.points(t, 1))
@@ -335,7 +335,7 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 			pending = pending[1:]
 			v := int64(i + 1)
 			res, err := in.Process(b.ctx, ferry.Operation{Key: fmt.Sprintf("order:1:v%d", v), EventID: fmt.Sprint(v),
-				Fields: map[string]int64{"v": v}, Aggregate: "order:1", Version: v, Order: ferry.OrderContiguous}, apply(v))
+				Fields: map[string]int64{"v": v}, Aggregate: "order:1", Version: v, Guard: ferry.GuardContiguous}, apply(v))
 			if errors.Is(err, ferry.ErrOutOfOrder) {
 				gaps++
 				pending = append(pending, i) // redelivered later
@@ -467,7 +467,7 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 		// Version 2 applied, then version 1 recorded as a stale no-op.
 		for _, v := range []int64{2, 1} {
 			_, err := view.Process(b.ctx, ferry.Operation{Key: fmt.Sprintf("order:1:v%d", v), EventID: fmt.Sprint(v),
-				Fields: award{7, v}, Aggregate: "order:1", Version: v, Order: ferry.OrderNewer},
+				Fields: award{7, v}, Aggregate: "order:1", Version: v, Guard: ferry.GuardNewer},
 				func(context.Context, TTx) error { return nil })
 			require.NoError(t, err)
 		}

@@ -83,7 +83,7 @@ func (b *consumerBundle) pointsHandler(t *testing.T, in *ferry.Inbox[*sql.Tx]) f
 			return ferry.Operation{}, err
 		}
 		return ferry.Operation{Key: fmt.Sprintf("order:%d:paid", p.OrderID), Fields: map[string]int64{"user_id": p.UserID,
-			"amount": p.Amount}, Aggregate: "user:" + fmt.Sprint(p.UserID), Version: d.Sequence, Order: order(d.Sequence)}, nil
+			"amount": p.Amount}, Aggregate: "user:" + fmt.Sprint(p.UserID), Version: d.Sequence, Guard: guard(d.Sequence)}, nil
 	}, func(ctx context.Context, tx *sql.Tx, d *ferrybroker.Delivery) error {
 		var p paidPayload
 		_ = json.Unmarshal(d.Payload, &p)
@@ -91,12 +91,12 @@ func (b *consumerBundle) pointsHandler(t *testing.T, in *ferry.Inbox[*sql.Tx]) f
 	})
 }
 
-// order turns on the version guard for deliveries that carry a sequence.
-func order(seq int64) ferry.Order {
+// guard turns on the version guard for deliveries that carry a sequence.
+func guard(seq int64) ferry.VersionGuard {
 	if seq > 0 {
-		return ferry.OrderNewer
+		return ferry.GuardNewer
 	}
-	return ferry.OrderNone
+	return ferry.GuardNone
 }
 
 func delivery(id string, seq int64, p paidPayload) *ferrybroker.Delivery {

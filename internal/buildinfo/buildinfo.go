@@ -7,10 +7,18 @@ package buildinfo
 import (
 	"runtime"
 	"runtime/debug"
+	"strings"
 )
 
-// ModulePath is ferry's module path.
+// ModulePath is the path of ferry's core module. ferry's other modules
+// (the adapters, the plugins, the command) lie under it and are all tagged
+// with the same version.
 const ModulePath = "github.com/ferrydev/ferry"
+
+// ferryModule reports whether path is one of ferry's modules.
+func ferryModule(path string) bool {
+	return path == ModulePath || strings.HasPrefix(path, ModulePath+"/")
+}
 
 // Info describes the ferry code of the running binary.
 type Info struct {
@@ -51,7 +59,7 @@ func fromBuildInfo(bi *debug.BuildInfo) Info {
 	if info.GoVersion == "" {
 		info.GoVersion = runtime.Version()
 	}
-	if bi.Main.Path == ModulePath {
+	if ferryModule(bi.Main.Path) { // the ferry command, or a test of ferry's
 		info.Version = orDevel(bi.Main.Version)
 		for _, s := range bi.Settings {
 			switch s.Key {

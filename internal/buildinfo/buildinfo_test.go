@@ -16,6 +16,18 @@ func TestFromBuildInfo(t *testing.T) {
 			Modified: true, GoVersion: "go1.26.8"}, info)
 		require.Equal(t, "v1.4.0 (0123456789ab+dirty, 2026-01-02T03:04:05Z) go1.26.8", info.String())
 	})
+	t.Run("TheCommandIsTheMainModule", func(t *testing.T) {
+		info := fromBuildInfo(&debug.BuildInfo{GoVersion: "go1.26.8",
+			Main:     debug.Module{Path: ModulePath + "/cmd/ferry", Version: "v1.4.0"},
+			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef0123"}},
+			Deps:     []*debug.Module{{Path: ModulePath, Version: "v1.4.0"}}})
+		require.Equal(t, Info{Version: "v1.4.0", Revision: "0123456789abcdef0123", GoVersion: "go1.26.8"}, info)
+	})
+	t.Run("AnotherModuleIsNotFerry", func(t *testing.T) {
+		info := fromBuildInfo(&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: ModulePath + "x/app", Version: "v9.0.0"},
+			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "feedface"}}})
+		require.Equal(t, Info{Version: "unknown", GoVersion: "go1.26.8"}, info)
+	})
 	t.Run("CheckoutWithoutVCS", func(t *testing.T) {
 		info := fromBuildInfo(&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: ModulePath, Version: "(devel)"}})
 		require.Equal(t, "(devel) go1.26.8", info.String())
