@@ -7,8 +7,8 @@ package layout_test
 import (
 	"bufio"
 	"encoding/json"
-	"go/version"
 	"errors"
+	"go/version"
 	"os"
 	"os/exec"
 	"path/filepath"
