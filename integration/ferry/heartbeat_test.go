@@ -133,6 +133,11 @@ func TestRelayHeartbeatFollowsBrokerOutage(t *testing.T) {
 	row := waitRow(t, b, r.ID(), func(row ferrystore.RelayBeat) bool { return !row.BrokerConnected })
 	require.NotEmpty(t, row.BrokerError, "the row says why")
 	require.Equal(t, "*ferrynats.Publisher", row.Broker, "by default, the publisher's type")
+	// The beat reads the publisher's connection; the relay's own count of
+	// the outage comes from its next probe: wait for it while the broker is
+	// still cut, so that a restore before that probe cannot hide it.
+	testsvc.WaitFor(t, 10*time.Second, func() bool { return r.Stats().Outages > 0 },
+		func() string { return "the relay never counted the outage" })
 
 	proxy.Restore()
 	row = waitRow(t, b, r.ID(), func(row ferrystore.RelayBeat) bool { return row.BrokerConnected })
