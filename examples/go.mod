@@ -10,6 +10,7 @@ require (
 	github.com/ferrydev/ferry/ferrystore/ferrymysql v0.1.0
 	github.com/ferrydev/ferry/ferrystore/ferrypg v0.1.0
 	github.com/ferrydev/ferry/ferrystore/ferrysqlite v0.1.0
+	github.com/ferrydev/ferry/internal/natsembed v0.1.0
 	github.com/ferrydev/ferry/internal/open v0.1.0
 	github.com/ferrydev/ferry/internal/testsvc v0.1.0
 	github.com/go-sql-driver/mysql v1.10.1
@@ -24,7 +25,6 @@ require (
 	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
-	github.com/ferrydev/ferry/internal/natsembed v0.1.0 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect

@@ -3,10 +3,8 @@
 // events, lists and resolves inbox conflicts, lists and replays the messages
 // a RabbitMQ consumer parked, reconciles business tables and consumers'
 // inboxes with the outbox, serves the on-call web console, purges old events
-// and markers, measures itself against the raw database and broker, and runs
-// a self-contained demo.
+// and markers, and measures itself against the raw database and broker.
 //
-//	ferry demo                                   # SQLite + embedded NATS, no setup
 //	ferry migrate --database-url mysql://root@127.0.0.1:3306/app
 //	ferry relay   --database-url postgres://... --broker-url nats://127.0.0.1:4222 --http-addr :9090
 //	ferry status  --database-url postgres://...
@@ -25,6 +23,12 @@
 // configurable flag names its FERRY_* variable in its help), then the
 // config file (--config or FERRY_CONFIG; see ferry.example.yaml), then the
 // defaults. --print-config shows each setting and where it came from.
+//
+// The self-contained demo (SQLite and an embedded NATS, each process
+// crashed once and restarted, the result checked) is not in this binary,
+// which has no crash points: it is the reference shop's, `go run
+// ./examples/shop/cmd/shop demo` from a clone of ferry. `ferry demo` says
+// so and exits 2.
 package main
 
 import (
@@ -243,4 +247,25 @@ func redactAttr(_ []string, a slog.Attr) slog.Attr {
 		}
 	}
 	return a
+}
+
+// demoMoved is what `ferry demo` says: where the demo is now.
+const demoMoved = "the demo now lives in the reference shop's binary, which carries the crash points the demo needs " +
+	"and ferry's own binary does not; run it, with the same flags, with " +
+	"`go run github.com/ferrydev/ferry/examples/shop/cmd/shop@latest demo` " +
+	"(or `go run ./examples/shop/cmd/shop demo` from a clone of ferry)"
+
+// newDemo is `ferry demo`, hidden: the demo moved to the shop's binary
+// (examples/shop/cmd/shop), and the command is a usage error that says
+// where, whatever its arguments.
+func newDemo() *cobra.Command {
+	return &cobra.Command{
+		Use:                "demo",
+		Short:              "Moved: go run github.com/ferrydev/ferry/examples/shop/cmd/shop@latest demo",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(*cobra.Command, []string) error {
+			return usageError{errors.New(demoMoved)}
+		},
+	}
 }

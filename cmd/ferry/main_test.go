@@ -64,27 +64,21 @@ func child(t *testing.T, env []string, args ...string) (*exec.Cmd, *bytes.Buffer
 	return cmd, &out
 }
 
-func TestDemoPasses(t *testing.T) {
-	t.Setenv(envExecMain, "1") // the demo's child processes are this binary
-	code, out, errOut := ferryCLI(t, "demo", "--orders", "200")
-	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
-	require.Contains(t, out, "verdict: OK")
-	require.Contains(t, out, "lost 0, applied twice 0, unexpected 0, wrong 0")
-	require.Contains(t, out, "crash points hit: 4")
-}
-
-// The demo on Kafka (an in-process kfake cluster): the relay publishes to
-// the shop's topics, the consumers join their groups, and the checker's
-// verdict is the same.
-func TestDemoPassesOnKafka(t *testing.T) {
-	t.Setenv(envExecMain, "1")
-	seeds := testsvc.Kafka(t)
-	code, out, errOut := ferryCLI(t, "demo", "--orders", "100", "--broker-url", "kafka://"+strings.Join(seeds, ","))
-	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
-	require.Contains(t, out, "verdict: OK")
-	require.Contains(t, out, "lost 0, applied twice 0, unexpected 0, wrong 0")
-	require.Contains(t, out, "crash points hit: 4")
-	require.Contains(t, out, "(Kafka stores each copy)")
+// The demo is the reference shop's binary's now: `ferry demo`, whatever
+// its flags, is a usage error that says where it went and how to run it.
+func TestDemoSaysWhereItMoved(t *testing.T) {
+	for _, args := range [][]string{{"demo"}, {"demo", "--orders", "200"}, {"demo", "--broker-url", "kafka://127.0.0.1:9092"}} {
+		code, out, errOut := ferryCLI(t, args...)
+		require.Equal(t, exitUsage, code, "%v: %s", args, errOut)
+		require.Empty(t, out)
+		require.Contains(t, errOut, "the demo now lives in the reference shop's binary")
+		require.Contains(t, errOut, "crash points")
+		require.Contains(t, errOut, "go run github.com/ferrydev/ferry/examples/shop/cmd/shop@latest demo")
+		require.Contains(t, errOut, "go run ./examples/shop/cmd/shop demo")
+	}
+	code, out, _ := ferryCLI(t, "--help")
+	require.Equal(t, exitOK, code)
+	require.NotContains(t, out, "demo", "the command is hidden")
 }
 
 func TestUsageErrors(t *testing.T) {
@@ -101,7 +95,6 @@ func TestUsageErrors(t *testing.T) {
 			testsvc.EmbeddedNATS(t).ConnectedUrl(), "--batch-size", "0"}, "--batch-size must be positive"},
 		{"PublishTimeoutOverLease", []string{"relay", "--database-url", "sqlite:///" + t.TempDir() + "/x.db", "--broker-url",
 			testsvc.EmbeddedNATS(t).ConnectedUrl(), "--lease", "1s", "--publish-timeout", "2s"}, "PublishTimeout 2s must be shorter than Lease 1s"},
-		{"DemoNotKafka", []string{"demo", "--broker-url", "amqp://h:5672/"}, "the demo runs on kafka:// brokers"},
 		{"BenchBadEvents", []string{"bench", "--events", "0"}, "--events must be positive"},
 		{"BenchUnknownScenario", []string{"bench", "--scenarios", "relay,warp"}, `unknown scenario "warp"`},
 	}

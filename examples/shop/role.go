@@ -44,7 +44,7 @@ var Roles = []string{"setup", "orders", "payments", "relay", "points", "sms", "c
 // their counters on STATS lines on stdout (see ParseStats).
 //
 // RunRole is the entry point of the shop's binary (examples/shop/cmd/shop),
-// which the chaos suite runs, and of the processes `ferry demo` starts: one
+// whose processes the chaos suite and the demo (RunDemo) start: one
 // implementation of each role for both.
 func RunRole(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {

@@ -2,12 +2,14 @@
 // points consumer and an SMS consumer, each a separate process, wired
 // through ferry's outbox, relay, broker, inbox and task worker. RunRole
 // runs one of them, with crash points and lost confirms injected on
-// request; its callers are the shop's binary (cmd/shop), which the chaos
-// harness runs on MariaDB or PostgreSQL with RabbitMQ, killing its
-// processes and breaking its connections, and `ferry demo`, which runs the
-// same roles on SQLite and an embedded NATS server. Both then check the
-// result against the databases. Fault injection lives here, never in
-// ferry's own commands.
+// request. The shop's binary (cmd/shop) hands its arguments to RunRole:
+// the chaos harness runs that binary's roles on MariaDB or PostgreSQL with
+// RabbitMQ, killing its processes and breaking its connections, and
+// RunDemo (`shop demo`) runs the same roles, as processes of the same
+// binary, on SQLite and an embedded NATS server (or Kafka), killing each
+// once at a crash point. Both then check the result against the
+// databases. Fault injection lives here and in that binary, never in
+// ferry's own commands or binary.
 //
 // The data:
 //

@@ -1,4 +1,4 @@
-package main
+package shop
 
 import (
 	"context"
@@ -13,108 +13,81 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/ferrydev/ferry"
-	"github.com/ferrydev/ferry/examples/shop"
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
+	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/natsembed"
 	"github.com/ferrydev/ferry/internal/open"
 )
 
-func newDemo() *cobra.Command {
-	var o demoOptions
-	cmd := &cobra.Command{
-		Use:   "demo",
-		Short: "Run the reference shop on SQLite and an embedded NATS, crash each of its processes once, and check the result",
-		Long: `Runs the reference system with no setup: SQLite databases and a NATS server
-with JetStream inside this process (or, with --broker-url kafka://HOST:PORT,
-a Kafka cluster of yours), an SMS gateway on loopback, and four
-separate processes — the order service, a relay, a points consumer and an SMS
-consumer — each started with a crash point armed:
+// ErrDemoFailed is RunDemo's error when the demo ran to the end and its
+// check found a violation (or a vacuous run).
+var ErrDemoFailed = errors.New("demo check failed")
 
-  order service    killed right after a payment committed
-  relay            killed after the broker confirmed a batch, before it was marked SENT
-  points consumer  killed after its transaction committed, before the ack
-  sms consumer     killed inside its transaction, before the commit
-
-Each killed process is started again. When the orders are placed and
-everything is quiet, the checker compares the databases and the gateway with
-the ground truth: no paid order lost, none applied twice, nothing applied for
-an order that never paid, conflicts and poison parked. It prints what
-happened and a verdict, and exits 1 if the check fails.
-
-On Kafka the demo creates the shop's topics where they do not exist
-(shop.order.created, shop.order.paid, shop.parked.points, shop.parked.sms,
-4 partitions each, one replica) and consumes in the groups "points" and
-"sms": give it a cluster where these names are its own.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			out := cmd.OutOrStdout()
-			if o.quiet {
-				out = io.Discard
-			}
-			return runDemo(cmd.Context(), out, o)
-		},
-	}
-	f := cmd.Flags()
-	f.IntVar(&o.orders, "orders", 400, "orders to place")
-	f.IntVar(&o.rate, "rate", 400, "orders per second")
-	f.BoolVar(&o.keep, "keep", false, "keep the demo's directory (databases, stream) afterwards")
-	f.StringVar(&o.dir, "dir", "", "directory for the demo's files (default: a new temporary one)")
-	f.StringVar(&o.brokerURL, "broker-url", "", "Kafka brokers to run on, kafka://host:9092[,host2:9092] (default: an embedded NATS)")
-	f.BoolVarP(&o.verbose, "verbose", "v", false, "show the processes' own output")
-	f.BoolVarP(&o.quiet, "quiet", "q", false, "print nothing; the exit code tells")
-	cmd.AddCommand(newDemoRole())
-	return cmd
+// DemoOptions configures RunDemo.
+type DemoOptions struct {
+	// Orders is how many orders the order service places (at least 20);
+	// Rate, how many a second (positive).
+	Orders, Rate int
+	// Dir holds the demo's databases and NATS stream; empty, a new
+	// temporary directory, removed afterwards unless Keep is set.
+	Dir  string
+	Keep bool
+	// BrokerURL, when not empty, names the Kafka brokers to run on
+	// (kafka://host:9092[,host2:9092]); empty, the demo runs an embedded
+	// NATS server.
+	BrokerURL string
+	// Verbose copies the processes' own output to the demo's.
+	Verbose bool
 }
 
-// newDemoRole is the demo's child processes: `ferry demo role relay ...`
-// runs a role of the reference shop (shop.RunRole), as the shop's own
-// binary does for the chaos suite. Hidden: the demo starts it, people do
-// not.
-func newDemoRole() *cobra.Command {
-	return &cobra.Command{
-		Use:                "role <" + strings.Join(shop.Roles, "|") + "> [flags]",
-		Short:              "Run one process of the reference shop (started by the demo)",
-		Hidden:             true,
-		DisableFlagParsing: true,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			err := shop.RunRole(cmd.Context(), args, cmd.OutOrStdout(), cmd.ErrOrStderr())
-			if errors.Is(err, shop.ErrUsage) {
-				return usageError{err}
-			}
-			return err
-		},
+// RunDemo runs the whole shop with no setup and checks the result: SQLite
+// databases in o.Dir, a NATS server with JetStream inside this process (or
+// the Kafka brokers of o.BrokerURL), an SMS gateway on loopback, and four
+// separate processes — the order service, a relay, a points consumer and
+// an SMS consumer — each started with a crash point armed and started
+// again after its crash. When the orders are placed and everything is
+// quiet, it compares the databases and the gateway with the ground truth
+// and writes what happened and a verdict to out.
+//
+// The processes are this process's own executable (os.Executable) run
+// with a role's arguments (`relay --database-url ...`): its main must hand
+// them to RunRole, as the shop's binary (cmd/shop) does.
+//
+// RunDemo returns an error wrapping ErrUsage for bad options or a
+// configuration no retry mends, ErrDemoFailed when the check fails, and
+// nil when it passes.
+func RunDemo(ctx context.Context, out io.Writer, o DemoOptions) (err error) {
+	defer func() {
+		// A cause no retry mends (a Kafka login refused, say) is a
+		// configuration error, as it is for ferry's commands.
+		if err == nil || errors.Is(err, ErrUsage) {
+			return
+		}
+		if perr := open.Permanent(err); perr != nil {
+			err = fmt.Errorf("%w: %w", ErrUsage, perr)
+		} else if errors.Is(err, ferrytype.ErrInvalidConfig) {
+			err = fmt.Errorf("%w: %w", ErrUsage, err)
+		}
+	}()
+	if o.Orders < 20 || o.Rate < 1 {
+		return fmt.Errorf("%w: --orders must be at least 20 and --rate positive", ErrUsage)
 	}
-}
-
-type demoOptions struct {
-	orders, rate   int
-	keep           bool
-	dir, brokerURL string
-	verbose, quiet bool
-}
-
-func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
-	if o.orders < 20 || o.rate < 1 {
-		return usageError{errors.New("--orders must be at least 20 and --rate positive")}
+	if o.BrokerURL != "" && !open.IsKafka(o.BrokerURL) {
+		return fmt.Errorf("%w: --broker-url: the demo runs on kafka:// brokers, or on its embedded NATS without the flag", ErrUsage)
 	}
-	if o.brokerURL != "" && !open.IsKafka(o.brokerURL) {
-		return usageError{errors.New("--broker-url: the demo runs on kafka:// brokers, or on its embedded NATS without the flag")}
-	}
-	if o.brokerURL != "" {
-		if err := open.ValidateBrokerURL(o.brokerURL); err != nil {
-			return usageError{err}
+	if o.BrokerURL != "" {
+		if err := open.ValidateBrokerURL(o.BrokerURL); err != nil {
+			return fmt.Errorf("%w: %w", ErrUsage, err)
 		}
 	}
-	dir := o.dir
+	dir := o.Dir
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "ferry-demo-"); err != nil {
-			return err
+			return fmt.Errorf("demo directory: %w", err)
 		}
-		if !o.keep {
+		if !o.Keep {
 			defer os.RemoveAll(dir)
 		}
 	}
@@ -125,15 +98,15 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 		fmt.Fprintf(out, "[%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
 
-	b, err := startDemoBroker(ctx, dir, o.brokerURL)
+	b, err := startDemoBroker(ctx, dir, o.BrokerURL)
 	if err != nil {
 		return err
 	}
 	defer b.close()
-	gateway := shop.NewGateway(10)
+	gateway := NewGateway(10)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return err
+		return fmt.Errorf("SMS gateway: %w", err)
 	}
 	hs := &http.Server{Handler: gateway, ReadHeaderTimeout: 5 * time.Second}
 	go hs.Serve(ln)
@@ -143,9 +116,9 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 	pointsURL := "sqlite://" + filepath.Join(dir, "points.db")
 	for _, s := range []struct {
 		url string
-		fn  func(context.Context, *shop.DB) error
-	}{{ordersURL, shop.SetupOrders}, {pointsURL, shop.SetupPoints}} {
-		db, err := shop.Open(ctx, s.url)
+		fn  func(context.Context, *DB) error
+	}{{ordersURL, SetupOrders}, {pointsURL, SetupPoints}} {
+		db, err := Open(ctx, s.url)
 		if err != nil {
 			return err
 		}
@@ -159,30 +132,29 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 
 	bin, err := os.Executable()
 	if err != nil {
-		return err
+		return fmt.Errorf("the shop's binary: %w", err)
 	}
 	var logw io.Writer = io.Discard
-	if o.verbose {
+	if o.Verbose {
 		logw = out
 	}
-	// The relay is ferry's relay (shop.RunRelay: ferry.NewRelay on the
-	// store and publisher `ferry relay` opens), with shorter intervals so
-	// that the demo's crash and its recovery take seconds.
-	role := []string{"demo", "role"}
-	procs := []*shop.Proc{
-		{Name: "orders", Args: append(role, "orders", "--orders-db", ordersURL, "--first", "1", "--last", strconv.Itoa(o.orders),
-			"--rate", strconv.Itoa(o.rate), "--poison-pct", "2", "--conflict-pct", "2", "--rollback-pct", "5")},
-		{Name: "relay", Args: append(append(role, "relay", "--database-url", ordersURL, "--broker-url", b.url,
+	// The relay is ferry's relay (RunRelay: ferry.NewRelay on the store
+	// and publisher `ferry relay` opens), with shorter intervals so that
+	// the demo's crash and its recovery take seconds.
+	procs := []*Proc{
+		{Name: "orders", Args: []string{"orders", "--orders-db", ordersURL, "--first", "1", "--last", strconv.Itoa(o.Orders),
+			"--rate", strconv.Itoa(o.Rate), "--poison-pct", "2", "--conflict-pct", "2", "--rollback-pct", "5"}},
+		{Name: "relay", Args: append([]string{"relay", "--database-url", ordersURL, "--broker-url", b.url,
 			"--ordered", "--poll-interval", "50ms", "--lease", "2s", "--publish-timeout", "1500ms", "--retry-initial", "50ms",
-			"--sweep-interval", "200ms", "--retry-max", "1s"), b.relayArgs...)},
-		{Name: "points", Args: append(role, "points", "--points-db", pointsURL, "--broker-url", b.url)},
-		{Name: "sms", Args: append(role, "sms", "--points-db", pointsURL, "--broker-url", b.url, "--gateway", gatewayURL)},
+			"--sweep-interval", "200ms", "--retry-max", "1s"}, b.relayArgs...)},
+		{Name: "points", Args: []string{"points", "--points-db", pointsURL, "--broker-url", b.url}},
+		{Name: "sms", Args: []string{"sms", "--points-db", pointsURL, "--broker-url", b.url, "--gateway", gatewayURL}},
 	}
 	crashes := map[string]string{
-		"orders": shop.FaultOrderAfterCommit + ":" + strconv.Itoa(o.orders/3),
+		"orders": FaultOrderAfterCommit + ":" + strconv.Itoa(o.Orders/3),
 		"relay":  ferry.FaultAfterPublish + ":3",
-		"points": ferrybroker.FaultConsumerAfterHandle + ":" + strconv.Itoa(o.orders/4),
-		"sms":    ferry.FaultInboxBeforeCommit + ":" + strconv.Itoa(o.orders/5),
+		"points": ferrybroker.FaultConsumerAfterHandle + ":" + strconv.Itoa(o.Orders/4),
+		"sms":    ferry.FaultInboxBeforeCommit + ":" + strconv.Itoa(o.Orders/5),
 	}
 	for _, p := range procs {
 		p.Bin, p.Log = bin, logw
@@ -249,17 +221,17 @@ settled:
 	for _, p := range procs {
 		p.Stop(20 * time.Second)
 	}
-	db1, err := shop.Open(ctx, ordersURL)
+	db1, err := Open(ctx, ordersURL)
 	if err != nil {
 		return err
 	}
 	defer db1.Close()
-	db2, err := shop.Open(ctx, pointsURL)
+	db2, err := Open(ctx, pointsURL)
 	if err != nil {
 		return err
 	}
 	defer db2.Close()
-	rep, err := shop.Check(ctx, db1, db2, gateway.Stats())
+	rep, err := Check(ctx, db1, db2, gateway.Stats())
 	if err != nil {
 		return err
 	}
@@ -267,7 +239,7 @@ settled:
 	if err != nil {
 		return err
 	}
-	total := map[string]shop.Stats{}
+	total := map[string]Stats{}
 	for _, p := range procs {
 		total[p.Name] = p.Total()
 	}
@@ -297,7 +269,7 @@ settled:
 	}
 	if !rep.OK() || len(problems) > 0 {
 		fmt.Fprintf(out, "verdict: FAILED %v %v\n", rep.Violations, problems)
-		return exitError{exitFailed, errors.New("demo check failed")}
+		return ErrDemoFailed
 	}
 	fmt.Fprintln(out, "verdict: OK: every paid order was awarded and texted exactly once; poison and conflicts parked, nothing else")
 	return nil
@@ -306,8 +278,8 @@ settled:
 // demoQuiet reports whether the outbox, the task table and both consumer
 // groups have nothing left to do.
 func demoQuiet(ctx context.Context, ordersURL, pointsURL string, b *demoBroker) (bool, error) {
-	for _, t := range []struct{ url, table string }{{ordersURL, ""}, {pointsURL, shop.TaskTable}} {
-		db, err := shop.Open(ctx, t.url)
+	for _, t := range []struct{ url, table string }{{ordersURL, ""}, {pointsURL, TaskTable}} {
+		db, err := Open(ctx, t.url)
 		if err != nil {
 			return false, err
 		}
@@ -341,13 +313,16 @@ type demoBroker struct {
 	close  func()
 }
 
+// startDemoBroker prepares the Kafka brokers at kafkaURL for the shop, or,
+// when kafkaURL is empty, starts an embedded NATS server storing its
+// stream under dir.
 func startDemoBroker(ctx context.Context, dir, kafkaURL string) (*demoBroker, error) {
 	if kafkaURL != "" {
-		if err := shop.SetupKafka(ctx, kafkaURL); err != nil {
+		if err := SetupKafka(ctx, kafkaURL); err != nil {
 			return nil, fmt.Errorf("create the shop's Kafka topics: %w", err)
 		}
 		// Park topics may hold an earlier demo's records: count from here.
-		since, err := shop.KafkaParkEnds(ctx, kafkaURL)
+		since, err := KafkaParkEnds(ctx, kafkaURL)
 		if err != nil {
 			return nil, err
 		}
@@ -356,14 +331,14 @@ func startDemoBroker(ctx context.Context, dir, kafkaURL string) (*demoBroker, er
 			return nil, err
 		}
 		return &demoBroker{url: kafkaURL, about: "Kafka " + cc.String(), kafka: true,
-			relayArgs: []string{"--topics", strings.Join(shop.KafkaTopics, ",")},
+			relayArgs: []string{"--topics", strings.Join(KafkaTopics, ",")},
 			quiet: func(ctx context.Context) (bool, error) {
 				qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				defer cancel()
-				return shop.KafkaQuiet(qctx, kafkaURL)
+				return KafkaQuiet(qctx, kafkaURL)
 			},
 			parked: func(ctx context.Context) (map[string]uint64, error) {
-				recs, err := shop.KafkaParked(ctx, kafkaURL, since)
+				recs, err := KafkaParked(ctx, kafkaURL, since)
 				if err != nil {
 					return nil, err
 				}
@@ -381,22 +356,22 @@ func startDemoBroker(ctx context.Context, dir, kafkaURL string) (*demoBroker, er
 	}
 	srv, err := natsembed.Start(filepath.Join(dir, "nats"))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("embedded NATS: %w", err)
 	}
 	natsURL := srv.ClientURL()
-	if err := shop.SetupNATS(ctx, natsURL); err != nil {
+	if err := SetupNATS(ctx, natsURL); err != nil {
 		srv.Shutdown()
 		srv.WaitForShutdown()
 		return nil, err
 	}
 	return &demoBroker{url: natsURL, about: "embedded NATS JetStream " + natsURL,
-		relayArgs: []string{"--stream", shop.Stream},
+		relayArgs: []string{"--stream", Stream},
 		quiet: func(ctx context.Context) (bool, error) {
-			quiet, _, err := shop.NATSQuiet(ctx, natsURL)
+			quiet, _, err := NATSQuiet(ctx, natsURL)
 			return quiet, err
 		},
 		parked: func(ctx context.Context) (map[string]uint64, error) {
-			_, parked, err := shop.NATSQuiet(ctx, natsURL)
+			_, parked, err := NATSQuiet(ctx, natsURL)
 			return parked, err
 		},
 		close: func() { srv.Shutdown(); srv.WaitForShutdown() }}, nil

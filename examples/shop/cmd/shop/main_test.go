@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferrydev/ferry/internal/testsvc"
+)
+
+// The test binary doubles as the shop's binary, so that the demo's
+// processes (this executable, re-run with a role's arguments) are the
+// shop's roles.
+const envExecMain = "SHOP_TEST_EXEC_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envExecMain) == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// shopCLI runs the shop's command line in this process.
+func shopCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestDemoPasses(t *testing.T) {
+	t.Setenv(envExecMain, "1") // the demo's child processes are this binary
+	code, out, errOut := shopCLI(t, "demo", "--orders", "200")
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	require.Contains(t, out, "verdict: OK")
+	require.Contains(t, out, "lost 0, applied twice 0, unexpected 0, wrong 0")
+	require.Contains(t, out, "crash points hit: 4")
+}
+
+// The demo on Kafka (an in-process kfake cluster): the relay publishes to
+// the shop's topics, the consumers join their groups, and the checker's
+// verdict is the same.
+func TestDemoPassesOnKafka(t *testing.T) {
+	t.Setenv(envExecMain, "1")
+	seeds := testsvc.Kafka(t)
+	code, out, errOut := shopCLI(t, "demo", "--orders", "100", "--broker-url", "kafka://"+strings.Join(seeds, ","))
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	require.Contains(t, out, "verdict: OK")
+	require.Contains(t, out, "lost 0, applied twice 0, unexpected 0, wrong 0")
+	require.Contains(t, out, "crash points hit: 4")
+	require.Contains(t, out, "(Kafka stores each copy)")
+}
+
+// -q prints nothing; the exit code tells.
+func TestDemoQuiet(t *testing.T) {
+	t.Setenv(envExecMain, "1")
+	code, out, errOut := shopCLI(t, "demo", "-q", "--orders", "100")
+	require.Equal(t, exitOK, code, errOut)
+	require.Empty(t, out)
+}
+
+func TestDemoUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"DemoNotKafka", []string{"demo", "--broker-url", "amqp://h:5672/"}, "the demo runs on kafka:// brokers"},
+		{"DemoBadKafkaURL", []string{"demo", "--broker-url", "kafka://"}, "no broker host"},
+		{"DemoTooFewOrders", []string{"demo", "--orders", "19"}, "--orders must be at least 20"},
+		{"DemoNoRate", []string{"demo", "--rate", "0"}, "--rate positive"},
+		{"DemoUnknownFlag", []string{"demo", "--no-such-flag"}, "flag provided but not defined"},
+		{"DemoStrayArgument", []string{"demo", "extra"}, "unexpected arguments"},
+		{"NoRole", nil, "name a role"},
+		{"UnknownRole", []string{"warp"}, `unknown role "warp"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, errOut := shopCLI(t, c.args...)
+			require.Equal(t, exitUsage, code, errOut)
+			require.Contains(t, errOut, c.want)
+			require.NotContains(t, out, "ferry demo:", "nothing started")
+		})
+	}
+}
+
+// -h shows the demo's help and its flags, and is no error.
+func TestDemoHelp(t *testing.T) {
+	code, out, errOut := shopCLI(t, "demo", "-h")
+	require.Equal(t, exitOK, code, errOut)
+	require.Empty(t, out)
+	require.Contains(t, errOut, "Usage: shop demo [flags]")
+	for _, f := range []string{"-orders", "-rate", "-keep", "-dir", "-broker-url", "-verbose", "-quiet"} {
+		require.Contains(t, errOut, f)
+	}
+}
