@@ -73,6 +73,16 @@
 // that loses its lease mid-publish may still publish. Consumers make the
 // effect idempotent.
 //
+// # Modules
+//
+// This package, ferrytype, ferrystore, ferrybroker, ferryadmin, ferryhttp
+// and the conformance suites are the core module, which requires only uuid
+// (and testify, for the suites). Each store, each broker and each plugin
+// (ferryprom, ferryotel, ferryredis, the console) is a module of its own,
+// requiring the core and its own client, so that a program builds and
+// lists in its go.sum only the clients it imports. All are tagged together
+// with one version.
+//
 // # Stores
 //
 // ferrystore/ferrymysql (MySQL 8, MariaDB 10.6+), ferrystore/ferrypg
@@ -136,6 +146,9 @@
 // # Testing
 //
 // Every store runs ferrystore/ferrystoretest and every publisher and
-// consumer ferrybroker/ferrybrokertest, against real servers. Tests skip when a
-// service is unreachable unless FERRY_REQUIRE_SERVICES=1.
+// consumer ferrybroker/ferrybrokertest, against real servers; both suites
+// import only the core and testify, so a store or publisher of yours runs
+// them without compiling ferry's test bed. Tests skip when a service is
+// unreachable unless FERRY_REQUIRE_SERVICES=1. The tests that need more than
+// one adapter's client live in the integration module of the repository.
 package ferry
