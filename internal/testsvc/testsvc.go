@@ -5,6 +5,11 @@
 // (set by CI), in which case it fails: CI never skips silently. Kafka is
 // the exception: NewKafka starts an in-process kfake cluster, so Kafka
 // tests never skip.
+//
+// It is a module of its own, which requires every adapter, kfake and
+// nats-server: only modules no program imports (integration, cmd/ferry,
+// examples, deploy, chaos) require it. A library module's tests use
+// testenv (in the core) and their broker's own test package instead.
 package testsvc
 
 import (
