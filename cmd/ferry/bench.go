@@ -88,6 +88,7 @@ embedded NATS server.`,
 	fl.DurationVar(&f.cfg.LiveFor, "live-for", 10*time.Second, "length of the live scenario")
 	fl.DurationVar(&f.cfg.IdleFor, "idle-for", 20*time.Second, "length of the idle scenario's window")
 	fl.IntVar(&f.cfg.Retained, "retained", 1000000, "SENT rows retained in the claim scenario")
+	fl.IntVar(&f.cfg.ClaimRounds, "claim-rounds", 200, "claims timed per latency figure of the claim scenario")
 	fl.StringVar(&f.cfg.QueueType, "queue-type", "quorum", "RabbitMQ queue type: quorum or classic")
 	fl.StringVar(&f.relayBinary, "relay-binary", "", `ferry binary run as relay processes (default: this one; "none" skips those figures)`)
 	return cmd
@@ -117,7 +118,7 @@ func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 		name string
 		n    int
 	}{{"--events", cfg.Events}, {"--repeat", cfg.Repeat}, {"--batch-size", cfg.Batch}, {"--window", cfg.Window},
-		{"--live-rate", cfg.LiveRate}, {"--retained", cfg.Retained}} {
+		{"--live-rate", cfg.LiveRate}, {"--retained", cfg.Retained}, {"--claim-rounds", cfg.ClaimRounds}} {
 		if v.n <= 0 {
 			return usageError{fmt.Errorf("%s must be positive", v.name)}
 		}

@@ -1,4 +1,4 @@
-package bench_test
+package main
 
 import (
 	"bytes"
@@ -6,66 +6,39 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferrydev/ferry/cmd/ferry/internal/bench"
 	"github.com/ferrydev/ferry/internal/natsembed"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
-var ferryBinary struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// relayBinary returns a ferry binary for the relay-process figures:
-// FERRY_BENCH_BINARY, or one built once into a temporary directory.
-func relayBinary(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("FERRY_BENCH_BINARY"); p != "" {
-		return p
-	}
-	ferryBinary.once.Do(func() {
-		dir, err := os.MkdirTemp("", "ferry-bench-test-")
-		if err != nil {
-			ferryBinary.err = err
-			return
-		}
-		ferryBinary.path = filepath.Join(dir, "ferry")
-		out, err := exec.Command("go", "build", "-o", ferryBinary.path, "github.com/ferrydev/ferry/cmd/ferry").CombinedOutput()
-		if err != nil {
-			ferryBinary.err = fmt.Errorf("go build ./cmd/ferry: %w: %s", err, out)
-		}
-	})
-	require.NoError(t, ferryBinary.err)
-	return ferryBinary.path
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if ferryBinary.path != "" {
-		os.RemoveAll(filepath.Dir(ferryBinary.path))
-	}
-	os.Exit(code)
-}
+// The bench's own tests: they run its scenarios with this test binary as
+// the ferry relay processes (TestMain), as ferry bench runs its own binary.
 
 // TestRunMeasuresEveryScenario runs every scenario at a tiny size on each
 // database the tests reach, and checks that each produced its figures and
 // ratios and that the bench removed its tables. It times nothing.
 func TestRunMeasuresEveryScenario(t *testing.T) {
+	testsvc.Slow(t, "a bench run on every database")
 	cases := []struct {
 		name string
 		db   func(t *testing.T) (url string, conn *sql.DB)
 		amqp bool
+		// retained is the SENT rows the claim scenario writes first: a
+		// few thousand, which produce the same figures as the bench's
+		// million (the test times nothing) in a fraction of the time;
+		// the one large run of the suite is the bulk test's
+		// (integration/ferryadmin).
+		retained int
 	}{
 		{"sqlite+nats", func(t *testing.T) (string, *sql.DB) {
 			path := filepath.Join(t.TempDir(), "bench.db")
@@ -73,11 +46,11 @@ func TestRunMeasuresEveryScenario(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(func() { db.Close() })
 			return "sqlite:///" + path, db
-		}, false},
-		{"mysql+amqp", func(t *testing.T) (string, *sql.DB) { return testsvc.URL(testsvc.EnvMySQL), testsvc.MySQL(t) }, true},
+		}, false, 2001},
+		{"mysql+amqp", func(t *testing.T) (string, *sql.DB) { return testsvc.URL(testsvc.EnvMySQL), testsvc.MySQL(t) }, true, 10001},
 		{"postgres+amqp", func(t *testing.T) (string, *sql.DB) {
 			return testsvc.URL(testsvc.EnvPostgres), testsvc.PostgresSQL(t)
-		}, true},
+		}, true, 5001},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -95,8 +68,8 @@ func TestRunMeasuresEveryScenario(t *testing.T) {
 			var progress bytes.Buffer
 			rep, err := bench.Run(ctx, bench.Config{
 				DatabaseURL: url, BrokerURL: broker, Events: 400, Repeat: 1, Batch: 50,
-				Relays: []int{1, 2}, LiveRate: 200, LiveFor: time.Second, Retained: 100001,
-				ClaimRounds: 10, ProducerTxs: 100, InboxOps: 100, RelayBinary: relayBinary(t), IdleFor: time.Second,
+				Relays: []int{1, 2}, LiveRate: 200, LiveFor: time.Second, Retained: c.retained,
+				ClaimRounds: 10, ProducerTxs: 100, InboxOps: 100, RelayBinary: os.Args[0], RelayEnv: []string{envExecMain + "=1"}, IdleFor: time.Second,
 			}, &progress)
 			require.NoError(t, err, progress.String())
 
@@ -163,7 +136,7 @@ func TestRunMeasuresEveryScenario(t *testing.T) {
 				names[r.Name] = true
 			}
 			for _, want := range []string{"relay (2, unordered) / raw claim+mark", "relay (2, ordered) / raw publish",
-				"EnqueueTx / hand INSERT, 16 writer(s)", "inbox / bare, 8 worker(s)", "claim p99 with 100001 SENT rows / empty",
+				"EnqueueTx / hand INSERT, 16 writer(s)", "inbox / bare, 8 worker(s)", fmt.Sprintf("claim p99 with %d SENT rows / empty", c.retained),
 				"ferry (2, process) / plain (2 loops), rate", "ferry (2, process) / plain (2 loops), relay CPU per event",
 				"live process / plain, commit→delivery p99"} {
 				require.True(t, names[want], "ratio %q missing from %v", want, names)
@@ -184,5 +157,64 @@ func TestRunMeasuresEveryScenario(t *testing.T) {
 			require.NoError(t, db.QueryRowContext(context.Background(), q).Scan(&left))
 			require.Zero(t, left, "tables left behind")
 		})
+	}
+}
+
+// TestBenchOnKafka runs the broker scenarios at a tiny size on a SQLite
+// outbox and an in-process Kafka cluster (kfake): the raw franz-go
+// producer, the relay in the bench's process and as ferry relay
+// processes, the plain relay, and the live scenario, whose consumer reads
+// the topic from the offsets the bench took as its baseline. It checks
+// that each produced its figures and the relay / raw publish ratio, and
+// that the bench deleted its topic. It times nothing: kfake shares the
+// test's cores.
+func TestBenchOnKafka(t *testing.T) {
+	testsvc.Slow(t, "a bench run on Kafka")
+	seeds := testsvc.Kafka(t)
+	ctx := testsvc.Context(t, 2*time.Minute)
+	var progress bytes.Buffer
+	rep, err := bench.Run(ctx, bench.Config{
+		DatabaseURL: "sqlite:///" + filepath.Join(t.TempDir(), "bench.db"),
+		BrokerURL:   "kafka://" + strings.Join(seeds, ","),
+		Scenarios:   []string{bench.ScenarioRawBroker, bench.ScenarioRelay, bench.ScenarioPlain, bench.ScenarioLive},
+		Events:      300, Repeat: 1, Batch: 50, Relays: []int{1}, LiveRate: 100, LiveFor: 500 * time.Millisecond,
+		RelayBinary: os.Args[0], RelayEnv: []string{envExecMain + "=1"},
+	}, &progress)
+	require.NoError(t, err, progress.String())
+	t.Log("\n" + progress.String())
+
+	require.True(t, strings.HasPrefix(rep.Broker, "kafka "), rep.Broker)
+	require.Positive(t, rep.RawBroker)
+	require.Len(t, rep.Relay, 2) // unordered and ordered
+	require.Len(t, rep.RelayProcess, 2)
+	require.Len(t, rep.Plain, 1)
+	for _, f := range append(append(rep.Relay, rep.RelayProcess...), rep.Plain...) {
+		require.Positive(t, f.Rate, "%+v", f)
+	}
+	for _, l := range []*bench.LiveResult{rep.Live, rep.LiveProcess, rep.LivePlain} {
+		require.NotNil(t, l)
+		require.Equal(t, 50, l.Events, l.Mode)
+		require.Positive(t, l.P99, l.Mode)
+	}
+	ratios := map[string]float64{}
+	for _, r := range rep.Ratios {
+		ratios[r.Name] = r.Value
+	}
+	for _, name := range []string{"relay (1, unordered) / raw publish", "relay (1, ordered) / raw publish"} {
+		require.Positive(t, ratios[name], "ratio %q in %v", name, ratios)
+	}
+	var text bytes.Buffer
+	rep.WriteText(&text)
+	require.Contains(t, text.String(), "raw publish with confirms")
+	require.Contains(t, text.String(), "relay (1, unordered) / raw publish")
+
+	// The bench deleted its topic.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	require.NoError(t, err)
+	defer cl.Close()
+	topics, err := kadm.NewClient(cl).ListTopics(ctx)
+	require.NoError(t, err)
+	for _, name := range topics.Names() {
+		require.False(t, strings.HasPrefix(name, "ferrybench."), "topic %s left behind", name)
 	}
 }
