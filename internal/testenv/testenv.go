@@ -66,6 +66,16 @@ func Unavailable(t testing.TB, what string, err error) {
 	t.Skip(msg)
 }
 
+// Slow skips t in the quick tier (go test -short, scripts/test.sh -short):
+// what says what the test is (a bulk run, a browser test, a broker
+// restart), so that the skip message tells what the quick tier left out.
+func Slow(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("%s: not in the quick tier (-short); scripts/test.sh runs it", what)
+	}
+}
+
 // Name returns a fresh identifier for a test table: prefix + 8 hex digits.
 func Name(prefix string) string {
 	var b [4]byte

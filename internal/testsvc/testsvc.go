@@ -54,6 +54,7 @@ var (
 	URL           = testenv.URL
 	Required      = testenv.Required
 	Unavailable   = testenv.Unavailable
+	Slow          = testenv.Slow
 	Name          = testenv.Name
 	Context       = testenv.Context
 	WaitFor       = testenv.WaitFor

@@ -32,12 +32,34 @@ import (
 const EnvRabbitMQCtl = "FERRY_TEST_RABBITMQCTL"
 
 // Tests that stop or restart a shared service must not run while another
-// test package uses it (go test runs packages in parallel processes). A
-// test using RabbitMQ holds a shared file lock for its duration; a test
-// disrupting it holds the exclusive one.
+// test uses it, in this process (parallel tests) or another (go test runs
+// packages in parallel processes). A test using RabbitMQ holds a shared
+// file lock for its duration; a test disrupting it holds the exclusive
+// one. A gate lock in front of it keeps a disruptor from waiting forever
+// while users come and go: a user passes the gate (shared, for a moment)
+// before it takes the shared lock; a disruptor closes the gate (exclusive,
+// until it ends), so that new users wait for it, and then waits for the
+// users already in to finish.
 func lockService(t testing.TB, name string, how int) {
 	t.Helper()
-	path := filepath.Join(os.TempDir(), "ferry-test-"+name+".lock")
+	base := filepath.Join(os.TempDir(), "ferry-test-"+name)
+	gate := flock(t, base+".gate.lock", how)
+	main := flock(t, base+".lock", how)
+	if how == syscall.LOCK_SH {
+		unlock(gate)
+		gate = nil
+	}
+	t.Cleanup(func() {
+		unlock(main)
+		if gate != nil {
+			unlock(gate)
+		}
+	})
+}
+
+// flock opens path and locks it; unlock releases and closes it.
+func flock(t testing.TB, path string, how int) *os.File {
+	t.Helper()
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
 		t.Fatalf("lock %s: %v", path, err)
@@ -46,42 +68,59 @@ func lockService(t testing.TB, name string, how int) {
 		f.Close()
 		t.Fatalf("lock %s: %v", path, err)
 	}
-	t.Cleanup(func() {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
-	})
+	return f
 }
 
-// disruptors holds the names of the tests of this process that hold the
-// exclusive RabbitMQ lock: they and their subtests use the server without
-// taking the shared lock (which would wait for their own exclusive one).
+func unlock(f *os.File) {
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	f.Close()
+}
+
+// holders holds the names of the tests of this process that hold a
+// RabbitMQ lock, shared (users) or exclusive (disruptors): they and their
+// subtests use the server without locking again. Locking again would wait
+// at the gate behind a disruptor that waits for this very test to end.
 var (
-	disruptMu  sync.Mutex
-	disruptors = map[string]bool{}
+	holdersMu sync.Mutex
+	holders   = map[string]int{} // syscall.LOCK_SH or LOCK_EX
 )
 
-func disrupting(t testing.TB) bool {
-	disruptMu.Lock()
-	defer disruptMu.Unlock()
+// holding returns the lock t or a parent of t holds: 0, syscall.LOCK_SH
+// or syscall.LOCK_EX.
+func holding(t testing.TB) int {
+	holdersMu.Lock()
+	defer holdersMu.Unlock()
 	for name := t.Name(); ; {
-		if disruptors[name] {
-			return true
+		if how := holders[name]; how != 0 {
+			return how
 		}
 		i := strings.LastIndex(name, "/")
 		if i < 0 {
-			return false
+			return 0
 		}
 		name = name[:i]
 	}
 }
 
+func hold(t testing.TB, how int) {
+	holdersMu.Lock()
+	holders[t.Name()] = how
+	holdersMu.Unlock()
+	t.Cleanup(func() {
+		holdersMu.Lock()
+		delete(holders, t.Name())
+		holdersMu.Unlock()
+	})
+}
+
 // UseRabbitMQ declares that the test uses the shared RabbitMQ server: a
-// test of another package that restarts it waits until this one ends.
+// test that restarts it waits until this one ends.
 func UseRabbitMQ(t testing.TB) {
-	if disrupting(t) {
+	if holding(t) != 0 {
 		return
 	}
 	lockService(t, "rabbitmq", syscall.LOCK_SH)
+	hold(t, syscall.LOCK_SH)
 }
 
 // DisruptRabbitMQ declares that the test stops or restarts RabbitMQ, or
@@ -89,15 +128,14 @@ func UseRabbitMQ(t testing.TB) {
 // keeps them out until it ends. Call it before anything else touches
 // RabbitMQ in the test.
 func DisruptRabbitMQ(t testing.TB) {
+	switch holding(t) {
+	case syscall.LOCK_EX:
+		return
+	case syscall.LOCK_SH:
+		t.Fatal("DisruptRabbitMQ: the test already uses RabbitMQ; call DisruptRabbitMQ first")
+	}
 	lockService(t, "rabbitmq", syscall.LOCK_EX)
-	disruptMu.Lock()
-	disruptors[t.Name()] = true
-	disruptMu.Unlock()
-	t.Cleanup(func() {
-		disruptMu.Lock()
-		delete(disruptors, t.Name())
-		disruptMu.Unlock()
-	})
+	hold(t, syscall.LOCK_EX)
 }
 
 // RabbitMQ returns a connection to the test RabbitMQ server, closed when
@@ -241,7 +279,7 @@ func rabbitmqctl(args ...string) (string, error) {
 // when the test ends.
 func StopRabbitMQ(t testing.TB) {
 	t.Helper()
-	if !disrupting(t) {
+	if holding(t) != syscall.LOCK_EX {
 		t.Fatal("StopRabbitMQ needs DisruptRabbitMQ first")
 	}
 	t.Cleanup(func() {
