@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"context"
+	"flag"
 	"os"
 	"testing"
 	"time"
@@ -15,6 +16,11 @@ import (
 var shopBin, kfakeBin string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		// TestScenarios skips itself: building the binaries is not worth it.
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "ferry-chaos-test-")
 	if err != nil {
 		panic(err)
@@ -45,15 +51,22 @@ var combos = []struct{ db, broker string }{
 }
 
 // TestScenarios runs every scenario at a reduced size (400 orders over
-// about ten seconds of faults; pause: 2,000 over twenty) with the same checker as the
-// full run.
+// ten seconds of faults; pause: 1,000 over 25) with the same checker as
+// the full run. The rows run side by side (go test -parallel; scripts/test.sh
+// runs two at a time): each has its own tables, streams, queues, topics,
+// proxies and processes. The RabbitMQ restart waits until no other row
+// uses the server (testsvc.DisruptRabbitMQ) and keeps them out meanwhile.
 func TestScenarios(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the chaos suite is not part of the quick tier (-short): scripts/test.sh runs it")
+	}
 	for _, sc := range chaos.Scenarios {
 		for _, c := range combos {
 			if !sc.Applies(c.db, c.broker) {
 				continue
 			}
 			t.Run(sc.Name+"/"+c.db+"+"+c.broker, func(t *testing.T) {
+				t.Parallel()
 				switch c.db {
 				case "mysql":
 					testsvc.MySQL(t)
@@ -73,10 +86,13 @@ func TestScenarios(t *testing.T) {
 				default:
 					testsvc.RabbitMQ(t)
 				}
+				// 400 orders, 20 a second from each of the two order
+				// services: the load lasts the ten seconds of faults every
+				// run has at least (MinFaults).
 				orders, rate := 400, 20
 				if sc.Name == "pause" {
 					// Pauses land only while events flow (about one every
-					// 4 s): a longer load gives each run several.
+					// 4 s): a longer load (25 s) gives each run several.
 					orders = 1000
 				}
 				ctx := testsvc.Context(t, 4*time.Minute)

@@ -205,6 +205,7 @@ func loadDashboard(t *testing.T) dashboard {
 // Every ferry_* metric the alert rules and the dashboard query is one
 // ferryprom exports: a renamed or removed metric fails here, not at 3 a.m.
 func TestQueriedMetricsExist(t *testing.T) {
+	t.Parallel()
 	names := exported(t)
 	used := map[string]bool{}
 	for _, r := range loadRules(t) {
@@ -245,6 +246,7 @@ func TestQueriedMetricsExist(t *testing.T) {
 // Every alert says how urgent it is, what it means and where the runbook
 // is, and every runbook is a heading of README.md.
 func TestAlertsHaveSeveritySummaryAndRunbook(t *testing.T) {
+	t.Parallel()
 	anchors := readmeAnchors(t)
 	seen := map[string]bool{}
 	for _, r := range loadRules(t) {
@@ -285,6 +287,7 @@ func TestAlertsHaveSeveritySummaryAndRunbook(t *testing.T) {
 // The dashboard is one a current Grafana loads: a Prometheus data source
 // variable every query uses, and job and instance variables.
 func TestDashboardShape(t *testing.T) {
+	t.Parallel()
 	d := loadDashboard(t)
 	require.NotEmpty(t, d.UID)
 	require.GreaterOrEqual(t, d.SchemaVersion, 36, "schemaVersion of Grafana 9 or later")
@@ -324,6 +327,7 @@ func TestDashboardShape(t *testing.T) {
 // With promtool on the PATH, its own checks run too (CI runs them in
 // .ci/run as well).
 func TestPromtool(t *testing.T) {
+	t.Parallel()
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		t.Skip("promtool is not installed (Debian: apt-get install prometheus); CI runs it")
@@ -389,6 +393,7 @@ func githubSlug(heading string) string {
 }
 
 func TestGithubSlug(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"Dead events: the runbook":          "dead-events-the-runbook",
 		"`ferry status`":                    "ferry-status",

@@ -9,6 +9,7 @@ import (
 )
 
 func TestErrorClass(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ in, want string }{
 		{"", NoErrorText},
 		{" \n\t\n", NoErrorText},
@@ -38,6 +39,7 @@ func TestErrorClass(t *testing.T) {
 }
 
 func TestErrorClassIsBounded(t *testing.T) {
+	t.Parallel()
 	long := "rejected: " + strings.Repeat("word ", 100) + "end"
 	got := ErrorClass(long)
 	require.LessOrEqual(t, len(got), MaxErrorClass)
@@ -54,6 +56,7 @@ func TestErrorClassIsBounded(t *testing.T) {
 }
 
 func TestClassWordsOccurInEveryTextOfTheClass(t *testing.T) {
+	t.Parallel()
 	in := `attempt 20: returned: nats: no stream matches subject "orders.paid"`
 	require.Equal(t, []string{"returned:", "attempt", "matches", "subject", "stream", "nats:"}, classWords(ErrorClass(in)))
 	require.Nil(t, classWords(NoErrorText), "the texts of that class are empty")

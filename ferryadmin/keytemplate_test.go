@@ -15,6 +15,7 @@ import (
 
 // The key template builds what the consumer's decoder builds.
 func TestKeyTemplate(t *testing.T) {
+	t.Parallel()
 	row := ferrystore.Row{}
 	row.ID, row.AggregateType, row.AggregateID, row.Sequence, row.Type = "e1", "order", "42", 3, "OrderPaid"
 	row.Payload = json.RawMessage(`{"order_id":42,"amount":10.50,"ok":true,"user":{"id":"u-7"},"none":null,"list":[1]}`)
@@ -50,6 +51,7 @@ func TestKeyTemplate(t *testing.T) {
 
 // A template that cannot build a key for every event is refused.
 func TestKeyTemplateErrors(t *testing.T) {
+	t.Parallel()
 	for tmpl, want := range map[string]string{
 		"order:{aggregate}:paid":   "unknown placeholder {aggregate}",
 		"order:{aggregate_id:paid": "unclosed {",
@@ -64,6 +66,7 @@ func TestKeyTemplateErrors(t *testing.T) {
 }
 
 func TestOneLineNeverCutsACharacter(t *testing.T) {
+	t.Parallel()
 	require.Equal(t, "a b c", ferryadmin.OneLine("a\n  b\tc", 10))
 	got := ferryadmin.OneLine("ééééé", 6) // 10 bytes: 5 would cut the third é
 	require.True(t, utf8.ValidString(got), "%q", got)

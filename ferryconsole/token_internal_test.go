@@ -9,6 +9,7 @@ import (
 )
 
 func TestTokenExpiresAndNamesItsOperator(t *testing.T) {
+	t.Parallel()
 	h := &console{cfg: Config{Secret: []byte(strings.Repeat("k", 32)), TokenLifetime: time.Hour}}
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	tok := h.token("alice", now)
@@ -28,6 +29,7 @@ func TestTokenExpiresAndNamesItsOperator(t *testing.T) {
 }
 
 func TestBaseIsRelativeToTheRoot(t *testing.T) {
+	t.Parallel()
 	for path, want := range map[string]string{"/": "./", "/conflicts": "./", "/outbox/orders/dead": "../../",
 		"/inbox/points/conflicts/7/resolve": "../../../../"} {
 		require.Equal(t, want, base(path), path)

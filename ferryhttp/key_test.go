@@ -10,6 +10,7 @@ import (
 )
 
 func TestParseKey(t *testing.T) {
+	t.Parallel()
 	ok := map[string]string{
 		`abc-123`:                            "abc-123",
 		`"8e03978e-40d5-43e8-bc93"`:          "8e03978e-40d5-43e8-bc93",

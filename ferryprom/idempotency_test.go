@@ -14,6 +14,7 @@ import (
 )
 
 func TestIdempotencyMetricsCountOutcomesByRoute(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m, err := ferryprom.NewIdempotencyMetrics(reg, nil)
 	require.NoError(t, err)

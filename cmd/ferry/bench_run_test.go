@@ -29,6 +29,7 @@ import (
 // ratios and that the bench removed its tables. It times nothing.
 func TestRunMeasuresEveryScenario(t *testing.T) {
 	testsvc.Slow(t, "a bench run on every database")
+	t.Parallel()
 	cases := []struct {
 		name string
 		db   func(t *testing.T) (url string, conn *sql.DB)
@@ -170,6 +171,7 @@ func TestRunMeasuresEveryScenario(t *testing.T) {
 // test's cores.
 func TestBenchOnKafka(t *testing.T) {
 	testsvc.Slow(t, "a bench run on Kafka")
+	t.Parallel()
 	seeds := testsvc.Kafka(t)
 	ctx := testsvc.Context(t, 2*time.Minute)
 	var progress bytes.Buffer

@@ -20,6 +20,7 @@ import (
 // Without credentials, or with --insecure-no-auth off loopback, the
 // console does not start: exit 2 and a sentence saying what to set.
 func TestConsoleRefusesToStartWithoutAuthentication(t *testing.T) {
+	// serial: t.Setenv: the CLI reads the process environment, which parallel tests share.
 	for _, v := range []string{envConsoleUser, envConsolePassword, envConsoleToken, envConsoleSecret} {
 		t.Setenv(v, "")
 	}
@@ -71,6 +72,7 @@ func TestConsoleRefusesToStartWithoutAuthentication(t *testing.T) {
 // with a task table: it authenticates, shows them, changes what a form
 // asks, never prints a password, and stops on SIGTERM.
 func TestConsoleServesTheStoresAndStopsOnSIGTERM(t *testing.T) {
+	t.Parallel()
 	b := setupOps(t, "postgres")
 	in := setupInbox(t, "mysql")
 	tasks := testsvc.Store(t, "mysql")

@@ -45,6 +45,7 @@ func get(t *testing.T, url string) (int, string) {
 // while the database or the broker is unreachable and 200 again after.
 // Passwords in the URLs never reach its output.
 func TestRelayServesMetricsAndReadiness(t *testing.T) {
+	// serial: it cuts the broker's network and waits for readiness to follow.
 	b := setupOps(t, "postgres")
 	_, prefix := testsvc.JetStreamStream(t, testsvc.NATS(t))
 	b.enqueue(t, orderPaid("1", prefix+".paid"))
@@ -135,6 +136,7 @@ func TestRelayServesMetricsAndReadiness(t *testing.T) {
 // With the standard OTEL_EXPORTER_OTLP_ENDPOINT set, the daemon exports
 // its publish spans over OTLP/HTTP, in the trace stored with the event.
 func TestRelayExportsSpansOverOTLP(t *testing.T) {
+	t.Parallel()
 	b := setupOps(t, "sqlite")
 	stream, prefix := testsvc.JetStreamStream(t, testsvc.NATS(t))
 	ev := orderPaid("1", prefix+".paid")
@@ -169,6 +171,7 @@ func TestRelayExportsSpansOverOTLP(t *testing.T) {
 
 // A taken --http-addr fails the start, before any event is claimed.
 func TestRelayFailsOnATakenHTTPAddr(t *testing.T) {
+	t.Parallel()
 	b := setupOps(t, "sqlite")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

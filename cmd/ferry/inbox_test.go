@@ -112,8 +112,10 @@ func (b *inboxBundle) points(t *testing.T) int64 {
 // applies nothing, and the conflicting event delivered again is still
 // refused.
 func TestConflictsListShowResolve(t *testing.T) {
+	t.Parallel()
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			b := setupInbox(t, kind)
 			in := b.inbox(t, "points-award")
 			res, err := b.award(t, in, "order:42:paid", "event-001", 10)
@@ -222,8 +224,10 @@ func TestConflictsListShowResolve(t *testing.T) {
 // purge --markers refuses a retention shorter than the replay window (7
 // days unless configured), and otherwise deletes old markers in batches.
 func TestPurgeMarkersKeepsTheReplayWindow(t *testing.T) {
+	t.Parallel()
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			b := setupInbox(t, kind)
 			in := b.inbox(t, "points-award")
 			for i := range 5 {
@@ -290,8 +294,10 @@ func TestPurgeMarkersKeepsTheReplayWindow(t *testing.T) {
 // purge --idempotency-keys deletes expired keys only, in batches, and
 // takes no --older-than: each key expires at its own time.
 func TestPurgeIdempotencyKeysDeletesExpiredKeys(t *testing.T) {
+	t.Parallel()
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			b := setupInbox(t, kind)
 			ks := b.store.(ferrystore.IdempotencyStore)
 			claim := func(key string, retention time.Duration) {
@@ -347,6 +353,7 @@ func TestPurgeIdempotencyKeysDeletesExpiredKeys(t *testing.T) {
 // exists; the outbox and the inbox are in different databases, of different
 // dialects.
 func TestReconcileFindsSentEventsWithoutTheirEffect(t *testing.T) {
+	// serial: t.Setenv: the CLI reads the process environment, which parallel tests share.
 	for _, pair := range [][2]string{{"mysql", "postgres"}, {"postgres", "sqlite"}, {"sqlite", "mysql"}} {
 		t.Run(pair[0]+"_outbox_"+pair[1]+"_inbox", func(t *testing.T) {
 			ob := setupOps(t, pair[0])
@@ -477,6 +484,7 @@ func findings(ms []ferryadmin.EffectFinding) map[string]string {
 // Effect mappings are checked when the config file is read, naming the
 // line and the field.
 func TestReconcileEffectConfigErrors(t *testing.T) {
+	t.Parallel()
 	base := "reconcile:\n  effects:\n    - {consumer: points-award, inbox_database_url: sqlite:///x.db, event_type: OrderPaid, key: %q%s}\n"
 	for _, c := range []struct{ key, extra, want string }{
 		{"order:{aggregate}:paid", "", "unknown placeholder {aggregate}"},
@@ -501,6 +509,7 @@ func TestReconcileEffectConfigErrors(t *testing.T) {
 // as the others: an unreachable one fails with exit 1 and no password, a
 // missing or unknown scheme is a usage error.
 func TestInboxCommandsOnABadDatabaseURL(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"conflicts", "list"},
 		{"conflicts", "show", "1"},
@@ -524,6 +533,7 @@ func TestInboxCommandsOnABadDatabaseURL(t *testing.T) {
 // The consumer's database URL of an effect mapping may hold a password: it
 // never appears in an error.
 func TestReconcileEffectHidesTheInboxPassword(t *testing.T) {
+	t.Parallel()
 	cfg := writeFile(t, "ferry.yaml", `
 reconcile:
   effects:

@@ -67,6 +67,7 @@ func child(t *testing.T, env []string, args ...string) (*exec.Cmd, *bytes.Buffer
 // The demo is the reference shop's binary's now: `ferry demo`, whatever
 // its flags, is a usage error that says where it went and how to run it.
 func TestDemoSaysWhereItMoved(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"demo"}, {"demo", "--orders", "200"}, {"demo", "--broker-url", "kafka://127.0.0.1:9092"}} {
 		code, out, errOut := ferryCLI(t, args...)
 		require.Equal(t, exitUsage, code, "%v: %s", args, errOut)
@@ -82,6 +83,7 @@ func TestDemoSaysWhereItMoved(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		args []string
@@ -108,6 +110,7 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestUnreachableDatabaseIsAClearErrorWithoutThePassword(t *testing.T) {
+	t.Parallel()
 	for _, url := range []string{
 		"mysql://root:s3cr3tpw@127.0.0.1:1/test?timeout=2s",
 		"postgres://postgres:s3cr3tpw@127.0.0.1:1/test?connect_timeout=2",
@@ -123,6 +126,7 @@ func TestUnreachableDatabaseIsAClearErrorWithoutThePassword(t *testing.T) {
 // --connect-timeout, saying so, then exits 1; no log line or error shows
 // the password.
 func TestRelayLogsRedactBrokerPassword(t *testing.T) {
+	t.Parallel()
 	db := "sqlite:///" + t.TempDir() + "/x.db"
 	code, _, errOut := ferryCLI(t, "migrate", "--database-url", db)
 	require.Equal(t, exitOK, code, errOut)
@@ -135,6 +139,7 @@ func TestRelayLogsRedactBrokerPassword(t *testing.T) {
 }
 
 func TestMigratePrintsSQL(t *testing.T) {
+	t.Parallel()
 	code, out, errOut := ferryCLI(t, "migrate", "--print", "--database-url", "sqlite:///"+t.TempDir()+"/x.db", "--table", "my_outbox")
 	require.Equal(t, exitOK, code, errOut)
 	require.Contains(t, out, `CREATE TABLE IF NOT EXISTS "my_outbox"`)
@@ -143,6 +148,7 @@ func TestMigratePrintsSQL(t *testing.T) {
 // The seed article's own SQL, run verbatim on MariaDB against the table
 // `ferry migrate` created, is delivered by `ferry relay`.
 func TestSeedInsertIsDelivered(t *testing.T) {
+	t.Parallel()
 	admin := testsvc.MySQL(t)
 	ctx := testsvc.Context(t, 2*time.Minute)
 	dbName := testsvc.Name("ferry_seed_")
@@ -194,6 +200,8 @@ func TestSeedInsertIsDelivered(t *testing.T) {
 // next relay publishes every event, with the same ids; the broker reports
 // the ones the dead relay had already published as duplicates.
 func TestRelayProcessKilledAtCrashPoint(t *testing.T) {
+	testsvc.Slow(t, "a relay process killed at every crash point")
+	t.Parallel()
 	for _, kind := range []string{"mysql", "postgres"} {
 		for _, c := range []struct {
 			point     string
@@ -260,6 +268,7 @@ func TestRelayProcessKilledAtCrashPoint(t *testing.T) {
 }
 
 func TestDrainTimeoutExitsIncomplete(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	dbURL := "sqlite:///" + filepath.Join(dir, "x.db")
 	code, _, errOut := ferryCLI(t, "migrate", "--database-url", dbURL)
@@ -279,6 +288,7 @@ func TestDrainTimeoutExitsIncomplete(t *testing.T) {
 
 // SIGTERM stops the daemon cleanly: exit code 0, nothing left SENDING.
 func TestRelaySIGTERMStopsCleanly(t *testing.T) {
+	t.Parallel()
 	st := testsvc.Store(t, "postgres")
 	ctx := testsvc.Context(t, 2*time.Minute)
 	ob, err := ferry.NewOutbox(st.Driver, nil)
@@ -309,6 +319,7 @@ func TestRelaySIGTERMStopsCleanly(t *testing.T) {
 }
 
 func TestMigrateInboxTables(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	dbURL := "sqlite:///" + dir + "/points.db"
 	code, out, errOut := ferryCLI(t, "migrate", "--inbox", "--database-url", dbURL, "--marker-table", "points_marker")
@@ -331,8 +342,10 @@ func TestMigrateInboxTables(t *testing.T) {
 // temporary SQLite file and an embedded NATS server) at a tiny size and
 // checks its JSON report; it times nothing.
 func TestBenchRunsOnTheEmbeddedDefault(t *testing.T) {
+	testsvc.Slow(t, "a bench run on the embedded default")
+	t.Parallel()
 	code, out, errOut := ferryCLI(t, "bench", "--json", "--events", "200", "--repeat", "1", "--relays", "1",
-		"--live-rate", "100", "--live-for", "500ms", "--retained", "1000", "--scenarios", "raw-db,relay,plain,live,claim")
+		"--live-rate", "100", "--live-for", "500ms", "--retained", "1000", "--claim-rounds", "10", "--scenarios", "raw-db,relay,plain,live,claim")
 	require.Equal(t, exitOK, code, errOut)
 	var rep struct {
 		Database string  `json:"database"`

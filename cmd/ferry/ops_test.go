@@ -100,6 +100,7 @@ func writeFile(t *testing.T, name, content string) string {
 // Flags beat the environment, which beats the config file, which beats the
 // defaults; --print-config says where each value came from.
 func TestConfigPrecedence(t *testing.T) {
+	// serial: t.Setenv: the CLI reads the process environment, which parallel tests share.
 	cfg := writeFile(t, "ferry.yaml", `
 database_url: postgres://app:filepw@db.example:5432/app
 table: from_file
@@ -170,6 +171,7 @@ relay:
 // so nothing is listed as failed; --max-pending-age still flags the
 // backlog.
 func TestStatusShowsABrokerOutage(t *testing.T) {
+	// serial: it cuts the broker's network and reads the outage back.
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
 			b := setupOps(t, kind)
@@ -241,8 +243,10 @@ func TestStatusShowsABrokerOutage(t *testing.T) {
 // A DEAD event, retried with ferry dead retry after its cause was fixed,
 // is delivered to the real broker with its original id.
 func TestDeadRetryDeliversTheSameEventID(t *testing.T) {
+	t.Parallel()
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			b := setupOps(t, kind)
 			nc := testsvc.NATS(t)
 			subject := testsvc.Name("late") + ".paid"
@@ -304,6 +308,7 @@ func TestDeadRetryDeliversTheSameEventID(t *testing.T) {
 // In ordered mode a DEAD event holds back its aggregate; discarding it
 // (with a reason, kept in the row) lets the next event go.
 func TestDeadDiscardUnblocksAnOrderedAggregate(t *testing.T) {
+	t.Parallel()
 	b := setupOps(t, "postgres")
 	nc := testsvc.NATS(t)
 	stream, prefix := testsvc.JetStreamStream(t, nc)
@@ -339,6 +344,7 @@ func TestDeadDiscardUnblocksAnOrderedAggregate(t *testing.T) {
 // A business row committed without its event is found, and the command
 // exits non-zero; rows with their event are not.
 func TestReconcileFindsABusinessRowWithoutItsEvent(t *testing.T) {
+	// serial: t.Setenv: the CLI reads the process environment, which parallel tests share.
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
 			b := setupOps(t, kind)
@@ -423,8 +429,10 @@ func keysOf(m []ferryadmin.MissingEvent) []string {
 // Purge deletes old SENT (and, asked, DISCARDED) events in batches and
 // never a NEW, SENDING or DEAD one, however old.
 func TestPurgeLeavesPendingEventsAlone(t *testing.T) {
+	t.Parallel()
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			b := setupOps(t, kind)
 			a := b.st.Driver
 			claim := func(n int) ([]string, string) {
@@ -504,6 +512,7 @@ func TestPurgeLeavesPendingEventsAlone(t *testing.T) {
 // ferry.example.yaml documents every setting a config file can hold, and
 // every command accepts it.
 func TestExampleConfigIsCompleteAndValid(t *testing.T) {
+	t.Parallel()
 	const path = "../../ferry.example.yaml"
 	root := newRoot()
 	cf, err := loadConfig(root, path)
@@ -529,6 +538,7 @@ func TestExampleConfigIsCompleteAndValid(t *testing.T) {
 // Retry by filter works through every matching DEAD event in bounded
 // batches and leaves the others alone.
 func TestDeadRetryByFilterInBatches(t *testing.T) {
+	t.Parallel()
 	b := setupOps(t, "mysql")
 	events := []ferry.Event{}
 	for i := 0; i < 5; i++ {
@@ -568,6 +578,7 @@ func TestDeadRetryByFilterInBatches(t *testing.T) {
 // ends DEAD on its first claim; `ferry dead list` lists it with its reason
 // and `ferry dead show` shows the headers as stored.
 func TestDeadShowsAMalformedRow(t *testing.T) {
+	t.Parallel()
 	b := setupOps(t, "sqlite")
 	_, err := b.st.DB.ExecContext(b.ctx, `INSERT INTO "`+b.st.Driver.Table()+`" (event_id, aggregate_id, event_type, payload, headers)`+
 		` VALUES ('hand-1', '7', 'OrderPaid', '{"n":1}', '{"retry":1}')`)

@@ -88,6 +88,7 @@ func (p *parkedQueue) cli(t *testing.T, args ...string) (int, string, string) {
 // --dry-run moves nothing; replay --max moves that many; a fixed consumer
 // then handles each message once; a run with nothing left exits 5.
 func TestParkedCLI(t *testing.T) {
+	t.Parallel()
 	p := setupParked(t, 6)
 	code, out, errOut := p.cli(t, "list", "--limit", "2")
 	require.Equal(t, exitOK, code, "%s\n%s", out, errOut)
@@ -163,6 +164,7 @@ func TestParkedCLI(t *testing.T) {
 }
 
 func TestParkedCLIErrors(t *testing.T) {
+	t.Parallel()
 	code, _, errOut := ferryCLI(t, "parked", "replay", "--broker-url", "nats://127.0.0.1:4222", "--queue", "points")
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errOut, "works on RabbitMQ")

@@ -19,6 +19,7 @@ func (s stringer) String() string { return string(s) }
 // error, a *url.URL, any Stringer, inside a group or not), the password
 // does not reach the output, in either format.
 func TestLogsRedactPasswords(t *testing.T) {
+	t.Parallel()
 	u, err := url.Parse("postgres://app:s3cr3tpw@db:5432/app")
 	require.NoError(t, err)
 	for _, format := range []string{"text", "json"} {
@@ -43,6 +44,7 @@ func TestLogsRedactPasswords(t *testing.T) {
 // The commands that talk to the database fail on an unreachable one with
 // an error that names it, without its password.
 func TestCommandErrorsRedactPasswords(t *testing.T) {
+	t.Parallel()
 	url := "postgres://postgres:s3cr3tpw@127.0.0.1:1/test?connect_timeout=2"
 	for _, args := range [][]string{
 		{"status"}, {"dead", "list"}, {"dead", "retry", "--all"}, {"dead", "show", "x"}, {"purge", "--older-than", "1h"},

@@ -61,6 +61,7 @@ func (r *rabbitRelay) args(extra ...string) []string {
 // publishes every event with confirms, and a later run verifies the same
 // topology without --declare.
 func TestRelayCLIToRabbitMQ(t *testing.T) {
+	t.Parallel()
 	r := setupRabbitRelay(t, 50)
 	code, out, errOut := ferryCLI(t, r.args("--drain", "--declare", "--routing-key", r.bind)...)
 	require.Equal(t, exitOK, code, "%s\n%s", out, errOut)
@@ -83,6 +84,7 @@ func TestRelayCLIToRabbitMQ(t *testing.T) {
 }
 
 func TestRelayCLIRabbitMQErrors(t *testing.T) {
+	t.Parallel()
 	testsvc.RabbitMQ(t) // skips when RabbitMQ is unreachable
 	db := "sqlite:///" + t.TempDir() + "/x.db"
 	code, _, errOut := ferryCLI(t, "migrate", "--database-url", db)
@@ -120,6 +122,7 @@ func TestRelayCLIRabbitMQErrors(t *testing.T) {
 // publishes those events again, with the same ids: the queue holds each
 // event twice, none lost.
 func TestRelayCLIToRabbitMQKilledAfterPublish(t *testing.T) {
+	t.Parallel()
 	const total = 50
 	r := setupRabbitRelay(t, total)
 	args := r.args("--declare", "--routing-key", r.bind, "--lanes", "1", "--lease", "1s",

@@ -64,6 +64,7 @@ func checkRecords(t *testing.T, records []*kgo.Record, ids, aggs []string) {
 // not exist stops it at start (exit 2, naming the topic) until --declare
 // creates it.
 func TestRelayCLIToKafka(t *testing.T) {
+	t.Parallel()
 	t.Run("DestinationTopic", func(t *testing.T) {
 		k := setupKafkaRelay(t)
 		topic := testsvc.KafkaTopic(t, k.seeds, 3)
@@ -132,6 +133,7 @@ func TestRelayCLIToKafka(t *testing.T) {
 // Flags of one broker given with another's URL, and bad Kafka flags, are
 // usage errors found before anything is connected.
 func TestRelayCLIKafkaUsageErrors(t *testing.T) {
+	// serial: t.Setenv: the CLI reads the process environment, which parallel tests share.
 	db := "sqlite:///" + t.TempDir() + "/x.db"
 	amqpURL, natsURL, kafkaURL := "amqp://guest:guest@127.0.0.1:1/", "nats://127.0.0.1:1", "kafka://127.0.0.1:1"
 	for _, c := range []struct {
@@ -174,6 +176,7 @@ func TestRelayCLIKafkaUsageErrors(t *testing.T) {
 // /readyz follows the Kafka publisher's connectivity: 503 naming the
 // broker while the cluster is cut off, 200 again once it is back.
 func TestRelayKafkaReadiness(t *testing.T) {
+	// serial: it cuts the broker's network and waits for readiness to follow.
 	k := testsvc.NewKafka(t)
 	b := setupOps(t, "sqlite")
 	topic := testsvc.KafkaTopic(t, k.Seeds, 1)

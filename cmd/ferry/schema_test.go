@@ -27,6 +27,7 @@ import (
 // doesn't exist": /readyz answers 503 naming the table and the fix, and
 // the relay starts by itself once ferry migrate ran.
 func TestRelayWaitsForMigrations(t *testing.T) {
+	t.Parallel()
 	for _, kind := range []string{"mysql", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
 			table := testsvc.Name("fresh_")
@@ -99,6 +100,7 @@ func TestRelayWaitsForMigrations(t *testing.T) {
 // --drain on a table nobody migrated exits 7 at once, naming the table and
 // the fix, instead of logging errors and exiting 0 with "0 published".
 func TestDrainOnMissingTableExitsSchema(t *testing.T) {
+	t.Parallel()
 	db := "sqlite:///" + t.TempDir() + "/x.db"
 	start := time.Now()
 	code, out, errOut := ferryCLI(t, "relay", "--drain", "--drain-timeout", "10s", "--database-url", db,
@@ -112,6 +114,7 @@ func TestDrainOnMissingTableExitsSchema(t *testing.T) {
 
 // --drain that leaves events DEAD exits 6, not 0.
 func TestDrainWithDeadEventsExitsDeadLeft(t *testing.T) {
+	t.Parallel()
 	b := setupOps(t, "sqlite")
 	stream, prefix := testsvc.JetStreamStream(t, testsvc.NATS(t))
 	b.enqueue(t, orderPaid("1", prefix+".paid"))
@@ -129,6 +132,7 @@ func TestDrainWithDeadEventsExitsDeadLeft(t *testing.T) {
 // instead of a raw "Unknown column 'discarded_at'"; after ferry migrate
 // they work.
 func TestAdminCommandsOnOldSchema(t *testing.T) {
+	t.Parallel()
 	for _, kind := range []string{"mysql", "postgres", "sqlite"} {
 		t.Run(kind, func(t *testing.T) {
 			b := setupOps(t, kind)
@@ -164,6 +168,7 @@ func TestAdminCommandsOnOldSchema(t *testing.T) {
 // exit 7; ferry migrate adds the table in place, keeping the events, and
 // both work.
 func TestCommandsOnTableWithoutHeartbeats(t *testing.T) {
+	t.Parallel()
 	for _, kind := range []string{"mysql", "postgres", "sqlite"} {
 		t.Run(kind, func(t *testing.T) {
 			b := setupOps(t, kind)
@@ -204,6 +209,7 @@ func TestCommandsOnTableWithoutHeartbeats(t *testing.T) {
 // 0, /readyz 503 naming the broker; it keeps trying instead of exiting,
 // and once the broker answers it is connected, ready and relays.
 func TestRelayServesBeforeTheBrokerAnswers(t *testing.T) {
+	// serial: it holds the broker's network cut while the relay starts.
 	b := setupOps(t, "postgres")
 	nc := testsvc.NATS(t)
 	stream, prefix := testsvc.JetStreamStream(t, nc)
@@ -265,6 +271,7 @@ func (p *connectedPub) Connected() bool { return p.up.Load() }
 // the broker and ferry_broker_connected 0, even while its check answers;
 // back up, both recover.
 func TestReadinessFollowsPublisherConnected(t *testing.T) {
+	t.Parallel()
 	b := setupOps(t, "sqlite")
 	ctx := testsvc.Context(t, time.Minute)
 	pub, err := ferrynats.Dial(ctx, testsvc.EmbeddedNATS(t).ConnectedUrl(), nil)

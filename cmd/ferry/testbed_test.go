@@ -25,6 +25,7 @@ import (
 // `ferry relay` has no fault injection: the shop's flag is unknown to it,
 // and the crash variable its binary once read does nothing.
 func TestRelayHasNoFaultInjection(t *testing.T) {
+	t.Parallel()
 	t.Run("LoseConfirmFlagIsUnknown", func(t *testing.T) {
 		code, _, errOut := ferryCLI(t, "relay", "--database-url", "sqlite:///"+t.TempDir()+"/x.db",
 			"--broker-url", "nats://127.0.0.1:4222", "--lose-confirm-pct", "3")
@@ -81,6 +82,7 @@ func TestRelayHasNoFaultInjection(t *testing.T) {
 // The shop's relay process (what the demo and the chaos suite run) takes
 // `ferry relay`'s flags with `ferry relay`'s defaults.
 func TestShopRelayHasTheRelayDefaults(t *testing.T) {
+	t.Parallel()
 	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
 	(&shop.RelayOptions{}).Flags(fs)
 	relay := newRelay(&globals{})

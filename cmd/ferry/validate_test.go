@@ -33,6 +33,7 @@ func runQuick(t *testing.T, args ...string) (int, string, string) {
 // connecting: exit 2 at once, a message that says what is wrong, no
 // "retrying", no password.
 func TestBadURLsExitTwoBeforeConnecting(t *testing.T) {
+	// serial: t.Setenv: the CLI reads the process environment, which parallel tests share.
 	sqlite := "sqlite:///" + t.TempDir() + "/x.db"
 	nats := "nats://127.0.0.1:4222"
 	for _, c := range []struct {
@@ -90,6 +91,7 @@ func TestBadURLsExitTwoBeforeConnecting(t *testing.T) {
 // Table names are checked before connecting: with the database
 // unreachable, every command that takes a table names the bad one.
 func TestBadTableNamesBeforeConnecting(t *testing.T) {
+	t.Parallel()
 	down := "postgres://postgres@127.0.0.1:1/test?connect_timeout=5"
 	bad := "outbox_event; DROP TABLE x"
 	for _, args := range [][]string{
@@ -144,6 +146,7 @@ func passwordForms(base string) map[string]string {
 // Every form of a password is redacted wherever ferry prints a URL:
 // --print-config, status's errors, reconcile's text and JSON.
 func TestPasswordsRedactedInEveryOutput(t *testing.T) {
+	t.Parallel()
 	testsvc.Postgres(t)
 	ob := setupOps(t, "sqlite")
 	ib := setupInbox(t, "postgres")
@@ -186,6 +189,7 @@ reconcile:
 // Causes no retry mends are configuration errors: exit 2 at once, naming
 // the cause and the fix, instead of retrying for --connect-timeout.
 func TestPermanentConnectFailuresExitTwo(t *testing.T) {
+	t.Parallel()
 	sqlite := "sqlite:///" + t.TempDir() + "/x.db"
 	var cases []struct{ name, db, broker, want string }
 	add := func(name, db, broker, want string) {
@@ -240,6 +244,7 @@ func TestPermanentConnectFailuresExitTwo(t *testing.T) {
 // A missing RabbitMQ exchange or queue the relay was told to check ends
 // the relay at once with exit 2 and the fix.
 func TestRelayMissingRabbitMQTopologyExitsTwo(t *testing.T) {
+	t.Parallel()
 	testsvc.RabbitMQ(t)
 	db := "sqlite:///" + filepath.Join(t.TempDir(), "x.db")
 	// Migrated: the relay checks its table before the broker.

@@ -13,6 +13,7 @@ import (
 // version, whatever the settings say; a release build's -X main.version
 // wins over the module's.
 func TestVersion(t *testing.T) {
+	// serial: t.Setenv: the CLI reads the process environment, which parallel tests share.
 	t.Setenv(envConfig, "/nonexistent/ferry.yaml") // read by no version command
 	for _, args := range [][]string{{"--version"}, {"version"}} {
 		code, out, errOut := ferryCLI(t, args...)

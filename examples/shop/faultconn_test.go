@@ -12,6 +12,7 @@ import (
 // With every COMMIT cut off, a commit reports a connection error, and the
 // transaction's fate can only be read from the database.
 func TestCommitResetLeavesTheOutcomeUnknown(t *testing.T) {
+	// serial: t.Setenv: the fault is armed through the environment.
 	for _, kind := range []string{"mysql", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
 			url := testsvc.URL(testsvc.EnvMySQL)

@@ -11,6 +11,7 @@ import (
 )
 
 func TestRunRoleUsageErrors(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		args []string

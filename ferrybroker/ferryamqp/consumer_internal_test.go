@@ -116,6 +116,7 @@ type journal struct {
 // failed delivery is requeued and never acked, and in the end every
 // message was committed and the queue is empty.
 func TestConsumerAcksOnlyAfterCommit(t *testing.T) {
+	t.Parallel()
 	b := setupConsumer(t)
 	msgs := b.publish(t, 1000)
 	j := &journal{commit: map[*ferrybroker.Delivery]int{}}
@@ -177,6 +178,7 @@ func TestConsumerAcksOnlyAfterCommit(t *testing.T) {
 // lost; the only duplicates are messages whose ack may not have reached
 // RabbitMQ.
 func TestConsumerKilledMidBatchRedeliversEveryUnacked(t *testing.T) {
+	t.Parallel()
 	b := setupConsumer(t)
 	msgs := b.publish(t, 500)
 	rc := dialRaw(t)
@@ -275,6 +277,7 @@ func TestConsumerKilledMidBatchRedeliversEveryUnacked(t *testing.T) {
 // return) cannot be parked by the consumer: the quorum queue's delivery
 // limit dead-letters it, at least once, to the parking queue.
 func TestQuorumDeliveryLimitParksAMessageThatCrashesItsConsumer(t *testing.T) {
+	t.Parallel()
 	b := setupConsumer(t)
 	// A queue of its own with a small delivery limit.
 	queue := testenv.Name("ferry_crash_")
@@ -327,6 +330,7 @@ func TestQuorumDeliveryLimitParksAMessageThatCrashesItsConsumer(t *testing.T) {
 }
 
 func TestConsumerConfigErrors(t *testing.T) {
+	t.Parallel()
 	conn := ferryamqptest.RabbitMQ(t)
 	h := func(context.Context, *ferrybroker.Delivery) error { return nil }
 	_, err := NewConsumer(conn, "q", nil, nil)
@@ -348,6 +352,7 @@ func TestConsumerConfigErrors(t *testing.T) {
 // A publisher and a consumer that own their connections leave no
 // goroutine behind once closed.
 func TestCloseLeavesNoGoroutines(t *testing.T) {
+	t.Parallel()
 	b := setupConsumer(t)
 	base := runtime.NumGoroutine()
 	url := testenv.URL(testenv.EnvAMQP)
@@ -378,6 +383,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 // A parked copy keeps the original's AMQP properties and says which
 // exchange it came through, next to the park headers the suite checks.
 func TestConsumerParkedCopyKeepsAMQPProperties(t *testing.T) {
+	t.Parallel()
 	b := setupConsumer(t)
 	m := b.publish(t, 1)[0]
 	c := b.start(t, b.conn, func(ctx context.Context, d *ferrybroker.Delivery) error {

@@ -85,11 +85,13 @@ func consumerHarness(typ ferryamqp.QueueType) ferrybrokertest.ConsumerHarness {
 }
 
 func TestConsumerConformance(t *testing.T) {
+	t.Parallel()
 	ferrybrokertest.ExerciseConsumer(t, consumerHarness(ferryamqp.QueueQuorum))
 }
 
 // Classic queues keep no delivery count: the consumer counts failures per
 // message id.
 func TestConsumerConformanceClassicQueue(t *testing.T) {
+	t.Parallel()
 	ferrybrokertest.ExerciseConsumer(t, consumerHarness(ferryamqp.QueueClassic))
 }

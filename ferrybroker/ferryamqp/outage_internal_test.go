@@ -94,6 +94,7 @@ func (p *proxy) restart() { p.listen(p.addr) }
 // sending nothing, however often it is called; once the server is back
 // the publisher has reconnected and publishes again.
 func TestDialPublishDuringOutageIsPromptlyUnknown(t *testing.T) {
+	// serial: it cuts the network and bounds how long a publish waits.
 	conn := ferryamqptest.RabbitMQ(t)
 	q := ferryamqptest.RabbitMQQueue(t, conn, "quorum", nil)
 	px := startProxy(t)
@@ -142,6 +143,7 @@ func TestDialPublishDuringOutageIsPromptlyUnknown(t *testing.T) {
 // acked on the new one (their acks fail), RabbitMQ redelivers them, and
 // every message is handled.
 func TestDialConsumerReconnectsAndLosesNothing(t *testing.T) {
+	// serial: it cuts the network under a consumer.
 	b := setupConsumer(t)
 	msgs := b.publish(t, 300)
 	px := startProxy(t)

@@ -92,6 +92,7 @@ func harness(queueType string) ferrybrokertest.Harness {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	t.Run("Quorum", func(t *testing.T) { ferrybrokertest.Exercise(t, harness("quorum")) })
 	t.Run("Classic", func(t *testing.T) { ferrybrokertest.Exercise(t, harness("classic")) })
 }
@@ -100,6 +101,7 @@ func TestConformance(t *testing.T) {
 // an error there makes every message unknown, although RabbitMQ stores
 // them all — the window a relay crash leaves open.
 func TestFaultBeforeConfirmIsUnknownAndStored(t *testing.T) {
+	t.Parallel()
 	reader := ferryamqptest.RabbitMQ(t)
 	q := ferryamqptest.RabbitMQQueue(t, reader, "quorum", nil)
 	var hit atomic.Int64

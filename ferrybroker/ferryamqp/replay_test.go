@@ -68,6 +68,7 @@ func (h *handledOnce) distinct() int {
 // exactly once, with its id, payload and original routing key, and the
 // parking queue ends empty.
 func TestReplayParkedMovesEachMessageBackOnce(t *testing.T) {
+	t.Parallel()
 	b := setupConsumer(t)
 	msgs := b.parkAll(t, 25)
 
@@ -111,6 +112,7 @@ func TestReplayParkedMovesEachMessageBackOnce(t *testing.T) {
 // Max bounds the messages one run moves; the rest stay parked for the
 // next run, and the two runs together move each message once.
 func TestReplayParkedHonoursMax(t *testing.T) {
+	t.Parallel()
 	b := setupConsumer(t)
 	msgs := b.parkAll(t, 10)
 	res, err := ReplayParked(b.ctx, b.conn, ReplayOptions{Queue: b.queue, Max: 4, Batch: 3})
@@ -140,6 +142,7 @@ func TestReplayParkedHonoursMax(t *testing.T) {
 // A dry run counts and shows what would move and moves nothing; ListParked
 // shows the first messages and leaves them parked.
 func TestReplayParkedDryRunMovesNothing(t *testing.T) {
+	t.Parallel()
 	b := setupConsumer(t)
 	msgs := b.parkAll(t, 10)
 	res, err := ReplayParked(b.ctx, b.conn, ReplayOptions{Queue: b.queue, DryRun: true, Preview: 3})
@@ -186,6 +189,7 @@ func TestReplayParkedDryRunMovesNothing(t *testing.T) {
 // A message parked from another queue (a shared parking queue) stays
 // parked.
 func TestReplayParkedSkipsAnotherQueuesMessages(t *testing.T) {
+	t.Parallel()
 	b := setupConsumer(t)
 	b.parkAll(t, 3)
 	ch, err := b.conn.Channel()
@@ -215,6 +219,7 @@ func TestReplayParkedSkipsAnotherQueuesMessages(t *testing.T) {
 // routing key it was first published with, and the run ends: it takes no
 // more messages than the parking queue held when it began.
 func TestReplayParkedMessageParkedAgainKeepsItsOrigin(t *testing.T) {
+	t.Parallel()
 	b := setupConsumer(t)
 	b.parkAll(t, 5)
 	c := b.start(t, b.conn, refuseAll, b.config(ConsumerConfig{}))
@@ -235,6 +240,7 @@ func TestReplayParkedMessageParkedAgainKeepsItsOrigin(t *testing.T) {
 }
 
 func TestReplayParkedErrors(t *testing.T) {
+	t.Parallel()
 	b := setupConsumer(t)
 	_, err := ReplayParked(b.ctx, b.conn, ReplayOptions{})
 	require.ErrorIs(t, err, ferrytype.ErrInvalidConfig)
@@ -261,6 +267,7 @@ func TestReplayParkedErrors(t *testing.T) {
 // described from x-death, and its replayed copy records where it came
 // from, as a consumer's park headers would.
 func TestParkedMessageFromXDeath(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 11, 30, 2, 40, 44, 0, time.UTC)
 	d := &amqp.Delivery{MessageId: "evt-1", Type: "OrderPaid", Body: []byte(`{"i":1}`), DeliveryMode: amqp.Persistent,
 		Headers: amqp.Table{

@@ -13,6 +13,7 @@ import (
 )
 
 func TestParseURL(t *testing.T) {
+	t.Parallel()
 	t.Run("Hosts", func(t *testing.T) {
 		c, err := ferrykafka.ParseURL("kafka://b1:9092,b2,[::1]:19092,10.0.0.7:9093")
 		require.NoError(t, err)
@@ -44,6 +45,7 @@ func TestParseURL(t *testing.T) {
 }
 
 func TestParseURLRefuses(t *testing.T) {
+	t.Parallel()
 	const pw = "hunter2secret"
 	for name, c := range map[string]struct{ url, want string }{
 		"NoScheme":          {"b1:9092", "no scheme"},

@@ -15,10 +15,12 @@ import (
 )
 
 func TestConsumerConformance(t *testing.T) {
+	t.Parallel()
 	ferrybrokertest.ExerciseConsumer(t, ferrynatstest.ConsumerHarness(ferrynatstest.NATS))
 }
 
 func TestConsumerConfigErrors(t *testing.T) {
+	t.Parallel()
 	nc := ferrynatstest.NATS(t)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)

@@ -16,16 +16,19 @@ import (
 )
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	ferrybrokertest.Exercise(t, ferrynatstest.PublisherHarness(ferrynatstest.NATS, func(testing.TB) string { return testenv.URL(testenv.EnvNATS) }))
 }
 
 func TestVerifyMissingStream(t *testing.T) {
+	t.Parallel()
 	nc := ferrynatstest.NATS(t)
 	_, err := ferrynats.New(testenv.Context(t, 10*time.Second), nc, &ferrynats.Config{Stream: "NO_SUCH_STREAM"})
 	require.ErrorContains(t, err, "stream NO_SUCH_STREAM does not exist")
 }
 
 func TestDeclareStream(t *testing.T) {
+	t.Parallel()
 	nc := ferrynatstest.NATS(t)
 	name := testenv.Name("DECL_")
 	cfg := &ferrynats.Config{Stream: name, Subjects: []string{name + ".>"}, Declare: true}
@@ -41,6 +44,7 @@ func TestDeclareStream(t *testing.T) {
 }
 
 func TestDialRedactsPassword(t *testing.T) {
+	t.Parallel()
 	_, err := ferrynats.Dial(testenv.Context(t, 10*time.Second), "nats://user:s3cret@127.0.0.1:1", nil)
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "s3cret")
@@ -49,6 +53,7 @@ func TestDialRedactsPassword(t *testing.T) {
 // A subject no stream is bound to is unroutable, and the error names the
 // subject, as RabbitMQ's names the exchange and routing key.
 func TestUnroutableNamesTheSubject(t *testing.T) {
+	t.Parallel()
 	nc := ferrynatstest.NATS(t)
 	p, err := ferrynats.New(testenv.Context(t, 10*time.Second), nc, nil)
 	require.NoError(t, err)
@@ -62,6 +67,7 @@ func TestUnroutableNamesTheSubject(t *testing.T) {
 // A publisher whose connection is closed publishes nothing: every message
 // is not sent, and Connected says why.
 func TestClosedConnectionIsNotSent(t *testing.T) {
+	t.Parallel()
 	nc := ferrynatstest.NATS(t)
 	stream, prefix := ferrynatstest.JetStreamStream(t, nc)
 	pubConn, err := nats.Connect(nc.ConnectedUrl())

@@ -42,6 +42,7 @@ var harness = ferrystoretest.Harness[*sql.Tx]{
 func TestConformance(t *testing.T) { ferrystoretest.Exercise(t, harness) }
 
 func TestClassifyKeepsTheDriverError(t *testing.T) {
+	t.Parallel()
 	err := ferrystoretest.DuplicateEvent(t, harness)
 	require.ErrorIs(t, err, ferrytype.ErrDuplicate)
 	var me *mysql.MySQLError
@@ -50,6 +51,7 @@ func TestClassifyKeepsTheDriverError(t *testing.T) {
 }
 
 func TestInboxConformance(t *testing.T) {
+	t.Parallel()
 	ferrystoretest.ExerciseInbox(t, ferrystoretest.InboxHarness[*sql.Tx]{
 		New: func(t *testing.T) (ferrystore.InboxDriver[*sql.Tx], func(string, ...any) error) {
 			return mysqlInbox(t)
@@ -69,6 +71,7 @@ func mysqlInbox(t *testing.T) (*ferrymysql.Inbox, func(string, ...any) error) {
 }
 
 func TestKeysConformance(t *testing.T) {
+	t.Parallel()
 	ferrystoretest.ExerciseKeys(t, ferrystoretest.KeysHarness[*sql.Tx]{
 		New: func(t *testing.T) ferrystore.IdempotencyDriver[*sql.Tx] {
 			s, _ := mysqlInbox(t)
@@ -96,6 +99,7 @@ func opened(t *testing.T) *ferrymysql.Store {
 // an application's pool (REPEATABLE READ), as in production: the claims
 // must still never conflict with them.
 func TestConformanceOpened(t *testing.T) {
+	t.Parallel()
 	h := harness
 	h.New = func(t *testing.T) ferrystore.Driver[*sql.Tx] { return opened(t) }
 	h.Begin = func(ctx context.Context, t *testing.T, _ ferrystore.Driver[*sql.Tx]) (*sql.Tx, func() error, func() error) {
@@ -110,6 +114,7 @@ func TestConformanceOpened(t *testing.T) {
 // store's pool, not only the first: each runs READ COMMITTED, while the
 // application's pool keeps the server's default.
 func TestOpenSessionsReadCommitted(t *testing.T) {
+	t.Parallel()
 	s := opened(t)
 	ctx := testenv.Context(t, time.Minute)
 	level := func(c *sql.Conn) string {

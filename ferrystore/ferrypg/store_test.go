@@ -31,6 +31,7 @@ func exec(ctx context.Context, t *testing.T, _ ferrystore.Store, query string) {
 }
 
 func TestConformancePgx(t *testing.T) {
+	t.Parallel()
 	ferrystoretest.Exercise(t, ferrystoretest.Harness[pgx.Tx]{
 		New: func(t *testing.T) ferrystore.Driver[pgx.Tx] {
 			s, err := ferrypg.New(Postgres(t), &ferrypg.Config{Table: testenv.Name("ft_")})
@@ -69,6 +70,7 @@ var stdlibHarness = ferrystoretest.Harness[*sql.Tx]{
 func TestConformanceStdlib(t *testing.T) { ferrystoretest.Exercise(t, stdlibHarness) }
 
 func TestClassifyKeepsTheDriverError(t *testing.T) {
+	t.Parallel()
 	err := ferrystoretest.DuplicateEvent(t, stdlibHarness)
 	require.ErrorIs(t, err, ferrytype.ErrDuplicate)
 	var pe *pgconn.PgError
@@ -88,6 +90,7 @@ func pgInbox[D ferrystore.IdempotencyDriver[T], T any](t *testing.T, mk func(*fe
 }
 
 func TestKeysConformancePgx(t *testing.T) {
+	t.Parallel()
 	ferrystoretest.ExerciseKeys(t, ferrystoretest.KeysHarness[pgx.Tx]{
 		New: func(t *testing.T) ferrystore.IdempotencyDriver[pgx.Tx] {
 			s, _ := pgInbox[*ferrypg.Inbox, pgx.Tx](t, func(c *ferrypg.InboxConfig) (*ferrypg.Inbox, error) {
@@ -99,6 +102,7 @@ func TestKeysConformancePgx(t *testing.T) {
 }
 
 func TestKeysConformanceStdlib(t *testing.T) {
+	t.Parallel()
 	ferrystoretest.ExerciseKeys(t, ferrystoretest.KeysHarness[*sql.Tx]{
 		New: func(t *testing.T) ferrystore.IdempotencyDriver[*sql.Tx] {
 			s, _ := pgInbox[*ferrypg.StdlibInbox, *sql.Tx](t, func(c *ferrypg.InboxConfig) (*ferrypg.StdlibInbox, error) {
@@ -110,6 +114,7 @@ func TestKeysConformanceStdlib(t *testing.T) {
 }
 
 func TestInboxConformancePgx(t *testing.T) {
+	t.Parallel()
 	ferrystoretest.ExerciseInbox(t, ferrystoretest.InboxHarness[pgx.Tx]{
 		New: func(t *testing.T) (ferrystore.InboxDriver[pgx.Tx], func(string, ...any) error) {
 			return pgInbox[*ferrypg.Inbox, pgx.Tx](t, func(c *ferrypg.InboxConfig) (*ferrypg.Inbox, error) {
@@ -120,6 +125,7 @@ func TestInboxConformancePgx(t *testing.T) {
 }
 
 func TestInboxConformanceStdlib(t *testing.T) {
+	t.Parallel()
 	ferrystoretest.ExerciseInbox(t, ferrystoretest.InboxHarness[*sql.Tx]{
 		New: func(t *testing.T) (ferrystore.InboxDriver[*sql.Tx], func(string, ...any) error) {
 			return pgInbox[*ferrypg.StdlibInbox, *sql.Tx](t, func(c *ferrypg.InboxConfig) (*ferrypg.StdlibInbox, error) {

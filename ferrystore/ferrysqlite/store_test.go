@@ -35,6 +35,7 @@ var harness = ferrystoretest.Harness[*sql.Tx]{
 func TestConformance(t *testing.T) { ferrystoretest.Exercise(t, harness) }
 
 func TestClassifyKeepsTheDriverError(t *testing.T) {
+	t.Parallel()
 	err := ferrystoretest.DuplicateEvent(t, harness)
 	require.ErrorIs(t, err, ferrytype.ErrDuplicate)
 	var se *sqlite.Error
@@ -43,6 +44,7 @@ func TestClassifyKeepsTheDriverError(t *testing.T) {
 }
 
 func TestInboxConformance(t *testing.T) {
+	t.Parallel()
 	ferrystoretest.ExerciseInbox(t, ferrystoretest.InboxHarness[*sql.Tx]{
 		New: func(t *testing.T) (ferrystore.InboxDriver[*sql.Tx], func(string, ...any) error) {
 			db := SQLite(t)
@@ -57,6 +59,7 @@ func TestInboxConformance(t *testing.T) {
 }
 
 func TestKeysConformance(t *testing.T) {
+	t.Parallel()
 	ferrystoretest.ExerciseKeys(t, ferrystoretest.KeysHarness[*sql.Tx]{
 		New: func(t *testing.T) ferrystore.IdempotencyDriver[*sql.Tx] {
 			s, err := ferrysqlite.NewInbox(SQLite(t), nil)
@@ -68,6 +71,7 @@ func TestKeysConformance(t *testing.T) {
 }
 
 func TestClassifyBusyIsLockConflict(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "busy.db")
 	s, err := ferrysqlite.Open(ctx, "sqlite://"+path, nil)

@@ -27,6 +27,7 @@ import (
 // conflict and the poison are parked and recorded, never counted as
 // successes.
 func TestChainOutboxRelayConsumerInbox(t *testing.T) {
+	t.Parallel()
 	producer := setupRelay(t, "postgres")
 	ctx := producer.ctx
 	db := testsvc.MySQL(t)

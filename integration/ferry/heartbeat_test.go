@@ -66,8 +66,10 @@ func waitRow(t testing.TB, b *relayBundle, id string, cond func(r ferrystore.Rel
 // settings, the events it holds between claim and outcome, and that its
 // broker is connected; a relay stopped cleanly deletes its row.
 func TestRelayHeartbeatShowsTheRelay(t *testing.T) {
+	t.Parallel()
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			b := setupRelay(t, kind)
 			pub := &gatedPublisher{Publisher: b.publisher(t), gate: make(chan struct{})}
 			r := b.relay(t, pub, &ferry.RelayConfig{
@@ -118,6 +120,7 @@ func TestRelayHeartbeatShowsTheRelay(t *testing.T) {
 // relay's heartbeat row says so, with the cause; once it is back, the row
 // says connected again.
 func TestRelayHeartbeatFollowsBrokerOutage(t *testing.T) {
+	// serial: it cuts the broker's network and waits for the heartbeat to follow.
 	b := setupRelay(t, "postgres")
 	url, proxy := testsvc.Proxy(t, testsvc.URL(testsvc.EnvNATS))
 	pub, err := ferrynats.Dial(b.ctx, url, &ferrynats.DialConfig{
@@ -148,6 +151,7 @@ func TestRelayHeartbeatFollowsBrokerOutage(t *testing.T) {
 // A publisher without ferrybroker.Connectivity whose publishes come back
 // not sent: the outage the relay sees in its results shows in its row.
 func TestRelayHeartbeatShowsOutageSeenInResults(t *testing.T) {
+	t.Parallel()
 	b := setupRelay(t, "sqlite")
 	b.enqueue(t, 3, func(i int) string { return fmt.Sprint(i) })
 	r := b.relay(t, &notSentPublisher{}, &ferry.RelayConfig{Heartbeat: 20 * time.Millisecond, PollInterval: 10 * time.Millisecond})
@@ -159,6 +163,7 @@ func TestRelayHeartbeatShowsOutageSeenInResults(t *testing.T) {
 // leaves its row: it stops beating, and its last beat ages by the database
 // clock. Another relay of the table deletes it once it is ForgetAfter old.
 func TestRelayKilledLeavesAgeingRowThatIsPruned(t *testing.T) {
+	t.Parallel()
 	b := setupRelay(t, "mysql")
 	killed := b.relay(t, b.publisher(t), &ferry.RelayConfig{
 		Heartbeat: 20 * time.Millisecond, ID: "killed",
@@ -195,6 +200,7 @@ type hiddenRegistry struct{ ferrystore.Store }
 // once (with the fix), not once per beat. A store without a registry is not
 // beaten to at all.
 func TestRelayHeartbeatFailureDoesNotStopTheRelay(t *testing.T) {
+	t.Parallel()
 	b := setupRelay(t, "sqlite")
 	_, err := b.st.DB.ExecContext(b.ctx, "DROP TABLE "+b.st.Driver.Table()+"_relay")
 	require.NoError(t, err)
@@ -224,6 +230,7 @@ func TestRelayHeartbeatFailureDoesNotStopTheRelay(t *testing.T) {
 }
 
 func TestRelayHeartbeatConfig(t *testing.T) {
+	t.Parallel()
 	b := setupRelay(t, "sqlite")
 	pub := &notSentPublisher{}
 	for _, c := range []struct {

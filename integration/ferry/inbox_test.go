@@ -187,6 +187,7 @@ func runPointsConsumer() int {
 // loses nothing and applies nothing twice: the redelivered messages are
 // duplicates for the inbox.
 func TestConsumerKilledBetweenCommitAndAck(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ broker, point string }{
 		{"nats", ferrybroker.FaultConsumerAfterHandle}, {"nats", ferry.FaultInboxBeforeCommit},
 		{"amqp", ferrybroker.FaultConsumerAfterHandle}, {"amqp", ferry.FaultInboxBeforeCommit},

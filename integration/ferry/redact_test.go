@@ -27,6 +27,7 @@ const secret = "s3cr3tpw"
 // The library's errors name the server they could not reach, never with
 // its password.
 func TestLibraryErrorsCarryNoPassword(t *testing.T) {
+	t.Parallel()
 	ctx := testsvc.Context(t, time.Minute)
 	for name, fn := range map[string]func() error{
 		"ferrymysql.Open": func() error {
@@ -65,6 +66,7 @@ func TestLibraryErrorsCarryNoPassword(t *testing.T) {
 // unreachable log what failed; the URLs they were given had passwords,
 // the logs do not.
 func TestLibraryLogsCarryNoPassword(t *testing.T) {
+	// serial: it cuts networks to make the clients log their errors.
 	var buf syncBuffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	b := setupRelay(t, "postgres")

@@ -66,6 +66,7 @@ func (r *settleRecorder) get() (swept, sent, retried, dead int64) {
 // through the sweeper; that transition is counted and reported like a dead
 // outcome of a batch, and the lease expiry before it (a retry) too.
 func TestRelaySweptTransitionsAreCountedAndReported(t *testing.T) {
+	t.Parallel()
 	b := setupRelay(t, "sqlite")
 	id := b.enqueue(t, 1, func(int) string { return "1" })[0]
 	rec := &settleRecorder{}
@@ -99,6 +100,7 @@ func TestRelaySweptTransitionsAreCountedAndReported(t *testing.T) {
 // Outcomes written by batches are reported by destination: where each event
 // is published, its destination or its type.
 func TestRelayReportsSettlesByDestination(t *testing.T) {
+	t.Parallel()
 	b := setupRelay(t, "postgres")
 	b.enqueue(t, 3, func(i int) string { return fmt.Sprint(i) }) // to b.subject
 	tx, err := b.st.DB.BeginTx(b.ctx, nil)

@@ -26,6 +26,7 @@ import (
 // are delivered once NATS is back, and the relay logs the outage twice
 // (start and end), not once per event.
 func TestRelayBrokerOutageSpendsNoAttempt(t *testing.T) {
+	// serial: it cuts the broker's network and counts attempts over the outage.
 	b := setupRelay(t, "postgres")
 	url, proxy := testsvc.Proxy(t, testsvc.URL(testsvc.EnvNATS))
 	pub, err := ferrynats.Dial(b.ctx, url, &ferrynats.DialConfig{
@@ -112,6 +113,7 @@ func (p *notSentPublisher) times() []time.Time {
 // attempt, and tries again after a backoff that doubles from PollInterval,
 // never in a hot loop; it logs the outage once.
 func TestRelayNotSentBacksOffWithoutSpendingAttempts(t *testing.T) {
+	t.Parallel()
 	b := setupRelay(t, "sqlite")
 	ids := b.enqueue(t, 5, func(i int) string { return fmt.Sprint(i) })
 	pub := &notSentPublisher{}

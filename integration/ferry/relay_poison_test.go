@@ -48,6 +48,7 @@ func (b *relayBundle) insertPoison(t *testing.T, id string, p poisonRow) {
 // and is never published, and the relay neither fails a cycle nor logs in
 // a loop.
 func TestRelayMalformedRowsNeverStallTheOutbox(t *testing.T) {
+	t.Parallel()
 	for _, kind := range []string{"mysql", "postgres", "sqlite"} {
 		t.Run(kind, func(t *testing.T) {
 			b := setupRelay(t, kind)

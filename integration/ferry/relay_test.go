@@ -162,11 +162,23 @@ func fastRetry() ferry.RetryPolicy {
 	return ferry.ExponentialBackoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond, MaxAttempts: 50}
 }
 
-func TestRelayFourRelaysDrainTwentyThousand(t *testing.T) {
+// Four relays drain 20,000 events (SQLite: 5,000) of 997 aggregates: each
+// event is handed to the broker once and stored once, none is lost.
+// SQLite has one writer, for which the four relays contend whatever the
+// count, and its engine is Go code that -race slows about fifty-fold: a
+// quarter of the events exercises the same contention in a quarter of
+// the time.
+func TestRelayFourRelaysDrainEveryEventOnce(t *testing.T) {
+	testsvc.Slow(t, "a 20,000-event drain")
+	t.Parallel()
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			b := setupRelay(t, kind)
-			const total = 20000
+			total := 20000
+			if kind == "sqlite" {
+				total = 5000
+			}
 			ids := b.enqueue(t, total, func(i int) string { return fmt.Sprint(i % 997) })
 			pubs := make([]*countingPublisher, 4)
 			relays := make([]*ferry.Relay, 4)
@@ -184,7 +196,7 @@ func TestRelayFourRelaysDrainTwentyThousand(t *testing.T) {
 				fenced += s.Fenced
 				require.Zero(t, s.Unknown+s.Returned+s.Rejected+s.Duplicates, "no fault, no retry: %+v", s)
 			}
-			require.Equal(t, int64(total), confirmed)
+			require.EqualValues(t, total, confirmed)
 			require.Zero(t, fenced)
 			for _, id := range ids {
 				n := 0
@@ -208,8 +220,10 @@ func TestRelayFourRelaysDrainTwentyThousand(t *testing.T) {
 }
 
 func TestRelayLateMarkIsFenced(t *testing.T) {
+	t.Parallel()
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			b := setupRelay(t, kind)
 			id := b.enqueue(t, 1, func(int) string { return "1" })[0]
 
@@ -256,6 +270,7 @@ func TestRelayLateMarkIsFenced(t *testing.T) {
 }
 
 func TestRelayCrashWindows(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		point     string
 		hits      int64 // the point is reached once per batch or once per message
@@ -312,8 +327,10 @@ func TestRelayCrashWindows(t *testing.T) {
 }
 
 func TestRelayOrderedUnderFailures(t *testing.T) {
+	t.Parallel()
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			b := setupRelay(t, kind)
 			aggregates, perAggregate := 1000, 10
 			if kind == "sqlite" {
@@ -393,6 +410,7 @@ func TestRelayOrderedUnderFailures(t *testing.T) {
 }
 
 func TestRelayDeadAfterMaxAttempts(t *testing.T) {
+	t.Parallel()
 	b := setupRelay(t, "sqlite")
 	tx, err := b.st.DB.BeginTx(b.ctx, nil)
 	require.NoError(t, err)
@@ -416,6 +434,7 @@ func TestRelayDeadAfterMaxAttempts(t *testing.T) {
 }
 
 func TestRelayStopFinishesInFlightBatch(t *testing.T) {
+	t.Parallel()
 	b := setupRelay(t, "sqlite")
 	id := b.enqueue(t, 1, func(int) string { return "1" })[0]
 	claimed, stopCalled := make(chan struct{}), make(chan struct{})
@@ -443,6 +462,7 @@ func TestRelayStopFinishesInFlightBatch(t *testing.T) {
 }
 
 func TestRelayRetentionPurgesSentRowsOnly(t *testing.T) {
+	t.Parallel()
 	b := setupRelay(t, "sqlite")
 	ids := b.enqueue(t, 5, func(i int) string { return fmt.Sprint(i) })
 	tx, err := b.st.DB.BeginTx(b.ctx, nil)
@@ -516,6 +536,7 @@ func receive[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
 }
 
 func TestRelayIdleProbesOncePerInterval(t *testing.T) {
+	t.Parallel()
 	b := setupRelay(t, "sqlite")
 	cs := &countingStore{Driver: b.st.Driver, claims: make(chan time.Time, 100), probes: make(chan probe, 1000)}
 	const interval = 40 * time.Millisecond
@@ -545,6 +566,7 @@ func TestRelayIdleProbesOncePerInterval(t *testing.T) {
 }
 
 func TestRelayProbeFindsEventsOfAnotherProcess(t *testing.T) {
+	t.Parallel()
 	for _, kind := range []string{"mysql", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
 			b := setupRelay(t, kind)
@@ -596,6 +618,7 @@ func holdFirstBatch() (fault func(context.Context, string) error, held, release 
 // holds its batch (publishing, marking) is claimed and sent by another
 // lane, found by the probe alone, without waiting for that batch.
 func TestRelayClaimsWhileABatchIsInFlight(t *testing.T) {
+	t.Parallel()
 	for _, kind := range []string{"mysql", "postgres", "sqlite"} {
 		t.Run(kind, func(t *testing.T) {
 			b := setupRelay(t, kind)
@@ -636,17 +659,28 @@ func TestRelayClaimsWhileABatchIsInFlight(t *testing.T) {
 // that, the idle lanes are left alone until the batch is settled, instead
 // of claiming in vain at every probe.
 func TestRelayOrderedProbeWaitsForTheBatchInFlight(t *testing.T) {
+	t.Parallel()
 	b := setupRelay(t, "mysql")
 	cs := &countingStore{Driver: b.st.Driver, claims: make(chan time.Time, 1000), claimed: make(chan int, 1000)}
 	fault, held, release := holdFirstBatch()
+	released := false
+	defer func() { // before the cleanup's Stop, which waits for the held batch
+		if !released {
+			close(release)
+		}
+	}()
 	r, err := ferry.NewRelay(cs, b.publisher(t), &ferry.RelayConfig{Lanes: 2, Ordered: true, DisableListen: true, FaultPoint: fault})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(b.ctx))
 	t.Cleanup(func() { _ = r.Stop(context.Background()) })
-	require.Zero(t, receive(t, cs.claimed, 10*time.Second, "claim at start"))
 	ids := b.enqueue(t, 3, func(int) string { return "one" })
 	receive(t, held, 10*time.Second, "the first batch held")
-	require.Equal(t, 1, receive(t, cs.claimed, 10*time.Second, "the held claim"))
+	// Each lane claims once at start, before or after the enqueue: those
+	// find nothing; the held claim is the first that found an event.
+	for n := 0; n == 0; {
+		n = receive(t, cs.claimed, 10*time.Second, "the held claim")
+		require.LessOrEqual(t, n, 1, "an ordered claim takes one event of the aggregate")
+	}
 	// The probe sees events 2 and 3 ready and wakes the idle lane, whose
 	// ordered claim finds them held back by event 1.
 	require.Zero(t, receive(t, cs.claimed, 10*time.Second, "a claim held back by event 1"))
@@ -656,6 +690,7 @@ func TestRelayOrderedProbeWaitsForTheBatchInFlight(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	require.LessOrEqual(t, len(cs.claimed), 2, "claims in vain while event 1 was in flight")
 	close(release)
+	released = true
 	testsvc.WaitFor(t, 10*time.Second, func() bool { return r.Stats().Confirmed == 3 },
 		func() string { return fmt.Sprintf("%+v", r.Stats()) })
 	for _, id := range ids {
@@ -670,6 +705,7 @@ func TestRelayOrderedProbeWaitsForTheBatchInFlight(t *testing.T) {
 // connections still claim and mark (each used to pin a pool connection
 // in LISTEN: with three relays on two connections, nothing moved).
 func TestRelaysOnASmallPgxPoolAllProgress(t *testing.T) {
+	t.Parallel()
 	b := setupRelay(t, "postgres")
 	cfg, err := pgxpool.ParseConfig(testsvc.URL(testsvc.EnvPostgres))
 	require.NoError(t, err)
@@ -702,6 +738,7 @@ func TestRelaysOnASmallPgxPoolAllProgress(t *testing.T) {
 }
 
 func TestRelayWakesOnEnqueueBeforeCommit(t *testing.T) {
+	t.Parallel()
 	b := setupRelay(t, "mysql") // SQLite would block the look on the writer's lock until the commit
 	wake := ferry.NewWakeup()
 	ob, err := ferry.NewOutbox(b.st.Driver, &ferry.OutboxConfig{Wakeup: wake})
@@ -724,6 +761,7 @@ func TestRelayWakesOnEnqueueBeforeCommit(t *testing.T) {
 }
 
 func TestRelayWakesOnPostgresNotify(t *testing.T) {
+	t.Parallel()
 	b := setupRelay(t, "postgres")
 	// The application's outbox notifies; the relay listens.
 	notifying, err := ferrypg.NewStdlib(b.st.DB, &ferrypg.Config{Table: b.st.Driver.Table(), Notify: true})
@@ -747,6 +785,7 @@ func (deadOnReject) Next(_ int, res ferrytype.PublishResult) (time.Duration, boo
 }
 
 func TestRelayFencedFailureCountsNeitherDeadNorRetried(t *testing.T) {
+	t.Parallel()
 	b := setupRelay(t, "sqlite")
 	tx, err := b.st.DB.BeginTx(b.ctx, nil)
 	require.NoError(t, err)

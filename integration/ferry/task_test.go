@@ -83,6 +83,7 @@ func sendSMS(url string) ferry.TaskHandler {
 // across worker crashes (a batch executed and not recorded) and failed
 // calls, the gateway executes each key exactly once.
 func TestTasksExecuteEachKeyOnceAcrossCrashes(t *testing.T) {
+	t.Parallel()
 	for _, kind := range []string{"mysql", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
 			st := testsvc.Store(t, kind) // the task table is an outbox table
@@ -140,6 +141,7 @@ func TestTasksExecuteEachKeyOnceAcrossCrashes(t *testing.T) {
 }
 
 func TestTaskWithoutHandlerIsDead(t *testing.T) {
+	t.Parallel()
 	st := testsvc.Store(t, "sqlite")
 	ctx := testsvc.Context(t, time.Minute)
 	tasks, err := ferry.NewOutbox(st.Driver, nil)

@@ -50,9 +50,10 @@ const (
 )
 
 // bulkSize is the number of DEAD rows of the bulk tests on kind: 100,000
-// on MariaDB and PostgreSQL, where a run takes seconds; 5,000 on SQLite,
-// whose engine is Go code (modernc.org/sqlite) that -race slows about
-// fifty-fold. FERRY_BULK_ROWS overrides it.
+// on MariaDB, the one large run; 25,000 on PostgreSQL, which still spans
+// several pages of the walk (ferrystore.MaxStateListLimit); 5,000 on
+// SQLite, whose engine is Go code (modernc.org/sqlite) that -race slows
+// about fifty-fold. FERRY_BULK_ROWS overrides it.
 func bulkSize(t *testing.T, kind string) int {
 	t.Helper()
 	if v := os.Getenv("FERRY_BULK_ROWS"); v != "" {
@@ -62,8 +63,11 @@ func bulkSize(t *testing.T, kind string) int {
 		require.GreaterOrEqual(t, n, 3000, "FERRY_BULK_ROWS")
 		return n
 	}
-	if kind == "sqlite" {
+	switch kind {
+	case "sqlite":
 		return 5_000
+	case "postgres":
+		return 25_000
 	}
 	return 100_000
 }
@@ -80,8 +84,11 @@ func statusCount(t *testing.T, b *bundle, s ferrytype.Status) int64 {
 // and says what is left; the summary's groups are right and retrying one
 // changes exactly its events.
 func TestBulkActsOnEverythingThatMatches(t *testing.T) {
+	testsvc.Slow(t, "a bulk run")
+	t.Parallel()
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			b := setup(t, kind)
 			n := bulkSize(t, kind)
 			per := func(lo, hi int) int64 { // rows of kinds lo..hi-1
@@ -232,8 +239,10 @@ func TestBulkActsOnEverythingThatMatches(t *testing.T) {
 // event matched is acted on once, the discarded ones are reported skipped,
 // the new ones are retried too.
 func TestBulkRunSurvivesConcurrentChanges(t *testing.T) {
+	t.Parallel()
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			b := setup(t, kind)
 			testsvc.InsertDead(t, b.st, 1200, testsvc.DeadKind{Destination: "orders.paid", Error: "attempt 20: nack {n}"})
 			order, err := b.admin.List(b.ctx, ferrystore.Filter{Statuses: []ferrytype.Status{ferrytype.StatusDead}, Limit: 1000})
@@ -298,6 +307,7 @@ func TestBulkRunSurvivesConcurrentChanges(t *testing.T) {
 // More than MaxDeadGroups groups: the largest are kept, the summary says
 // it is truncated, and the total counts every event.
 func TestSummarizeDeadIsBounded(t *testing.T) {
+	t.Parallel()
 	b := setup(t, "postgres")
 	kinds := make([]testsvc.DeadKind, ferryadmin.MaxDeadGroups+1)
 	for i := range kinds {
@@ -323,8 +333,10 @@ func TestSummarizeDeadIsBounded(t *testing.T) {
 // Filters by error text and by class list, count and act on the same
 // events; % and _ are literal; bad filters are refused, naming the field.
 func TestDeadErrorFilters(t *testing.T) {
+	t.Parallel()
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			b := setup(t, kind)
 			testsvc.InsertDead(t, b.st, 60, deadMix...)
 			list, err := ferryadmin.ListDead(b.ctx, b.admin, ferryadmin.DeadFilter{ErrorClass: classTimeout}, 100)
@@ -375,8 +387,10 @@ func TestDeadErrorFilters(t *testing.T) {
 // them back to DEAD, recording who restored them, and they can be retried
 // or discarded again.
 func TestRestoreDiscarded(t *testing.T) {
+	t.Parallel()
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			b := setup(t, kind)
 			ids := b.enqueue(t, event("OrderPaid", "1"), event("OrderPaid", "2"), event("OrderRefunded", "3"))
 			b.dead(t, 3, "attempt 20: rejected")

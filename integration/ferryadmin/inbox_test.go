@@ -22,8 +22,10 @@ type award struct {
 }
 
 func TestConflicts(t *testing.T) {
+	t.Parallel()
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			b := setupInbox(t, kind)
 			ctx := testsvc.Context(t, time.Minute)
 			_, err := b.apply(t, "points-award", "order:42:paid", "event-001", award{7, 10})
@@ -98,8 +100,10 @@ func TestConflicts(t *testing.T) {
 }
 
 func TestPurgeMarkers(t *testing.T) {
+	t.Parallel()
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			b := setupInbox(t, kind)
 			ctx := testsvc.Context(t, time.Minute)
 			for i := range 5 {
@@ -150,6 +154,7 @@ func TestPurgeMarkers(t *testing.T) {
 // not one whose marker exists; the outbox and the inbox are in different
 // databases, of different dialects.
 func TestReconcileEffects(t *testing.T) {
+	t.Parallel()
 	for _, pair := range [][2]string{{"mysql", "postgres"}, {"postgres", "sqlite"}, {"sqlite", "mysql"}} {
 		t.Run(pair[0]+"_outbox_"+pair[1]+"_inbox", func(t *testing.T) {
 			ob, ib := setup(t, pair[0]), setupInbox(t, pair[1])
@@ -216,8 +221,10 @@ func (nopClose) Close() error { return nil }
 // Reconcile finds a business row committed without its event, and events
 // pending too long.
 func TestReconcileMissingAndStuckEvents(t *testing.T) {
+	t.Parallel()
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			b := setup(t, kind)
 			biz := b.st.Driver.Table() + "_orders"
 			timeType, now := map[string]string{"mysql": "DATETIME(6)", "postgres": "timestamptz", "sqlite": "TEXT"}[kind],
@@ -264,6 +271,7 @@ func TestReconcileMissingAndStuckEvents(t *testing.T) {
 
 // Reconcile refuses options that would report what retention removed.
 func TestReconcileRefusesBadOptions(t *testing.T) {
+	t.Parallel()
 	b := setup(t, "sqlite")
 	check := ferryadmin.Check{Table: "orders", KeyColumn: "id", TimeColumn: "placed_at", EventType: "OrderPlaced"}
 	effect := ferryadmin.Effect{Consumer: "points-award", InboxDatabaseURL: "sqlite:///x.db", EventType: "OrderPaid",

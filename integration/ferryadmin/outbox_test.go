@@ -17,8 +17,10 @@ import (
 )
 
 func TestStatus(t *testing.T) {
+	t.Parallel()
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			t.Run("EmptyTableNeedsNothing", func(t *testing.T) {
 				b := setup(t, kind)
 				rep, err := ferryadmin.Status(b.ctx, b.admin, nil)
@@ -101,8 +103,10 @@ func TestStatus(t *testing.T) {
 }
 
 func TestDead(t *testing.T) {
+	t.Parallel()
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			t.Run("ListFiltersAndSaysWhetherThereIsMore", func(t *testing.T) {
 				b := setup(t, kind)
 				ids := b.enqueue(t, event("OrderPaid", "1"), event("OrderPaid", "2"), event("OrderPaid", "3"),
@@ -226,8 +230,10 @@ func TestDead(t *testing.T) {
 }
 
 func TestPurgeEvents(t *testing.T) {
+	t.Parallel()
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			b := setup(t, kind)
 			dead := b.enqueue(t, event("OrderPaid", "1"), event("OrderPaid", "2"))
 			b.dead(t, 2, "x")
@@ -283,6 +289,7 @@ func TestPurgeEvents(t *testing.T) {
 
 // MaxBatches stops a purge that has more to do, and says so.
 func TestPurgeEventsStopsAtMaxBatches(t *testing.T) {
+	t.Parallel()
 	b := setup(t, "sqlite")
 	b.enqueue(t, event("OrderPaid", "1"), event("OrderPaid", "2"), event("OrderPaid", "3"))
 	b.sent(t, 3)
@@ -301,6 +308,7 @@ func TestPurgeEventsStopsAtMaxBatches(t *testing.T) {
 // ListDead and GetEvents read them next to well-formed ones: the reason,
 // and the raw value of what does not decode.
 func TestMalformedRowsAreListedAndShown(t *testing.T) {
+	t.Parallel()
 	for _, kind := range []string{"mysql", "sqlite"} {
 		t.Run(kind, func(t *testing.T) {
 			b := setup(t, kind)

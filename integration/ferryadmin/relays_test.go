@@ -18,8 +18,10 @@ import (
 type adminOnly struct{ ferrystore.Admin }
 
 func TestRelays(t *testing.T) {
+	t.Parallel()
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			t.Run("AliveAndGone", func(t *testing.T) {
 				b := setup(t, kind)
 				reg := b.admin.(ferrystore.RelayRegistry)

@@ -154,6 +154,8 @@ func readAll(t testing.TB, queue string, want int) map[string]int {
 // every event is confirmed once and marked SENT, and the queue holds each
 // exactly once.
 func TestRelayTwoRelaysTwentyThousandToQuorumQueue(t *testing.T) {
+	testsvc.Slow(t, "a 20,000-event drain")
+	t.Parallel()
 	b := setupRelay(t, "mysql")
 	const total = 20000
 	ids := b.enqueue(t, total)
@@ -186,6 +188,8 @@ func TestRelayTwoRelaysTwentyThousandToQuorumQueue(t *testing.T) {
 // event is confirmed exactly once, and an event is in the queue twice only
 // if one of its publishes ended unknown.
 func TestRelaySurvivesRabbitMQRestart(t *testing.T) {
+	// serial: it restarts the shared RabbitMQ server.
+	testsvc.Slow(t, "a RabbitMQ restart")
 	testsvc.DisruptRabbitMQ(t)
 	b := setupRelay(t, "mysql")
 	const total = 20000
@@ -265,6 +269,7 @@ func waitFor(t testing.TB, d time.Duration, cond func() bool) {
 // flight at the cut), every event is delivered once RabbitMQ is back, and
 // the relay logs the outage at its start and end, not per event.
 func TestRelayRabbitMQOutageSpendsNoAttempt(t *testing.T) {
+	// serial: it cuts RabbitMQ's network and counts attempts over the outage.
 	b := setupRelay(t, "mysql")
 	const total = 3000
 	ids := b.enqueue(t, total)

@@ -227,6 +227,8 @@ func (b *bundle) businessTable(t *testing.T, n int) string {
 // PostgreSQL: every page loads, actions change the database, and what must
 // be refused is.
 func TestBrowser(t *testing.T) {
+	testsvc.Slow(t, "a browser test")
+	t.Parallel()
 	for _, kind := range []string{"mysql", "postgres"} {
 		t.Run(kind, func(t *testing.T) { testBrowser(t, kind) })
 	}

@@ -22,6 +22,7 @@ import (
 )
 
 func TestNewValidatesTheConfig(t *testing.T) {
+	t.Parallel()
 	st := testsvc.Store(t, "sqlite")
 	a := st.Driver.(ferrystore.Admin)
 	outboxes := map[string]ferrystore.Admin{"orders": a}
@@ -58,6 +59,7 @@ func TestNewValidatesTheConfig(t *testing.T) {
 }
 
 func TestAuthentication(t *testing.T) {
+	t.Parallel()
 	t.Run("Basic", func(t *testing.T) {
 		b := setup(t, "sqlite")
 		c := b.client(t)
@@ -106,6 +108,7 @@ func TestAuthentication(t *testing.T) {
 }
 
 func TestSecurityHeaders(t *testing.T) {
+	t.Parallel()
 	b := setup(t, "sqlite")
 	c := b.client(t)
 	pages := []page{c.get(""), c.get("outbox/orders/dead?page=x"), c.get("nowhere")}
@@ -123,6 +126,7 @@ func TestSecurityHeaders(t *testing.T) {
 }
 
 func TestCSRF(t *testing.T) {
+	t.Parallel()
 	b := setup(t, "sqlite")
 	deadIDs := b.dead(t, b.st, "boom", orderEvent("OrderPaid", "1", ""), orderEvent("OrderPaid", "2", ""))
 	c := b.client(t)
@@ -196,6 +200,7 @@ func TestCSRF(t *testing.T) {
 }
 
 func TestReadOnly(t *testing.T) {
+	t.Parallel()
 	secret := []byte(strings.Repeat("s", 32))
 	b := setup(t, "sqlite", func(c *ferryconsole.Config) { c.ReadOnly = true; c.Secret = secret })
 	ids := b.dead(t, b.st, "boom", orderEvent("OrderPaid", "1", ""), orderEvent("OrderPaid", "2", ""))
@@ -245,6 +250,7 @@ func TestReadOnly(t *testing.T) {
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 func TestValidation(t *testing.T) {
+	t.Parallel()
 	b := setup(t, "sqlite")
 	id := b.dead(t, b.st, "boom", orderEvent("OrderPaid", "1", ""))[0]
 	cid := b.conflict(t, "points-award", "order:1:paid")
@@ -319,6 +325,7 @@ func TestValidation(t *testing.T) {
 }
 
 func TestDatabaseErrorsShowNoInternals(t *testing.T) {
+	t.Parallel()
 	b := setup(t, "sqlite")
 	// An outbox whose table does not exist: every read fails.
 	missing := testsvc.Store(t, "sqlite")
@@ -342,6 +349,7 @@ func TestDatabaseErrorsShowNoInternals(t *testing.T) {
 }
 
 func TestMountedUnderAPrefixEveryLinkWorks(t *testing.T) {
+	t.Parallel()
 	b := setup(t, "sqlite", func(c *ferryconsole.Config) {
 		c.Reconcile = map[string]ferryadmin.ReconcileOptions{"orders": {PendingOlderThan: time.Hour}}
 	})
@@ -416,6 +424,7 @@ func keysOf(m map[string]bool) []string {
 }
 
 func TestInboxPageCountsMarkersAndShowsTasks(t *testing.T) {
+	t.Parallel()
 	b := setup(t, "sqlite")
 	b.applied(t, "points-award", 3)
 	b.applied(t, "sms", 2)
@@ -454,6 +463,7 @@ func TestInboxPageCountsMarkersAndShowsTasks(t *testing.T) {
 }
 
 func TestDeadListPagesAndFilters(t *testing.T) {
+	t.Parallel()
 	b := setup(t, "sqlite", func(c *ferryconsole.Config) { c.PageSize = 2 })
 	b.dead(t, b.st, "boom", orderEvent("OrderPaid", "1", "orders.paid"), orderEvent("OrderPaid", "2", "orders.paid"),
 		orderEvent("OrderShipped", "3", "orders.shipped"), orderEvent("OrderPaid", "4", "orders.paid"),
@@ -494,6 +504,7 @@ func TestDeadListPagesAndFilters(t *testing.T) {
 // the result has the true totals; the discarded events keep who, why and
 // when, and come back to DEAD on restore.
 func TestGroupsDiscardedAndRestore(t *testing.T) {
+	t.Parallel()
 	b := setup(t, "sqlite")
 	const many = 1203 // more than a listing, a batch, and the old bulk cap of a run
 	events := make([]ferry.Event, many)
@@ -568,6 +579,7 @@ func TestGroupsDiscardedAndRestore(t *testing.T) {
 
 // The overview lists the relays of each outbox from their heartbeats.
 func TestOverviewShowsTheRelays(t *testing.T) {
+	t.Parallel()
 	b := setup(t, "sqlite", func(c *ferryconsole.Config) { c.RelayStaleAfter = time.Hour })
 	c := b.client(t)
 	p := c.get("")

@@ -13,6 +13,7 @@ import (
 )
 
 func TestNewRefusesBadConfig(t *testing.T) {
+	t.Parallel()
 	ib, err := ferrysqlite.NewInbox(testsvc.SQLite(t), nil)
 	require.NoError(t, err)
 	_, err = ferryhttp.New[any](nil, nil)

@@ -37,6 +37,7 @@ type childSpec struct {
 }
 
 func TestChildServer(t *testing.T) {
+	t.Parallel()
 	raw := os.Getenv(envChild)
 	if raw == "" {
 		t.Skip("run by the crash tests as their server process")
@@ -155,6 +156,7 @@ func (b *bed) url(t *testing.T) string {
 // gets no answer; its retry, to a new process, gets the response that was
 // committed with the payment, and the payment happened once.
 func TestKilledAfterCommitRetryGetsTheCommittedResponse(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, b *bed) {
 		body := `{"order_id":"o-1","amount":10}`
 		dying := startChild(t, b, ferryhttp.FaultAfterCommit, 0)
@@ -179,6 +181,7 @@ func TestKilledAfterCommitRetryGetsTheCommittedResponse(t *testing.T) {
 // The process dies in the handler, its writes uncommitted: its claim stays
 // until its lease runs out, then a retry takes it over and pays once.
 func TestKilledInHandlerClaimIsTakenOver(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, b *bed) {
 		// The lease bounds the dying request's handler: long enough for a
 		// loaded machine to reach the crash inside it.

@@ -42,6 +42,7 @@ func (c *counter) get(o ferryhttp.Outcome) int {
 }
 
 func TestRetryGetsTheStoredResponseAndChargesOnce(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, b *bed) {
 		hook := &counter{}
 		srv := httptest.NewServer(b.handler(b.newKeys(t, func(c *ferryhttp.Config) { c.Hooks = append(c.Hooks, hook) })))
@@ -77,6 +78,7 @@ func TestRetryGetsTheStoredResponseAndChargesOnce(t *testing.T) {
 }
 
 func TestKeyReusedForAnotherRequestIs422(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, b *bed) {
 		srv := httptest.NewServer(b.handler(b.newKeys(t)))
 		defer srv.Close()
@@ -93,6 +95,7 @@ func TestKeyReusedForAnotherRequestIs422(t *testing.T) {
 }
 
 func TestMissingOrMalformedKeyIs400AndRunsNothing(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, b *bed) {
 		srv := httptest.NewServer(b.handler(b.newKeys(t)))
 		defer srv.Close()
@@ -123,6 +126,7 @@ func TestMissingOrMalformedKeyIs400AndRunsNothing(t *testing.T) {
 }
 
 func TestConcurrentDuplicateIs409WithRetryAfter(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, b *bed) {
 		hook := &counter{}
 		srv := httptest.NewServer(b.handler(b.newKeys(t, func(c *ferryhttp.Config) { c.Hooks = append(c.Hooks, hook) })))
@@ -177,6 +181,7 @@ func TestConcurrentDuplicateIs409WithRetryAfter(t *testing.T) {
 // (201, a replay or 409), every key charges once, and every 201 of a key
 // has the same body.
 func TestConcurrentRetriesChargeEachKeyOnce(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, b *bed) {
 		srv := httptest.NewServer(b.handler(b.newKeys(t)))
 		defer srv.Close()
@@ -226,6 +231,7 @@ func TestConcurrentRetriesChargeEachKeyOnce(t *testing.T) {
 }
 
 func TestFailedRequestRollsBackAndFreesTheKey(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, b *bed) {
 		hook := &counter{}
 		srv := httptest.NewServer(b.handler(b.newKeys(t, func(c *ferryhttp.Config) { c.Hooks = append(c.Hooks, hook) })))
@@ -247,6 +253,7 @@ func TestFailedRequestRollsBackAndFreesTheKey(t *testing.T) {
 }
 
 func TestKeepStoresChosenClientErrors(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, b *bed) {
 		srv := httptest.NewServer(b.handler(b.newKeys(t, func(c *ferryhttp.Config) {
 			// A declined card is a business outcome: stored, with its
@@ -269,6 +276,7 @@ func TestKeepStoresChosenClientErrors(t *testing.T) {
 }
 
 func TestKeysAreScopedByPrincipal(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, b *bed) {
 		srv := httptest.NewServer(b.handler(b.newKeys(t, func(c *ferryhttp.Config) {
 			c.Principal = func(r *http.Request) (string, error) {
@@ -292,6 +300,7 @@ func TestKeysAreScopedByPrincipal(t *testing.T) {
 }
 
 func TestDeadClaimIsTakenOverAfterItsLease(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, b *bed) {
 		hook := &counter{}
 		const lease = time.Second
@@ -328,6 +337,7 @@ func TestDeadClaimIsTakenOverAfterItsLease(t *testing.T) {
 }
 
 func TestExpiredKeyIsANewRequest(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, b *bed) {
 		srv := httptest.NewServer(b.handler(b.newKeys(t, func(c *ferryhttp.Config) {
 			// The lease bounds the first request's handler: long enough
@@ -352,6 +362,7 @@ func TestExpiredKeyIsANewRequest(t *testing.T) {
 // A request that outlives its lease is taken over by a retry; its own
 // writes roll back, whatever it does after: one charge.
 func TestRequestPastItsLeaseIsFenced(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, b *bed) {
 		srv := httptest.NewServer(b.handler(b.newKeys(t, func(c *ferryhttp.Config) { c.Lease = 3 * time.Second })))
 		t.Cleanup(srv.Close)
@@ -379,6 +390,7 @@ func TestRequestPastItsLeaseIsFenced(t *testing.T) {
 }
 
 func TestOptionalKeyRunsInATransactionAndStoresNothing(t *testing.T) {
+	t.Parallel()
 	forEachStore(t, func(t *testing.T, b *bed) {
 		srv := httptest.NewServer(b.handler(b.newKeys(t, func(c *ferryhttp.Config) { c.Optional = true })))
 		defer srv.Close()
@@ -392,6 +404,7 @@ func TestOptionalKeyRunsInATransactionAndStoresNothing(t *testing.T) {
 }
 
 func TestBodyTooLargeIs413(t *testing.T) {
+	t.Parallel()
 	b := newBed(t, "sqlite")
 	srv := httptest.NewServer(b.handler(b.newKeys(t, func(c *ferryhttp.Config) { c.MaxBodyBytes = 64 })))
 	defer srv.Close()

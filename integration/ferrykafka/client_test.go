@@ -19,6 +19,7 @@ import (
 
 // ParseURL reads the CA file tls_ca (or tls-ca) names into the TLS config.
 func TestParseURLTLSFiles(t *testing.T) {
+	t.Parallel()
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	require.NoError(t, os.WriteFile(ca, selfSigned(t).caPEM, 0o600))
 	for _, q := range []string{"tls_ca=" + url.QueryEscape(ca), "tls-ca=" + url.QueryEscape(ca)} {
@@ -32,6 +33,7 @@ func TestParseURLTLSFiles(t *testing.T) {
 // SASL against a kfake cluster that requires it: the right password
 // publishes, a wrong one fails to connect without showing it.
 func TestDialSASL(t *testing.T) {
+	t.Parallel()
 	for _, mech := range []string{ferrykafka.SASLPlain, ferrykafka.SASLScramSHA256, ferrykafka.SASLScramSHA512} {
 		t.Run(mech, func(t *testing.T) {
 			k := testsvc.NewKafka(t, kfake.EnableSASL(), kfake.Superuser(strings.ToUpper(mech), "relay", "c0rrect-horse"))
@@ -54,6 +56,7 @@ func TestDialSASL(t *testing.T) {
 // 127.0.0.1 signed by the CA of tls_ca: franz-go checks it against each
 // broker's host, since ParseURL leaves ServerName empty.
 func TestDialTLS(t *testing.T) {
+	t.Parallel()
 	certs := selfSigned(t)
 	k := testsvc.NewKafka(t, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{certs.server}, MinVersion: tls.VersionTLS12}))
 	ca := filepath.Join(t.TempDir(), "ca.pem")
@@ -68,6 +71,7 @@ func TestDialTLS(t *testing.T) {
 }
 
 func TestDialRedactsPassword(t *testing.T) {
+	t.Parallel()
 	_, err := ferrykafka.Dial(testsvc.Context(t, 10*time.Second), "kafka://user:s3cretpw@127.0.0.1:1?sasl=plain&insecure_sasl=true", nil)
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "s3cretpw")

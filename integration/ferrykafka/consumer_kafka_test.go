@@ -87,6 +87,7 @@ func waitStats(t *testing.T, c *ferrykafka.Consumer, cond func(s ferrybroker.Con
 }
 
 func TestConsumerKeepsPartitionOrder(t *testing.T) {
+	t.Parallel()
 	const partitions, keys, perKey = 4, 16, 15
 	b := setupKafkaConsumer(t, partitions)
 	var recs []*kgo.Record
@@ -236,6 +237,7 @@ func (ib *inboxBed) requireOnce(t *testing.T, ids []string) {
 }
 
 func TestConsumerRebalanceLosesNothingAndAppliesOnce(t *testing.T) {
+	t.Parallel()
 	const partitions, n = 8, 400
 	b := setupKafkaConsumer(t, partitions)
 	ib := newInboxBed(t)
@@ -293,6 +295,7 @@ func TestConsumerRebalanceLosesNothingAndAppliesOnce(t *testing.T) {
 }
 
 func TestConsumerCrashAfterHandleIsAnInboxDuplicate(t *testing.T) {
+	t.Parallel()
 	b := setupKafkaConsumer(t, 1)
 	ib := newInboxBed(t)
 	ids := []string{"evt-1", "evt-2", "evt-3", "evt-4", "evt-5"}
@@ -341,6 +344,7 @@ func headers(r *kgo.Record) map[string]string {
 }
 
 func TestConsumerParksPoisonAndThePartitionMovesOn(t *testing.T) {
+	t.Parallel()
 	b := setupKafkaConsumer(t, 1)
 	b.produce(t, event(0, "evt-a", "order-1", `{"n":1}`), event(0, "evt-b", "order-1", `{"n":2}`),
 		event(0, "evt-c", "order-1", `{"n":3}`))
@@ -377,6 +381,7 @@ func TestConsumerParksPoisonAndThePartitionMovesOn(t *testing.T) {
 }
 
 func TestConsumerParksTombstones(t *testing.T) {
+	t.Parallel()
 	b := setupKafkaConsumer(t, 1)
 	b.produce(t, &kgo.Record{Partition: 0, Key: []byte("order-1")}, event(0, "evt-after", "order-2", `{}`))
 	var seen []string
@@ -405,6 +410,7 @@ func TestConsumerParksTombstones(t *testing.T) {
 // key, the topic outbox.event.<aggregate type>, the payload as JSON or, with
 // Kafka Connect's JsonConverter, as a JSON string holding the JSON.
 func TestConsumerAcceptsDebeziumRecords(t *testing.T) {
+	t.Parallel()
 	b := setupKafkaConsumer(t, 1)
 	b.topic = "outbox.event.Order"
 	adm := kadm.NewClient(b.cl)
@@ -453,6 +459,7 @@ func TestConsumerAcceptsDebeziumRecords(t *testing.T) {
 }
 
 func TestConsumerMessageIDFallsBackToTheRecordsPosition(t *testing.T) {
+	t.Parallel()
 	b := setupKafkaConsumer(t, 2)
 	b.produce(t, &kgo.Record{Partition: 1, Value: []byte(`"a JSON string stays as it is"`)})
 	got := make(chan ferrybroker.Delivery, 1)
@@ -468,6 +475,7 @@ func TestConsumerMessageIDFallsBackToTheRecordsPosition(t *testing.T) {
 }
 
 func TestConsumerConfigIsChecked(t *testing.T) {
+	t.Parallel()
 	conn := []kgo.Opt{kgo.SeedBrokers("localhost:9092")}
 	h := func(context.Context, *ferrybroker.Delivery) error { return nil }
 	for name, cfg := range map[string]*ferrykafka.ConsumerConfig{
@@ -490,6 +498,7 @@ func TestConsumerConfigIsChecked(t *testing.T) {
 }
 
 func TestConsumerStartNeedsTheTopics(t *testing.T) {
+	t.Parallel()
 	b := setupKafkaConsumer(t, 1)
 	c, err := ferrykafka.NewConsumer([]kgo.Opt{kgo.SeedBrokers(b.k.Seeds...)},
 		func(context.Context, *ferrybroker.Delivery) error { return nil },
@@ -514,6 +523,7 @@ func TestConsumerStartNeedsTheTopics(t *testing.T) {
 // committed, even though it returns nil. The consumer rejoins, the record
 // comes again, and the inbox finds it applied.
 func TestConsumerLostPartitionCommitsNothingInFlight(t *testing.T) {
+	t.Parallel()
 	b := setupKafkaConsumer(t, 1)
 	ib := newInboxBed(t)
 	ids := []string{"evt-1", "evt-2", "evt-3"}
@@ -557,6 +567,7 @@ func TestConsumerLostPartitionCommitsNothingInFlight(t *testing.T) {
 // A transient failure is retried in place: the partition waits, and the
 // records after it are handled after it, in order.
 func TestConsumerRetriesInPlaceAndThePartitionWaits(t *testing.T) {
+	t.Parallel()
 	b := setupKafkaConsumer(t, 1)
 	b.produce(t, event(0, "evt-a", "order-1", `{}`), event(0, "evt-b", "order-1", `{}`))
 	var mu sync.Mutex
@@ -584,6 +595,7 @@ func TestConsumerRetriesInPlaceAndThePartitionWaits(t *testing.T) {
 // handled to its end; once the record succeeds, its partition follows, in
 // order.
 func TestConsumerWaitingPartitionDoesNotHoldTheOthers(t *testing.T) {
+	t.Parallel()
 	const n = 700 // per partition: more than a partition buffers
 	b := setupKafkaConsumer(t, 2)
 	var recs []*kgo.Record
@@ -654,6 +666,7 @@ func unsettledOf(t *testing.T, b *kafkaConsumerBundle, p int32) int {
 // what it did before the partition moves: the new owner starts after it,
 // and no record is handled twice.
 func TestConsumerRevokeWaitsForHandlersAndCommitsThem(t *testing.T) {
+	t.Parallel()
 	b := setupKafkaConsumer(t, 2)
 	b.produce(t, event(0, "a0", "order-0", `{}`), event(0, "a1", "order-0", `{}`),
 		event(1, "b0", "order-1", `{}`), event(1, "b1", "order-1", `{}`))
@@ -752,6 +765,7 @@ func (c *counts) total() int {
 // HandlerTimeout ends a handler through its context; that is a transient
 // failure, parked at the delivery limit.
 func TestConsumerHandlerTimeout(t *testing.T) {
+	t.Parallel()
 	b := setupKafkaConsumer(t, 1)
 	b.produce(t, event(0, "evt-slow", "order-1", `{}`))
 	c := b.consumer(t, func(ctx context.Context, d *ferrybroker.Delivery) error {

@@ -35,6 +35,7 @@ const killChildEnv = "FERRYKAFKA_KILL_CHILD"
 // partition gets the record again and the inbox reports it a duplicate:
 // every effect once.
 func TestConsumerProcessKilledAfterTheInboxCommit(t *testing.T) {
+	t.Parallel()
 	if os.Getenv(killChildEnv) != "" {
 		runKilledConsumer(t)
 		return

@@ -117,5 +117,6 @@ func unsettled(t testing.TB, cl *kgo.Client, topic, group string) int {
 }
 
 func TestConsumerConformance(t *testing.T) {
+	t.Parallel()
 	ferrybrokertest.ExerciseConsumer(t, consumerHarness())
 }

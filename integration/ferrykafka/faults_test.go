@@ -95,6 +95,7 @@ func produceFault(topic string, err *kerr.Error, count int) kfake.Fault {
 // whether the records are stored); when ctx ends they are unknown, never
 // rejected: those the leader took are in the log.
 func TestNotEnoughReplicasAfterAppendIsUnknown(t *testing.T) {
+	t.Parallel()
 	b := setupFaults(t, 1)
 	h := b.k.Fault(produceFault(b.topic, kerr.NotEnoughReplicasAfterAppend, -1))
 	batch := msgs(b.topic, 5, 1)
@@ -113,6 +114,7 @@ func TestNotEnoughReplicasAfterAppendIsUnknown(t *testing.T) {
 // and from franz-go (over its batch limit, before sending) is rejected,
 // and nothing of the message is stored.
 func TestMessageTooLargeIsRejected(t *testing.T) {
+	t.Parallel()
 	k := testsvc.NewKafka(t)
 	ctx := testsvc.Context(t, time.Minute)
 	cl, _ := client(t, k.Seeds)
@@ -145,6 +147,7 @@ func TestMessageTooLargeIsRejected(t *testing.T) {
 // produce) is unroutable once franz-go's unknown-topic retries are spent,
 // and the error names the topic.
 func TestUnknownTopicAfterRetriesIsUnroutable(t *testing.T) {
+	t.Parallel()
 	b := setupFaults(t, 1, kgo.UnknownTopicRetries(2), kgo.MetadataMinAge(20*time.Millisecond))
 	b.k.Fault(produceFault(b.topic, kerr.UnknownTopicOrPartition, -1))
 	res := b.p.Publish(b.ctx, msgs(b.topic, 3, 1))
@@ -157,6 +160,7 @@ func TestUnknownTopicAfterRetriesIsUnroutable(t *testing.T) {
 // one: franz-go follows them, every record is confirmed once, and each
 // aggregate stays in one partition, in order.
 func TestLeaderChangeIsConfirmed(t *testing.T) {
+	t.Parallel()
 	b := setupFaults(t, 6, kgo.MetadataMinAge(20*time.Millisecond))
 	all := msgs(b.topic, 400, 12)
 	for start := 0; start < len(all); start += 100 {
@@ -197,6 +201,7 @@ func failProduces(k *testsvc.KafkaCluster) (<-chan struct{}, func()) {
 // request was written), and the client, which keeps them, stores each at
 // most once when the connection holds again.
 func TestDroppedConnectionMidProduceIsUnknown(t *testing.T) {
+	t.Parallel()
 	b := setupFaults(t, 2)
 	hits, heal := failProduces(b.k)
 	batch := msgs(b.topic, 20, 4)
@@ -217,6 +222,7 @@ func TestDroppedConnectionMidProduceIsUnknown(t *testing.T) {
 // with every record unknown. The client keeps them, and stores each at
 // most once when the broker answers.
 func TestCanceledWhileProduceStuckReturnsPromptly(t *testing.T) {
+	t.Parallel()
 	b := setupFaults(t, 1)
 	release := make(chan struct{})
 	var once sync.Once
@@ -253,6 +259,7 @@ func TestCanceledWhileProduceStuckReturnsPromptly(t *testing.T) {
 // client: its records are unknown, and the Dial'd publisher produces on a
 // new client from the next batch on.
 func TestFatalProducerErrorRebuildsTheClient(t *testing.T) {
+	t.Parallel()
 	b := setupFaults(t, 1)
 	requireAll(t, ferrytype.OutcomeConfirmed, b.p.Publish(b.ctx, msgs(b.topic, 5, 1)))
 	old := b.p.Client()
@@ -268,6 +275,7 @@ func TestFatalProducerErrorRebuildsTheClient(t *testing.T) {
 // A client the caller owns cannot be replaced: after a fatal producer
 // error the publisher says so and sends nothing more.
 func TestFatalProducerErrorOnCallersClient(t *testing.T) {
+	t.Parallel()
 	k := testsvc.NewKafka(t)
 	topic := testsvc.KafkaTopic(t, k.Seeds, 1)
 	ctx := testsvc.Context(t, time.Minute)
@@ -290,6 +298,7 @@ func TestFatalProducerErrorOnCallersClient(t *testing.T) {
 // The before-confirm fault point is reached once the records were handed
 // over: an error there makes them unknown, and they are stored.
 func TestFaultPointBeforeConfirm(t *testing.T) {
+	t.Parallel()
 	k := testsvc.NewKafka(t)
 	topic := testsvc.KafkaTopic(t, k.Seeds, 1)
 	ctx := testsvc.Context(t, time.Minute)

@@ -91,6 +91,7 @@ func harness() ferrybrokertest.Harness {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	ferrybrokertest.Exercise(t, harness())
 }
 
@@ -132,6 +133,7 @@ func requireAll(t testing.TB, want ferrytype.Outcome, res []ferrytype.PublishRes
 // Every event of one aggregate lands in one partition, in sequence order,
 // keyed by the aggregate id.
 func TestAggregateOrderWithinPartition(t *testing.T) {
+	t.Parallel()
 	k := testsvc.NewKafka(t)
 	topic := testsvc.KafkaTopic(t, k.Seeds, 6)
 	p, err := ferrykafka.Dial(testsvc.Context(t, 10*time.Second), seedURL(k.Seeds), &ferrykafka.Config{PingInterval: pingEvery})
@@ -181,6 +183,7 @@ func requireAggregateOrder(t testing.TB, recs []*kgo.Record, aggs int) {
 // The record carries the event's headers, sorted, then ferry's; an event
 // header that would pass for one of ferry's is dropped.
 func TestRecordHeadersAndKey(t *testing.T) {
+	t.Parallel()
 	k := testsvc.NewKafka(t)
 	topic := testsvc.KafkaTopic(t, k.Seeds, 1)
 	p, err := ferrykafka.Dial(testsvc.Context(t, 10*time.Second), seedURL(k.Seeds), nil)
@@ -209,6 +212,7 @@ func TestRecordHeadersAndKey(t *testing.T) {
 // Without a destination, the topic is derived from the event type or the
 // aggregate type, after the prefix.
 func TestTopicFrom(t *testing.T) {
+	t.Parallel()
 	k := testsvc.NewKafka(t)
 	ctx := testsvc.Context(t, time.Minute)
 	for _, c := range []struct {
@@ -234,6 +238,7 @@ func TestTopicFrom(t *testing.T) {
 
 // A name Kafka refuses as a topic is rejected before anything is sent.
 func TestInvalidTopicNameIsRejected(t *testing.T) {
+	t.Parallel()
 	k := testsvc.NewKafka(t)
 	p, err := ferrykafka.Dial(testsvc.Context(t, 10*time.Second), seedURL(k.Seeds), nil)
 	require.NoError(t, err)
@@ -245,6 +250,7 @@ func TestInvalidTopicNameIsRejected(t *testing.T) {
 
 // A topic that does not exist is unroutable, and the error names it.
 func TestUnroutableNamesTheTopic(t *testing.T) {
+	t.Parallel()
 	k := testsvc.NewKafka(t)
 	p, err := ferrykafka.Dial(testsvc.Context(t, 10*time.Second), seedURL(k.Seeds), nil)
 	require.NoError(t, err)
@@ -257,6 +263,7 @@ func TestUnroutableNamesTheTopic(t *testing.T) {
 
 // Topics are checked at start, and created with Declare.
 func TestTopicsCheckedOrDeclared(t *testing.T) {
+	t.Parallel()
 	k := testsvc.NewKafka(t)
 	ctx := testsvc.Context(t, time.Minute)
 	topic := testsvc.Name("decl-")
@@ -279,6 +286,7 @@ func TestTopicsCheckedOrDeclared(t *testing.T) {
 }
 
 func TestConfigIsValidated(t *testing.T) {
+	t.Parallel()
 	k := testsvc.NewKafka(t)
 	ctx := testsvc.Context(t, time.Minute)
 	for name, cfg := range map[string]*ferrykafka.Config{

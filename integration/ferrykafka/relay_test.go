@@ -65,6 +65,7 @@ func (p *recordingPublisher) unknown(id string) bool {
 // outcome (the crashed batch, or an unknown outcome); and each aggregate's
 // events are in one partition, in sequence order.
 func TestRelayCrashBetweenProduceAndMark(t *testing.T) {
+	t.Parallel()
 	k := testsvc.NewKafka(t)
 	topic := testsvc.KafkaTopic(t, k.Seeds, 4)
 	st := testsvc.Store(t, "sqlite")

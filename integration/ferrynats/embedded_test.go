@@ -12,10 +12,12 @@ import (
 // embeds (nats-server v2.15, in the test process), besides the one
 // FERRY_TEST_NATS_URL names (ferrynats's own tests).
 func TestConformanceEmbedded(t *testing.T) {
+	t.Parallel()
 	ferrybrokertest.Exercise(t, ferrynatstest.PublisherHarness(testsvc.EmbeddedNATS,
 		func(t testing.TB) string { return testsvc.EmbeddedNATS(t).ConnectedUrl() }))
 }
 
 func TestConsumerConformanceEmbedded(t *testing.T) {
+	t.Parallel()
 	ferrybrokertest.ExerciseConsumer(t, ferrynatstest.ConsumerHarness(testsvc.EmbeddedNATS))
 }

@@ -52,6 +52,7 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool, why string) {
 // the trace context was captured at enqueue, stored in the outbox row, and
 // carried on the broker message.
 func TestOneTraceFromEnqueueThroughPublishToConsume(t *testing.T) {
+	t.Parallel()
 	ctx := testsvc.Context(t, 2*time.Minute)
 	st := testsvc.Store(t, "postgres")
 	nc := testsvc.NATS(t)
@@ -163,6 +164,7 @@ func TestOneTraceFromEnqueueThroughPublishToConsume(t *testing.T) {
 // Header names may change case on the way (some clients canonicalise
 // them); extraction still finds the context.
 func TestExtractIgnoresHeaderCase(t *testing.T) {
+	t.Parallel()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	tracing := ferryotel.New(&ferryotel.Config{TracerProvider: tp})
@@ -176,6 +178,7 @@ func TestExtractIgnoresHeaderCase(t *testing.T) {
 // A consumer's handler that fails ends its process span as an error, with
 // the error recorded; the hooks work with any consumer that calls them.
 func TestProcessSpanOfAFailedHandler(t *testing.T) {
+	t.Parallel()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })

@@ -24,6 +24,7 @@ import (
 // delivery, handler call and settlement, with an unwrapped handler, and
 // the series agree with the consumer's own stats.
 func TestConsumerMetricsFromConsumerHooks(t *testing.T) {
+	t.Parallel()
 	ctx := testsvc.Context(t, 2*time.Minute)
 	nc := testsvc.NATS(t)
 	stream, prefix := testsvc.JetStreamStream(t, nc)

@@ -68,6 +68,7 @@ func publish(m *ferryprom.Metrics, table string, dests []string, outcome ferryty
 // 100) across every table; later destinations are counted under "_other",
 // so that totals stay exact while the series stay bounded.
 func TestDestinationLabelIsBounded(t *testing.T) {
+	t.Parallel()
 	t.Run("Default100", func(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		m, err := ferryprom.New(reg, nil)
@@ -134,6 +135,7 @@ func TestDestinationLabelIsBounded(t *testing.T) {
 // ferry_build_info is 1, labelled with the version given (or read from the
 // binary), the revision and the Go version.
 func TestBuildInfo(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	require.NoError(t, ferryprom.RegisterBuildInfo(reg, ferryprom.BuildInfo{Version: "v1.2.3", Revision: "abc123"}))
 	require.Equal(t, 1.0, value(t, reg, "ferry_build_info", "version", "v1.2.3", "revision", "abc123",

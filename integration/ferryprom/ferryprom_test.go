@@ -181,6 +181,7 @@ func (b *bundle) dump(t *testing.T) func() string {
 // pending event grows, attempts end unknown and are retried; once the
 // broker is back, every event is confirmed and the age falls to zero.
 func TestOldestPendingAgeGrowsWhileTheBrokerIsDownAndFallsAfter(t *testing.T) {
+	// serial: it cuts the broker's network and follows a gauge over the outage.
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
 			b := setup(t, kind)
@@ -189,7 +190,10 @@ func TestOldestPendingAgeGrowsWhileTheBrokerIsDownAndFallsAfter(t *testing.T) {
 				PollInterval: 20 * time.Millisecond, Lease: 2 * time.Second, PublishTimeout: 150 * time.Millisecond,
 				Retry: ferry.ExponentialBackoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond, MaxAttempts: 1000},
 			})
-			b.collector(t, &ferryprom.OutboxConfig{Interval: 25 * time.Millisecond, Destinations: 10})
+			// Polls every 500 ms, each given 450 ms: the test asserts that every
+			// poll succeeds (ferry_outbox_up), which a loaded machine must not
+			// turn false by taking longer than a tight timeout.
+			b.collector(t, &ferryprom.OutboxConfig{Interval: 500 * time.Millisecond, Timeout: 450 * time.Millisecond, Destinations: 10})
 			b.m.Table(b.table) // the relay's series exist before its first hook call
 			g, tbl := b.reg, []string{"table", b.table}
 			v := func(name string, labels ...string) float64 { return value(t, g, name, append(labels, tbl...)...) }
@@ -254,6 +258,7 @@ func TestOldestPendingAgeGrowsWhileTheBrokerIsDownAndFallsAfter(t *testing.T) {
 
 // Every other outcome and transition moves its own counter.
 func TestMetricsCountEachOutcomeAndTransition(t *testing.T) {
+	t.Parallel()
 	t.Run("ReturnedThenDead", func(t *testing.T) {
 		b := setup(t, "postgres")
 		ev := b.event(1)
@@ -261,7 +266,7 @@ func TestMetricsCountEachOutcomeAndTransition(t *testing.T) {
 		b.enqueue(t, ev)
 		b.relay(t, testsvc.URL(testsvc.EnvNATS), ferry.RelayConfig{PollInterval: 10 * time.Millisecond,
 			Retry: ferry.ExponentialBackoff{Initial: time.Millisecond, MaxAttempts: 2}})
-		b.collector(t, &ferryprom.OutboxConfig{Interval: 20 * time.Millisecond})
+		b.collector(t, &ferryprom.OutboxConfig{Interval: 200 * time.Millisecond, Timeout: 180 * time.Millisecond})
 		g, tbl := b.reg, []string{"table", b.table}
 		v := func(name string, labels ...string) float64 { return value(t, g, name, append(labels, tbl...)...) }
 		waitFor(t, 30*time.Second, func() bool { return v("ferry_outbox_events", "status", "dead") == 1 }, b.dump(t))
@@ -340,6 +345,7 @@ func TestMetricsCountEachOutcomeAndTransition(t *testing.T) {
 // reporting a stale age, and recovers when it is back; a scrape never
 // waits for the database.
 func TestOutboxCollectorReportsAnUnreachableDatabase(t *testing.T) {
+	// serial: it cuts the database's network.
 	st := testsvc.Store(t, "postgres")
 	ctx := testsvc.Context(t, time.Minute)
 	dbURL, proxy := testsvc.Proxy(t, testsvc.URL(testsvc.EnvPostgres))
@@ -370,7 +376,7 @@ func TestOutboxCollectorReportsAnUnreachableDatabase(t *testing.T) {
 	require.Contains(t, err.Error(), "poll outbox "+store.Table())
 	start := time.Now()
 	require.Equal(t, 0.0, v("ferry_outbox_up"))
-	require.Less(t, time.Since(start), time.Second, "a scrape does not wait for the database")
+	require.Less(t, time.Since(start), 3*time.Second, "a scrape does not wait for the database (a poll has 3 s)")
 	require.Equal(t, -1.0, v("ferry_outbox_oldest_pending_age_seconds"), "no stale age")
 	require.Equal(t, -1.0, v("ferry_outbox_events", "status", "new"))
 	require.Equal(t, 1.0, v("ferry_outbox_poll_errors_total"))
@@ -383,6 +389,7 @@ func TestOutboxCollectorReportsAnUnreachableDatabase(t *testing.T) {
 }
 
 func TestConfigValidationNamesTheField(t *testing.T) {
+	t.Parallel()
 	_, err := ferryprom.New(nil, nil)
 	require.ErrorContains(t, err, "Registerer is nil")
 	_, err = ferryprom.New(prometheus.NewRegistry(), &ferryprom.Config{LatencyBuckets: []float64{}})

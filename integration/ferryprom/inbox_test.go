@@ -107,8 +107,10 @@ func delivery(id string, seq int64, p paidPayload) *ferrybroker.Delivery {
 // Every inbox outcome and every handler result moves its own series, on
 // each store, through a real inbox transaction.
 func TestConsumerMetricsCountInboxOutcomesAndHandlerResults(t *testing.T) {
+	t.Parallel()
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			b := setupConsumer(t, kind)
 			in, err := ferry.NewInbox(b.store, &ferry.InboxConfig{Consumer: "points-award", Hooks: []ferry.Hook{b.m}})
 			require.NoError(t, err)
@@ -169,6 +171,7 @@ func TestConsumerMetricsCountInboxOutcomesAndHandlerResults(t *testing.T) {
 
 // The in-flight gauge counts a delivery while its handler runs.
 func TestConsumerMetricsInFlight(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m, err := ferryprom.NewConsumerMetrics(reg, nil)
 	require.NoError(t, err)
@@ -196,6 +199,7 @@ func TestConsumerMetricsInFlight(t *testing.T) {
 // Task executions are counted by type and result by the wrapped handlers,
 // and by task table through the relay hooks of the task worker.
 func TestConsumerMetricsCountTaskExecutions(t *testing.T) {
+	t.Parallel()
 	st := testsvc.Store(t, "sqlite")
 	ctx := testsvc.Context(t, time.Minute)
 	reg := prometheus.NewRegistry()
@@ -256,10 +260,15 @@ func TestConsumerMetricsCountTaskExecutions(t *testing.T) {
 // The open-conflicts gauge rises when the inbox records a conflict and
 // stays up until a person resolves it, polled in the background.
 func TestConflictCollectorKeepsOpenConflictsUntilResolved(t *testing.T) {
+	t.Parallel()
 	for _, kind := range testsvc.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			b := setupConsumer(t, kind)
-			k, err := ferryprom.NewConflictCollector(b.reg, b.store, &ferryprom.ConflictConfig{Interval: 20 * time.Millisecond,
+			k, err := ferryprom.NewConflictCollector(b.reg, b.store, &ferryprom.ConflictConfig{
+				// Each poll has 450 ms: the test asserts that none fails,
+				// which a tight timeout on a loaded machine would break.
+				Interval: 500 * time.Millisecond, Timeout: 450 * time.Millisecond,
 				Consumers: []string{"points-award", "sms"}})
 			require.NoError(t, err)
 			open := func(consumer string) float64 {
@@ -298,6 +307,7 @@ func TestConflictCollectorKeepsOpenConflictsUntilResolved(t *testing.T) {
 
 // A failed poll says so: up 0, the gauge absent rather than stale.
 func TestConflictCollectorReportsAFailedPoll(t *testing.T) {
+	t.Parallel()
 	db := testsvc.SQLite(t)
 	store, err := ferrysqlite.NewInbox(db, nil) // tables never migrated
 	require.NoError(t, err)

@@ -33,6 +33,7 @@ func redisClient(t *testing.T) *redis.Client {
 // in Redis whose marker is gone (say, purged) is applied again only if the
 // database has no marker, and a conflicting redelivery is still caught.
 func TestFilterInFrontOfTheInbox(t *testing.T) {
+	t.Parallel()
 	rdb := redisClient(t)
 	ctx := testsvc.Context(t, time.Minute)
 	db := testsvc.SQLite(t)

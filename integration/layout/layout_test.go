@@ -139,6 +139,7 @@ func readGoMod(t *testing.T, dir string) goMod {
 // need: of ferry's modules only the core, no other module's client, no test
 // bed; and no module carries a replace directive.
 func TestLibraryModulesRequireOnlyTheirOwn(t *testing.T) {
+	t.Parallel()
 	dir := root(t)
 	all, library := modules(t, dir)
 	for _, m := range all {
@@ -201,6 +202,7 @@ func TestLibraryModulesRequireOnlyTheirOwn(t *testing.T) {
 // uuid, their own dependencies and testify, nothing of the other adapters
 // and nothing of the test bed.
 func TestUserModuleGraph(t *testing.T) {
+	t.Parallel()
 	dir := root(t)
 	user := t.TempDir()
 	mods := map[string]string{core: ".", core + "/ferrystore/ferrypg": "ferrystore/ferrypg",
@@ -279,6 +281,7 @@ func goDeps(t *testing.T, dir string, pkgs ...string) []string {
 // brokers' test helpers) may link testify and the test environment, and
 // nothing else of the test bed.
 func TestLibraryPackagesLinkNoTestBed(t *testing.T) {
+	t.Parallel()
 	dir := root(t)
 	_, library := modules(t, dir)
 	harness := []string{core + "/internal/testenv", core + "/internal/faultnet", "github.com/stretchr/testify"}
@@ -321,6 +324,7 @@ func TestLibraryPackagesLinkNoTestBed(t *testing.T) {
 // reference shop, not the crash code, not the test services, the fault
 // proxy or a test library.
 func TestCommandLinksNoTestBed(t *testing.T) {
+	t.Parallel()
 	dir := root(t)
 	banned := []string{core + "/examples", core + "/internal/fault", core + "/internal/testsvc", core + "/internal/testenv",
 		core + "/internal/faultnet", core + "/chaos", core + "/integration", "github.com/stretchr/testify",

@@ -15,6 +15,7 @@ import (
 )
 
 func TestEachSchemeOpensItsStore(t *testing.T) {
+	t.Parallel()
 	ctx := testsvc.Context(t, time.Minute)
 	sqliteURL := "sqlite://" + filepath.Join(t.TempDir(), "f.db")
 	for _, c := range []struct{ url, dialect string }{
@@ -44,6 +45,7 @@ func TestEachSchemeOpensItsStore(t *testing.T) {
 }
 
 func TestUnknownSchemeIsInvalidConfig(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, u := range []string{"", "oracle://x/y", "nats://127.0.0.1:4222"} {
 		_, err := open.Store(ctx, u, "")
@@ -54,11 +56,13 @@ func TestUnknownSchemeIsInvalidConfig(t *testing.T) {
 }
 
 func TestInvalidTableIsRefusedBeforeConnecting(t *testing.T) {
+	t.Parallel()
 	_, err := open.Store(context.Background(), "mysql://nobody@127.0.0.1:1/none", "bad-name")
 	require.ErrorIs(t, err, ferrytype.ErrInvalidIdentifier)
 }
 
 func TestEachSchemeDialsItsBroker(t *testing.T) {
+	t.Parallel()
 	ctx := testsvc.Context(t, time.Minute)
 	for _, c := range []struct {
 		system string
@@ -89,6 +93,7 @@ func TestEachSchemeDialsItsBroker(t *testing.T) {
 // A Kafka topic the publisher was told to check and that does not exist
 // is a cause no retry mends; with Declare it is created.
 func TestKafkaTopics(t *testing.T) {
+	t.Parallel()
 	ctx := testsvc.Context(t, time.Minute)
 	u := "kafka://" + strings.Join(testsvc.Kafka(t), ",")
 	missing := testsvc.Name("ferry_missing_")
@@ -108,6 +113,7 @@ func TestKafkaTopics(t *testing.T) {
 }
 
 func TestUnknownBrokerSchemeIsInvalidConfig(t *testing.T) {
+	t.Parallel()
 	for _, u := range []string{"", "mqtt://app:s3cr3t@broker:1883", "mysql://root@127.0.0.1/test"} {
 		require.Empty(t, open.BrokerSystem(u), u)
 		_, err := open.Publisher(context.Background(), u, nil)

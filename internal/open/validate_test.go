@@ -21,6 +21,7 @@ import (
 // Every malformed URL is a configuration error that says what is wrong,
 // found without connecting; well-formed ones pass.
 func TestValidateURLs(t *testing.T) {
+	t.Parallel()
 	bad := []struct{ url, want string }{
 		{"mysql://root@127.0.0.1:99999/test", `port "99999" is not a number within 1-65535`},
 		{"mysql://root@127.0.0.1:0/test", `port "0" is not a number within 1-65535`},
@@ -86,6 +87,7 @@ func TestValidateURLs(t *testing.T) {
 // The drivers' codes for what no retry mends are configuration errors;
 // everything else is transient.
 func TestPermanent(t *testing.T) {
+	t.Parallel()
 	wrap := func(err error) error { return errors.Join(errors.New("open h"), err) }
 	for name, err := range map[string]error{
 		"PostgresNoDatabase": wrap(&pgconn.PgError{Code: "3D000"}),

@@ -32,6 +32,8 @@ func shopCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 func TestDemoPasses(t *testing.T) {
+	// serial: t.Setenv: the demo's child processes are this binary, told so by the environment.
+	testsvc.Slow(t, "the demo")
 	t.Setenv(envExecMain, "1") // the demo's child processes are this binary
 	code, out, errOut := shopCLI(t, "demo", "--orders", "200")
 	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
@@ -44,6 +46,8 @@ func TestDemoPasses(t *testing.T) {
 // the shop's topics, the consumers join their groups, and the checker's
 // verdict is the same.
 func TestDemoPassesOnKafka(t *testing.T) {
+	// serial: t.Setenv: the demo's child processes are this binary, told so by the environment.
+	testsvc.Slow(t, "the demo on Kafka")
 	t.Setenv(envExecMain, "1")
 	seeds := testsvc.Kafka(t)
 	code, out, errOut := shopCLI(t, "demo", "--orders", "100", "--broker-url", "kafka://"+strings.Join(seeds, ","))
@@ -56,6 +60,7 @@ func TestDemoPassesOnKafka(t *testing.T) {
 
 // -q prints nothing; the exit code tells.
 func TestDemoQuiet(t *testing.T) {
+	// serial: t.Setenv: the demo's child processes are this binary, told so by the environment.
 	t.Setenv(envExecMain, "1")
 	code, out, errOut := shopCLI(t, "demo", "-q", "--orders", "100")
 	require.Equal(t, exitOK, code, errOut)
@@ -63,6 +68,7 @@ func TestDemoQuiet(t *testing.T) {
 }
 
 func TestDemoUsageErrors(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		args []string
@@ -88,6 +94,7 @@ func TestDemoUsageErrors(t *testing.T) {
 
 // -h shows the demo's help and its flags, and is no error.
 func TestDemoHelp(t *testing.T) {
+	t.Parallel()
 	code, out, errOut := shopCLI(t, "demo", "-h")
 	require.Equal(t, exitOK, code, errOut)
 	require.Empty(t, out)
