@@ -1,19 +1,74 @@
 #!/usr/bin/env bash
-# The whole test suite: go test -race in every module of scripts/modules.txt
-# (the chaos suite, a module of its own, last and at its reduced size).
-# Extra arguments go to every go test run (e.g. -run TestX, -short).
-# Exits non-zero when any module fails, after running them all.
+# The whole test suite: go test -race over the packages of every module of
+# scripts/modules.txt in one run, so that packages of different modules run
+# side by side (the workspace, go.work, ties them together), then the chaos
+# suite (a module of its own) at its reduced size. At the end it prints each
+# module's test time and the 15 slowest tests.
+#
+#   scripts/test.sh              everything (what CI runs)
+#   scripts/test.sh -short       the quick tier: no chaos, bulk or browser
+#                                tests, each says so when skipped
+#   scripts/test.sh -run TestX   other arguments go to every go test run
+#
+# FERRY_TEST_OUT names a directory to keep the go test -json files in
+# (default: a temporary one, removed at the end). Exits non-zero when any
+# package failed, after running them all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-failed=()
-for m in $(grep -v '^#' scripts/modules.txt | awk 'NF {print $1}'); do
-  timeout=40m
-  [ "$m" = chaos ] && timeout=30m
-  echo "test: $m"
-  if ! (cd "$m" && go test -race -count=1 -timeout "$timeout" "$@" ./...); then
-    failed+=("$m")
-  fi
+
+# gotestsum prints one line a package and the whole output of a failed
+# test; the JSON it writes feeds the report.
+gotestsum=(go run gotest.tools/gotestsum@v1.13.0 --format pkgname-and-test-fails --format-hide-empty-pkg)
+short=0
+for a in "$@"; do
+  case "$a" in -short | -short=true | --short) short=1 ;; esac
 done
+out=${FERRY_TEST_OUT:-}
+if [ -z "$out" ]; then
+  out=$(mktemp -d "${TMPDIR:-/tmp}/ferry-test.XXXXXX")
+  trap 'rm -rf "$out"' EXIT
+fi
+mkdir -p "$out"
+
+# Every package of every module but chaos, and the module it belongs to;
+# the modules with the longest tests first, so that they do not start last
+# and run alone at the end.
+: >"$out/packages.txt"
+seen=
+for m in cmd/ferry integration examples $(grep -v '^#' scripts/modules.txt | awk 'NF {print $1}'); do
+  case " $seen " in *" $m "*) continue ;; esac
+  seen="$seen $m"
+  [ "$m" = chaos ] && continue
+  (cd "$m" && go list -f '{{.ImportPath}} {{.Module.Path}}' ./...) >>"$out/packages.txt" || exit 1
+done
+pkgs=$(awk '{print $1}' "$out/packages.txt")
+(cd chaos && go list -f '{{.ImportPath}} {{.Module.Path}}' ./...) >>"$out/packages.txt" || exit 1
+
+failed=()
+start=$(date +%s)
+# -parallel 4: most tests wait on a server, not on the CPU, and own their
+# tables, streams and queues (the ones that must run alone say why in a
+# "serial:" line and do not call t.Parallel).
+echo "test: every module's packages"
+# -trimpath: compiled packages do not depend on where the checkout is, so
+# a fresh clone reuses the build cache of an earlier one.
+"${gotestsum[@]}" --jsonfile "$out/modules.json" -- -race -trimpath -count=1 -timeout 30m -parallel 4 "$@" $pkgs || failed+=(modules)
+mid=$(date +%s)
+if [ "$short" = 1 ]; then
+  echo "test: the chaos suite is skipped in the quick tier (-short)"
+else
+  # Without -race: the system under test is the shop's processes, which
+  # are not race-built (they are the binaries a user runs), and the
+  # harness proxies every byte they exchange (toxiproxy, in the test's
+  # process), which -race makes cost a core of the two. Two rows at a
+  # time: the processes of a row keep about one core busy.
+  echo "test: the chaos suite (chaos/), at its reduced size"
+  (cd chaos && "${gotestsum[@]}" --jsonfile "$out/chaos.json" -- -trimpath -count=1 -timeout 30m -parallel 2 "$@" ./...) || failed+=(chaos)
+fi
+end=$(date +%s)
+
+go run scripts/testreport.go -modules "$out/packages.txt" -n 15 "$out"/*.json
+echo "test: wall time: modules $((mid - start)) s, chaos $((end - mid)) s, in all $((end - start)) s"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "test: failed in ${failed[*]}" >&2
   exit 1
