@@ -352,7 +352,7 @@ func TestConsumerConfigErrors(t *testing.T) {
 // A publisher and a consumer that own their connections leave no
 // goroutine behind once closed.
 func TestCloseLeavesNoGoroutines(t *testing.T) {
-	t.Parallel()
+	// serial: it counts the process's goroutines, which parallel tests change.
 	b := setupConsumer(t)
 	base := runtime.NumGoroutine()
 	url := testenv.URL(testenv.EnvAMQP)
