@@ -5,6 +5,9 @@
 # this also explores past them. A crasher is written to the package's
 # testdata/fuzz/<target>/ and fails the run: commit it with its fix.
 #
+# -trimpath: the instrumented builds do not depend on where the checkout is,
+# so a fresh clone reuses the build cache of an earlier run.
+#
 # FERRY_FUZZ_SKIP lists targets (space-separated) not to explore.
 #
 # The fuzzing engine itself sometimes ends a run with "context deadline
@@ -27,7 +30,7 @@ for file in $targets; do
     fi
     for try in 1 2 3; do
       echo "fuzz: $pkg $fn for $fuzztime"
-      if go test -run '^$' -fuzz "^${fn}\$" -fuzztime "$fuzztime" "$pkg" 2>&1 | tee "$log"; then
+      if go test -trimpath -run '^$' -fuzz "^${fn}\$" -fuzztime "$fuzztime" "$pkg" 2>&1 | tee "$log"; then
         break
       fi
       if grep -q "Failing input written to" "$log" || [ "$try" = 3 ]; then
