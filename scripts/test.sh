@@ -6,8 +6,10 @@
 # module's test time and the 15 slowest tests.
 #
 #   scripts/test.sh              everything (what CI runs)
-#   scripts/test.sh -short       the quick tier: no chaos, bulk or browser
-#                                tests, each says so when skipped
+#   scripts/test.sh -short       the quick tier, before a commit: no chaos,
+#                                bulk, browser or bench tests (each says so
+#                                when skipped), and without -race unless
+#                                FERRY_TEST_RACE=1
 #   scripts/test.sh -run TestX   other arguments go to every go test run
 #
 # FERRY_TEST_OUT names a directory to keep the go test -json files in
@@ -44,15 +46,20 @@ done
 pkgs=$(awk '{print $1}' "$out/packages.txt")
 (cd chaos && go list -f '{{.ImportPath}} {{.Module.Path}}' ./...) >>"$out/packages.txt" || exit 1
 
+race=-race
+if [ "$short" = 1 ] && [ "${FERRY_TEST_RACE:-}" != 1 ]; then
+  race=
+fi
+
 failed=()
 start=$(date +%s)
 # -parallel 4: most tests wait on a server, not on the CPU, and own their
 # tables, streams and queues (the ones that must run alone say why in a
 # "serial:" line and do not call t.Parallel).
-echo "test: every module's packages"
+echo "test: every module's packages${race:+ (-race)}"
 # -trimpath: compiled packages do not depend on where the checkout is, so
 # a fresh clone reuses the build cache of an earlier one.
-"${gotestsum[@]}" --jsonfile "$out/modules.json" -- -race -trimpath -count=1 -timeout 30m -parallel 4 "$@" $pkgs || failed+=(modules)
+"${gotestsum[@]}" --jsonfile "$out/modules.json" -- $race -trimpath -count=1 -timeout 30m -parallel 4 "$@" $pkgs || failed+=(modules)
 mid=$(date +%s)
 if [ "$short" = 1 ]; then
   echo "test: the chaos suite is skipped in the quick tier (-short)"
