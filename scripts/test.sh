@@ -67,8 +67,9 @@ else
   # Without -race: the system under test is the shop's processes, which
   # are not race-built (they are the binaries a user runs), and the
   # harness proxies every byte they exchange (toxiproxy, in the test's
-  # process), which -race makes cost a core of the two. Two rows at a
-  # time: the processes of a row keep about one core busy.
+  # process), which under -race took a quarter of a core a row. Two rows
+  # at a time: a row's processes keep about one of the two cores busy,
+  # and a third row only slowed the others down.
   echo "test: the chaos suite (chaos/), at its reduced size"
   (cd chaos && "${gotestsum[@]}" --jsonfile "$out/chaos.json" -- -trimpath -count=1 -timeout 30m -parallel 2 "$@" ./...) || failed+=(chaos)
 fi
