@@ -43,8 +43,15 @@ const EnvRabbitMQCtl = "FERRY_TEST_RABBITMQCTL"
 func lockService(t testing.TB, name string, how int) {
 	t.Helper()
 	base := filepath.Join(os.TempDir(), "ferry-test-"+name)
-	gate := flock(t, base+".gate.lock", how)
-	main := flock(t, base+".lock", how)
+	gate, err := flock(base+".gate.lock", how)
+	if err != nil {
+		t.Fatal(err)
+	}
+	main, err := flock(base+".lock", how)
+	if err != nil {
+		unlock(gate)
+		t.Fatal(err)
+	}
 	if how == syscall.LOCK_SH {
 		unlock(gate)
 		gate = nil
@@ -58,17 +65,16 @@ func lockService(t testing.TB, name string, how int) {
 }
 
 // flock opens path and locks it; unlock releases and closes it.
-func flock(t testing.TB, path string, how int) *os.File {
-	t.Helper()
+func flock(path string, how int) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
-		t.Fatalf("lock %s: %v", path, err)
+		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	if err := syscall.Flock(int(f.Fd()), how); err != nil {
 		f.Close()
-		t.Fatalf("lock %s: %v", path, err)
+		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	return f
+	return f, nil
 }
 
 func unlock(f *os.File) {
