@@ -200,14 +200,14 @@ func run(modulesFile string, n int, failures bool, files []string, w io.Writer) 
 	for _, k := range bad {
 		fmt.Fprintf(w, "  %d of %d runs failed: %s\n", byTest[k].failed, byTest[k].runs, k)
 	}
-	for _, k := range bad {
-		if strings.Contains(k, "/") || !hasOwnOutput(byTest[k].output) {
-			continue
-		}
-		fmt.Fprintf(w, "--- first failure of %s\n%s", k, strings.Join(byTest[k].output, ""))
-	}
-	for _, k := range bad {
-		if strings.Contains(k[strings.Index(k, " "):], "/") {
+	// Top-level tests first, those of a subtest after; a parent that
+	// failed only because a subtest did has nothing of its own to show.
+	for _, sub := range []bool{false, true} {
+		for _, k := range bad {
+			_, name, _ := strings.Cut(k, " ")
+			if strings.Contains(name, "/") != sub || !hasOwnOutput(byTest[k].output) {
+				continue
+			}
 			fmt.Fprintf(w, "--- first failure of %s\n%s", k, strings.Join(byTest[k].output, ""))
 		}
 	}

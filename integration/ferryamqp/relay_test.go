@@ -82,18 +82,14 @@ func (b *relayBundle) relay(t testing.TB, pub ferrybroker.Publisher, cfg *ferry.
 
 func (b *relayBundle) waitSettled(t testing.TB, d time.Duration) ferrystore.Stats {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		st, err := b.st.Driver.Stats(b.ctx)
+	var st ferrystore.Stats
+	testsvc.WaitFor(t, d, func() bool {
+		var err error
+		st, err = b.st.Driver.Stats(b.ctx)
 		require.NoError(t, err)
-		if st.New == 0 && st.Sending == 0 {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("events still pending after %s: %+v", d, st)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return st.New == 0 && st.Sending == 0
+	}, func() string { return fmt.Sprintf("events still pending: %+v", st) })
+	return st
 }
 
 func (b *relayBundle) countSent(t testing.TB) int {
