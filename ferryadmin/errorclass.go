@@ -58,7 +58,7 @@ func ErrorClass(lastError string) string {
 	}
 	s := normalize(line)
 	if len(s) > MaxErrorClass {
-		s = cut(s, MaxErrorClass-len(ellipsis)) + ellipsis
+		s = cut(s, MaxErrorClass-len(ellipsis))
 	}
 	return s
 }
@@ -81,9 +81,12 @@ func firstLine(s string) string {
 	return ""
 }
 
-// cut returns the longest prefix of s of at most n bytes that does not end
-// within a token (a run of letters and digits), a placeholder or a UTF-8
-// character, so that what is kept is classified as it was.
+// cut returns the longest prefix of s of at most n bytes, followed by the
+// ellipsis, that does not end within a token (a run of letters and digits),
+// a placeholder or a UTF-8 character, and that is its own class: a cut can
+// change what the text before it means (a single quote that was followed by
+// a word, and so did not close, closes when the ellipsis follows it), and
+// such a cut is not taken.
 func cut(s string, n int) string {
 	for i := n; i > 0; i-- {
 		if !utf8.RuneStart(s[i]) || alnum(s[i-1]) && alnum(s[i]) {
@@ -93,9 +96,11 @@ func cut(s string, n int) string {
 			i = k + 1 // within a placeholder: before it
 			continue
 		}
-		return strings.TrimRight(s[:i], " ")
+		if c := strings.TrimRight(s[:i], " ") + ellipsis; normalize(c) == c {
+			return c
+		}
 	}
-	return ""
+	return ellipsis
 }
 
 func alnum(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }

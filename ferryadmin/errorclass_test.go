@@ -51,6 +51,14 @@ func TestErrorClassIsBounded(t *testing.T) {
 	require.LessOrEqual(t, len(got), MaxErrorClass)
 	require.Equal(t, got, ErrorClass(got))
 
+	// A single quote followed by a word does not close the one before it;
+	// cut right after it, it would: the cut is taken before it instead.
+	quoted := "x 'open " + strings.Repeat("y", MaxErrorClass-13) + " '" + strings.Repeat("z", 20)
+	got = ErrorClass(quoted)
+	require.LessOrEqual(t, len(got), MaxErrorClass)
+	require.Equal(t, got, ErrorClass(got))
+	require.True(t, strings.HasPrefix(got, "x 'open y"), got)
+
 	same := ErrorClass("rejected: " + strings.Repeat("word ", 100) + "other end")
 	require.Equal(t, ErrorClass(long), same, "only the first MaxErrorClass bytes tell classes apart")
 }
