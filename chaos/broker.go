@@ -20,7 +20,10 @@ type broker interface {
 	// relayArgs are the relay's broker flags.
 	relayArgs() []string
 	// quiet reports whether both consumer groups have nothing pending.
-	quiet(ctx context.Context) (bool, error)
+	// Unless final, a broker may answer from a cheaper check that sees
+	// only part of what is pending (RabbitMQ: the messages no consumer
+	// holds); settle asks for the final answer once the cheap one held.
+	quiet(ctx context.Context, final bool) (bool, error)
 	// parked reads the messages each consumer group parked.
 	parked(ctx context.Context) (map[string][]parkedMsg, error)
 	// restart stops and starts the broker (where the harness may).
@@ -72,7 +75,7 @@ func newNATSBroker(ctx context.Context, direct string, px *proxies) (*natsBroker
 func (b *natsBroker) url() string         { return b.proxied }
 func (b *natsBroker) relayArgs() []string { return []string{"--stream", shop.Stream} }
 
-func (b *natsBroker) quiet(ctx context.Context) (bool, error) {
+func (b *natsBroker) quiet(ctx context.Context, _ bool) (bool, error) {
 	q, _, err := shop.NATSQuiet(ctx, b.direct)
 	return q, err
 }

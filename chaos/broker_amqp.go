@@ -25,6 +25,7 @@ type amqpBroker struct {
 	vhost           string
 	direct, proxied string
 	host            string
+	admin           vhostAdmin
 
 	mu   sync.Mutex // guards conn and ch, opened by the first publishPaid
 	conn *amqp.Connection
@@ -50,13 +51,8 @@ func newAMQPBroker(ctx context.Context, direct string, px *proxies, suffix strin
 	if err != nil {
 		return nil, err
 	}
-	b := &amqpBroker{vhost: "chaos_" + suffix, host: u.Host}
-	if _, err := rabbitmqctl(ctx, "add_vhost", b.vhost); err != nil {
-		return nil, err
-	}
-	user := u.User.Username()
-	if _, err := rabbitmqctl(ctx, "set_permissions", "-p", b.vhost, user, ".*", ".*", ".*"); err != nil {
-		b.close()
+	b := &amqpBroker{vhost: "chaos_" + suffix, host: u.Host, admin: newVhostAdmin(u)}
+	if err := b.admin.add(ctx, b.vhost); err != nil {
 		return nil, err
 	}
 	addr, err := px.add("broker", u.Host)
@@ -102,14 +98,13 @@ func (b *amqpBroker) queues(ctx context.Context) (map[string]int, error) {
 	return m, sc.Err()
 }
 
-func (b *amqpBroker) quiet(ctx context.Context) (bool, error) {
-	// The ready messages first, over AMQP (a passive declare each): only
-	// when both queues have none is rabbitmqctl asked, whose count also
-	// holds the messages consumers have not acknowledged yet, and each of
-	// whose runs boots an Erlang VM (a second of CPU) — the settle loop
-	// asks ten times a second.
-	if ready, err := b.ready(); err != nil || ready > 0 {
-		return false, err
+func (b *amqpBroker) quiet(ctx context.Context, final bool) (bool, error) {
+	// The ready messages, over AMQP (a passive declare each). Only the
+	// final check asks rabbitmqctl, whose count also holds the messages
+	// consumers have not acknowledged yet, and each of whose runs boots an
+	// Erlang VM (a second of CPU).
+	if ready, err := b.ready(); err != nil || ready > 0 || !final {
+		return err == nil && ready == 0, err
 	}
 	q, err := b.queues(ctx)
 	if err != nil {
@@ -250,5 +245,5 @@ func (b *amqpBroker) close() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, _ = rabbitmqctl(ctx, "delete_vhost", b.vhost)
+	_ = b.admin.delete(ctx, b.vhost)
 }

@@ -115,7 +115,7 @@ func (b *kafkaBroker) relayArgs() []string {
 	return []string{"--topics", strings.Join(shop.KafkaTopics, ",")}
 }
 
-func (b *kafkaBroker) quiet(ctx context.Context) (bool, error) {
+func (b *kafkaBroker) quiet(ctx context.Context, _ bool) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return shop.KafkaQuiet(ctx, b.proxied)

@@ -387,8 +387,8 @@ func (s *system) ordersDone() bool {
 }
 
 // quiet reports whether nothing is left to do: outbox and task table
-// drained, consumer queues empty.
-func (s *system) quiet(ctx context.Context) (bool, error) {
+// drained, consumer queues empty (final: see broker.quiet).
+func (s *system) quiet(ctx context.Context, final bool) (bool, error) {
 	for _, t := range []struct{ url, table string }{{s.ordersDirect, ""}, {s.pointsDirect, shop.TaskTable}} {
 		db, err := shop.Open(ctx, t.url)
 		if err != nil {
@@ -407,7 +407,7 @@ func (s *system) quiet(ctx context.Context) (bool, error) {
 			return false, err
 		}
 	}
-	return s.broker.quiet(ctx)
+	return s.broker.quiet(ctx, final)
 }
 
 // settle heals every fault, restarts what is down without crash points,
@@ -439,7 +439,9 @@ func (s *system) settle(ctx context.Context) error {
 			since = time.Time{}
 			continue
 		}
-		q, err := s.quiet(ctx)
+		// Quiet for a second by the cheap check, then by the final one.
+		final := !since.IsZero() && time.Since(since) > time.Second
+		q, err := s.quiet(ctx, final)
 		if err != nil {
 			// A database or the broker may still be coming back.
 			since = time.Time{}
@@ -448,10 +450,10 @@ func (s *system) settle(ctx context.Context) error {
 		switch {
 		case !q:
 			since = time.Time{}
+		case final:
+			return nil
 		case since.IsZero():
 			since = time.Now()
-		case time.Since(since) > time.Second:
-			return nil
 		}
 	}
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Starts, if they are not already up, the services ferry's tests use:
-# PostgreSQL, MariaDB, RabbitMQ, NATS with JetStream and Redis on loopback;
+# PostgreSQL, MariaDB, RabbitMQ (with its management plugin), NATS with
+# JetStream and Redis on loopback;
 # installs Chromium for the console's browser tests if it is missing.
 # Idempotent: a service that answers is left alone. Debian's packages are
 # assumed installed (see README.md, "Running the tests"), except promtool,
@@ -47,6 +48,16 @@ start Redis 6379 10 redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 63
 start NATS 4222 15 start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
   -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log || rc=1
 start RabbitMQ 5672 90 rabbitmq-server -detached || rc=1
+# The chaos suite creates a virtual host per run through the management
+# API (port 15672); without it, through rabbitmqctl, seconds slower a run.
+if up 127.0.0.1 5672 && ! up 127.0.0.1 15672 && command -v rabbitmq-plugins >/dev/null 2>&1; then
+  echo "services: enabling RabbitMQ's management plugin"
+  if rabbitmq-plugins enable rabbitmq_management >/dev/null 2>&1; then
+    wait_up "RabbitMQ management API" 15672 30 || true
+  else
+    echo "services: RabbitMQ's management plugin did not start; the chaos suite uses rabbitmqctl" >&2
+  fi
+fi
 
 # promtool checks deploy/prometheus (.ci/run). Only the tool is wanted: the
 # package may start and enable a Prometheus server, which is stopped again.
