@@ -5,6 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -40,9 +45,35 @@ type natsBroker struct {
 	direct, proxied string
 	nc              *nats.Conn
 	js              jetstream.JetStream
+	server          *shop.Proc // the run's own server; nil: the shared one
+	store           string     // its JetStream store
+	release         func()     // lets the next run have the shared server
 }
 
-func newNATSBroker(ctx context.Context, direct string, px *proxies) (*natsBroker, error) {
+// sharedNATS is held by the run that uses the shared NATS server: the
+// shop's stream and subjects are fixed names, and JetStream refuses two
+// streams that bind the same subjects.
+var sharedNATS sync.Mutex
+
+// newNATSBroker starts a NATS server with JetStream of the run's own from
+// o.NATSServer, or, when that is empty, takes the shared server at
+// o.NATSURL for the run (one run at a time).
+func newNATSBroker(ctx context.Context, o Options, px *proxies) (_ *natsBroker, err error) {
+	b := &natsBroker{}
+	defer func() {
+		if err != nil {
+			b.close()
+		}
+	}()
+	direct := o.NATSURL
+	if o.NATSServer != "" {
+		if direct, err = b.startServer(ctx, o); err != nil {
+			return nil, err
+		}
+	} else {
+		sharedNATS.Lock()
+		b.release = sharedNATS.Unlock
+	}
 	u, err := url.Parse(direct)
 	if err != nil {
 		return nil, err
@@ -51,25 +82,51 @@ func newNATSBroker(ctx context.Context, direct string, px *proxies) (*natsBroker
 	if err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(direct)
-	if err != nil {
+	b.direct, b.proxied = direct, "nats://"+addr
+	if b.nc, err = nats.Connect(direct); err != nil {
 		return nil, fmt.Errorf("nats: %w", err)
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
+	if b.js, err = jetstream.New(b.nc); err != nil {
 		return nil, err
 	}
 	// A fresh stream: the shop's names are fixed.
-	if err := js.DeleteStream(ctx, shop.Stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-		nc.Close()
+	if err := b.js.DeleteStream(ctx, shop.Stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, err
 	}
 	if err := shop.SetupNATS(ctx, direct); err != nil {
-		nc.Close()
 		return nil, err
 	}
-	return &natsBroker{direct: direct, proxied: "nats://" + addr, nc: nc, js: js}, nil
+	return b, nil
+}
+
+// startServer runs o.NATSServer with JetStream on a free loopback port and
+// a store in o.Dir, and returns its URL once it accepts connections.
+func (b *natsBroker) startServer(ctx context.Context, o Options) (string, error) {
+	port, err := freePort()
+	if err != nil {
+		return "", err
+	}
+	b.store = filepath.Join(o.Dir, "nats")
+	b.server = &shop.Proc{Name: "nats", Bin: o.NATSServer, Log: o.Log,
+		Args: []string{"-a", "127.0.0.1", "-p", port, "-js", "-sd", b.store}}
+	if err := b.server.Start(); err != nil {
+		return "", err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		nc, err := nats.Connect("nats://127.0.0.1:"+port, nats.Timeout(time.Second))
+		if err == nil {
+			nc.Close()
+			return "nats://127.0.0.1:" + port, nil
+		}
+		if !b.server.Running() {
+			return "", fmt.Errorf("%s exited: %s; its last lines:\n%s", o.NATSServer, b.server.State(), b.server.Tail())
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return "", fmt.Errorf("%s did not listen on port %s: %w", o.NATSServer, port, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func (b *natsBroker) url() string         { return b.proxied }
@@ -113,7 +170,7 @@ type parkedMsg struct {
 }
 
 func (b *natsBroker) restart(context.Context, time.Duration) error {
-	return errors.New("the harness does not restart the shared NATS server")
+	return errors.New("the harness does not restart NATS")
 }
 
 func (b *natsBroker) heal(context.Context) error { return nil }
@@ -127,6 +184,43 @@ func (b *natsBroker) publishPaid(ctx context.Context, msgID string, body []byte)
 }
 
 func (b *natsBroker) close() {
-	_ = b.js.DeleteStream(context.Background(), shop.Stream)
-	b.nc.Close()
+	if b.js != nil && b.server == nil {
+		_ = b.js.DeleteStream(context.Background(), shop.Stream)
+	}
+	if b.nc != nil {
+		b.nc.Close()
+	}
+	if b.server != nil && b.server.Running() {
+		if b.server.Stop(15*time.Second) == nil {
+			_ = b.server.Signal(syscall.SIGKILL)
+			b.server.Wait(5 * time.Second)
+		}
+	}
+	if b.store != "" {
+		_ = os.RemoveAll(b.store)
+	}
+	if b.release != nil {
+		b.release()
+	}
+}
+
+// EnvNATSServer names the nats-server binary the harness runs for each
+// NATS run; default: nats-server on the PATH, or Debian's
+// /usr/sbin/nats-server.
+const EnvNATSServer = "FERRY_TEST_NATS_SERVER"
+
+// NATSServer returns the nats-server binary to run (see EnvNATSServer),
+// or "" when there is none: the runs then take the shared server at
+// Options.NATSURL one at a time.
+func NATSServer() string {
+	if p := os.Getenv(EnvNATSServer); p != "" {
+		return p
+	}
+	if p, err := exec.LookPath("nats-server"); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/sbin/nats-server"); err == nil {
+		return "/usr/sbin/nats-server"
+	}
+	return ""
 }

@@ -15,6 +15,10 @@ import (
 
 var shopBin, kfakeBin string
 
+// natsServer is the nats-server each NATS row runs of its own, so that
+// rows side by side do not share the shop's fixed stream and subjects.
+var natsServer = chaos.NATSServer()
+
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if testing.Short() {
@@ -79,8 +83,10 @@ func TestScenarios(t *testing.T) {
 					testsvc.Postgres(t)
 				}
 				switch {
+				case c.broker == "nats" && natsServer == "":
+					testsvc.NATS(t) // the rows take the shared server in turn
 				case c.broker == "nats":
-					testsvc.NATS(t)
+					// The harness runs a NATS server of the row's own.
 				case c.broker == "kafka":
 					// The harness runs kfake itself (cmd/kfake).
 				case sc.Name == "broker-restart":
@@ -105,7 +111,7 @@ func TestScenarios(t *testing.T) {
 					DB: c.db, Broker: c.broker, Orders: orders, Rate: rate, Bin: shopBin, KfakeBin: kfakeBin, Out: testWriter{t},
 					MinFaults: 10 * time.Second, Settle: 2 * time.Minute,
 					MySQLURL: testsvc.URL(testsvc.EnvMySQL), PostgresURL: testsvc.URL(testsvc.EnvPostgres),
-					NATSURL: testsvc.URL(testsvc.EnvNATS), AMQPURL: testsvc.URL(testsvc.EnvAMQP),
+					NATSURL: testsvc.URL(testsvc.EnvNATS), NATSServer: natsServer, AMQPURL: testsvc.URL(testsvc.EnvAMQP),
 				}, sc)
 				require.NoError(t, err)
 				t.Log("\n" + res.String())

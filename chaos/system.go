@@ -38,6 +38,11 @@ type Options struct {
 	// KfakeBin is the Kafka broker the harness runs for Broker "kafka"
 	// (BuildKfake).
 	KfakeBin string
+	// NATSServer is the nats-server binary the harness runs a server of
+	// the run's own with, for Broker "nats". Empty: the shared server at
+	// NATSURL, which one run at a time has (the shop's stream and
+	// subjects are fixed names).
+	NATSServer string
 	// Dir holds SQLite files and the like. Default: a temporary directory.
 	Dir string
 	// Out receives progress lines; Log the processes' own output.
@@ -102,7 +107,7 @@ func newSystem(ctx context.Context, o Options) (_ *system, err error) {
 	switch o.Broker {
 	case "nats":
 		var b *natsBroker
-		b, err = newNATSBroker(ctx, o.NATSURL, s.px)
+		b, err = newNATSBroker(ctx, s.o, s.px)
 		if err == nil {
 			s.broker = b
 		}

@@ -43,6 +43,7 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	natsServer := chaos.NATSServer()
 	kfake, err := chaos.BuildKfake(ctx, dir)
 	if err != nil {
 		fail(err)
@@ -85,7 +86,7 @@ func main() {
 			res, err := chaos.Run(ctx, chaos.Options{
 				DB: db, Broker: b, Orders: *orders, Rate: *rate, Bin: bin, KfakeBin: kfake, Out: os.Stdout, Log: logw,
 				MySQLURL: testsvc.URL(testsvc.EnvMySQL), PostgresURL: testsvc.URL(testsvc.EnvPostgres),
-				NATSURL: testsvc.URL(testsvc.EnvNATS), AMQPURL: testsvc.URL(testsvc.EnvAMQP),
+				NATSURL: testsvc.URL(testsvc.EnvNATS), NATSServer: natsServer, AMQPURL: testsvc.URL(testsvc.EnvAMQP),
 			}, sc)
 			if err != nil {
 				failed++
