@@ -29,6 +29,9 @@ type broker interface {
 	// only part of what is pending (RabbitMQ: the messages no consumer
 	// holds); settle asks for the final answer once the cheap one held.
 	quiet(ctx context.Context, final bool) (bool, error)
+	// pending says what is left when quiet is false, as far as the
+	// broker tells.
+	pending(ctx context.Context) string
 	// parked reads the messages each consumer group parked.
 	parked(ctx context.Context) (map[string][]parkedMsg, error)
 	// restart stops and starts the broker (where the harness may).
@@ -135,6 +138,10 @@ func (b *natsBroker) relayArgs() []string { return []string{"--stream", shop.Str
 func (b *natsBroker) quiet(ctx context.Context, _ bool) (bool, error) {
 	q, _, err := shop.NATSQuiet(ctx, b.direct)
 	return q, err
+}
+
+func (b *natsBroker) pending(context.Context) string {
+	return "a consumer group has messages pending or unacknowledged"
 }
 
 func (b *natsBroker) parked(ctx context.Context) (map[string][]parkedMsg, error) {

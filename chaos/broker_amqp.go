@@ -117,6 +117,21 @@ func (b *amqpBroker) quiet(ctx context.Context, final bool) (bool, error) {
 	return okP && okS && points == 0 && sms == 0, nil
 }
 
+func (b *amqpBroker) pending(ctx context.Context) string {
+	ready, err := b.ready()
+	if err != nil {
+		return "ready messages unknown: " + err.Error()
+	}
+	if ready > 0 {
+		return fmt.Sprintf("%d messages ready in points and sms", ready)
+	}
+	q, err := b.queues(ctx)
+	if err != nil {
+		return "no message ready; the unacknowledged unknown: " + err.Error()
+	}
+	return fmt.Sprintf("messages, ready or unacknowledged: points %d, sms %d", q["points"], q["sms"])
+}
+
 // ready returns the messages of the points and sms queues that no
 // consumer holds (a queue missing, as after a restart, is an error).
 func (b *amqpBroker) ready() (int, error) {

@@ -121,6 +121,22 @@ func (b *kafkaBroker) quiet(ctx context.Context, _ bool) (bool, error) {
 	return shop.KafkaQuiet(ctx, b.proxied)
 }
 
+func (b *kafkaBroker) pending(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	lag, err := shop.KafkaLag(ctx, b.proxied)
+	if err != nil {
+		return "lag unknown: " + err.Error()
+	}
+	var parts []string
+	for _, g := range []string{"points", "sms"} {
+		if len(lag[g]) > 0 {
+			parts = append(parts, "group "+g+" behind on "+strings.Join(lag[g], ", "))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
 func (b *kafkaBroker) parked(ctx context.Context) (map[string][]parkedMsg, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()

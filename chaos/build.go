@@ -22,7 +22,7 @@ func BuildShop(ctx context.Context, dir string) (string, error) {
 		return "", fmt.Errorf("find the ferry module: %w", err)
 	}
 	bin := filepath.Join(dir, "shop")
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./examples/shop/cmd/shop")
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-w", "-o", bin, "./examples/shop/cmd/shop")
 	build.Dir = strings.TrimSpace(out.String())
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
@@ -41,7 +41,7 @@ func BuildKfake(ctx context.Context, dir string) (string, error) {
 		return "", fmt.Errorf("find the chaos module: %w", err)
 	}
 	bin := filepath.Join(dir, "kfake")
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./cmd/kfake")
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-w", "-o", bin, "./cmd/kfake")
 	build.Dir = strings.TrimSpace(out.String())
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {

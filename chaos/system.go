@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/ferrydev/ferry/examples/shop"
 	"github.com/ferrydev/ferry/ferryhttp"
+	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 )
 
@@ -381,6 +381,25 @@ func (s *system) supervise(ctx context.Context, arm func(s *system, p *shop.Proc
 	}
 }
 
+// procReport describes each process: its state, its deaths and its last
+// lines, for an error that must say what the system was doing.
+func (s *system) procReport() string {
+	var b strings.Builder
+	for _, p := range s.procs {
+		tail := strings.TrimSpace(p.Tail())
+		if tail == "" {
+			fmt.Fprintf(&b, "%s: %s, %d deaths; no output\n", p.Name, p.State(), p.Deaths())
+			continue
+		}
+		fmt.Fprintf(&b, "%s: %s, %d deaths; last lines:\n", p.Name, p.State(), p.Deaths())
+		lines := strings.Split(tail, "\n")
+		for _, l := range lines[max(0, len(lines)-5):] {
+			fmt.Fprintf(&b, "    %s\n", l)
+		}
+	}
+	return b.String()
+}
+
 // ordersDone reports whether both order services finished.
 func (s *system) ordersDone() bool {
 	for _, p := range s.byPrefix("orders") {
@@ -392,27 +411,34 @@ func (s *system) ordersDone() bool {
 }
 
 // quiet reports whether nothing is left to do: outbox and task table
-// drained, consumer queues empty (final: see broker.quiet).
-func (s *system) quiet(ctx context.Context, final bool) (bool, error) {
-	for _, t := range []struct{ url, table string }{{s.ordersDirect, ""}, {s.pointsDirect, shop.TaskTable}} {
+// drained, consumer queues empty (final: see broker.quiet). When not, it
+// says what is left.
+func (s *system) quiet(ctx context.Context, final bool) (bool, string, error) {
+	for _, t := range []struct{ name, url, table string }{{"orders outbox", s.ordersDirect, ""}, {"sms tasks", s.pointsDirect, shop.TaskTable}} {
 		db, err := shop.Open(ctx, t.url)
 		if err != nil {
-			return false, err
+			return false, "", err
 		}
-		st, err := func() (int64, error) {
+		st, err := func() (ferrystore.Stats, error) {
 			defer db.Close()
 			ob, err := db.Outbox(t.table)
 			if err != nil {
-				return 0, err
+				return ferrystore.Stats{}, err
 			}
-			stats, err := ob.Stats(ctx)
-			return stats.New + stats.Sending, err
+			return ob.Stats(ctx)
 		}()
-		if err != nil || st > 0 {
-			return false, err
+		if err != nil {
+			return false, "", err
+		}
+		if st.New+st.Sending > 0 {
+			return false, fmt.Sprintf("%s: %d new, %d sending", t.name, st.New, st.Sending), nil
 		}
 	}
-	return s.broker.quiet(ctx, final)
+	q, err := s.broker.quiet(ctx, final)
+	if err != nil || q {
+		return q, "", err
+	}
+	return false, "the broker: " + s.broker.pending(ctx), nil
 }
 
 // settle heals every fault, restarts what is down without crash points,
@@ -432,29 +458,31 @@ func (s *system) settle(ctx context.Context) error {
 	defer stopSup()
 	go func() { supErr <- s.supervise(supCtx, nil) }()
 	var since time.Time
+	left := "nothing checked yet" // what the last check found left to do
 	for {
 		select {
 		case err := <-supErr:
 			return err
 		case <-ctx.Done():
-			return errors.New("the system did not go quiet within the settle time")
+			return fmt.Errorf("the system did not go quiet within the settle time (%s); last: %s\n%s",
+				s.o.Settle, left, s.procReport())
 		case <-time.After(100 * time.Millisecond):
 		}
 		if !s.ordersDone() {
-			since = time.Time{}
+			since, left = time.Time{}, "the order services have not finished"
 			continue
 		}
 		// Quiet for a second by the cheap check, then by the final one.
 		final := !since.IsZero() && time.Since(since) > time.Second
-		q, err := s.quiet(ctx, final)
+		q, why, err := s.quiet(ctx, final)
 		if err != nil {
 			// A database or the broker may still be coming back.
-			since = time.Time{}
+			since, left = time.Time{}, "checking failed: "+err.Error()
 			continue
 		}
 		switch {
 		case !q:
-			since = time.Time{}
+			since, left = time.Time{}, why
 		case final:
 			return nil
 		case since.IsZero():

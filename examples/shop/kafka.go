@@ -81,38 +81,48 @@ func kafkaAdmin(url string) (*kadm.Client, *kgo.Client, error) {
 // KafkaQuiet reports whether both consumer groups committed every record
 // of the paid orders' topic: nothing is left to handle.
 func KafkaQuiet(ctx context.Context, url string) (bool, error) {
+	lag, err := KafkaLag(ctx, url)
+	return err == nil && len(lag) == 0, err
+}
+
+// KafkaLag returns, for each consumer group that has not committed every
+// record of the paid orders' topic, the partitions behind, as
+// "partition P: committed C of E" (C is -1 where the group committed
+// nothing). Empty: both groups are done.
+func KafkaLag(ctx context.Context, url string) (map[string][]string, error) {
 	adm, cl, err := kafkaAdmin(url)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	defer cl.Close()
 	ends, err := adm.ListEndOffsets(ctx, RoutePaid)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	if err := ends.Error(); err != nil {
-		return false, err
+		return nil, err
 	}
+	lag := map[string][]string{}
 	for _, g := range consumerGroups {
 		committed, err := adm.FetchOffsets(ctx, g)
 		if err != nil {
-			return false, err
+			return nil, err
 		}
-		quiet := true
 		ends.Each(func(o kadm.ListedOffset) {
 			if o.Offset == 0 {
 				return
 			}
+			at := int64(-1)
 			c, ok := committed.Lookup(o.Topic, o.Partition)
-			if !ok || c.Err != nil || c.At < o.Offset {
-				quiet = false
+			if ok && c.Err == nil {
+				at = c.At
+			}
+			if at < o.Offset {
+				lag[g] = append(lag[g], fmt.Sprintf("partition %d: committed %d of %d", o.Partition, at, o.Offset))
 			}
 		})
-		if !quiet {
-			return false, nil
-		}
 	}
-	return true, nil
+	return lag, nil
 }
 
 // ParkedRecord is a record a consumer group parked.
