@@ -70,8 +70,11 @@ func Run(ctx context.Context, o Options, sc *Scenario) (*Result, error) {
 	defer s.close()
 	s.say("scenario %s on %s + %s: %d orders", sc.Name, o.DB, o.Broker, o.Orders)
 
-	// Every scenario arms one crash point in a relay and one in a
-	// consumer at their first start: no run is without a crash.
+	// Every scenario arms one crash point in a relay, one in a consumer
+	// and one in the payments server, at their first start and at each
+	// restart until it was hit (a SIGKILL can come first): no run is
+	// without a crash, nor, on NATS, whose broker drops republished
+	// events, without a redelivery the inbox absorbs.
 	baseline := map[string][]string{
 		"relay-1":    crashAt(ferry.FaultAfterPublish, 3+o.Orders/400),
 		"points-1":   crashAt(ferrybroker.FaultConsumerAfterHandle, 10+o.Orders/20),
@@ -97,8 +100,18 @@ func Run(ctx context.Context, o Options, sc *Scenario) (*Result, error) {
 
 	loadCtx, stopLoad := context.WithTimeout(ctx, time.Duration(o.Orders/max(o.Rate, 1))*time.Second+2*time.Minute+o.MinFaults)
 	defer stopLoad()
+	arm := func(s *system, p *shop.Proc) []string {
+		var args []string
+		if sc.arm != nil {
+			args = sc.arm(s, p)
+		}
+		if b, ok := baseline[p.Name]; ok && !slices.Contains(args, "--crash-at") && !s.crashed(p) {
+			args = append(args, b...)
+		}
+		return args
+	}
 	supErr := make(chan error, 1)
-	go func() { supErr <- s.supervise(loadCtx, sc.arm) }()
+	go func() { supErr <- s.supervise(loadCtx, arm) }()
 	faultsDone := make(chan struct{})
 	go func() {
 		defer close(faultsDone)

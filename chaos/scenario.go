@@ -87,6 +87,7 @@ func (s *system) kill(p *shop.Proc, why string) {
 	}
 	s.mu.Lock()
 	s.kills++
+	s.killed[p]++
 	s.mu.Unlock()
 	_ = p.Signal(syscall.SIGKILL)
 	s.say("SIGKILL %s (%s)", p.Name, why)

@@ -76,6 +76,15 @@ type system struct {
 	// whose late mark was, or was not, seen fenced.
 	pauseMisses, pausesFenced, pausesUnfenced int
 	events                                    []string
+	killed                                    map[*shop.Proc]int // the harness's SIGKILLs, by process
+}
+
+// crashed reports whether p died at a crash point (of its own) at least
+// once: more deaths than the harness's kills.
+func (s *system) crashed(p *shop.Proc) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return p.Deaths() > s.killed[p]
 }
 
 func (s *system) say(format string, args ...any) {
@@ -89,7 +98,7 @@ func (s *system) say(format string, args ...any) {
 }
 
 func newSystem(ctx context.Context, o Options) (_ *system, err error) {
-	s := &system{o: o, start: time.Now(), px: newProxies(), gateway: shop.NewGateway(5)}
+	s := &system{o: o, start: time.Now(), px: newProxies(), gateway: shop.NewGateway(5), killed: map[*shop.Proc]int{}}
 	defer func() {
 		if err != nil {
 			s.close()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -217,7 +219,7 @@ func consumeKafka(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler,
 	c, err := ferrykafka.DialConsumer(ctx, o.BrokerURL, OnlyPaid(h), &ferrykafka.ConsumerConfig{
 		Group: o.Role, Topics: []string{RoutePaid}, ParkTopic: ParkTopic(o.Role), Concurrency: conc,
 		Retry:         ferrybroker.RetryPolicy{MaxDeliveries: 15, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
-		RevokeTimeout: kafkaRevokeTimeout, FaultPoint: o.FaultPoint,
+		RevokeTimeout: kafkaRevokeTimeout, FaultPoint: o.FaultPoint, Logger: EnvLogger(),
 		ClientOpts: []kgo.Opt{kgo.ClientID("shop-" + o.Role), kgo.SessionTimeout(kafkaSessionTimeout),
 			kgo.RebalanceTimeout(kafkaRebalanceTimeout), kgo.HeartbeatInterval(kafkaHeartbeat),
 			kgo.FetchMaxWait(200 * time.Millisecond)},
@@ -229,4 +231,18 @@ func consumeKafka(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler,
 		return nil, err
 	}
 	return c, nil
+}
+
+// EnvShopLog names the level (debug, info, warn, error) at which the
+// shop's Kafka consumers log to stderr; unset, they log nothing. The chaos
+// harness's Options.Log receives what they write.
+const EnvShopLog = "FERRY_SHOP_LOG"
+
+// EnvLogger returns the logger EnvShopLog asks for, or nil (discarded).
+func EnvLogger() *slog.Logger {
+	var level slog.Level
+	if v := os.Getenv(EnvShopLog); v == "" || level.UnmarshalText([]byte(v)) != nil {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }
