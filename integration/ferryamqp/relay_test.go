@@ -284,16 +284,18 @@ func TestRelayRabbitMQOutageSpendsNoAttempt(t *testing.T) {
 	waitFor(t, time.Minute, func() bool { return r.Stats().Confirmed >= 200 })
 	proxy.Cut()
 	waitFor(t, 30*time.Second, func() bool { return !pub.Connected() })
-	// The outage lasts three seconds: ample time, on the code before this
-	// test, for every pending event to spend both its attempts.
-	outageEnd := time.Now().Add(3 * time.Second)
-	for time.Now().Before(outageEnd) {
-		st, err := b.st.Driver.Stats(b.ctx)
-		require.NoError(t, err)
-		require.Zero(t, st.Dead, "an event went DEAD during the outage")
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitFor(t, 30*time.Second, func() bool { return r.Stats().Outages == 1 })
+	// The outage lasts three seconds from the relay's seeing it: the
+	// fault's length, not a wait for a condition; ample time, on the code
+	// before this test, for every pending event to spend both its
+	// attempts. DEAD is final (only an operator's retry undoes it), so one
+	// look after the outage sees every event that died during it.
+	<-time.After(3 * time.Second)
+	during, err := b.st.Driver.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Zero(t, during.Dead, "an event went DEAD during the outage")
 	atRestore := r.Stats()
+	require.Zero(t, atRestore.Dead, "the relay moved an event to DEAD during the outage: %+v", atRestore)
 	require.Less(t, atRestore.Confirmed, int64(total), "the outage came mid-run")
 	proxy.Restore()
 
