@@ -115,21 +115,11 @@ func (b *natsBroker) startServer(ctx context.Context, o Options) (string, error)
 	if err := b.server.Start(); err != nil {
 		return "", err
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		nc, err := nats.Connect("nats://127.0.0.1:"+port, nats.Timeout(time.Second))
-		if err == nil {
-			nc.Close()
-			return "nats://127.0.0.1:" + port, nil
-		}
-		if !b.server.Running() {
-			return "", fmt.Errorf("%s exited: %s; its last lines:\n%s", o.NATSServer, b.server.State(), b.server.Tail())
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return "", fmt.Errorf("%s did not listen on port %s: %w", o.NATSServer, port, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	addr := "127.0.0.1:" + port
+	if err := waitListening(ctx, b.server, addr); err != nil {
+		return "", err
 	}
+	return "nats://" + addr, nil
 }
 
 func (b *natsBroker) url() string         { return b.proxied }

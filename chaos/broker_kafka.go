@@ -89,19 +89,30 @@ func (b *kafkaBroker) start(ctx context.Context) error {
 	if err := b.proc.Start(); err != nil {
 		return err
 	}
+	addrs := make([]string, len(b.ports))
+	for i, port := range b.ports {
+		addrs[i] = "127.0.0.1:" + port
+	}
+	return waitListening(ctx, b.proc, addrs...)
+}
+
+// waitListening waits up to 30 s until every addr accepts a TCP
+// connection, and fails early when p, the process that is to listen on
+// them, exits.
+func waitListening(ctx context.Context, p *shop.Proc, addrs ...string) error {
 	deadline := time.Now().Add(30 * time.Second)
-	for _, port := range b.ports {
+	for _, addr := range addrs {
 		for {
-			c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second)
+			c, err := net.DialTimeout("tcp", addr, time.Second)
 			if err == nil {
 				c.Close()
 				break
 			}
-			if !b.proc.Running() {
-				return fmt.Errorf("kfake exited: %s", b.proc.State())
+			if !p.Running() {
+				return fmt.Errorf("%s exited: %s; its last lines:\n%s", p.Name, p.State(), p.Tail())
 			}
 			if time.Now().After(deadline) || ctx.Err() != nil {
-				return fmt.Errorf("kfake did not listen on %s: %w", port, err)
+				return fmt.Errorf("%s did not listen on %s: %w", p.Name, addr, err)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
