@@ -157,7 +157,20 @@ func exerciseClaim[TTx any](t *testing.T, h Harness[TTx]) {
 						last = true
 					default:
 					}
-					msgs, err := b.store.Claim(b.ctx, ferrystore.ClaimParams{Limit: 10, Token: token, Lease: time.Minute})
+					// A claim may lose the lock too: on SQLite its busy
+					// handler is not fair, and a claimer can wait past the
+					// busy timeout while the others take turns. The relay
+					// claims again after a backoff; so does this claimer,
+					// a few times.
+					var msgs []ferrytype.Message
+					var err error
+					for try := 1; ; try++ {
+						msgs, err = b.store.Claim(b.ctx, ferrystore.ClaimParams{Limit: 10, Token: token, Lease: time.Minute})
+						if err == nil || !errors.Is(err, ferrytype.ErrLockConflict) || try == 5 {
+							break
+						}
+						time.Sleep(50 * time.Millisecond)
+					}
 					if err != nil {
 						errs <- fmt.Errorf("claimer %d: %w", c, err)
 						return
