@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -130,8 +131,23 @@ func (b *natsBroker) quiet(ctx context.Context, _ bool) (bool, error) {
 	return q, err
 }
 
-func (b *natsBroker) pending(context.Context) string {
-	return "a consumer group has messages pending or unacknowledged"
+func (b *natsBroker) pending(ctx context.Context) string {
+	var parts []string
+	for _, group := range []string{"points", "sms"} {
+		c, err := b.js.Consumer(ctx, shop.Stream, group)
+		if err != nil {
+			parts = append(parts, group+": "+err.Error())
+			continue
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			parts = append(parts, group+": "+err.Error())
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %d pending, %d unacknowledged (%d redelivered)",
+			group, info.NumPending, info.NumAckPending, info.NumRedelivered))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func (b *natsBroker) parked(ctx context.Context) (map[string][]parkedMsg, error) {
