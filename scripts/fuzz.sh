@@ -10,6 +10,8 @@
 # no DWARF, a third less linking.
 #
 # FERRY_FUZZ_SKIP lists targets (space-separated) not to explore.
+# FERRY_FUZZ_WORKERS sets the fuzzing processes of each target (go test
+# -parallel; default one per core).
 #
 # The fuzzing engine itself sometimes ends a run with "context deadline
 # exceeded" as -fuzztime runs out, with no failing input: such a run is
@@ -18,6 +20,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 fuzztime=${FERRY_FUZZTIME:-10s}
+workers=()
+if [ -n "${FERRY_FUZZ_WORKERS:-}" ]; then
+  workers=(-parallel "$FERRY_FUZZ_WORKERS")
+fi
 skip=" ${FERRY_FUZZ_SKIP:-} "
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -30,8 +36,8 @@ for file in $targets; do
       continue
     fi
     for try in 1 2 3; do
-      echo "fuzz: $pkg $fn for $fuzztime"
-      if go test -trimpath -ldflags=-w -run '^$' -fuzz "^${fn}\$" -fuzztime "$fuzztime" "$pkg" 2>&1 | tee "$log"; then
+      echo "fuzz: $pkg $fn for $fuzztime${workers:+ with ${workers[1]} worker(s)}"
+      if go test -trimpath -ldflags=-w "${workers[@]}" -run '^$' -fuzz "^${fn}\$" -fuzztime "$fuzztime" "$pkg" 2>&1 | tee "$log"; then
         break
       fi
       if grep -q "Failing input written to" "$log" || [ "$try" = 3 ]; then

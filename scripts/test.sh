@@ -12,6 +12,13 @@
 #                                FERRY_TEST_RACE=1
 #   scripts/test.sh -run TestX   other arguments go to every go test run
 #
+# FERRY_TEST_BESIDE_CHAOS names a command to run beside the chaos suite
+# (CI runs the fuzzing there, scripts/fuzz.sh with one worker): the rows
+# leave about a fifth of the two cores idle while their processes wait on
+# rates, timeouts and servers. Its output is printed after the suite's,
+# and its failure fails the run. In the quick tier it runs after the
+# modules' tests.
+#
 # FERRY_TEST_OUT names a directory to keep the go test -json files in
 # (default: a temporary one, removed at the end). Exits non-zero when any
 # package failed, after running them all.
@@ -63,6 +70,19 @@ echo "test: every module's packages${race:+ (-race)}"
 # about a third of linking each of the 35 binaries, linked again every run.
 "${gotestsum[@]}" --jsonfile "$out/modules.json" -- $race -trimpath -ldflags=-w -count=1 -timeout 30m -parallel 4 "$@" $pkgs || failed+=(modules)
 mid=$(date +%s)
+beside=${FERRY_TEST_BESIDE_CHAOS:-}
+beside_pid=
+if [ -n "$beside" ]; then
+  echo "test: beside the chaos suite: $beside (its output follows the suite's)"
+  (
+    b=$(date +%s)
+    bash -c "$beside"
+    rc=$?
+    echo "test: '$beside' took $(($(date +%s) - b)) s, exit status $rc"
+    exit $rc
+  ) >"$out/beside.log" 2>&1 &
+  beside_pid=$!
+fi
 if [ "$short" = 1 ]; then
   echo "test: the chaos suite is skipped in the quick tier (-short)"
 else
@@ -74,6 +94,10 @@ else
   # and a third row only slowed the others down.
   echo "test: the chaos suite (chaos/), at its reduced size"
   (cd chaos && "${gotestsum[@]}" --jsonfile "$out/chaos.json" -- -trimpath -ldflags=-w -count=1 -timeout 30m -parallel 2 "$@" ./...) || failed+=(chaos)
+fi
+if [ -n "$beside_pid" ]; then
+  wait "$beside_pid" || failed+=("'$beside'")
+  cat "$out/beside.log"
 fi
 end=$(date +%s)
 
