@@ -33,11 +33,25 @@ for a in "$@"; do
   case "$a" in -short | -short=true | --short) short=1 ;; esac
 done
 out=${FERRY_TEST_OUT:-}
+tmp_out=
 if [ -z "$out" ]; then
   out=$(mktemp -d "${TMPDIR:-/tmp}/ferry-test.XXXXXX")
-  trap 'rm -rf "$out"' EXIT
+  tmp_out=$out
 fi
 mkdir -p "$out"
+# The command beside the chaos suite runs in a process group of its own;
+# an interrupted run stops it (and the fuzzing it started) rather than
+# leaving it behind.
+beside_pid=
+cleanup() {
+  if [ -n "$beside_pid" ] && kill -0 "$beside_pid" 2>/dev/null; then
+    kill -TERM -- "-$beside_pid" 2>/dev/null || kill -TERM "$beside_pid" 2>/dev/null
+  fi
+  [ -n "$tmp_out" ] && rm -rf "$tmp_out"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # Every package of every module but chaos, and the module it belongs to;
 # the modules with the longest tests first, so that they do not start last
@@ -71,9 +85,9 @@ echo "test: every module's packages${race:+ (-race)}"
 "${gotestsum[@]}" --jsonfile "$out/modules.json" -- $race -trimpath -ldflags=-w -count=1 -timeout 30m -parallel 4 "$@" $pkgs || failed+=(modules)
 mid=$(date +%s)
 beside=${FERRY_TEST_BESIDE_CHAOS:-}
-beside_pid=
 if [ -n "$beside" ]; then
   echo "test: beside the chaos suite: $beside (its output follows the suite's)"
+  set -m # a process group of its own, for cleanup
   (
     b=$(date +%s)
     bash -c "$beside"
@@ -82,6 +96,7 @@ if [ -n "$beside" ]; then
     exit $rc
   ) >"$out/beside.log" 2>&1 &
   beside_pid=$!
+  set +m
 fi
 if [ "$short" = 1 ]; then
   echo "test: the chaos suite is skipped in the quick tier (-short)"

@@ -163,16 +163,11 @@ func exerciseClaim[TTx any](t *testing.T, h Harness[TTx]) {
 					// claims again after a backoff; so does this claimer,
 					// a few times.
 					var msgs []ferrytype.Message
-					var err error
-					for try := 1; ; try++ {
+					if err := retryLockConflict(func() (err error) {
 						msgs, err = b.store.Claim(b.ctx, ferrystore.ClaimParams{Limit: 10, Token: token, Lease: time.Minute})
-						if err == nil || !errors.Is(err, ferrytype.ErrLockConflict) || try == 5 {
-							break
-						}
-						time.Sleep(50 * time.Millisecond)
-					}
-					if err != nil {
-						errs <- fmt.Errorf("claimer %d: %w", c, err)
+						return err
+					}); err != nil {
+						errs <- fmt.Errorf("claimer %d: claim: %w", c, err)
 						return
 					}
 					if len(msgs) == 0 {
@@ -196,15 +191,12 @@ func exerciseClaim[TTx any](t *testing.T, h Harness[TTx]) {
 					// InnoDB; the relay tries a mark again (until the
 					// lease ends), and so does this claimer. Producers get
 					// no such allowance.
-					for try := 1; ; try++ {
+					if err := retryLockConflict(func() error {
 						_, err := b.store.MarkSent(b.ctx, token, ids(msgs))
-						if err == nil {
-							break
-						}
-						if !errors.Is(err, ferrytype.ErrLockConflict) || try == 5 {
-							errs <- fmt.Errorf("claimer %d: mark sent (try %d): %w", c, try, err)
-							return
-						}
+						return err
+					}); err != nil {
+						errs <- fmt.Errorf("claimer %d: mark sent: %w", c, err)
+						return
 					}
 				}
 			}(c)
@@ -221,4 +213,21 @@ func exerciseClaim[TTx any](t *testing.T, h Harness[TTx]) {
 			require.Equal(t, 1, n, "event %s claimed %d times", id, n)
 		}
 	})
+}
+
+// retryLockConflict calls op until it succeeds, fails with an error other
+// than [ferrytype.ErrLockConflict], or has lost the lock five times, 50 ms
+// apart, as a relay that claims or marks again after a backoff would.
+func retryLockConflict(op func() error) error {
+	const tries = 5
+	for try := 1; ; try++ {
+		err := op()
+		if err == nil || !errors.Is(err, ferrytype.ErrLockConflict) {
+			return err
+		}
+		if try == tries {
+			return fmt.Errorf("lost the lock %d times: %w", tries, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
