@@ -98,8 +98,17 @@ func Run(ctx context.Context, o Options, sc *Scenario) (*Result, error) {
 		}
 	}
 
-	loadCtx, stopLoad := context.WithTimeout(ctx, time.Duration(o.Orders/max(o.Rate, 1))*time.Second+2*time.Minute+o.MinFaults)
+	// The load has no deadline of its own but ctx's: how long it takes
+	// depends on the machine (each payments crash costs a restart, and
+	// so on). What fails it is a stall: no order committed for
+	// loadStall.
+	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
+	progress, err := s.orderProgress(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer progress.close()
 	arm := func(s *system, p *shop.Proc) []string {
 		var args []string
 		if sc.arm != nil {
@@ -132,8 +141,15 @@ func Run(ctx context.Context, o Options, sc *Scenario) (*Result, error) {
 			stopLoad()
 			return nil, err
 		case <-loadCtx.Done():
-			return nil, fmt.Errorf("the order services did not finish: %w", loadCtx.Err())
+			return nil, fmt.Errorf("the order services did not finish (%s): %w", progress, loadCtx.Err())
 		case <-time.After(100 * time.Millisecond):
+		}
+		if stalled, err := progress.stalled(ctx); err != nil || stalled {
+			stopLoad()
+			if err == nil {
+				err = fmt.Errorf("the order services stalled: %s", progress)
+			}
+			return nil, err
 		}
 	}
 	s.say("orders placed")
