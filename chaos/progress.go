@@ -19,9 +19,10 @@ const loadStall = time.Minute
 type progress struct {
 	db      *shop.DB
 	start   time.Time
-	every   time.Duration
-	checked time.Time // last query
-	moved   time.Time // last query that saw the count grow
+	every   time.Duration // between counts
+	stall   time.Duration // loadStall
+	checked time.Time     // last query
+	moved   time.Time     // last query that saw the count grow
 	orders  int64
 	err     error // last query's error, if it failed
 }
@@ -31,12 +32,16 @@ func (s *system) orderProgress(ctx context.Context) (*progress, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open the orders database to watch the load: %w", err)
 	}
+	return newProgress(db, 2*time.Second, loadStall), nil
+}
+
+func newProgress(db *shop.DB, every, stall time.Duration) *progress {
 	now := time.Now()
-	return &progress{db: db, start: now, moved: now, every: 2 * time.Second}, nil
+	return &progress{db: db, start: now, moved: now, every: every, stall: stall}
 }
 
 // stalled counts the committed orders (at most once per p.every) and
-// reports whether none was committed for loadStall. A failed count is
+// reports whether none was committed for p.stall. A failed count is
 // not progress, and is said in String; only ctx's end is an error.
 func (p *progress) stalled(ctx context.Context) (bool, error) {
 	if time.Since(p.checked) < p.every {
@@ -53,7 +58,7 @@ func (p *progress) stalled(ctx context.Context) (bool, error) {
 	if p.err == nil && n > p.orders {
 		p.orders, p.moved = n, p.checked
 	}
-	return time.Since(p.moved) >= loadStall, nil
+	return p.checked.Sub(p.moved) >= p.stall, nil
 }
 
 func (p *progress) String() string {

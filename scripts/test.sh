@@ -47,7 +47,7 @@ cleanup() {
   if [ -n "$beside_pid" ] && kill -0 "$beside_pid" 2>/dev/null; then
     kill -TERM -- "-$beside_pid" 2>/dev/null || kill -TERM "$beside_pid" 2>/dev/null
   fi
-  [ -n "$tmp_out" ] && rm -rf "$tmp_out"
+  if [ -n "$tmp_out" ]; then rm -rf "$tmp_out"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT
