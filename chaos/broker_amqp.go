@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -30,6 +31,14 @@ type amqpBroker struct {
 	mu   sync.Mutex // guards conn and ch, opened by the first publishPaid
 	conn *amqp.Connection
 	ch   *amqp.Channel
+
+	// stopped is set from a stop_app until the start_app after it
+	// succeeded: heal starts the application only then (each rabbitmqctl
+	// run boots an Erlang VM, a second of CPU).
+	stopped atomic.Bool
+	// count is the connection ready counts on, dialled again after a
+	// failure; only the settle's loop uses it.
+	count *amqp.Connection
 }
 
 func rabbitmqctl(ctx context.Context, args ...string) (string, error) {
@@ -135,15 +144,20 @@ func (b *amqpBroker) pending(ctx context.Context) string {
 // ready returns the messages of the points and sms queues that no
 // consumer holds (a queue missing, as after a restart, is an error).
 func (b *amqpBroker) ready() (int, error) {
-	conn, err := amqp.DialConfig(b.direct, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	if b.count == nil || b.count.IsClosed() {
+		conn, err := amqp.DialConfig(b.direct, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+		if err != nil {
+			return 0, err
+		}
+		b.count = conn
+	}
+	// A channel a check: a passive declare of a missing queue closes it.
+	ch, err := b.count.Channel()
 	if err != nil {
+		b.count.Close()
 		return 0, err
 	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return 0, err
-	}
+	defer ch.Close()
 	n := 0
 	for _, name := range []string{"points", "sms"} {
 		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
@@ -189,6 +203,7 @@ func (b *amqpBroker) parked(ctx context.Context) (map[string][]parkedMsg, error)
 func (b *amqpBroker) restart(ctx context.Context, down time.Duration) error {
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
+	b.stopped.Store(true)
 	if _, err := rabbitmqctl(stopCtx, "stop_app"); err != nil {
 		return err
 	}
@@ -199,11 +214,14 @@ func (b *amqpBroker) restart(ctx context.Context, down time.Duration) error {
 	return b.heal(context.WithoutCancel(ctx))
 }
 
-// heal starts RabbitMQ's application if it is stopped and waits until it
-// accepts connections.
+// heal starts RabbitMQ's application if a restart stopped it and waits
+// until it accepts connections.
 func (b *amqpBroker) heal(ctx context.Context) error {
-	if _, err := rabbitmqctl(ctx, "start_app"); err != nil {
-		return err
+	if b.stopped.Load() {
+		if _, err := rabbitmqctl(ctx, "start_app"); err != nil {
+			return err
+		}
+		b.stopped.Store(false)
 	}
 	deadline := time.Now().Add(90 * time.Second)
 	for {
@@ -257,6 +275,9 @@ func (b *amqpBroker) publishPaid(ctx context.Context, msgID string, body []byte)
 func (b *amqpBroker) close() {
 	if b.conn != nil {
 		b.conn.Close()
+	}
+	if b.count != nil {
+		b.count.Close()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

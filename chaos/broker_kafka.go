@@ -26,9 +26,10 @@ const kafkaBrokers = 3
 
 // kafkaBroker is a kfake cluster of three brokers run as a process of its
 // own (cmd/kfake), so that the harness can stop and start it; each broker
-// listens on a fixed loopback port behind a proxy of its own and
-// advertises the proxy's address, so that every connection a client makes
-// (the seed's and each broker's) goes through the proxies. The cluster
+// listens on a fixed loopback port, where a network scenario puts a proxy
+// of its own in front, and advertises the proxy's address, so that every
+// connection a client makes (the seed's and each broker's) goes through
+// the proxies. The cluster
 // persists to a directory: a restart keeps topics, records, committed
 // offsets and producer ids.
 type kafkaBroker struct {

@@ -63,7 +63,7 @@ func Run(ctx context.Context, o Options, sc *Scenario) (*Result, error) {
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
-	s, err := newSystem(ctx, o)
+	s, err := newSystem(ctx, o, sc.Network)
 	if err != nil {
 		return nil, err
 	}

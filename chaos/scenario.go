@@ -22,6 +22,10 @@ type Scenario struct {
 	// DBs and Brokers the fault applies to; empty means all (but Kafka:
 	// see KafkaDB).
 	DBs, Brokers []string
+	// Network: the processes reach the databases and the broker through
+	// proxies (toxiproxy) the scenario's faults put toxics on. Without
+	// it, they connect directly.
+	Network bool
 	// KafkaDB is the one database the scenario runs on with Kafka; empty:
 	// the scenario does not run on Kafka. One database per scenario keeps
 	// the Kafka rows to a few minutes: MariaDB for the faults of
@@ -145,6 +149,7 @@ var Scenarios = []*Scenario{
 	{
 		Name:    "network",
 		KafkaDB: "postgres",
+		Network: true,
 		About:   "toxiproxy between the processes and the databases and broker: connection resets, black holes, latency",
 		faults: func(ctx context.Context, s *system) {
 			toxics := []struct{ kind, attrs string }{

@@ -21,7 +21,6 @@ import (
 
 	"github.com/ferrydev/ferry/examples/shop"
 	"github.com/ferrydev/ferry/ferryhttp"
-	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 )
 
@@ -65,7 +64,7 @@ type system struct {
 	gateway *shop.Gateway
 	http    *http.Server
 
-	ordersURL, pointsURL            string // through the proxy
+	ordersURL, pointsURL            string // through the proxy (Scenario.Network), else direct
 	ordersDirect, pointsDirect      string
 	dropDBs                         func()
 	procs                           []*shop.Proc
@@ -97,8 +96,8 @@ func (s *system) say(format string, args ...any) {
 	}
 }
 
-func newSystem(ctx context.Context, o Options) (_ *system, err error) {
-	s := &system{o: o, start: time.Now(), px: newProxies(), gateway: shop.NewGateway(5), killed: map[*shop.Proc]int{}}
+func newSystem(ctx context.Context, o Options, network bool) (_ *system, err error) {
+	s := &system{o: o, start: time.Now(), px: newProxies(network), gateway: shop.NewGateway(5), killed: map[*shop.Proc]int{}}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -422,20 +421,23 @@ func (s *system) ordersDone() bool {
 // quiet reports whether nothing is left to do: outbox and task table
 // drained, consumer queues empty (final: see broker.quiet). When not, it
 // says what is left.
-func (s *system) quiet(ctx context.Context, final bool) (bool, string, error) {
-	for _, t := range []struct{ name, url, table string }{{"orders outbox", s.ordersDirect, ""}, {"sms tasks", s.pointsDirect, shop.TaskTable}} {
-		db, err := shop.Open(ctx, t.url)
+func (s *system) quiet(ctx context.Context, dbs *quietDBs, final bool) (bool, string, error) {
+	for _, t := range []struct {
+		name, url, table string
+		db               **shop.DB
+	}{{"orders outbox", s.ordersDirect, "", &dbs.orders}, {"sms tasks", s.pointsDirect, shop.TaskTable, &dbs.points}} {
+		if *t.db == nil {
+			db, err := shop.Open(ctx, t.url)
+			if err != nil {
+				return false, "", err
+			}
+			*t.db = db
+		}
+		ob, err := (*t.db).Outbox(t.table)
 		if err != nil {
 			return false, "", err
 		}
-		st, err := func() (ferrystore.Stats, error) {
-			defer db.Close()
-			ob, err := db.Outbox(t.table)
-			if err != nil {
-				return ferrystore.Stats{}, err
-			}
-			return ob.Stats(ctx)
-		}()
+		st, err := ob.Stats(ctx)
 		if err != nil {
 			return false, "", err
 		}
@@ -448,6 +450,19 @@ func (s *system) quiet(ctx context.Context, final bool) (bool, string, error) {
 		return q, "", err
 	}
 	return false, "the broker: " + s.broker.pending(ctx), nil
+}
+
+// quietDBs are the pools quiet counts with, opened at the first check
+// and kept for the settle (a fresh connection each 100 ms cost more
+// database CPU than the counts).
+type quietDBs struct{ orders, points *shop.DB }
+
+func (d *quietDBs) close() {
+	for _, db := range []*shop.DB{d.orders, d.points} {
+		if db != nil {
+			db.Close()
+		}
+	}
 }
 
 // settle heals every fault, restarts what is down without crash points,
@@ -468,6 +483,8 @@ func (s *system) settle(ctx context.Context) error {
 	go func() { supErr <- s.supervise(supCtx, nil) }()
 	var since time.Time
 	left := "nothing checked yet" // what the last check found left to do
+	dbs := &quietDBs{}
+	defer dbs.close()
 	for {
 		select {
 		case err := <-supErr:
@@ -483,7 +500,7 @@ func (s *system) settle(ctx context.Context) error {
 		}
 		// Quiet for a second by the cheap check, then by the final one.
 		final := !since.IsZero() && time.Since(since) > time.Second
-		q, why, err := s.quiet(ctx, final)
+		q, why, err := s.quiet(ctx, dbs, final)
 		if err != nil {
 			// A database or the broker may still be coming back.
 			since, left = time.Time{}, "checking failed: "+err.Error()

@@ -75,6 +75,13 @@ type DB struct {
 	close   func() error
 }
 
+// maxConns bounds a shop pool; as many are kept idle. database/sql keeps
+// two by default, so a process whose relay lanes, sweeper and heartbeat
+// query at once closed a connection after nearly every query and opened
+// another: on PostgreSQL, a backend forked and its caches loaded each
+// time.
+const maxConns = 16
+
 // Open opens the database at url (mysql://, postgres://, sqlite:).
 func Open(ctx context.Context, url string) (*DB, error) {
 	switch {
@@ -95,7 +102,8 @@ func Open(ctx context.Context, url string) (*DB, error) {
 			db.Close()
 			return nil, err
 		}
-		db.SetMaxOpenConns(16)
+		db.SetMaxOpenConns(maxConns)
+		db.SetMaxIdleConns(maxConns)
 		return &DB{DB: db, Dialect: "mysql", close: db.Close}, nil
 	case strings.HasPrefix(url, "postgres:") || strings.HasPrefix(url, "postgresql:"):
 		cfg, err := pgx.ParseConfig(url)
@@ -110,7 +118,8 @@ func Open(ctx context.Context, url string) (*DB, error) {
 			db.Close()
 			return nil, err
 		}
-		db.SetMaxOpenConns(16)
+		db.SetMaxOpenConns(maxConns)
+		db.SetMaxIdleConns(maxConns)
 		return &DB{DB: db, Dialect: "postgres", close: db.Close}, nil
 	case strings.HasPrefix(url, "sqlite:"):
 		s, err := ferrysqlite.Open(ctx, url, nil)
