@@ -1,9 +1,16 @@
 package chaos_test
 
 import (
+	"cmp"
 	"context"
 	"flag"
+	"fmt"
+	"io"
 	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,72 +70,142 @@ var combos = []struct{ db, broker string }{
 // ten seconds of faults; pause: 1,000 over 25) with the same checker as
 // the full run. The rows run side by side (go test -parallel; scripts/test.sh
 // runs two at a time): each has its own tables, streams, queues, topics,
-// proxies and processes. The RabbitMQ restart waits until no other row
+// proxies and processes. FERRY_CHAOS_LOG=dir keeps each row's process
+// output there. The RabbitMQ restart waits until no other row
 // uses the server (testsvc.DisruptRabbitMQ) and keeps them out meanwhile.
 func TestScenarios(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the chaos suite is not part of the quick tier (-short): scripts/test.sh runs it")
 	}
 	full := os.Getenv("FERRY_CHAOS_FULL") == "1"
+	type row struct {
+		sc         *chaos.Scenario
+		db, broker string
+	}
+	var rows []row
 	for _, sc := range chaos.Scenarios {
 		for _, c := range combos {
-			if !sc.Applies(c.db, c.broker) || !full && !inSuite(sc, c.db, c.broker) {
-				continue
+			if sc.Applies(c.db, c.broker) && (full || inSuite(sc, c.db, c.broker)) {
+				rows = append(rows, row{sc, c.db, c.broker})
 			}
-			t.Run(sc.Name+"/"+c.db+"+"+c.broker, func(t *testing.T) {
-				if why := knownStalls[sc.Name+"/"+c.db+"+"+c.broker]; why != "" && !full {
-					t.Skip("a known stall, not yet fixed: " + why + " (FERRY_CHAOS_FULL=1 runs it)")
-				}
-				t.Parallel()
-				switch c.db {
-				case "mysql":
-					testsvc.MySQL(t)
-				case "postgres":
-					testsvc.Postgres(t)
-				}
-				switch {
-				case c.broker == "nats" && natsServer == "":
-					testsvc.NATS(t) // the rows take the shared server in turn
-				case c.broker == "nats":
-					// The harness runs a NATS server of the row's own.
-				case c.broker == "kafka":
-					// The harness runs kfake itself (cmd/kfake).
-				case sc.Name == "broker-restart":
-					// Other packages' RabbitMQ tests wait while this one
-					// stops the server.
-					testsvc.DisruptRabbitMQ(t)
-					testsvc.RabbitMQ(t)
-				default:
-					testsvc.RabbitMQ(t)
-				}
-				// 400 orders, 20 a second from each of the two order
-				// services: the load lasts the ten seconds of faults every
-				// run has at least (MinFaults).
-				orders, rate := 400, 20
-				if sc.Name == "pause" {
-					// Pauses land only while events flow (about one every
-					// 4 s): a longer load (25 s) gives each run several.
-					orders = 1000
-				}
-				// Liveness bounds, not timings: a row's load took up to 108 s
-				// beside two CPU hogs (48 s alone), and fails only when no
-				// order commits for a minute; a Kafka row once did not go
-				// quiet within a 2 min settle (its groups rebalancing after
-				// the kills, as far as is known); the run's default settle
-				// of 3 min, and the error says what was left. 8 min in all.
-				ctx := testsvc.Context(t, 8*time.Minute)
-				res, err := chaos.Run(ctx, chaos.Options{
-					DB: c.db, Broker: c.broker, Orders: orders, Rate: rate, Bin: shopBin, KfakeBin: kfakeBin, Out: testWriter{t},
-					MinFaults: 10 * time.Second, Settle: 3 * time.Minute,
-					MySQLURL: testsvc.URL(testsvc.EnvMySQL), PostgresURL: testsvc.URL(testsvc.EnvPostgres),
-					NATSURL: testsvc.URL(testsvc.EnvNATS), NATSServer: natsServer, AMQPURL: testsvc.URL(testsvc.EnvAMQP),
-				}, sc)
-				require.NoError(t, err)
-				t.Log("\n" + res.String())
-				require.True(t, res.OK(), "violations: %v", res.Violations)
-			})
 		}
 	}
+	// The longest rows first (rowCost), so that the last to end is a short
+	// one rather than a long one running alone. The rows do not call
+	// t.Parallel, whose paused tests start in no set order: go test
+	// -parallel workers take them from a queue in this order, and run each
+	// with t.Run (which several goroutines may call at once).
+	slices.SortStableFunc(rows, func(a, b row) int {
+		return cmp.Compare(rowCost(b.sc.Name, b.db, b.broker), rowCost(a.sc.Name, a.db, a.broker))
+	})
+	queue := make(chan row)
+	var workers sync.WaitGroup
+	for range min(parallel(), len(rows)) {
+		workers.Go(func() {
+			for r := range queue {
+				t.Run(r.sc.Name+"/"+r.db+"+"+r.broker, func(t *testing.T) { runRow(t, r.sc, r.db, r.broker, full) })
+			}
+		})
+	}
+	for _, r := range rows {
+		queue <- r
+	}
+	close(queue)
+	workers.Wait()
+}
+
+// parallel is go test's -parallel (default GOMAXPROCS).
+func parallel() int {
+	if f := flag.Lookup("test.parallel"); f != nil {
+		if n, ok := f.Value.(flag.Getter).Get().(int); ok && n > 0 {
+			return n
+		}
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+// runRow runs scenario sc on db and broker and checks its result.
+func runRow(t *testing.T, sc *chaos.Scenario, db, broker string, full bool) {
+	if why := knownStalls[sc.Name+"/"+db+"+"+broker]; why != "" && !full {
+		t.Skip("a known stall, not yet fixed: " + why + " (FERRY_CHAOS_FULL=1 runs it)")
+	}
+	switch db {
+	case "mysql":
+		testsvc.MySQL(t)
+	case "postgres":
+		testsvc.Postgres(t)
+	}
+	switch {
+	case broker == "nats" && natsServer == "":
+		testsvc.NATS(t) // the rows take the shared server in turn
+	case broker == "nats":
+		// The harness runs a NATS server of the row's own.
+	case broker == "kafka":
+		// The harness runs kfake itself (cmd/kfake).
+	case sc.Name == "broker-restart":
+		// Other packages' RabbitMQ tests wait while this one
+		// stops the server.
+		testsvc.DisruptRabbitMQ(t)
+		testsvc.RabbitMQ(t)
+	default:
+		testsvc.RabbitMQ(t)
+	}
+	// 400 orders, 20 a second from each of the two order
+	// services: the load lasts the ten seconds of faults every
+	// run has at least (MinFaults).
+	orders, rate := 400, 20
+	if sc.Name == "pause" {
+		// Pauses land only while events flow (about one every
+		// 4 s): a longer load (25 s) gives each run several.
+		orders = 1000
+	}
+	// Liveness bounds, not timings: a row's load took up to 108 s
+	// beside two CPU hogs (48 s alone), and fails only when no
+	// order commits for a minute; a Kafka row once did not go
+	// quiet within a 2 min settle (its groups rebalancing after
+	// the kills, as far as is known); the run's default settle
+	// of 3 min, and the error says what was left. 8 min in all.
+	ctx := testsvc.Context(t, 8*time.Minute)
+	// FERRY_CHAOS_LOG names a directory for each row's process
+	// output (a file a row, each line with its time in the row).
+	var plog io.Writer
+	if d := os.Getenv("FERRY_CHAOS_LOG"); d != "" {
+		f, err := os.Create(filepath.Join(d, sc.Name+"-"+db+"+"+broker+".log"))
+		require.NoError(t, err)
+		defer f.Close()
+		plog = &lockedWriter{w: f, start: time.Now()}
+	}
+	res, err := chaos.Run(ctx, chaos.Options{
+		DB: db, Broker: broker, Orders: orders, Rate: rate, Bin: shopBin, KfakeBin: kfakeBin, Out: testWriter{t}, Log: plog,
+		MinFaults: 10 * time.Second, Settle: 3 * time.Minute,
+		MySQLURL: testsvc.URL(testsvc.EnvMySQL), PostgresURL: testsvc.URL(testsvc.EnvPostgres),
+		NATSURL: testsvc.URL(testsvc.EnvNATS), NATSServer: natsServer, AMQPURL: testsvc.URL(testsvc.EnvAMQP),
+	}, sc)
+	require.NoError(t, err)
+	t.Log("\n" + res.String())
+	require.True(t, res.OK(), "violations: %v", res.Violations)
+}
+
+// rowCost is a row's rough length in seconds, for the order the rows
+// start in: each row's time in a CI run of the suite (scripts/test.sh,
+// two rows at a time), rounded. Only the order matters: a wrong figure
+// costs time, never a check. The RabbitMQ restart comes first of all: it
+// waits until no other row uses RabbitMQ and keeps them out meanwhile,
+// which at the start, beside a Kafka row (the next longest), costs
+// nothing.
+func rowCost(scenario, db, broker string) int {
+	if scenario == "broker-restart" && broker == "amqp" {
+		return 1000
+	}
+	cost := map[string]int{"crashpoints": 55, "payments": 50, "commit-reset": 45, "pause": 40, "duplicate-storm": 25,
+		"broker-restart": 30, "poison": 25, "network": 30, "kill": 20}[scenario]
+	switch {
+	case broker == "kafka":
+		cost += 15
+	case db == "postgres":
+		cost += 10
+	}
+	return cost
 }
 
 // knownStalls are the rows that fail, now and then, for a reason found
@@ -149,6 +226,21 @@ func inSuite(sc *chaos.Scenario, db, broker string) bool {
 		return true
 	}
 	return sc.InSuite(db, broker)
+}
+
+// lockedWriter writes a row's process output, each line with its time
+// since the row's start.
+type lockedWriter struct {
+	mu    sync.Mutex
+	w     io.Writer
+	start time.Time
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fmt.Fprintf(w.w, "[%6.2fs] ", time.Since(w.start).Seconds())
+	return w.w.Write(p)
 }
 
 type testWriter struct{ t *testing.T }
