@@ -573,21 +573,49 @@ func TestRelayProbeFindsEventsOfAnotherProcess(t *testing.T) {
 			cs := &countingStore{Driver: b.st.Driver, claims: make(chan time.Time, 100),
 				claimed: make(chan int, 100), probes: make(chan probe, 1000)}
 			// No Wakeup and no LISTEN: the producer is another process,
-			// and only the probe can notice its commits.
-			r, err := ferry.NewRelay(cs, b.publisher(t), &ferry.RelayConfig{DisableListen: true})
+			// and only the probe can notice its commits. One lane, so
+			// that the claims come one after another.
+			r, err := ferry.NewRelay(cs, b.publisher(t), &ferry.RelayConfig{DisableListen: true, Lanes: 1})
 			require.NoError(t, err)
 			require.NoError(t, r.Start(b.ctx))
 			t.Cleanup(func() { _ = r.Stop(context.Background()) })
 			require.Zero(t, receive(t, cs.claimed, 10*time.Second, "claim at start"))
 			for i := 1; i <= 3; i++ {
+				waitIdle(t, cs)
 				b.enqueue(t, 1, func(int) string { return "1" })
 				// The relay claims the event only after a probe saw it.
-				for p := receive(t, cs.probes, 10*time.Second, "probe"); !p.ready; p = receive(t, cs.probes, 10*time.Second, "probe") {
+				deadline := time.Now().Add(30 * time.Second)
+				for !receive(t, cs.probes, 10*time.Second, "probe").ready {
+					require.True(t, time.Now().Before(deadline), "event %d: no probe saw it ready within 30 s; %+v", i, r.Stats())
 				}
 				testsvc.WaitFor(t, 10*time.Second, func() bool { return r.Stats().Confirmed == int64(i) },
 					func() string { return fmt.Sprintf("%+v", r.Stats()) })
+				// After a batch, the lane claims again at once (more may
+				// have committed meanwhile): an event committed just then
+				// is claimed without a probe. That look finds nothing.
+				for receive(t, cs.claimed, 10*time.Second, "claim") != 0 {
+				}
 			}
 		})
+	}
+}
+
+// waitIdle waits until the one-lane relay over cs, whose last claim found
+// nothing, is idle, so that only a probe can start its next claim: a
+// probe that found nothing with no claim since (the poller does not probe
+// while the lane claims or works on a batch).
+func waitIdle(t *testing.T, cs *countingStore) {
+	t.Helper()
+	for {
+		for len(cs.probes) > 0 {
+			<-cs.probes
+		}
+		if p := receive(t, cs.probes, 10*time.Second, "probe"); !p.ready && len(cs.claimed) == 0 {
+			return
+		}
+		for len(cs.claimed) > 0 {
+			<-cs.claimed
+		}
 	}
 }
 
