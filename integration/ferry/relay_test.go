@@ -606,7 +606,9 @@ func TestRelayProbeFindsEventsOfAnotherProcess(t *testing.T) {
 // while the lane claims or works on a batch).
 func waitIdle(t *testing.T, cs *countingStore) {
 	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
 	for {
+		require.True(t, time.Now().Before(deadline), "the relay did not go idle within 30 s: its probes keep finding events ready")
 		for len(cs.probes) > 0 {
 			<-cs.probes
 		}
