@@ -25,6 +25,7 @@ type progress struct {
 	moved   time.Time     // last query that saw the count grow
 	orders  int64
 	err     error // last query's error, if it failed
+	now     func() time.Time
 }
 
 func (s *system) orderProgress(ctx context.Context) (*progress, error) {
@@ -37,17 +38,17 @@ func (s *system) orderProgress(ctx context.Context) (*progress, error) {
 
 func newProgress(db *shop.DB, every, stall time.Duration) *progress {
 	now := time.Now()
-	return &progress{db: db, start: now, moved: now, every: every, stall: stall}
+	return &progress{db: db, start: now, moved: now, every: every, stall: stall, now: time.Now}
 }
 
 // stalled counts the committed orders (at most once per p.every) and
 // reports whether none was committed for p.stall. A failed count is
 // not progress, and is said in String; only ctx's end is an error.
 func (p *progress) stalled(ctx context.Context) (bool, error) {
-	if time.Since(p.checked) < p.every {
+	if p.now().Sub(p.checked) < p.every {
 		return false, nil
 	}
-	p.checked = time.Now()
+	p.checked = p.now()
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var n int64
@@ -63,7 +64,7 @@ func (p *progress) stalled(ctx context.Context) (bool, error) {
 
 func (p *progress) String() string {
 	s := fmt.Sprintf("%d orders committed in %s, the last count that grew %s ago",
-		p.orders, time.Since(p.start).Round(time.Second), time.Since(p.moved).Round(time.Second))
+		p.orders, p.now().Sub(p.start).Round(time.Second), p.now().Sub(p.moved).Round(time.Second))
 	if p.err != nil {
 		s += fmt.Sprintf("; the last count failed: %v", p.err)
 	}

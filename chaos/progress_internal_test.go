@@ -22,6 +22,9 @@ func TestProgressSaysStalledOnlyWhenNoOrderCommits(t *testing.T) {
 	require.NoError(t, shop.SetupOrders(ctx, db))
 	const stall = 300 * time.Millisecond
 	p := newProgress(db, 0, stall)
+	// The test's clock: it moves only when the test moves it.
+	clock := p.start
+	p.now = func() time.Time { return clock }
 
 	order := func(id int) {
 		_, err := db.ExecContext(ctx, "INSERT INTO shop_order (id, user_id, amount, status) VALUES (?, 1, 1, 'paid')", id)
@@ -36,6 +39,7 @@ func TestProgressSaysStalledOnlyWhenNoOrderCommits(t *testing.T) {
 	// The same count within the bound is no stall (a bound of an hour:
 	// the verdict does not depend on how long the count takes).
 	patient := newProgress(db, 0, time.Hour)
+	patient.now = p.now
 	for range 2 {
 		stalled, err = patient.stalled(ctx)
 		require.NoError(t, err)
@@ -43,7 +47,7 @@ func TestProgressSaysStalledOnlyWhenNoOrderCommits(t *testing.T) {
 	}
 
 	// No order for the stall bound: stalled, and String says how far it got.
-	time.Sleep(time.Until(p.moved.Add(stall)))
+	clock = p.moved.Add(stall)
 	stalled, err = p.stalled(ctx)
 	require.NoError(t, err)
 	require.True(t, stalled)
@@ -58,7 +62,7 @@ func TestProgressSaysStalledOnlyWhenNoOrderCommits(t *testing.T) {
 	// A count that fails is no progress, and is said.
 	_, err = db.ExecContext(ctx, "DROP TABLE shop_order")
 	require.NoError(t, err)
-	time.Sleep(time.Until(p.moved.Add(stall)))
+	clock = p.moved.Add(stall)
 	stalled, err = p.stalled(ctx)
 	require.NoError(t, err)
 	require.True(t, stalled)
