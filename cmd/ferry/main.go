@@ -252,8 +252,8 @@ func redactAttr(_ []string, a slog.Attr) slog.Attr {
 // demoMoved is what `ferry demo` says: where the demo is now.
 const demoMoved = "the demo now lives in the reference shop's binary, which carries the crash points the demo needs " +
 	"and ferry's own binary does not; run it, with the same flags, with " +
-	"`go run github.com/ferrydev/ferry/examples/shop/cmd/shop@latest demo` " +
-	"(or `go run ./examples/shop/cmd/shop demo` from a clone of ferry)"
+	"`go run ./examples/shop/cmd/shop demo` in a clone of ferry " +
+	"(or `go run github.com/ferrydev/ferry/examples/shop/cmd/shop@VERSION demo` with a released VERSION)"
 
 // newDemo is `ferry demo`, hidden: the demo moved to the shop's binary
 // (examples/shop/cmd/shop), and the command is a usage error that says
@@ -261,7 +261,7 @@ const demoMoved = "the demo now lives in the reference shop's binary, which carr
 func newDemo() *cobra.Command {
 	return &cobra.Command{
 		Use:                "demo",
-		Short:              "Moved: go run github.com/ferrydev/ferry/examples/shop/cmd/shop@latest demo",
+		Short:              "Moved: go run ./examples/shop/cmd/shop demo, in a clone of ferry",
 		Hidden:             true,
 		DisableFlagParsing: true,
 		RunE: func(*cobra.Command, []string) error {

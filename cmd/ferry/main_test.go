@@ -74,7 +74,7 @@ func TestDemoSaysWhereItMoved(t *testing.T) {
 		require.Empty(t, out)
 		require.Contains(t, errOut, "the demo now lives in the reference shop's binary")
 		require.Contains(t, errOut, "crash points")
-		require.Contains(t, errOut, "go run github.com/ferrydev/ferry/examples/shop/cmd/shop@latest demo")
+		require.Contains(t, errOut, "go run github.com/ferrydev/ferry/examples/shop/cmd/shop@VERSION demo")
 		require.Contains(t, errOut, "go run ./examples/shop/cmd/shop demo")
 	}
 	code, out, _ := ferryCLI(t, "--help")

@@ -10,11 +10,12 @@ import (
 
 // version is ferry's release version, set by release builds:
 //
-//	go build -ldflags "-X main.version=v1.2.0" ./cmd/ferry
+//	go build -ldflags "-X main.version=v0.1.0" ./cmd/ferry
 //
 // Empty, ferry reports the module version of its build information: a
-// release tag when built with go install ...@v1.2.0, a pseudo-version or
-// "(devel)" when built from a checkout.
+// release tag when built with go install ...@v0.1.0, a pseudo-version, or
+// the newest CHANGELOG version with -devel (v0.1.0-devel) when built from
+// a checkout.
 var version string
 
 // buildInfo is what ferry --version, the relays' heartbeat rows and

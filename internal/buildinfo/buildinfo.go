@@ -15,6 +15,11 @@ import (
 // with the same version.
 const ModulePath = "github.com/ferrydev/ferry"
 
+// Release is the version this source tree is: the newest version of
+// CHANGELOG.md, tagged or about to be. A build of a checkout, which Go
+// stamps "(devel)", reports it as Release+"-devel".
+const Release = "v0.1.0"
+
 // ferryModule reports whether path is one of ferry's modules.
 func ferryModule(path string) bool {
 	return path == ModulePath || strings.HasPrefix(path, ModulePath+"/")
@@ -22,10 +27,10 @@ func ferryModule(path string) bool {
 
 // Info describes the ferry code of the running binary.
 type Info struct {
-	// Version is ferry's module version: a release tag (v1.2.0), a
-	// pseudo-version stamped from the checkout's VCS state, "(devel)" for
-	// a build of a checkout without one, or "unknown" when the binary
-	// carries no build information.
+	// Version is ferry's module version: a release tag (v0.1.0), a
+	// pseudo-version stamped from the checkout's VCS state, Release with
+	// "-devel" (v0.1.0-devel) for a build of a checkout without one, or
+	// "unknown" when the binary carries no build information.
 	Version string
 	// Revision and Time are the VCS revision the binary was built from
 	// and its commit time (RFC 3339), and Modified says whether the
@@ -88,9 +93,10 @@ func fromBuildInfo(bi *debug.BuildInfo) Info {
 	return info
 }
 
+// orDevel returns v, or Release+"-devel" for a build of a checkout.
 func orDevel(v string) string {
-	if v == "" {
-		return "(devel)"
+	if v == "" || v == "(devel)" {
+		return Release + "-devel"
 	}
 	return v
 }

@@ -1,6 +1,8 @@
 package buildinfo
 
 import (
+	"os"
+	"regexp"
 	"runtime/debug"
 	"testing"
 
@@ -30,7 +32,7 @@ func TestFromBuildInfo(t *testing.T) {
 	})
 	t.Run("CheckoutWithoutVCS", func(t *testing.T) {
 		info := fromBuildInfo(&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: ModulePath, Version: "(devel)"}})
-		require.Equal(t, "(devel) go1.26.8", info.String())
+		require.Equal(t, Release+"-devel go1.26.8", info.String())
 	})
 	t.Run("FerryIsADependency", func(t *testing.T) {
 		info := fromBuildInfo(&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "example.com/app", Version: "v9.0.0"},
@@ -42,9 +44,18 @@ func TestFromBuildInfo(t *testing.T) {
 		info := fromBuildInfo(&debug.BuildInfo{Main: debug.Module{Path: "example.com/app"},
 			Deps: []*debug.Module{{Path: ModulePath, Version: "v0.0.0-00010101000000-000000000000",
 				Replace: &debug.Module{Path: "../"}}}})
-		require.Equal(t, "(devel)", info.Version)
+		require.Equal(t, Release+"-devel", info.Version)
 		require.NotEmpty(t, info.GoVersion)
 	})
+}
+
+// Release is the newest version of CHANGELOG.md: a release moves both.
+func TestReleaseIsTheChangelogsNewestVersion(t *testing.T) {
+	b, err := os.ReadFile("../../CHANGELOG.md")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^## (v\d+\.\d+\.\d+\S*)`).FindSubmatch(b)
+	require.NotNil(t, m, "CHANGELOG.md has no version heading (## vX.Y.Z)")
+	require.Equal(t, string(m[1]), Release, "buildinfo.Release and the newest version of CHANGELOG.md")
 }
 
 func TestReadOverride(t *testing.T) {

@@ -14,8 +14,8 @@
 //	shop check  --orders-db URL --points-db URL --gateway URL
 //
 // From a clone of ferry, `go run ./examples/shop/cmd/shop demo`; from
-// anywhere, `go run github.com/ferrydev/ferry/examples/shop/cmd/shop@latest
-// demo`. The demo runs the shop on SQLite and an embedded NATS (or Kafka
+// anywhere, with a released version,
+// `go run github.com/ferrydev/ferry/examples/shop/cmd/shop@VERSION demo`. The demo runs the shop on SQLite and an embedded NATS (or Kafka
 // brokers of yours), kills each of its four processes once at a crash
 // point, starts them again and checks the result (shop.RunDemo).
 //
