@@ -11,6 +11,7 @@ import (
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/nilness"
 )
 
 // InboxOutcome is what Inbox.Process did with an operation.
@@ -179,7 +180,7 @@ type Inbox[TTx any] struct {
 
 // NewInbox returns an inbox for one consumer on driver's database.
 func NewInbox[TTx any](driver ferrystore.InboxDriver[TTx], cfg *InboxConfig) (*Inbox[TTx], error) {
-	if driver == nil || cfg == nil {
+	if nilness.Nil(driver) || cfg == nil {
 		return nil, fmt.Errorf("%w: NewInbox needs a driver and a config naming the consumer", ErrInvalidConfig)
 	}
 	c := *cfg
@@ -200,6 +201,14 @@ func NewInbox[TTx any](driver ferrystore.InboxDriver[TTx], cfg *InboxConfig) (*I
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Filter != nil && nilness.Nil(c.Filter) {
+		return nil, fmt.Errorf("%w: InboxConfig.Filter is a nil %T (leave it unset for no filter)", ErrInvalidConfig, c.Filter)
+	}
+	for i, h := range c.Hooks {
+		if nilness.Nil(h) {
+			return nil, fmt.Errorf("%w: InboxConfig.Hooks[%d] is nil", ErrInvalidConfig, i)
+		}
 	}
 	in := &Inbox[TTx]{driver: driver, cfg: c, log: c.Logger.With("consumer", c.Consumer)}
 	for _, h := range c.Hooks {

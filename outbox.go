@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/internal/nilness"
 )
 
 // DefaultMaxPayloadBytes is the default cap on an event's payload size.
@@ -72,7 +73,7 @@ type Outbox[TTx any] struct {
 
 // NewOutbox returns an outbox writing through driver.
 func NewOutbox[TTx any](driver ferrystore.Driver[TTx], cfg *OutboxConfig) (*Outbox[TTx], error) {
-	if driver == nil {
+	if nilness.Nil(driver) {
 		return nil, fmt.Errorf("%w: NewOutbox: driver is nil", ErrInvalidConfig)
 	}
 	if cfg == nil {

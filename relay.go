@@ -14,6 +14,7 @@ import (
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/buildinfo"
+	"github.com/ferrydev/ferry/internal/nilness"
 	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
@@ -178,7 +179,7 @@ func (c *RelayConfig) withDefaults() (RelayConfig, error) {
 	if out.PurgeBatch == 0 {
 		out.PurgeBatch = 1000
 	}
-	if out.Retry == nil {
+	if nilness.Nil(out.Retry) {
 		out.Retry = ExponentialBackoff{}
 	}
 	if out.Logger == nil {
@@ -302,14 +303,32 @@ type Relay struct {
 	inFlight atomic.Int64 // events claimed and not yet settled
 }
 
+// describeArg names an argument's type for an error, saying when it is a
+// nil: "nil", "nil *ferrynats.Publisher", "*ferrymysql.Store".
+func describeArg(v any) string {
+	switch {
+	case v == nil:
+		return "nil"
+	case nilness.Nil(v):
+		return fmt.Sprintf("nil %T", v)
+	}
+	return fmt.Sprintf("%T", v)
+}
+
 // NewRelay returns a relay from store to pub. Call Start to run it.
 func NewRelay(store ferrystore.Store, pub ferrybroker.Publisher, cfg *RelayConfig) (*Relay, error) {
-	if store == nil || pub == nil {
-		return nil, fmt.Errorf("%w: NewRelay needs a store and a publisher", ErrInvalidConfig)
+	if nilness.Nil(store) || nilness.Nil(pub) {
+		return nil, fmt.Errorf("%w: NewRelay needs a store and a publisher, got %s and %s", ErrInvalidConfig,
+			describeArg(store), describeArg(pub))
 	}
 	c, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	for i, h := range c.Hooks {
+		if nilness.Nil(h) {
+			return nil, fmt.Errorf("%w: RelayConfig.Hooks[%d] is nil", ErrInvalidConfig, i)
+		}
 	}
 	r := &Relay{store: store, pub: pub, cfg: c, log: c.Logger.With("table", store.Table())}
 	r.conn, _ = pub.(ferrybroker.Connectivity)

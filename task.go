@@ -10,6 +10,7 @@ import (
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/nilness"
 )
 
 // Task is a side effect outside the local database — an SMS, a payment
@@ -70,8 +71,16 @@ type TaskWorker struct {
 // counts them). To time each execution by task type, wrap the handlers
 // (ferryprom.ConsumerMetrics.Tasks).
 func NewTaskWorker(store ferrystore.Store, handlers map[string]TaskHandler, cfg *TaskWorkerConfig) (*TaskWorker, error) {
+	if nilness.Nil(store) {
+		return nil, fmt.Errorf("%w: NewTaskWorker needs a store", ErrInvalidConfig)
+	}
 	if len(handlers) == 0 {
 		return nil, fmt.Errorf("%w: NewTaskWorker needs handlers", ErrInvalidConfig)
+	}
+	for typ, h := range handlers {
+		if h == nil {
+			return nil, fmt.Errorf("%w: NewTaskWorker: the handler of task type %q is nil", ErrInvalidConfig, typ)
+		}
 	}
 	var c TaskWorkerConfig
 	if cfg != nil {
@@ -81,7 +90,7 @@ func NewTaskWorker(store ferrystore.Store, handlers map[string]TaskHandler, cfg 
 		c.Concurrency = 8
 	}
 	inner := c.Retry
-	if inner == nil {
+	if nilness.Nil(inner) {
 		inner = ExponentialBackoff{}
 	}
 	c.Retry = poisonIsFinal{inner}

@@ -15,6 +15,7 @@ import (
 	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/nilness"
 )
 
 // Defaults of Config.
@@ -136,17 +137,17 @@ func (c *Config) withDefaults() (Config, error) {
 		}
 	}
 	for n, a := range o.Outboxes {
-		if a == nil {
+		if nilness.Nil(a) {
 			return o, invalid("Config.Outboxes[%q] is nil", n)
 		}
 	}
 	for n, a := range o.Tasks {
-		if a == nil {
+		if nilness.Nil(a) {
 			return o, invalid("Config.Tasks[%q] is nil", n)
 		}
 	}
 	for n, s := range o.Inboxes {
-		if s == nil {
+		if nilness.Nil(s) {
 			return o, invalid("Config.Inboxes[%q] is nil", n)
 		}
 	}

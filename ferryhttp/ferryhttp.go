@@ -30,6 +30,7 @@ import (
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/nilness"
 )
 
 // Header names.
@@ -199,7 +200,7 @@ type Keys[TTx any] struct {
 // New returns Keys on d's database. Migrate the inbox tables first (ferry
 // migrate --inbox, or the store's Migrate): the key table is one of them.
 func New[TTx any](d ferrystore.IdempotencyDriver[TTx], cfg *Config) (*Keys[TTx], error) {
-	if d == nil {
+	if nilness.Nil(d) {
 		return nil, fmt.Errorf("%w: ferryhttp.New needs a store", ferrytype.ErrInvalidConfig)
 	}
 	c := Config{}

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/nilness"
 )
 
 // RegisterBrokerConnected registers with reg the gauge
@@ -15,7 +16,7 @@ import (
 // "opened and not known to be down". broker names the broker system
 // ("nats", "rabbitmq").
 func RegisterBrokerConnected(reg prometheus.Registerer, broker string, connected func() bool, constLabels prometheus.Labels) error {
-	if reg == nil || connected == nil {
+	if nilness.Nil(reg) || connected == nil {
 		return fmt.Errorf("%w: ferryprom.RegisterBrokerConnected: Registerer and connected must not be nil", ferrytype.ErrInvalidConfig)
 	}
 	labels := prometheus.Labels{"broker": broker}

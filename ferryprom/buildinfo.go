@@ -7,6 +7,7 @@ import (
 
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/buildinfo"
+	"github.com/ferrydev/ferry/internal/nilness"
 )
 
 // BuildInfo holds the labels of ferry_build_info. An empty field is read
@@ -49,7 +50,7 @@ func NewBuildInfo(info BuildInfo, constLabels prometheus.Labels) prometheus.Coll
 // RegisterBuildInfo registers NewBuildInfo(info, nil) with reg, which must
 // not be nil: ferryprom never uses the global registry.
 func RegisterBuildInfo(reg prometheus.Registerer, info BuildInfo) error {
-	if reg == nil {
+	if nilness.Nil(reg) {
 		return fmt.Errorf("%w: ferryprom.RegisterBuildInfo: Registerer is nil", ferrytype.ErrInvalidConfig)
 	}
 	if err := reg.Register(NewBuildInfo(info, nil)); err != nil {

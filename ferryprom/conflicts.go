@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/nilness"
 )
 
 // ConflictConfig configures a ConflictCollector. A nil config uses the
@@ -69,7 +70,7 @@ type ConflictCollector struct {
 // registers it with reg, which must not be nil. Call Start to begin
 // polling, or Poll to refresh it on demand.
 func NewConflictCollector(reg prometheus.Registerer, store ferrystore.InboxStore, cfg *ConflictConfig) (*ConflictCollector, error) {
-	if reg == nil || store == nil {
+	if nilness.Nil(reg) || nilness.Nil(store) {
 		return nil, fmt.Errorf("%w: ferryprom.NewConflictCollector needs a Registerer and an inbox store", ferrytype.ErrInvalidConfig)
 	}
 	var c ConflictConfig

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ferrydev/ferry/ferryhttp"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/nilness"
 )
 
 // IdempotencyMetrics counts what ferryhttp's Idempotency-Key middleware
@@ -26,7 +27,7 @@ var _ ferryhttp.Hook = (*IdempotencyMetrics)(nil)
 // NewIdempotencyMetrics registers the metrics on reg. cfg may be nil; its
 // DurationBuckets bound ferry_idempotency_request_duration_seconds.
 func NewIdempotencyMetrics(reg prometheus.Registerer, cfg *ConsumerConfig) (*IdempotencyMetrics, error) {
-	if reg == nil {
+	if nilness.Nil(reg) {
 		return nil, fmt.Errorf("%w: ferryprom.NewIdempotencyMetrics: Registerer is nil", ferrytype.ErrInvalidConfig)
 	}
 	var c ConsumerConfig

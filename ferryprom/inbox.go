@@ -12,6 +12,7 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/nilness"
 )
 
 // defaultConsumerBuckets cover an inbox transaction (milliseconds) to a
@@ -110,7 +111,7 @@ func result(ctx context.Context, err error) int {
 // with reg, which must not be nil: ferryprom never uses the global
 // registry.
 func NewConsumerMetrics(reg prometheus.Registerer, cfg *ConsumerConfig) (*ConsumerMetrics, error) {
-	if reg == nil {
+	if nilness.Nil(reg) {
 		return nil, fmt.Errorf("%w: ferryprom.NewConsumerMetrics: Registerer is nil", ferrytype.ErrInvalidConfig)
 	}
 	var c ConsumerConfig

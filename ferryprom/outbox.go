@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/nilness"
 )
 
 // OutboxConfig configures an OutboxCollector. A nil config uses the
@@ -82,11 +83,16 @@ type snapshot struct {
 // it with reg, which must not be nil. Call Start to begin polling, or Poll
 // to refresh it on demand.
 func NewOutboxCollector(reg prometheus.Registerer, stores []ferrystore.Store, cfg *OutboxConfig) (*OutboxCollector, error) {
-	if reg == nil {
+	if nilness.Nil(reg) {
 		return nil, fmt.Errorf("%w: ferryprom.NewOutboxCollector: Registerer is nil", ferrytype.ErrInvalidConfig)
 	}
 	if len(stores) == 0 {
 		return nil, fmt.Errorf("%w: ferryprom.NewOutboxCollector: no stores", ferrytype.ErrInvalidConfig)
+	}
+	for i, s := range stores {
+		if nilness.Nil(s) {
+			return nil, fmt.Errorf("%w: ferryprom.NewOutboxCollector: stores[%d] is nil", ferrytype.ErrInvalidConfig, i)
+		}
 	}
 	var c OutboxConfig
 	if cfg != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/nilness"
 )
 
 // Default histogram buckets, in seconds or attempts.
@@ -141,7 +142,7 @@ var outcomeNames = [...]string{
 // New creates the relay metrics and registers them with reg, which must
 // not be nil: ferryprom never uses the global registry.
 func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
-	if reg == nil {
+	if nilness.Nil(reg) {
 		return nil, fmt.Errorf("%w: ferryprom.New: Registerer is nil", ferrytype.ErrInvalidConfig)
 	}
 	var c Config

@@ -9,11 +9,14 @@ package ferryredis
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/nilness"
 )
 
 // Filter implements ferry.InboxFilter with one Redis key per operation.
@@ -25,12 +28,15 @@ type Filter struct {
 var _ ferry.InboxFilter = (*Filter)(nil)
 
 // New returns a filter on rdb whose keys start with prefix (default
-// "ferry:inbox:").
-func New(rdb redis.UniversalClient, prefix string) *Filter {
+// "ferry:inbox:"). A nil rdb, or a nil client in it, is an error.
+func New(rdb redis.UniversalClient, prefix string) (*Filter, error) {
+	if nilness.Nil(rdb) {
+		return nil, fmt.Errorf("%w: ferryredis.New needs a Redis client", ferrytype.ErrInvalidConfig)
+	}
 	if prefix == "" {
 		prefix = "ferry:inbox:"
 	}
-	return &Filter{rdb: rdb, prefix: prefix}
+	return &Filter{rdb: rdb, prefix: prefix}, nil
 }
 
 func (f *Filter) key(consumer, key string) string { return f.prefix + consumer + ":" + key }

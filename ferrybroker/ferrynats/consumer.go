@@ -14,6 +14,7 @@ import (
 
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/nilness"
 )
 
 // Headers of a parked copy that only JetStream has, next to the park
@@ -123,7 +124,7 @@ var _ ferrybroker.Consumer = (*Consumer)(nil)
 
 // NewConsumer returns a consumer; Start or Run runs it.
 func NewConsumer(js jetstream.JetStream, handler ferrybroker.Handler, cfg *ConsumerConfig) (*Consumer, error) {
-	if js == nil || handler == nil || cfg == nil {
+	if nilness.Nil(js) || handler == nil || cfg == nil {
 		return nil, fmt.Errorf("%w: ferrynats.NewConsumer needs JetStream, a handler and a config", ferrytype.ErrInvalidConfig)
 	}
 	c := *cfg

@@ -32,6 +32,17 @@ func redisClient(t *testing.T) *redis.Client {
 // The filter short-cuts a known duplicate, but the database decides: a key
 // in Redis whose marker is gone (say, purged) is applied again only if the
 // database has no marker, and a conflicting redelivery is still caught.
+// A nil client, plain or typed, is an error at New, not a panic at the
+// first delivery.
+func TestNewRefusesANilClient(t *testing.T) {
+	t.Parallel()
+	var c *redis.Client
+	for _, rdb := range []redis.UniversalClient{nil, c} {
+		_, err := ferryredis.New(rdb, "")
+		require.ErrorIs(t, err, ferry.ErrInvalidConfig)
+	}
+}
+
 func TestFilterInFrontOfTheInbox(t *testing.T) {
 	t.Parallel()
 	rdb := redisClient(t)
@@ -43,7 +54,8 @@ func TestFilterInFrontOfTheInbox(t *testing.T) {
 	_, err = db.Exec(`CREATE TABLE points_account (user_id INTEGER PRIMARY KEY, points INTEGER NOT NULL); INSERT INTO points_account VALUES (7, 0)`)
 	require.NoError(t, err)
 	prefix := testsvc.Name("ferrytest:") + ":"
-	f := ferryredis.New(rdb, prefix)
+	f, err := ferryredis.New(rdb, prefix)
+	require.NoError(t, err)
 	in, err := ferry.NewInbox(store, &ferry.InboxConfig{Consumer: "points-award", Filter: f, FilterTTL: time.Minute})
 	require.NoError(t, err)
 	award := func(amount int64) func(context.Context, *sql.Tx) error {
