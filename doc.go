@@ -141,7 +141,7 @@
 // lists conflicts and records a person's decision on them (a record only:
 // nothing is applied), checks that SENT events had their downstream effect
 // (a marker under their business key), and purges markers no sooner than
-// the replay window. The README's Operations section is the runbook.
+// the replay window. docs/operations.md is the runbook.
 //
 // # Testing
 //

@@ -35,9 +35,10 @@ const (
 	rulesFile     = "prometheus/ferry-alerts.yml"
 	rulesTestFile = "prometheus/ferry-alerts.test.yml"
 	dashboardFile = "grafana/ferry-dashboard.json"
-	readmeFile    = "../README.md"
-	// runbookBase is where every runbook_url points: README.md's headings.
-	runbookBase = "https://github.com/ferrydev/ferry/blob/main/README.md#"
+	runbookFile   = "../docs/operations.md"
+	// runbookBase is where every runbook_url points: docs/operations.md's
+	// headings.
+	runbookBase = "https://github.com/ferrydev/ferry/blob/main/docs/operations.md#"
 )
 
 // exported builds every ferryprom collector on a fresh registry, drives
@@ -244,10 +245,10 @@ func TestQueriedMetricsExist(t *testing.T) {
 }
 
 // Every alert says how urgent it is, what it means and where the runbook
-// is, and every runbook is a heading of README.md.
+// is, and every runbook is a heading of docs/operations.md.
 func TestAlertsHaveSeveritySummaryAndRunbook(t *testing.T) {
 	t.Parallel()
-	anchors := readmeAnchors(t)
+	anchors := markdownAnchors(t, runbookFile)
 	seen := map[string]bool{}
 	for _, r := range loadRules(t) {
 		if r.Alert == "" {
@@ -259,22 +260,22 @@ func TestAlertsHaveSeveritySummaryAndRunbook(t *testing.T) {
 		require.NotEmpty(t, r.Annotations["summary"], "%s: summary", r.Alert)
 		require.NotEmpty(t, r.Annotations["description"], "%s: description", r.Alert)
 		u := r.Annotations["runbook_url"]
-		require.True(t, strings.HasPrefix(u, runbookBase), "%s: runbook_url %q must point at README.md", r.Alert, u)
+		require.True(t, strings.HasPrefix(u, runbookBase), "%s: runbook_url %q must point at docs/operations.md", r.Alert, u)
 		_, err := url.Parse(u)
 		require.NoError(t, err)
 		anchor := strings.TrimPrefix(u, runbookBase)
-		require.True(t, anchors[anchor], "%s: runbook_url anchor #%s is no heading of README.md", r.Alert, anchor)
+		require.True(t, anchors[anchor], "%s: runbook_url anchor #%s is no heading of docs/operations.md", r.Alert, anchor)
 		if r.For != "" {
 			_, err := time.ParseDuration(r.For)
 			require.NoError(t, err, "%s: for", r.Alert)
 		}
 	}
 	require.NotEmpty(t, seen)
-	// README.md lists every alert.
-	readme, err := os.ReadFile(readmeFile)
+	// docs/operations.md lists every alert.
+	runbooks, err := os.ReadFile(runbookFile)
 	require.NoError(t, err)
 	for a := range seen {
-		require.Contains(t, string(readme), "`"+a+"`", "README.md names alert %s", a)
+		require.Contains(t, string(runbooks), "`"+a+"`", "docs/operations.md names alert %s", a)
 	}
 	// The promtool tests exercise every alert.
 	tests, err := os.ReadFile(rulesTestFile)
@@ -342,10 +343,11 @@ func TestPromtool(t *testing.T) {
 	}
 }
 
-// readmeAnchors returns the anchors GitHub gives README.md's headings.
-func readmeAnchors(t *testing.T) map[string]bool {
+// markdownAnchors returns the anchors GitHub gives the headings of the
+// Markdown file at path.
+func markdownAnchors(t *testing.T, path string) map[string]bool {
 	t.Helper()
-	f, err := os.Open(readmeFile)
+	f, err := os.Open(path)
 	require.NoError(t, err)
 	defer f.Close()
 	anchors := map[string]bool{}

@@ -9,5 +9,11 @@
 // rules and the dashboard query must be one that package ferryprom
 // exports, every alert must carry a severity, a summary, a description and
 // a runbook_url, and every runbook_url must point at a heading of
-// README.md. With promtool on the PATH they also run promtool's checks.
+// docs/operations.md. With promtool on the PATH they also run promtool's
+// checks.
+//
+// They also check the documentation: every relative link of README.md,
+// CHANGELOG.md and docs/ leads to a file and a heading that exist, and
+// every Go code block in them is quoted from a Go file that the test suite
+// builds.
 package deploy

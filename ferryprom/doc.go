@@ -87,8 +87,8 @@
 // The age of the oldest pending event is the one number that says whether
 // the outbox keeps its promise: it grows when the broker is down, when the
 // relays are stopped or too slow, when events keep failing, and whatever
-// the cause, consumers see the delay. Alert on it; see the README's
-// Operations section for a rule.
+// the cause, consumers see the delay. Alert on it; see docs/operations.md
+// for a rule.
 //
 // # Cost
 //

@@ -4,7 +4,7 @@
 # JetStream and Redis on loopback;
 # installs Chromium for the console's browser tests if it is missing.
 # Idempotent: a service that answers is left alone. Debian's packages are
-# assumed installed (see README.md, "Running the tests"), except promtool,
+# assumed installed (see docs/testing.md), except promtool,
 # which CI uses to check the alert rules: run as root, the script installs
 # Debian's prometheus package when promtool is missing.
 set -u
