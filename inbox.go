@@ -295,6 +295,19 @@ func (in *Inbox[TTx]) process(ctx context.Context, op Operation, fn func(ctx con
 	}
 }
 
+// unmigrated returns err, classified, and when it says that one of the
+// inbox's own tables does not exist, wraps it in ferrytype.ErrSchemaOutdated
+// with the fix: consumers retry such an error and never park the message
+// for it (ferrybroker.RetryPolicy.ParkReason).
+func (in *Inbox[TTx]) unmigrated(err error, what string) error {
+	err = in.driver.Classify(err)
+	if !errors.Is(err, ferrytype.ErrUndefinedTable) {
+		return err
+	}
+	return ferrytype.Classed(fmt.Errorf("inbox %s could not %s: its tables are not migrated: "+
+		"run ferry migrate --inbox (or the inbox store's Migrate): %w", in.cfg.Consumer, what, err), ferrytype.ErrSchemaOutdated)
+}
+
 func (in *Inbox[TTx]) once(ctx context.Context, op Operation, fields []byte, fp string, fn func(ctx context.Context, tx TTx) error) (res InboxResult, err error) {
 	tx, err := in.driver.Begin(ctx)
 	if err != nil {
@@ -311,7 +324,7 @@ func (in *Inbox[TTx]) once(ctx context.Context, op Operation, fields []byte, fp 
 	if op.Guard != GuardNone {
 		prev, moved, err := in.driver.AdvanceVersion(ctx, ex, in.cfg.Consumer, op.Aggregate, op.Version, op.Guard == GuardContiguous)
 		if err != nil {
-			return res, err
+			return res, in.unmigrated(err, "advance the version guard")
 		}
 		res.CurrentVersion = prev
 		switch {
@@ -332,7 +345,7 @@ func (in *Inbox[TTx]) once(ctx context.Context, op Operation, fields []byte, fp 
 		done = true
 		_ = in.driver.Rollback(context.WithoutCancel(ctx), tx)
 		if err = in.driver.Classify(err); !errors.Is(err, ferrytype.ErrDuplicate) {
-			return res, fmt.Errorf("inbox: insert marker: %w", err)
+			return res, in.unmigrated(fmt.Errorf("inbox: insert marker: %w", err), "insert its marker")
 		}
 		m, gerr := in.driver.GetMarker(ctx, in.cfg.Consumer, op.Key)
 		if gerr != nil {

@@ -3,12 +3,14 @@ package ferry
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 
 	"github.com/google/uuid"
 
 	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/nilness"
 )
 
@@ -132,6 +134,11 @@ func (o *Outbox[TTx]) EnqueueTx(ctx context.Context, tx TTx, events ...Event) ([
 		rows[i], ids[i] = ev, ev.ID
 	}
 	if err := o.driver.Enqueue(ctx, o.driver.UnwrapTx(tx), rows, o.opts); err != nil {
+		if errors.Is(err, ferrytype.ErrUndefinedTable) {
+			t := o.driver.Table()
+			err = ferrytype.Classed(fmt.Errorf("enqueue: outbox table %s (or %s_seq) does not exist: "+
+				"run ferry migrate --table %s (or the store's Migrate): %w", t, t, t, err), ferrytype.ErrSchemaOutdated)
+		}
 		return nil, err
 	}
 	o.wakeup.Ring()

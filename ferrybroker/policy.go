@@ -18,6 +18,9 @@ import (
 //   - nil: the delivery is acked.
 //   - An error wrapping ferrytype.ErrPoison: parked at once, whatever the
 //     delivery count. So is a malformed message, before the handler runs.
+//   - An error wrapping ferrytype.ErrSchemaOutdated or ErrUndefinedTable
+//     (the consumer's tables are not migrated): retried, never parked,
+//     however many deliveries it takes; the message is not at fault.
 //   - Any other error is transient: the delivery comes again after Delay,
 //     until a failure on delivery MaxDeliveries parks it with its last
 //     error.
@@ -92,6 +95,12 @@ func (p RetryPolicy) ParkReason(err error, deliveryCount int) error {
 		return nil
 	case errors.Is(err, ferrytype.ErrPoison):
 		return err
+	case errors.Is(err, ferrytype.ErrSchemaOutdated), errors.Is(err, ferrytype.ErrUndefinedTable):
+		// The message is good; the consumer's database is not ready (a
+		// table its migrations create is missing). Retried at the longest
+		// delay until someone migrates, however many deliveries that
+		// takes: parking it would dead-letter every message meanwhile.
+		return nil
 	case deliveryCount >= p.MaxDeliveries:
 		return fmt.Errorf("failed on delivery %d of at most %d: %w", deliveryCount, p.MaxDeliveries, err)
 	}
