@@ -148,7 +148,7 @@ type InboxConfig struct {
 	FilterTTL time.Duration
 	// Hooks observe the inbox (HookInbox).
 	Hooks []Hook
-	// Logger receives the inbox's logs. Default: discarded.
+	// Logger receives the inbox's logs. Default: slog.Default().
 	Logger *slog.Logger
 	// FaultPoint, when set, is called at FaultInboxBeforeCommit; a non-nil
 	// error acts as a crash inside the transaction. For fault-injection
@@ -200,7 +200,7 @@ func NewInbox[TTx any](driver ferrystore.InboxDriver[TTx], cfg *InboxConfig) (*I
 		c.FilterTTL = c.ReplayWindow
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = slog.Default()
 	}
 	if c.Filter != nil && nilness.Nil(c.Filter) {
 		return nil, fmt.Errorf("%w: InboxConfig.Filter is a nil %T (leave it unset for no filter)", ErrInvalidConfig, c.Filter)

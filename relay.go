@@ -128,7 +128,10 @@ type RelayConfig struct {
 
 	// Observability.
 
-	// Logger receives the relay's logs. Default: discarded.
+	// Logger receives the relay's logs: its start and stop, broker
+	// outages, every publish not confirmed (an error when the event went
+	// DEAD). Default: slog.Default(), so that a misconfiguration is seen;
+	// slog.New(slog.DiscardHandler) silences it.
 	Logger *slog.Logger
 	// Hooks observe the relay; see the Hook* interfaces.
 	Hooks []Hook
@@ -183,7 +186,7 @@ func (c *RelayConfig) withDefaults() (RelayConfig, error) {
 		out.Retry = ExponentialBackoff{}
 	}
 	if out.Logger == nil {
-		out.Logger = slog.New(slog.DiscardHandler)
+		out.Logger = slog.Default()
 	}
 	def(&out.Heartbeat, DefaultHeartbeat)
 	def(&out.ForgetAfter, DefaultForgetAfter)

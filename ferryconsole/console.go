@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -62,7 +61,7 @@ type Config struct {
 	// runs.
 	ReadOnly bool
 	// Logger receives a line per action (operator, what, how many changed)
-	// and per failed request. Default: none.
+	// and per failed request. Default: slog.Default().
 	Logger *slog.Logger
 
 	// Secret keys the forms' anti-CSRF tokens (HMAC-SHA256 over the
@@ -113,7 +112,7 @@ func (c *Config) withDefaults() (Config, error) {
 		o.MaxPendingAge = ferryadmin.DefaultMaxPendingAge
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		o.Logger = slog.Default()
 	}
 	switch {
 	case o.Authenticate == nil && !o.Insecure:

@@ -182,7 +182,7 @@ type Config struct {
 	MaxRetries int
 	// Hooks observe the requests.
 	Hooks []Hook
-	// Logger receives the middleware's logs. Default: discarded.
+	// Logger receives the middleware's logs. Default: slog.Default().
 	Logger *slog.Logger
 	// FaultPoint, when set, is called at FaultAfterCommit; a non-nil error
 	// acts as a crash there. For fault-injection tests only.
@@ -254,7 +254,7 @@ func New[TTx any](d ferrystore.IdempotencyDriver[TTx], cfg *Config) (*Keys[TTx],
 	}
 	log := c.Logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	return &Keys[TTx]{d: d, cfg: c, log: log}, nil
 }

@@ -30,7 +30,7 @@ type ConflictConfig struct {
 	// (say {"database": "points"}) when one registry gets several. Default
 	// none.
 	ConstLabels prometheus.Labels
-	// Logger receives a warning when a poll fails. Default: discarded.
+	// Logger receives a warning when a poll fails. Default: slog.Default().
 	Logger *slog.Logger
 }
 
@@ -84,7 +84,7 @@ func NewConflictCollector(reg prometheus.Registerer, store ferrystore.InboxStore
 		c.Timeout = min(5*time.Second, c.Interval/2)
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = slog.Default()
 	}
 	switch {
 	case c.Interval < 10*time.Millisecond:

@@ -31,7 +31,7 @@ type OutboxConfig struct {
 	Destinations int
 	// ConstLabels are added to every metric. Default none.
 	ConstLabels prometheus.Labels
-	// Logger receives a warning when a poll fails. Default: discarded.
+	// Logger receives a warning when a poll fails. Default: slog.Default().
 	Logger *slog.Logger
 }
 
@@ -105,7 +105,7 @@ func NewOutboxCollector(reg prometheus.Registerer, stores []ferrystore.Store, cf
 		c.Timeout = min(5*time.Second, c.Interval/2)
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = slog.Default()
 	}
 	switch {
 	case c.Interval < 10*time.Millisecond:

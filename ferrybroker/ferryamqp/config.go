@@ -51,7 +51,7 @@ type Config struct {
 	ReconnectWait time.Duration
 	// Connection configures the connection Dial opens; New ignores it.
 	Connection ConnectionConfig
-	// Logger receives the publisher's logs. Default: discarded.
+	// Logger receives the publisher's logs. Default: slog.Default().
 	Logger *slog.Logger
 	// FaultPoint, when set, is called at
 	// ferrybroker.FaultPublishBeforeConfirm, once a batch was written and
@@ -135,7 +135,7 @@ func (c *Config) withDefaults() (Config, error) {
 		out.ReconnectWait = time.Second
 	}
 	if out.Logger == nil {
-		out.Logger = slog.New(slog.DiscardHandler)
+		out.Logger = slog.Default()
 	}
 	var err error
 	if out.Connection, err = out.Connection.withDefaults("ferry"); err != nil {

@@ -76,7 +76,7 @@ type ConsumerConfig struct {
 	// ferrybroker's consumer hook interfaces (ferrybroker.HookSettled, ...),
 	// as ferryprom.ConsumerMetrics and ferryotel.Tracing do.
 	Hooks []ferrybroker.Hook
-	// Logger receives the consumer's logs. Default: discarded.
+	// Logger receives the consumer's logs. Default: slog.Default().
 	Logger *slog.Logger
 	// FaultPoint, when set, is called at
 	// ferrybroker.FaultConsumerAfterHandle, after the handler committed and
@@ -182,7 +182,7 @@ func newConsumer(queue string, h ferrybroker.Handler, cfg *ConsumerConfig) (*Con
 		c.Tag = "ferry"
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = slog.Default()
 	}
 	c.Queue.Name = queue
 	c.Queue.NoParking = false

@@ -122,7 +122,7 @@ type ConsumerConfig struct {
 	// ferrybroker's consumer hook interfaces (ferrybroker.HookSettled, ...),
 	// as ferryprom.ConsumerMetrics and ferryotel.Tracing do.
 	Hooks []ferrybroker.Hook
-	// Logger receives the consumer's logs. Default: discarded.
+	// Logger receives the consumer's logs. Default: slog.Default().
 	Logger *slog.Logger
 	// FaultPoint, when set, is called at ferrybroker.FaultConsumerAfterHandle;
 	// a non-nil error acts as a crash of the record's partition there: the
@@ -158,7 +158,7 @@ func (cfg *ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 		c.Name = c.Group
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = slog.Default()
 	}
 	c.Topics = append([]string(nil), c.Topics...)
 	switch {

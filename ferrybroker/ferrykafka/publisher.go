@@ -78,7 +78,7 @@ type Config struct {
 	PingInterval time.Duration
 	// Logger receives the publisher's logs: a lost or regained
 	// connection, a client rebuilt after a fatal producer error. Default:
-	// discarded.
+	// slog.Default().
 	Logger *slog.Logger
 	// FaultPoint, when set, is called at
 	// ferrybroker.FaultPublishBeforeConfirm, once a batch's records were
@@ -109,7 +109,7 @@ func (c *Config) withDefaults() (Config, error) {
 		out.PingInterval = time.Second
 	}
 	if out.Logger == nil {
-		out.Logger = slog.New(slog.DiscardHandler)
+		out.Logger = slog.Default()
 	}
 	switch {
 	case out.TopicFrom != TopicFromEventType && out.TopicFrom != TopicFromAggregateType:

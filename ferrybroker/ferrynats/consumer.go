@@ -76,7 +76,7 @@ type ConsumerConfig struct {
 	// ferrybroker's consumer hook interfaces (ferrybroker.HookSettled, ...),
 	// as ferryprom.ConsumerMetrics and ferryotel.Tracing do.
 	Hooks []ferrybroker.Hook
-	// Logger receives the consumer's logs. Default: discarded.
+	// Logger receives the consumer's logs. Default: slog.Default().
 	Logger *slog.Logger
 	// FaultPoint, when set, is called at ferrybroker.FaultConsumerAfterHandle;
 	// a non-nil error acts as a crash there: the delivery is left unacked
@@ -145,7 +145,7 @@ func NewConsumer(js jetstream.JetStream, handler ferrybroker.Handler, cfg *Consu
 		c.Name = c.Durable
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = slog.Default()
 	}
 	switch {
 	case c.Stream == "" || c.Durable == "":

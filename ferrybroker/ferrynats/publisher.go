@@ -145,12 +145,29 @@ func Dial(ctx context.Context, url string, cfg *DialConfig) (*Publisher, error) 
 	return p, nil
 }
 
+// checkJetStream refuses, at start, a server on which no publish could be
+// confirmed: one without JetStream. Which stream captures each event's
+// subject shows at its publish (unroutable, logged, and DEAD past the
+// retry policy's attempts): streams come and go with other deployments,
+// so that cannot be settled at start without a Stream to check.
+func checkJetStream(ctx context.Context, js jetstream.JetStream) error {
+	_, err := js.AccountInfo(ctx)
+	switch {
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+		return fmt.Errorf("%w: ferrynats: JetStream is not enabled on this server, so no publish can be confirmed: "+
+			"start nats-server with JetStream (-js), or enable it for the account: %w", ferrytype.ErrInvalidConfig, err)
+	case err != nil:
+		return fmt.Errorf("ferrynats: read the JetStream account: %w", err)
+	}
+	return nil
+}
+
 func setupStream(ctx context.Context, js jetstream.JetStream, cfg *Config) error {
 	if cfg.Stream == "" {
 		if cfg.Declare {
 			return fmt.Errorf("%w: ferrynats: Declare needs a Stream name", ferrytype.ErrInvalidConfig)
 		}
-		return nil
+		return checkJetStream(ctx, js)
 	}
 	if cfg.Declare {
 		if len(cfg.Subjects) == 0 {
