@@ -465,7 +465,8 @@ func (r *Relay) Stop(ctx context.Context) error {
 		// Every goroutine ended, the heartbeat's too: no beat comes after.
 		r.forget(ctx)
 	}
-	r.log.Info("relay stopped")
+	st := r.Stats()
+	r.log.Info("relay stopped", "confirmed", st.Confirmed, "retried", st.Retried, "dead", st.Dead, "fenced", st.Fenced)
 	return err
 }
 

@@ -158,8 +158,22 @@ func newRoot() *cobra.Command { return newRootWith(&globals{}) }
 
 func newRootWith(g *globals) *cobra.Command {
 	root := &cobra.Command{
-		Use:           "ferry",
-		Short:         "Carry business events from your database to a broker, losing none and applying none twice",
+		Use:   "ferry",
+		Short: "Carry business events from your database to a broker, losing none and applying none twice",
+		Long: `Carry business events from your database to a broker, losing none and applying none twice.
+
+Exit codes:
+  0  success
+  1  the command failed (database or broker unreachable, a query failed)
+  2  bad flags or configuration, or a cause no retry mends (unknown database,
+     login refused, a missing exchange, queue, stream or topic)
+  3  relay --drain timed out with events still pending
+  4  something needs a person: reconcile found discrepancies, status --check
+     found DEAD events or an old backlog, conflicts list --check found conflicts
+  5  dead show/retry/discard/restore, conflicts show/resolve or parked replay
+     matched nothing
+  6  relay --drain finished, but events went DEAD during the run
+  7  the outbox table is missing or lacks migrations: run ferry migrate`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       buildInfo().String(),

@@ -82,6 +82,17 @@ func TestDemoSaysWhereItMoved(t *testing.T) {
 	require.NotContains(t, out, "demo", "the command is hidden")
 }
 
+// ferry --help lists every exit code.
+func TestHelpListsTheExitCodes(t *testing.T) {
+	t.Parallel()
+	code, out, _ := ferryCLI(t, "--help")
+	require.Equal(t, exitOK, code)
+	require.Contains(t, out, "Exit codes:")
+	for _, c := range []int{exitOK, exitFailed, exitUsage, exitIncomplete, exitFindings, exitNoMatch, exitDeadLeft, exitSchema} {
+		require.Contains(t, out, fmt.Sprintf("\n  %d  ", c), "exit code %d", c)
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -159,7 +170,11 @@ func TestSeedInsertIsDelivered(t *testing.T) {
 
 	code, out, errOut := ferryCLI(t, "migrate", "--database-url", dbURL)
 	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "applied 0001_outbox, 0002_discard, 0003_relay\n", "what ran, then the state")
 	require.Contains(t, out, "outbox_event is up to date")
+	code, out, errOut = ferryCLI(t, "migrate", "--database-url", dbURL)
+	require.Equal(t, exitOK, code, errOut)
+	require.NotContains(t, out, "applied", "a second run applies nothing")
 
 	cfg, err := ferrymysql.ParseURL(dbURL)
 	require.NoError(t, err)
@@ -312,7 +327,8 @@ func TestRelaySIGTERMStopsCleanly(t *testing.T) {
 	testsvc.ReadStream(t, nc, stream, 1, 30*time.Second)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, cmd.Wait(), out.String())
-	require.Contains(t, out.String(), "relay stopped")
+	require.Equal(t, 1, strings.Count(out.String(), "relay stopped"), "logged once, with its counts: %s", out.String())
+	require.Contains(t, out.String(), "confirmed=")
 	stats, err := st.Driver.Stats(ctx)
 	require.NoError(t, err)
 	require.Zero(t, stats.Sending, "batches in flight were finished and recorded")

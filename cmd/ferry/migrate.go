@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"sort"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -76,8 +77,35 @@ With --inbox it migrates a consumer's inbox tables instead (--marker-table,
 				}
 				return nil
 			}
+			// What ran: the migrations missing before, when the store can
+			// tell (another ferry migrate may run some of them meanwhile;
+			// Migrate is safe to run concurrently).
+			var before []ferrystore.MigrationID
+			checker, _ := store.(ferrystore.SchemaChecker)
+			if checker != nil {
+				if sc, err := checker.CheckSchema(ctx); err == nil {
+					before = sc.Missing
+				}
+			}
 			if err := store.Migrate(ctx); err != nil {
 				return err
+			}
+			if checker != nil && len(before) > 0 {
+				if sc, err := checker.CheckSchema(ctx); err == nil {
+					still := map[ferrystore.MigrationID]bool{}
+					for _, m := range sc.Missing {
+						still[m] = true
+					}
+					var ran []string
+					for _, m := range before {
+						if !still[m] {
+							ran = append(ran, m.String())
+						}
+					}
+					if len(ran) > 0 {
+						fmt.Fprintf(cmd.OutOrStdout(), "applied %s\n", strings.Join(ran, ", "))
+					}
+				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s up to date (%s)\n", what, store.Dialect())
 			return nil

@@ -192,8 +192,8 @@ event was enqueued in.`,
 	fl.DurationVar(&f.readyTimeout, "ready-timeout", 2*time.Second, "how long /readyz waits for the database and the broker")
 	bindEnv(fl, "ready-timeout", "FERRY_READY_TIMEOUT")
 	fl.DurationVar(&f.connectTimeout, "connect-timeout", 30*time.Second,
-		"with --drain, or when set: how long the relay keeps trying to reach the database and the broker at start before it exits 1 (0: one try); "+
-			"unset, a relay without --drain keeps trying as long as it runs")
+		"how long the relay keeps trying to reach the database and the broker at start before it exits 1 (0: one try); "+
+			"the default applies with --drain, while a relay without --drain keeps trying as long as it runs unless this is set")
 	bindEnv(fl, "connect-timeout", "FERRY_CONNECT_TIMEOUT")
 	fl.DurationVar(&f.heartbeat, "heartbeat", ferry.DefaultHeartbeat,
 		"how often the relay records itself in <table>_relay, for ferry status (0: never)")
@@ -339,9 +339,7 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 	if err := relay.Stop(stopCtx); err != nil {
 		return fmt.Errorf("stop: %w", err)
 	}
-	st := relay.Stats()
-	log.Info("relay stopped", "confirmed", st.Confirmed, "retried", st.Retried, "dead", st.Dead, "fenced", st.Fenced)
-	return nil
+	return nil // the relay logged "relay stopped" with its counts
 }
 
 // drainProgress prints a --drain run's progress on w every interval (0:

@@ -41,8 +41,9 @@ const DefaultTable = sqlstore.DefaultTable
 type Config struct {
 	// Table is the outbox table. Default "outbox_event". The store also
 	// uses Table+"_seq" for aggregate sequence numbers and Table+"_relay"
-	// for the relays' heartbeats. Validated against
-	// ^[A-Za-z_][A-Za-z0-9_]{0,56}$ and quoted.
+	// for the relays' heartbeats. Validated (letters, digits and
+	// underscores, not starting with a digit, at most 57 bytes, so that
+	// Table+"_relay" fits MySQL's 64) and quoted.
 	Table string
 }
 

@@ -22,8 +22,8 @@ import (
 var inboxMigrationsFS embed.FS
 
 // InboxConfig configures an inbox store. The zero value (or nil) uses the
-// defaults. Names are validated against ^[A-Za-z_][A-Za-z0-9_]{0,48}$ and
-// quoted.
+// defaults. Names are validated (letters, digits and underscores, not
+// starting with a digit, at most 49 bytes) and quoted.
 type InboxConfig struct {
 	// MarkerTable holds the markers. Default "consumed_operation".
 	MarkerTable string

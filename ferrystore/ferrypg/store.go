@@ -36,8 +36,9 @@ const DefaultTable = sqlstore.DefaultTable
 type Config struct {
 	// Table is the outbox table. Default "outbox_event". The store also
 	// uses Table+"_seq", Table+"_relay" (the relays' heartbeats) and
-	// indexes named after the table. Validated
-	// against ^[A-Za-z_][A-Za-z0-9_]{0,48}$ and quoted.
+	// indexes named after the table. Validated (letters, digits and
+	// underscores, not starting with a digit, at most 49 bytes, so that the
+	// names derived from it fit PostgreSQL's 63) and quoted.
 	Table string
 	// Notify makes EnqueueTx call pg_notify in the caller's transaction,
 	// so that listening relays wake the moment it commits. Default false:
