@@ -234,15 +234,16 @@ func consumeKafka(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler,
 }
 
 // EnvShopLog names the level (debug, info, warn, error) at which the
-// shop's Kafka consumers log to stderr; unset, they log nothing. The chaos
-// harness's Options.Log receives what they write.
+// shop's consumers, inboxes and payments middleware log to stderr; unset,
+// they log nothing (the demo prints its own progress). The chaos harness's
+// Options.Log receives what they write.
 const EnvShopLog = "FERRY_SHOP_LOG"
 
-// EnvLogger returns the logger EnvShopLog asks for, or nil (discarded).
+// EnvLogger returns the logger EnvShopLog asks for, or one that discards.
 func EnvLogger() *slog.Logger {
 	var level slog.Level
 	if v := os.Getenv(EnvShopLog); v == "" || level.UnmarshalText([]byte(v)) != nil {
-		return nil
+		return slog.New(slog.DiscardHandler)
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }

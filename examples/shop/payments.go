@@ -81,7 +81,7 @@ func PaymentsHandler(db *DB, o PaymentsOptions) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys, err := ferryhttp.New(ib, &ferryhttp.Config{Lease: o.Lease, FaultPoint: o.FaultPoint})
+	keys, err := ferryhttp.New(ib, &ferryhttp.Config{Lease: o.Lease, FaultPoint: o.FaultPoint, Logger: EnvLogger()})
 	if err != nil {
 		return nil, err
 	}

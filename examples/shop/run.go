@@ -130,7 +130,8 @@ func RunConsumer(ctx context.Context, o ConsumerOptions) error {
 	if o.Role == "sms" {
 		consumer = SMSConsumer
 	}
-	inbox, err := ferry.NewInbox(ib, &ferry.InboxConfig{Consumer: consumer, Hooks: []ferry.Hook{counts}, FaultPoint: o.FaultPoint})
+	inbox, err := ferry.NewInbox(ib, &ferry.InboxConfig{Consumer: consumer, Hooks: []ferry.Hook{counts}, FaultPoint: o.FaultPoint,
+		Logger: EnvLogger()})
 	if err != nil {
 		return err
 	}
@@ -155,7 +156,7 @@ func RunConsumer(ctx context.Context, o ConsumerOptions) error {
 		worker, err = ferry.NewTaskWorker(taskStore, map[string]ferry.TaskHandler{"SendSMS": SendSMS(client, o.GatewayURL)},
 			&ferry.TaskWorkerConfig{RelayConfig: ferry.RelayConfig{
 				PollInterval: 100 * time.Millisecond, Lease: 5 * time.Second, PublishTimeout: 4 * time.Second,
-				SweepInterval: 500 * time.Millisecond, FaultPoint: o.FaultPoint,
+				SweepInterval: 500 * time.Millisecond, FaultPoint: o.FaultPoint, Logger: EnvLogger(),
 				Retry: ferry.ExponentialBackoff{Initial: 50 * time.Millisecond, Max: time.Second, MaxAttempts: 1000},
 			}})
 		if err != nil {
@@ -226,7 +227,7 @@ func consume(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler) (fun
 			Stream: Stream, Durable: o.Role, FilterSubjects: []string{RoutePaid}, Declare: true,
 			ParkSubject: ParkSubject(o.Role), Concurrency: conc, AckWait: 5 * time.Second,
 			Retry:      ferrybroker.RetryPolicy{MaxDeliveries: 50, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
-			FaultPoint: o.FaultPoint,
+			FaultPoint: o.FaultPoint, Logger: EnvLogger(),
 		})
 		if err == nil {
 			err = c.Start(ctx)
@@ -248,7 +249,7 @@ func consume(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler) (fun
 			Concurrency: conc, Prefetch: conc, Declare: true, Topology: topo,
 			Queue:      ferryamqp.Queue{DeliveryLimit: amqpDeliveryLimit},
 			Retry:      ferrybroker.RetryPolicy{MaxDeliveries: 15, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
-			Connection: ferryamqp.ConnectionConfig{Name: "shop-" + o.Role}, FaultPoint: o.FaultPoint,
+			Connection: ferryamqp.ConnectionConfig{Name: "shop-" + o.Role}, FaultPoint: o.FaultPoint, Logger: EnvLogger(),
 		})
 		if err == nil {
 			err = c.Start(ctx)

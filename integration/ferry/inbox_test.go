@@ -263,7 +263,9 @@ func TestConsumerKilledBetweenCommitAndAck(t *testing.T) {
 			cmd, out = start()
 			require.NoError(t, cmd.Wait(), out.String())
 			var applied, dup, conflict, parked int
-			_, err = fmt.Sscanf(strings.TrimSpace(out.String()), "applied=%d duplicate=%d conflict=%d parked=%d", &applied, &dup, &conflict, &parked)
+			// The result is the last line; the consumer's log lines come before it.
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			_, err = fmt.Sscanf(lines[len(lines)-1], "applied=%d duplicate=%d conflict=%d parked=%d", &applied, &dup, &conflict, &parked)
 			require.NoError(t, err, out.String())
 
 			var got int64
