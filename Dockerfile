@@ -16,7 +16,12 @@ WORKDIR /src
 # tree, whatever versions its go.mod names.
 COPY . .
 ARG VERSION=
-RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags "-s -w -X main.version=${VERSION}" -o /out/ferry ./cmd/ferry
+# GOPROXY: a module proxy of yours, or off when the module cache is
+# mounted (as CI does).
+ARG GOPROXY=https://proxy.golang.org,direct
+ENV CGO_ENABLED=0 GOPROXY=${GOPROXY} GOFLAGS="-trimpath -buildvcs=false -ldflags=-X=main.version=${VERSION}"
+# The exec form: no shell needed in the builder.
+RUN ["go", "build", "-o", "/out/ferry", "./cmd/ferry"]
 
 FROM ${BASE_IMAGE}
 COPY --from=build /out/ferry /usr/local/bin/ferry

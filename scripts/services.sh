@@ -4,9 +4,10 @@
 # JetStream and Redis on loopback;
 # installs Chromium for the console's browser tests if it is missing.
 # Idempotent: a service that answers is left alone. Debian's packages are
-# assumed installed (see docs/testing.md), except promtool,
-# which CI uses to check the alert rules: run as root, the script installs
-# Debian's prometheus package when promtool is missing.
+# assumed installed (see docs/testing.md), except promtool and buildah,
+# which CI uses to check the alert rules and to build the image: run as
+# root, the script installs Debian's prometheus and buildah packages when
+# they are missing.
 set -u
 
 up() { # host port
@@ -78,5 +79,22 @@ elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   fi
 else
   echo "services: promtool is missing (Debian: apt-get install prometheus); go test ./deploy/ checks the rules without it"
+fi
+
+# buildah builds the Dockerfile without a container engine or a registry
+# (scripts/image.sh, which CI runs).
+if command -v buildah >/dev/null 2>&1; then
+  echo "services: buildah is installed"
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "services: installing buildah (Debian package buildah)"
+  if apt-get update -qq >/dev/null &&
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah >/dev/null; then
+    echo "services: buildah is installed"
+  else
+    echo "services: could not install the buildah package" >&2
+    rc=1
+  fi
+else
+  echo "services: buildah is missing (Debian: apt-get install buildah); scripts/image.sh needs it"
 fi
 exit $rc
