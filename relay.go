@@ -693,7 +693,12 @@ func (r *Relay) lane() {
 			r.active.Add(-1)
 			if err != nil {
 				r.c.errors.Add(1)
-				r.log.Error("relay cycle failed", "error", err, "retry_in", errBackoff)
+				attrs := []any{"error", err, "retry_in", errBackoff}
+				if errors.Is(err, ferrytype.ErrUndefinedTable) {
+					attrs = append(attrs, "fix", "a table of the outbox does not exist: run ferry migrate --table "+r.store.Table()+
+						" (or the store's Migrate)")
+				}
+				r.log.Error("relay cycle failed", attrs...)
 				if !r.sleep(errBackoff) {
 					return
 				}

@@ -268,7 +268,9 @@ func classify(err error, subject string) ferrytype.PublishResult {
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
-		return ferrytype.Returned(fmt.Errorf("unroutable: no JetStream stream is bound to subject %q: %w", subject, err))
+		return ferrytype.Returned(fmt.Errorf("unroutable: no JetStream stream is bound to subject %q "+
+			"(create one that captures it, e.g. ferry relay --stream NAME --subjects %q --declare, or fix the event's Destination): %w",
+			subject, subject, err))
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining),
 		errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, jetstream.ErrTooManyStalledMsgs):
 		// Refused by the client before anything was written.

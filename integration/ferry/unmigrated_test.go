@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -137,4 +139,23 @@ func TestConsumerKeepsMessagesUntilTheInboxIsMigrated(t *testing.T) {
 	require.Equal(t, int64(1), stats().Acked, "%+v", stats())
 	require.Zero(t, stats().Parked, "%+v", stats())
 	require.Equal(t, int64(1), applied.Load())
+}
+
+// A relay on an outbox table no migration created says, in its log, to
+// run ferry migrate, and claims nothing meanwhile.
+func TestRelayOnAnUnmigratedTableSaysRunFerryMigrate(t *testing.T) {
+	t.Parallel()
+	ctx := testsvc.Context(t, time.Minute)
+	_, drv, _ := unmigrated(t, "sqlite")
+	var buf syncBuffer
+	pub, err := ferrynats.New(ctx, testsvc.EmbeddedNATS(t), nil)
+	require.NoError(t, err)
+	relay, err := ferry.NewRelay(drv, pub, &ferry.RelayConfig{Logger: slog.New(slog.NewTextHandler(&buf, nil)),
+		PollInterval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, relay.Start(ctx))
+	defer relay.Stop(context.WithoutCancel(ctx))
+	testsvc.WaitFor(t, 30*time.Second, func() bool { return strings.Contains(buf.String(), "run ferry migrate --table "+drv.Table()) },
+		func() string { return buf.String() })
+	require.Zero(t, relay.Stats().Confirmed)
 }
