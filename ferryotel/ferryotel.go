@@ -48,6 +48,7 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/nilness"
 )
 
 // ScopeName is the instrumentation scope of ferry's spans.
@@ -105,10 +106,11 @@ func New(cfg *Config) *Tracing {
 	if cfg != nil {
 		c = *cfg
 	}
-	if c.TracerProvider == nil {
+	// A nil one, plain or typed (a provider not built yet), is the default.
+	if nilness.Nil(c.TracerProvider) {
 		c.TracerProvider = otel.GetTracerProvider()
 	}
-	if c.Propagator == nil {
+	if nilness.Nil(c.Propagator) {
 		c.Propagator = propagation.TraceContext{}
 	}
 	t := &Tracing{tracer: c.TracerProvider.Tracer(ScopeName), prop: c.Propagator}

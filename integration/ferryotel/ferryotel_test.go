@@ -201,3 +201,12 @@ func TestProcessSpanOfAFailedHandler(t *testing.T) {
 	require.Equal(t, int64(2), attr(p[0], ferryotel.AttrDeliveryCount).AsInt64())
 	require.Len(t, p[0].Events(), 1, "the error is recorded")
 }
+
+// A nil TracerProvider in the config, plain or typed (a provider not built
+// yet), is the global default, not a panic.
+func TestNewTakesANilProviderForTheDefault(t *testing.T) {
+	t.Parallel()
+	var tp *sdktrace.TracerProvider
+	require.NotNil(t, ferryotel.New(&ferryotel.Config{TracerProvider: tp}))
+	require.NotNil(t, ferryotel.New(&ferryotel.Config{}))
+}
