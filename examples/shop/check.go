@@ -349,7 +349,7 @@ func (r *Report) String() string {
 		r.PaidOrders, r.PoisonInjected, r.ConflictsInjected)
 	fmt.Fprintf(&b, "points: %d effects; lost %d, applied twice %d, unexpected %d, wrong %d; balances off: %d\n",
 		r.Effects, r.Lost, r.DuplicateEffects, r.Unexpected, r.WrongEffects, r.BalanceMismatches)
-	fmt.Fprintf(&b, "sms: %d texts for %d gateway calls; lost %d, twice %d, unexpected %d\n",
+	fmt.Fprintf(&b, "sms: %d texts sent for %d gateway calls (a call retried with its key sends no second text); lost %d, twice %d, unexpected %d\n",
 		r.SMSExecuted, r.SMSCalls, r.SMSLost, r.SMSDuplicates, r.SMSUnexpected)
 	fmt.Fprintf(&b, "conflicts recorded: %d (both consumers); outbox left: %d; tasks left: %d\n",
 		r.ConflictsRecorded, r.OutboxLeft, r.TasksLeft)
@@ -357,9 +357,9 @@ func (r *Report) String() string {
 		" absorbed %d retries, %d replays, %d takeovers\n",
 		r.DoubleCharges, r.WrongReplies, r.PaidEventsOff, r.ChargesUnpaid, r.PaidUncharged, r.PaymentRetries, r.PaymentReplays, r.KeyTakeovers)
 	if r.OK() {
-		b.WriteString("verdict: OK\n")
+		b.WriteString("check: OK\n")
 	} else {
-		fmt.Fprintf(&b, "verdict: FAILED: %s\n", strings.Join(r.Violations, "; "))
+		fmt.Fprintf(&b, "check: FAILED: %s\n", strings.Join(r.Violations, "; "))
 	}
 	return b.String()
 }

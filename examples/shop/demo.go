@@ -161,7 +161,8 @@ func RunDemo(ctx context.Context, out io.Writer, o DemoOptions) (err error) {
 		if err := p.Start("--crash-at", crashes[p.Name]); err != nil {
 			return err
 		}
-		say("%-6s started, crash point %s armed", p.Name, crashes[p.Name])
+		point, n, _ := strings.Cut(crashes[p.Name], ":")
+		say("%-6s started; it kills itself (SIGKILL) at crash point %s the %s time it gets there", p.Name, point, ordinal(n))
 	}
 	defer func() {
 		for _, p := range procs {
@@ -189,7 +190,8 @@ func RunDemo(ctx context.Context, out io.Writer, o DemoOptions) (err error) {
 			switch {
 			case p.Killed():
 				crashed++
-				say("%-6s killed at its crash point (%s); starting it again", p.Name, crashes[p.Name])
+				point, _, _ := strings.Cut(crashes[p.Name], ":")
+				say("%-6s died at its crash point %s; starting it again, without one", p.Name, point)
 				if err := p.Start(); err != nil {
 					return err
 				}
@@ -273,6 +275,22 @@ settled:
 	}
 	fmt.Fprintln(out, "verdict: OK: every paid order was awarded and texted exactly once; poison and conflicts parked, nothing else")
 	return nil
+}
+
+// ordinal spells n (a decimal count) as "1st", "2nd", "3rd", "133rd".
+func ordinal(n string) string {
+	suffix := "th"
+	if !strings.HasSuffix(n, "11") && !strings.HasSuffix(n, "12") && !strings.HasSuffix(n, "13") {
+		switch {
+		case strings.HasSuffix(n, "1"):
+			suffix = "st"
+		case strings.HasSuffix(n, "2"):
+			suffix = "nd"
+		case strings.HasSuffix(n, "3"):
+			suffix = "rd"
+		}
+	}
+	return n + suffix
 }
 
 // demoQuiet reports whether the outbox, the task table and both consumer

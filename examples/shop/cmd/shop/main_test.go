@@ -38,6 +38,7 @@ func TestDemoPasses(t *testing.T) {
 	code, out, errOut := shopCLI(t, "demo", "--orders", "200")
 	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
 	require.Contains(t, out, "verdict: OK")
+	require.Equal(t, 1, strings.Count(out, "verdict:"), "one verdict:\n%s", out)
 	require.Contains(t, out, "lost 0, applied twice 0, unexpected 0, wrong 0")
 	require.Contains(t, out, "crash points hit: 4")
 }
@@ -53,6 +54,7 @@ func TestDemoPassesOnKafka(t *testing.T) {
 	code, out, errOut := shopCLI(t, "demo", "--orders", "100", "--broker-url", "kafka://"+strings.Join(seeds, ","))
 	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
 	require.Contains(t, out, "verdict: OK")
+	require.Equal(t, 1, strings.Count(out, "verdict:"), "one verdict:\n%s", out)
 	require.Contains(t, out, "lost 0, applied twice 0, unexpected 0, wrong 0")
 	require.Contains(t, out, "crash points hit: 4")
 	require.Contains(t, out, "(Kafka stores each copy)")
