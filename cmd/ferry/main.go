@@ -40,6 +40,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -244,6 +245,20 @@ func (g *globals) logger(w io.Writer) (*slog.Logger, error) {
 // redactAttr removes passwords from every logged string, error and
 // stringer (the message included), whatever the library or the driver put
 // in them.
+// oneLine joins a multi-line error message (pgx lists each host it tried
+// on a line of its own, "\n\t"-indented) into one line, which a log line
+// shows as it is rather than with \n and \t escapes.
+func oneLine(s string) string {
+	if !strings.ContainsAny(s, "\n\r") {
+		return s
+	}
+	lines := strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' })
+	for i, l := range lines {
+		lines[i] = strings.TrimSpace(l)
+	}
+	return strings.Join(slices.DeleteFunc(lines, func(l string) bool { return l == "" }), "; ")
+}
+
 func redactAttr(_ []string, a slog.Attr) slog.Attr {
 	switch a.Value.Kind() {
 	case slog.KindString:
@@ -255,7 +270,7 @@ func redactAttr(_ []string, a slog.Attr) slog.Attr {
 				return slog.String(a.Key, v.Redacted())
 			}
 		case error:
-			return slog.String(a.Key, ferrytype.RedactURL(v.Error()))
+			return slog.String(a.Key, oneLine(ferrytype.RedactURL(v.Error())))
 		case fmt.Stringer:
 			return slog.String(a.Key, ferrytype.RedactURL(v.String()))
 		}

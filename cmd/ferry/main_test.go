@@ -417,3 +417,21 @@ func TestBenchRunsOnTheEmbeddedDefault(t *testing.T) {
 	require.Equal(t, 50, rep.LivePlain.Events)
 	require.NotEmpty(t, rep.Targets)
 }
+
+// A multi-line error (pgx lists each host it tried on a "\n\t"-indented
+// line) is logged on one line, its password still redacted.
+func TestLoggedErrorsAreOneLine(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	g := &globals{logLevel: "info", logFormat: "text"}
+	log, err := g.logger(&buf)
+	require.NoError(t, err)
+	log.Error("cannot reach the database", "error",
+		errors.New("failed to connect to `user=app database=shop`:\n\t127.0.0.1:5432 (db): dial error: connection refused\n\t[::1]:5432 (db): postgres://app:s3cr3tpw@db/shop refused"))
+	out := buf.String()
+	require.Equal(t, 1, strings.Count(out, "\n"), out)
+	require.NotContains(t, out, `\n`)
+	require.NotContains(t, out, `\t`)
+	require.Contains(t, out, "dial error: connection refused; [::1]:5432")
+	require.NotContains(t, out, "s3cr3tpw")
+}
