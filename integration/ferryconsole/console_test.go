@@ -602,3 +602,30 @@ func TestOverviewShowsTheRelays(t *testing.T) {
 	require.NotNil(t, row)
 	require.Contains(t, row[1], "not connected")
 }
+
+// An outbox whose report has something for a person (here: publishing
+// fails, though nothing is DEAD or old yet) is never badged healthy.
+func TestOverviewNeverCallsATableWithAttentionLinesHealthy(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sqlite")
+	c := b.client(t)
+	p := c.get("")
+	eq(t, http.StatusOK, p)
+	mustContain(t, p, `<span class="badge ok">healthy</span>`)
+
+	ids := b.enqueue(t, b.ob, b.st.DB, orderEvent("OrderPaid", "42", "orders.paid"))
+	tok := testsvc.Name("tok-")
+	msgs, err := b.st.Driver.Claim(b.ctx, ferrystore.ClaimParams{Limit: 1, Token: tok, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	_, err = b.admin.MarkFailed(b.ctx, []ferrystore.Failure{{ID: ids[0], Token: tok, Delay: time.Hour,
+		Error: "attempt 1: returned: unroutable: no JetStream stream is bound to subject \"orders.paid\""}})
+	require.NoError(t, err)
+	p = c.get("")
+	eq(t, http.StatusOK, p)
+	section := regexp.MustCompile(`(?s)<section class="card" id="outbox-orders">(.*?)</section>`).FindStringSubmatch(p.body)
+	require.NotNil(t, section, snippet(p.body))
+	require.Contains(t, section[1], "publishing fails")
+	require.Contains(t, section[1], "needs attention")
+	require.NotContains(t, section[1], ">healthy<")
+}
