@@ -15,7 +15,7 @@ func TestRedactURL(t *testing.T) {
 	cases := map[string]string{
 		"mysql://root:s3cret@127.0.0.1:3306/app":            "mysql://root:xxxxx@127.0.0.1:3306/app",
 		"postgres://app:p%40ss@db:5432/app?sslmode=require": "postgres://app:xxxxx@db:5432/app?sslmode=require",
-		"amqp://guest:guest@127.0.0.1:5672/vhost":           "amqp://guest:xxxxx@127.0.0.1:5672/vhost",
+		"amqp://guest:guest@127.0.0.1:5672/vhost":           "amqp://xxxxx:xxxxx@127.0.0.1:5672/vhost",
 		"nats://127.0.0.1:4222":                             "nats://127.0.0.1:4222",
 		"root:s3cret@tcp(127.0.0.1:3306)/app":               "root:xxxxx@tcp(127.0.0.1:3306)/app",
 		"host=db user=app password=s3cret dbname=app":       "host=db user=app password=xxxxx dbname=app",

@@ -23,7 +23,7 @@ var (
 		`([^\s&#]+|\S*)`)
 	dsnParamRe = regexp.MustCompile(`(?i)[a-z0-9_.-]*(?:password|passwd|pass|pwd|secret|token)\s*=\s*` +
 		`('(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|\S*)`)
-	mysqlDSNRe = regexp.MustCompile(`(?:^|[\s"'=(,])[^\s:/@"'=(,]*:(\S*)@(?:tcp[46]?|unix)?\(`)
+	mysqlDSNRe = regexp.MustCompile(`(?:^|[\s"'=(,])([^\s:/@"'=(,]*):(\S*)@(?:tcp[46]?|unix)?\(`)
 	schemeRe   = regexp.MustCompile(`[A-Za-z0-9+.-]*://`)
 )
 
@@ -34,9 +34,10 @@ var (
 // query and keyword DSN parameters (password=, pass=, sslpassword=,
 // quoted values too), and the password of a go-sql-driver/mysql DSN
 // (user:pass@tcp(host)/db). The rest of s stays, so that the host and the
-// database still show.
+// database still show; the user name too, unless it is the password
+// itself (guest:guest reads xxxxx:xxxxx).
 func RedactURL(s string) string {
-	return cutSpans(s, append(secretSpans(s), textSpans(s)...))
+	return cutSpans(s, append(secretSpans(s, true), textSpans(s)...))
 }
 
 // RedactSecrets returns text (an error message, a driver's error) with
@@ -85,7 +86,7 @@ func Secrets(s string) []string {
 			out = append(out, v)
 		}
 	}
-	for _, sp := range secretSpans(s) {
+	for _, sp := range secretSpans(s, false) {
 		raws := []string{s[sp[0]:sp[1]]}
 		if sp[0] > 0 && (s[sp[0]-1] == '\'' || s[sp[0]-1] == '"') {
 			// A quote before the value is a keyword DSN's quoting, or,
@@ -122,8 +123,9 @@ func Secrets(s string) []string {
 
 // secretSpans returns where the passwords and tokens are in s read as one
 // URL (or a comma-separated list of URLs), one keyword DSN or one
-// go-sql-driver/mysql DSN.
-func secretSpans(s string) [][2]int {
+// go-sql-driver/mysql DSN; with users, also the user names that are
+// their passwords (see userinfoSpans).
+func secretSpans(s string, users bool) [][2]int {
 	var spans [][2]int
 	if starts := schemeRe.FindAllStringIndex(s, -1); len(starts) > 0 && strings.TrimSpace(s[:starts[0][0]]) == "" {
 		for i, st := range starts {
@@ -131,29 +133,24 @@ func secretSpans(s string) [][2]int {
 			if i+1 < len(starts) {
 				end = starts[i+1][0]
 			}
-			spans = append(spans, urlSpans(s, st[0], st[1], end)...)
+			spans = append(spans, urlSpans(s, st[0], st[1], end, users)...)
 		}
 		// user://pw@tcp(host)/db is a go-sql-driver DSN whose password
 		// begins with //, not a URL.
-		for _, m := range mysqlDSNRe.FindAllStringSubmatchIndex(s, -1) {
-			spans = append(spans, valueSpan(s, m[2], m[3]))
-		}
-		return spans
+		return append(spans, mysqlDSNSpans(s, users)...)
 	}
 	if at := mysqlAt(s); at >= 0 && !strings.ContainsAny(s[at:], " \t\r\n") {
 		if c := strings.IndexByte(s[:at], ':'); c >= 0 && !strings.ContainsAny(s[:c], " \t\r\n") {
-			spans = append(spans, [2]int{c + 1, at})
+			spans = append(spans, userinfoSpans(s, 0, c, c+1, at, users)...)
 		}
 	}
-	for _, m := range mysqlDSNRe.FindAllStringSubmatchIndex(s, -1) {
-		spans = append(spans, valueSpan(s, m[2], m[3]))
-	}
+	spans = append(spans, mysqlDSNSpans(s, users)...)
 	return append(spans, dsnParamSpans(s, 0, len(s))...)
 }
 
 // urlSpans returns the secrets of the URL s[start:end], whose authority
 // begins at s[auth].
-func urlSpans(s string, start, auth, end int) [][2]int {
+func urlSpans(s string, start, auth, end int, users bool) [][2]int {
 	var spans [][2]int
 	rest := s[auth:end]
 	q := strings.IndexAny(rest, "?#")
@@ -163,7 +160,7 @@ func urlSpans(s string, start, auth, end int) [][2]int {
 	}
 	if at := strings.LastIndexByte(region, '@'); at >= 0 {
 		if c := strings.IndexByte(region[:at], ':'); c >= 0 {
-			spans = append(spans, [2]int{auth + c + 1, auth + at})
+			spans = append(spans, userinfoSpans(s, auth, auth+c, auth+c+1, auth+at, users)...)
 		} else if sch := strings.ToLower(s[start : auth-3]); (sch == "nats" || sch == "tls") && at > 0 {
 			spans = append(spans, [2]int{auth, auth + at}) // a token
 		}
@@ -255,7 +252,7 @@ func textSpans(s string) [][2]int {
 			end = starts[i+1][0]
 		}
 		end = spacedUserinfo(s, starts, i, end)
-		spans = append(spans, urlSpans(s, st[0], st[1], end)...)
+		spans = append(spans, urlSpans(s, st[0], st[1], end, true)...)
 		urls = append(urls, [2]int{st[0], end})
 	}
 	// Parameters outside the URLs, read as a keyword DSN's.
@@ -264,8 +261,41 @@ func textSpans(s string) [][2]int {
 			spans = append(spans, sp)
 		}
 	}
+	return append(spans, mysqlDSNSpans(s, true)...)
+}
+
+// mysqlDSNSpans returns the passwords of the go-sql-driver/mysql DSNs in
+// s (user:pass@tcp(host)/db), with their user names where userinfoSpans
+// says so.
+func mysqlDSNSpans(s string, users bool) [][2]int {
+	var spans [][2]int
 	for _, m := range mysqlDSNRe.FindAllStringSubmatchIndex(s, -1) {
-		spans = append(spans, valueSpan(s, m[2], m[3]))
+		pw := valueSpan(s, m[4], m[5])
+		spans = append(spans, userinfoSpans(s, m[2], m[3], pw[0], pw[1], users)...)
+	}
+	return spans
+}
+
+// userinfoSpans returns the span of the password s[p0:p1] of a URL's or
+// DSN's userinfo, and also that of its user name s[u0:u1] when the two
+// are the same (guest:guest): a user name left in view would show the
+// password, so such a userinfo reads xxxxx:xxxxx in every message,
+// whether it was redacted by pattern or by its known secrets. Without
+// users only the password's span is returned (Secrets reads passwords).
+func userinfoSpans(s string, u0, u1, p0, p1 int, users bool) [][2]int {
+	spans := [][2]int{{p0, p1}}
+	user, pw := s[u0:u1], s[p0:p1]
+	if !users || pw == "" {
+		return spans
+	}
+	if du, err := url.PathUnescape(user); err == nil {
+		user = du
+	}
+	if dp, err := url.PathUnescape(pw); err == nil {
+		pw = dp
+	}
+	if user == pw {
+		spans = append(spans, [2]int{u0, u1})
 	}
 	return spans
 }

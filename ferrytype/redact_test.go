@@ -199,3 +199,22 @@ func unquote(s string, q byte) (string, bool) {
 	}
 	return "", false
 }
+
+// A user name that is the password (RabbitMQ's guest:guest) is redacted
+// with it, and a URL reads the same whether it was redacted by pattern
+// alone or also by its known secrets: one form in every message.
+func TestRedactUserEqualToPasswordReadsTheSameEverywhere(t *testing.T) {
+	cases := map[string]string{
+		"amqp://guest:guest@mq:5672/":                     "amqp://xxxxx:xxxxx@mq:5672/",
+		"root:root@tcp(127.0.0.1:3306)/app":               "xxxxx:xxxxx@tcp(127.0.0.1:3306)/app",
+		"nats://app:app@h1:4222,nats://app:other@h2:4222": "nats://xxxxx:xxxxx@h1:4222,nats://app:xxxxx@h2:4222",
+		"amqp://guest:guest2@mq:5672/":                    "amqp://guest:xxxxx@mq:5672/",
+	}
+	for in, want := range cases {
+		require.Equal(t, want, ferrytype.RedactURL(in), in)
+		require.Equal(t, want, ferrytype.RedactSecrets(in, in), in)
+		msg := "dial " + in + ": connection refused"
+		require.Equal(t, "dial "+want+": connection refused", ferrytype.RedactURL(msg), msg)
+		require.Equal(t, "dial "+want+": connection refused", ferrytype.RedactSecrets(msg, in), msg)
+	}
+}

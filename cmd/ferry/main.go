@@ -267,7 +267,7 @@ func redactAttr(_ []string, a slog.Attr) slog.Attr {
 		switch v := a.Value.Any().(type) {
 		case *url.URL:
 			if v != nil {
-				return slog.String(a.Key, v.Redacted())
+				return slog.String(a.Key, ferrytype.RedactURL(v.String()))
 			}
 		case error:
 			return slog.String(a.Key, oneLine(ferrytype.RedactURL(v.Error())))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -39,6 +40,23 @@ func TestLogsRedactPasswords(t *testing.T) {
 		require.Contains(t, out, "db:5432", "the rest of the URL stays")
 		require.Contains(t, out, "xxxxx")
 	}
+}
+
+// A user name that is the password (guest:guest) reads xxxxx:xxxxx in
+// every place a URL reaches a log line: one form, never guest:xxxxx.
+func TestLogsRedactUserEqualToPasswordOneWay(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse("amqp://guest:guest@mq:5672/")
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	g := &globals{logLevel: "debug", logFormat: "text"}
+	log, err := g.logger(&buf)
+	require.NoError(t, err)
+	log.Info("dial amqp://guest:guest@mq:5672/", "url", "amqp://guest:guest@mq:5672/", "parsed", u,
+		"error", fmt.Errorf("dial %s: %w", "amqp://guest:guest@mq:5672/", errors.New("refused")))
+	out := buf.String()
+	require.NotContains(t, out, "guest", out)
+	require.Equal(t, 4, strings.Count(out, "amqp://xxxxx:xxxxx@mq:5672/"), out)
 }
 
 // The commands that talk to the database fail on an unreachable one with

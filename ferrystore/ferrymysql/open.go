@@ -34,7 +34,7 @@ func ParseURL(rawURL string) (*mysql.Config, error) {
 		return nil, fmt.Errorf("%w: database URL %s: cannot parse", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(rawURL))
 	}
 	if u.Scheme != "mysql" && u.Scheme != "mariadb" {
-		return nil, fmt.Errorf("%w: database URL %s: scheme must be mysql://", ferrytype.ErrInvalidConfig, u.Redacted())
+		return nil, fmt.Errorf("%w: database URL %s: scheme must be mysql://", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(rawURL))
 	}
 	q := u.Query()
 	var tlsCfg *tls.Config
@@ -72,7 +72,7 @@ func ParseURL(rawURL string) (*mysql.Config, error) {
 	}
 	cfg, err := mysql.ParseDSN("/" + strings.TrimPrefix(u.Path, "/") + "?" + q.Encode())
 	if err != nil {
-		return nil, fmt.Errorf("%w: database URL %s: %v", ferrytype.ErrInvalidConfig, u.Redacted(), err)
+		return nil, fmt.Errorf("%w: database URL %s: %v", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(rawURL), err)
 	}
 	if u.User != nil {
 		cfg.User = u.User.Username()
