@@ -223,6 +223,9 @@ func (l *ConflictList) Open() int {
 // ListConflicts lists the conflicts of the inbox s, newest first: the
 // open ones, or all with opts.All.
 func ListConflicts(ctx context.Context, s ferrystore.InboxStore, opts ConflictListOptions) (ConflictList, error) {
+	if err := needStore("ListConflicts", s); err != nil {
+		return ConflictList{}, err
+	}
 	if opts.Limit == 0 {
 		opts.Limit = DefaultConflictListLimit
 	}
@@ -257,6 +260,9 @@ type ConflictsFound struct {
 // ids at once, each with the consumer's marker for the key as it is now.
 // An unknown id is reported in Missing, not as an error.
 func GetConflicts(ctx context.Context, s ferrystore.InboxStore, ids []int64) (ConflictsFound, error) {
+	if err := needStore("GetConflicts", s); err != nil {
+		return ConflictsFound{}, err
+	}
 	found := ConflictsFound{Conflicts: []Conflict{}, Missing: []int64{}}
 	if len(ids) > ferrystore.MaxListLimit {
 		return found, invalid("%d ids, at most %d at once", len(ids), ferrystore.MaxListLimit)
@@ -307,6 +313,9 @@ type ResolveResult struct {
 // changes business data or markers. On an error, the result says what
 // was resolved before it.
 func ResolveConflicts(ctx context.Context, s ferrystore.InboxStore, ids []int64, decision, note, by string) (ResolveResult, error) {
+	if err := needStore("ResolveConflicts", s); err != nil {
+		return ResolveResult{}, err
+	}
 	r := ferrystore.Resolution{Decision: decision, By: truncate(by, 128), Note: note}
 	res := ResolveResult{Decision: r.Decision, By: r.By, Note: r.Note, Resolved: []int64{}, Problems: []string{}}
 	valid := false

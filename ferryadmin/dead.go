@@ -205,6 +205,9 @@ type DeadList struct {
 // matching f, oldest first, and says whether there are more. Events are
 // listed without headers and payload (GetEvents has them).
 func ListDead(ctx context.Context, a ferrystore.Admin, f DeadFilter, limit int) (DeadList, error) {
+	if err := needStore("ListDead", a); err != nil {
+		return DeadList{}, err
+	}
 	return list(ctx, a, f, ferrytype.StatusDead, limit)
 }
 
@@ -213,6 +216,9 @@ func ListDead(ctx context.Context, a ferrystore.Admin, f DeadFilter, limit int) 
 // with DiscardedAt and DiscardReason, which holds the reason, who and when
 // (and, for an event restored and discarded again, each step).
 func ListDiscarded(ctx context.Context, a ferrystore.Admin, f DeadFilter, limit int) (DeadList, error) {
+	if err := needStore("ListDiscarded", a); err != nil {
+		return DeadList{}, err
+	}
 	return list(ctx, a, f, ferrytype.StatusDiscarded, limit)
 }
 
@@ -220,6 +226,9 @@ func ListDiscarded(ctx context.Context, a ferrystore.Admin, f DeadFilter, limit 
 // when f has an ErrorClass, by reading the selection's rows a page at a
 // time.
 func CountDead(ctx context.Context, a ferrystore.Admin, f DeadFilter) (int64, error) {
+	if err := needStore("CountDead", a); err != nil {
+		return 0, err
+	}
 	sel, err := f.selection(ferrytype.StatusDead)
 	if err != nil {
 		return 0, err
@@ -250,6 +259,9 @@ type EventsFound struct {
 // ferrystore.MaxListLimit ids at once. An unknown id is reported in
 // Missing, not as an error.
 func GetEvents(ctx context.Context, a ferrystore.Admin, ids []string) (EventsFound, error) {
+	if err := needStore("GetEvents", a); err != nil {
+		return EventsFound{}, err
+	}
 	found := EventsFound{Events: []EventDetail{}, Missing: []string{}}
 	if len(ids) > ferrystore.MaxListLimit {
 		return found, invalid("%d ids, at most %d at once", len(ids), ferrystore.MaxListLimit)
@@ -389,6 +401,9 @@ func (o BulkOptions) withDefaults() (BulkOptions, error) {
 // run is not met twice. On an error, the result says what was changed
 // before it.
 func RetryDead(ctx context.Context, a ferrystore.Admin, opts BulkOptions) (BulkResult, error) {
+	if err := needStore("RetryDead", a); err != nil {
+		return BulkResult{}, err
+	}
 	return bulk(ctx, a, "retry", ferrytype.StatusDead, opts, a.Retry, "")
 }
 
@@ -398,6 +413,9 @@ func RetryDead(ctx context.Context, a ferrystore.Admin, opts BulkOptions) (BulkR
 // and bounds are those of RetryDead. reason and actor are required
 // unless opts.DryRun.
 func DiscardDead(ctx context.Context, a ferrystore.Admin, opts BulkOptions, reason, actor string) (BulkResult, error) {
+	if err := needStore("DiscardDead", a); err != nil {
+		return BulkResult{}, err
+	}
 	if !opts.DryRun && (strings.TrimSpace(reason) == "" || strings.TrimSpace(actor) == "") {
 		return BulkResult{Action: "discard", IDs: []string{}}, invalid("a discard needs a reason and an actor: they are kept with the events")
 	}
@@ -416,6 +434,9 @@ func DiscardDead(ctx context.Context, a ferrystore.Admin, opts BulkOptions, reas
 // statement conditional on the row still being DISCARDED. actor is
 // required unless opts.DryRun.
 func RestoreDiscarded(ctx context.Context, a ferrystore.Admin, opts BulkOptions, actor string) (BulkResult, error) {
+	if err := needStore("RestoreDiscarded", a); err != nil {
+		return BulkResult{}, err
+	}
 	if !opts.DryRun && strings.TrimSpace(actor) == "" {
 		return BulkResult{Action: "restore", IDs: []string{}}, invalid("a restore needs an actor: it is kept with the events")
 	}

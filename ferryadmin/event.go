@@ -9,6 +9,7 @@ import (
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/nilness"
 )
 
 // Event is an outbox row as the admin API reports it. Its JSON form is
@@ -84,6 +85,15 @@ func eventsOf(rows []ferrystore.Row, full bool) []Event {
 }
 
 // invalid returns an error wrapping ferrytype.ErrInvalidConfig.
+// needStore refuses a nil store, plain or typed (a nil *ferrymysql.Store
+// in the interface), with an error rather than a panic in a driver call.
+func needStore(fn string, s any) error {
+	if nilness.Nil(s) {
+		return invalid("%s: the store is nil", fn)
+	}
+	return nil
+}
+
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ferrytype.ErrInvalidConfig}, args...)...)
 }

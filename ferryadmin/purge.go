@@ -95,6 +95,9 @@ func (o PurgeOptions) withDefaults(age bool) (PurgeOptions, error) {
 // event, however old: each statement is conditional on the final status.
 // On an error, the report says what was deleted before it.
 func PurgeEvents(ctx context.Context, a ferrystore.Admin, opts PurgeOptions) (PurgeReport, error) {
+	if err := needStore("PurgeEvents", a); err != nil {
+		return PurgeReport{}, err
+	}
 	count := func(discarded bool) func(context.Context, time.Duration) (int64, error) {
 		return func(ctx context.Context, olderThan time.Duration) (int64, error) {
 			s, d, err := a.Purgeable(ctx, olderThan)
@@ -116,6 +119,9 @@ func PurgeEvents(ctx context.Context, a ferrystore.Admin, opts PurgeOptions) (Pu
 // A marker is what makes a redelivered event a duplicate, so it refuses
 // an OlderThan shorter than opts.ReplayWindow.
 func PurgeMarkers(ctx context.Context, s ferrystore.InboxStore, opts PurgeOptions) (PurgeReport, error) {
+	if err := needStore("PurgeMarkers", s); err != nil {
+		return PurgeReport{}, err
+	}
 	replayWindow := opts.ReplayWindow
 	if replayWindow == 0 {
 		replayWindow = ferry.DefaultReplayWindow
@@ -140,6 +146,9 @@ func PurgeMarkers(ctx context.Context, s ferrystore.InboxStore, opts PurgeOption
 // opts.OlderThan is not used. A key in progress is deleted only once it
 // expired too.
 func PurgeIdempotencyKeys(ctx context.Context, s ferrystore.IdempotencyStore, opts PurgeOptions) (PurgeReport, error) {
+	if err := needStore("PurgeIdempotencyKeys", s); err != nil {
+		return PurgeReport{}, err
+	}
 	run := func(ctx context.Context, _ time.Duration, limit int) (int64, error) { return s.PurgeKeys(ctx, limit) }
 	k := purgeKind{name: "idempotency-keys", run: run, ageless: true}
 	if c, ok := s.(ferrystore.KeyPurgeCounter); ok {

@@ -292,6 +292,9 @@ type StuckEvents struct {
 // inbox in one query; nothing is joined), and events pending longer than
 // opts.PendingOlderThan. Every listing is bounded by opts.Limit.
 func Reconcile(ctx context.Context, a ferrystore.Admin, opts ReconcileOptions) (ReconcileReport, error) {
+	if err := needStore("Reconcile", a); err != nil {
+		return ReconcileReport{}, err
+	}
 	rep := ReconcileReport{Table: a.Table(), Dialect: a.Dialect(), Checks: []CheckResult{}, Effects: []EffectResult{}}
 	o, err := opts.withDefaults()
 	if err != nil {

@@ -45,6 +45,9 @@ var ErrNoRelayRegistry = fmt.Errorf("%w: the store records no relay heartbeats (
 // returns an error wrapping ErrNoRelayRegistry; a table migrated before
 // 0003_relay, one wrapping ferrytype.ErrUndefinedTable.
 func Relays(ctx context.Context, a ferrystore.Admin, staleAfter time.Duration) ([]RelayInfo, error) {
+	if err := needStore("Relays", a); err != nil {
+		return nil, err
+	}
 	if staleAfter < 0 {
 		return nil, invalid("Relays: staleAfter %s is negative", staleAfter)
 	}

@@ -131,6 +131,9 @@ func (o StatusOptions) validate() error {
 // and every number comes from the database, so it works while every relay
 // is down.
 func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (StatusReport, error) {
+	if err := needStore("Status", a); err != nil {
+		return StatusReport{}, err
+	}
 	o := opts.withDefaults()
 	if err := o.validate(); err != nil {
 		return StatusReport{}, err

@@ -72,6 +72,9 @@ type DeadSummary struct {
 // most 10,000 groups are counted (the events of others count in Total,
 // and Truncated is set).
 func SummarizeDead(ctx context.Context, a ferrystore.Admin, f DeadFilter) (DeadSummary, error) {
+	if err := needStore("SummarizeDead", a); err != nil {
+		return DeadSummary{}, err
+	}
 	sum := DeadSummary{Groups: []DeadGroup{}}
 	sel, err := f.selection(ferrytype.StatusDead)
 	if err != nil {
