@@ -77,5 +77,11 @@ case "$out" in
 "ferry $version "*) ;;
 *) fail "ferry version in the image printed '$out', want the build's version $version" ;;
 esac
-# It ran on a scratch base: the binary is static.
-echo "image: built from the Dockerfile (user $user); in it, $out ($(($(date +%s) - begin)) s)"
+# It ran on a scratch base: the binary is static. It is stripped: no
+# symbol table for go tool nm to read.
+mnt=$(buildah mount "$c")
+bin="$mnt/usr/local/bin/ferry"
+if go tool nm "$bin" >/dev/null 2>&1; then fail "the binary in the image has a symbol table: it is not stripped (-ldflags=-s)"; fi
+size=$(( $(stat -c %s "$bin") / 1048576 ))
+buildah umount "$c" >/dev/null
+echo "image: built from the Dockerfile (user $user, binary ${size} MiB, stripped); in it, $out ($(($(date +%s) - begin)) s)"
