@@ -34,9 +34,10 @@ type DemoOptions struct {
 	// temporary directory, removed afterwards unless Keep is set.
 	Dir  string
 	Keep bool
-	// BrokerURL, when not empty, names the Kafka brokers to run on
-	// (kafka://host:9092[,host2:9092]); empty, the demo runs an embedded
-	// NATS server.
+	// BrokerURL, when not empty, names the RabbitMQ broker
+	// (amqp://user:pass@host:5672/vhost) or the Kafka brokers
+	// (kafka://host:9092[,host2:9092]) to run on; empty, the demo runs an
+	// embedded NATS server.
 	BrokerURL string
 	// Verbose copies the processes' own output to the demo's.
 	Verbose bool
@@ -44,7 +45,7 @@ type DemoOptions struct {
 
 // RunDemo runs the whole shop with no setup and checks the result: SQLite
 // databases in o.Dir, a NATS server with JetStream inside this process (or
-// the Kafka brokers of o.BrokerURL), an SMS gateway on loopback, and four
+// the RabbitMQ or Kafka brokers of o.BrokerURL), an SMS gateway on loopback, and four
 // separate processes — the order service, a relay, a points consumer and
 // an SMS consumer — each started with a crash point armed and started
 // again after its crash. When the orders are placed and everything is
@@ -74,8 +75,9 @@ func RunDemo(ctx context.Context, out io.Writer, o DemoOptions) (err error) {
 	if o.Orders < 20 || o.Rate < 1 {
 		return fmt.Errorf("%w: --orders must be at least 20 and --rate positive", ErrUsage)
 	}
-	if o.BrokerURL != "" && !open.IsKafka(o.BrokerURL) {
-		return fmt.Errorf("%w: --broker-url: the demo runs on kafka:// brokers, or on its embedded NATS without the flag", ErrUsage)
+	if o.BrokerURL != "" && !open.IsKafka(o.BrokerURL) && !open.IsAMQP(o.BrokerURL) {
+		return fmt.Errorf("%w: --broker-url: the demo runs on amqp:// (RabbitMQ) or kafka:// brokers, "+
+			"or on its embedded NATS without the flag", ErrUsage)
 	}
 	if o.BrokerURL != "" {
 		if err := open.ValidateBrokerURL(o.BrokerURL); err != nil {
@@ -156,6 +158,15 @@ func RunDemo(ctx context.Context, out io.Writer, o DemoOptions) (err error) {
 		"points": ferrybroker.FaultConsumerAfterHandle + ":" + strconv.Itoa(o.Orders/4),
 		"sms":    ferry.FaultInboxBeforeCommit + ":" + strconv.Itoa(o.Orders/5),
 	}
+	if open.IsAMQP(o.BrokerURL) {
+		// The points queue also takes the OrderCreated events, acked
+		// without effect, so its n-th delivery may be one of them, whose
+		// redelivery is no duplicate; the sms queue takes only OrderPaid.
+		// The consumers swap crash points: the one killed between its
+		// commit and its ack is always killed after a paid order's.
+		crashes["points"], crashes["sms"] = ferry.FaultInboxBeforeCommit+":"+strconv.Itoa(o.Orders/5),
+			ferrybroker.FaultConsumerAfterHandle+":"+strconv.Itoa(o.Orders/4)
+	}
 	for _, p := range procs {
 		p.Bin, p.Log = bin, logw
 		if err := p.Start("--crash-at", crashes[p.Name]); err != nil {
@@ -215,14 +226,30 @@ func RunDemo(ctx context.Context, out io.Writer, o DemoOptions) (err error) {
 		case quietSince.IsZero():
 			quietSince = time.Now()
 		case time.Since(quietSince) > 500*time.Millisecond:
-			goto settled
+			say("everything delivered; stopping the processes")
+			for _, p := range procs {
+				p.Stop(20 * time.Second)
+			}
+			// With the consumers gone, no message is held unacknowledged
+			// (RabbitMQ counts only the ready ones): what is left shows.
+			if quiet, err := demoQuiet(ctx, ordersURL, pointsURL, b); err != nil {
+				return err
+			} else if quiet {
+				goto settled
+			}
+			say("messages came back to the queues as the consumers stopped; starting the relay and the consumers again")
+			for _, p := range procs {
+				if p.Name == "orders" {
+					continue
+				}
+				if err := p.Start(); err != nil {
+					return err
+				}
+			}
+			quietSince = time.Time{}
 		}
 	}
 settled:
-	say("everything delivered; stopping the processes")
-	for _, p := range procs {
-		p.Stop(20 * time.Second)
-	}
 	db1, err := Open(ctx, ordersURL)
 	if err != nil {
 		return err
@@ -248,9 +275,9 @@ settled:
 	absorbed := total["points"].Duplicate + total["sms"].Duplicate
 	fmt.Fprintln(out)
 	fmt.Fprint(out, rep.String())
-	if b.kafka {
-		fmt.Fprintf(out, "relay: %d confirmed, %d republished after the crash (Kafka stores each copy), %d unknown outcomes\n",
-			total["relay"].Confirmed, total["relay"].Swept, total["relay"].Unknown)
+	if b.storesCopies != "" {
+		fmt.Fprintf(out, "relay: %d confirmed, %d republished after the crash (%s stores each copy), %d unknown outcomes\n",
+			total["relay"].Confirmed, total["relay"].Swept, b.storesCopies, total["relay"].Unknown)
 	} else {
 		fmt.Fprintf(out, "relay: %d confirmed, %d republished after the crash (JetStream dropped %d as duplicates), %d unknown outcomes\n",
 			total["relay"].Confirmed, total["relay"].Swept, total["relay"].Dupes, total["relay"].Unknown)
@@ -319,23 +346,28 @@ func demoQuiet(ctx context.Context, ordersURL, pointsURL string, b *demoBroker) 
 }
 
 // demoBroker is the broker the demo runs on: its embedded NATS, or the
-// Kafka brokers of --broker-url.
+// RabbitMQ or Kafka brokers of --broker-url.
 type demoBroker struct {
 	url, about string
-	kafka      bool
-	relayArgs  []string
-	quiet      func(ctx context.Context) (bool, error)
+	// storesCopies names a broker that stores each copy the relay
+	// republishes (no deduplication by message id, as JetStream has).
+	storesCopies string
+	relayArgs    []string
+	quiet        func(ctx context.Context) (bool, error)
 	// parked counts the events each consumer group parked in this run
 	// (on Kafka, a record parked twice counts once).
 	parked func(ctx context.Context) (map[string]uint64, error)
 	close  func()
 }
 
-// startDemoBroker prepares the Kafka brokers at kafkaURL for the shop, or,
-// when kafkaURL is empty, starts an embedded NATS server storing its
-// stream under dir.
-func startDemoBroker(ctx context.Context, dir, kafkaURL string) (*demoBroker, error) {
-	if kafkaURL != "" {
+// startDemoBroker prepares the RabbitMQ or Kafka brokers at brokerURL for
+// the shop, or, when brokerURL is empty, starts an embedded NATS server
+// storing its stream under dir.
+func startDemoBroker(ctx context.Context, dir, brokerURL string) (*demoBroker, error) {
+	if open.IsAMQP(brokerURL) {
+		return startDemoRabbitMQ(ctx, brokerURL)
+	}
+	if kafkaURL := brokerURL; kafkaURL != "" {
 		if err := SetupKafka(ctx, kafkaURL); err != nil {
 			return nil, fmt.Errorf("create the shop's Kafka topics: %w", err)
 		}
@@ -348,7 +380,7 @@ func startDemoBroker(ctx context.Context, dir, kafkaURL string) (*demoBroker, er
 		if err != nil {
 			return nil, err
 		}
-		return &demoBroker{url: kafkaURL, about: "Kafka " + cc.String(), kafka: true,
+		return &demoBroker{url: kafkaURL, about: "Kafka " + cc.String(), storesCopies: "Kafka",
 			relayArgs: []string{"--topics", strings.Join(KafkaTopics, ",")},
 			quiet: func(ctx context.Context) (bool, error) {
 				qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -393,4 +425,62 @@ func startDemoBroker(ctx context.Context, dir, kafkaURL string) (*demoBroker, er
 			return parked, err
 		},
 		close: func() { srv.Shutdown(); srv.WaitForShutdown() }}, nil
+}
+
+// startDemoRabbitMQ declares the shop's topology on the RabbitMQ broker at
+// url (quorum queues points and sms, their parking queues, bound to
+// amq.topic). Queues that hold messages of an earlier run are refused:
+// the check would count them.
+func startDemoRabbitMQ(ctx context.Context, url string) (*demoBroker, error) {
+	if err := SetupAMQP(ctx, url); err != nil {
+		return nil, fmt.Errorf("declare the shop's RabbitMQ topology: %w", err)
+	}
+	left, err := AMQPReady(ctx, url, consumerGroups...)
+	if err != nil {
+		return nil, err
+	}
+	if left["points"]+left["sms"] > 0 {
+		return nil, fmt.Errorf("%w: the queues points and sms hold %d and %d messages of an earlier run: "+
+			"purge them (rabbitmqctl purge_queue points; rabbitmqctl purge_queue sms) "+
+			"or give the demo a vhost of its own (amqp://host:5672/demo)", ErrUsage, left["points"], left["sms"])
+	}
+	// Parking queues may hold an earlier demo's messages: count from here.
+	parked := func(ctx context.Context) (map[string]map[string]bool, error) {
+		out := map[string]map[string]bool{}
+		for _, g := range consumerGroups {
+			ids, err := AMQPParkedIDs(ctx, url, g+".parking")
+			if err != nil {
+				return nil, err
+			}
+			out[g] = ids
+		}
+		return out, nil
+	}
+	before, err := parked(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &demoBroker{url: url, about: "RabbitMQ " + ferrytype.RedactURL(url), storesCopies: "RabbitMQ",
+		quiet: func(ctx context.Context) (bool, error) {
+			ready, err := AMQPReady(ctx, url, consumerGroups...)
+			return err == nil && ready["points"]+ready["sms"] == 0, err
+		},
+		// A message parked twice (its consumer killed between the park and
+		// the ack) counts once, as on Kafka.
+		parked: func(ctx context.Context) (map[string]uint64, error) {
+			now, err := parked(ctx)
+			if err != nil {
+				return nil, err
+			}
+			out := map[string]uint64{}
+			for g, ids := range now {
+				for id := range ids {
+					if !before[g][id] {
+						out[g]++
+					}
+				}
+			}
+			return out, nil
+		},
+		close: func() {}}, nil
 }

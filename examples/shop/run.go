@@ -313,6 +313,63 @@ func SetupAMQP(ctx context.Context, url string) error {
 	return p.Close()
 }
 
+// AMQPReady returns the messages ready in each of queues, by a passive
+// declare: a message a consumer holds unacknowledged is not counted.
+func AMQPReady(ctx context.Context, url string, queues ...string) (map[string]int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := ferryamqp.Connect(ctx, url, &ferryamqp.ConnectionConfig{Name: "shop-demo"})
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	defer ch.Close()
+	out := map[string]int{}
+	for _, name := range queues {
+		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		if err != nil {
+			return nil, fmt.Errorf("queue %s: %w", name, err)
+		}
+		out[name] = q.Messages
+	}
+	return out, nil
+}
+
+// AMQPParkedIDs returns the message ids in queue (a parking queue), each
+// once: a consumer killed after it parked a message and before its ack
+// parks it again on the redelivery. It reads the messages without
+// acknowledging them, and closing its channel puts them back.
+func AMQPParkedIDs(ctx context.Context, url, queue string) (map[string]bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := ferryamqp.Connect(ctx, url, &ferryamqp.ConnectionConfig{Name: "shop-demo"})
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	defer ch.Close()
+	ids := map[string]bool{}
+	for ctx.Err() == nil {
+		d, ok, err := ch.Get(queue, false)
+		if err != nil {
+			return nil, fmt.Errorf("queue %s: %w", queue, err)
+		}
+		if !ok {
+			return ids, nil
+		}
+		ids[d.MessageId] = true
+	}
+	return nil, fmt.Errorf("queue %s: %w", queue, ctx.Err())
+}
+
 // OnlyPaid acknowledges every event but OrderPaid without running h.
 func OnlyPaid(h ferrybroker.Handler) ferrybroker.Handler {
 	return func(ctx context.Context, d *ferrybroker.Delivery) error {

@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -155,6 +156,34 @@ func RabbitMQ(t testing.TB) *amqp.Connection {
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn
+}
+
+// RabbitMQVhost creates a fresh vhost on the test RabbitMQ server with
+// rabbitmqctl, gives the test URL's user every permission on it, and
+// deletes it when the test ends. It returns the test URL with that vhost:
+// for a test whose queue names are fixed (the shop's), so that no other
+// test's messages meet its own. It marks the test as using the server.
+func RabbitMQVhost(t testing.TB) string {
+	t.Helper()
+	RabbitMQ(t) // skips when the server is not there
+	u, err := url.Parse(testenv.URL(testenv.EnvAMQP))
+	if err != nil {
+		t.Fatalf("%s: %v", testenv.EnvAMQP, err)
+	}
+	vhost := fmt.Sprintf("test_%d_%d", os.Getpid(), time.Now().UnixNano())
+	RabbitMQCtl(t, "add_vhost", vhost)
+	t.Cleanup(func() {
+		if out, err := rabbitmqctl("delete_vhost", vhost); err != nil {
+			t.Errorf("cleanup: rabbitmqctl delete_vhost %s: %v\n%s", vhost, err, out)
+		}
+	})
+	user := "guest"
+	if u.User != nil {
+		user = u.User.Username()
+	}
+	RabbitMQCtl(t, "set_permissions", "-p", vhost, user, ".*", ".*", ".*")
+	u.Path, u.RawPath = "/"+vhost, ""
+	return u.String()
 }
 
 // RabbitQueue is a fresh durable queue bound to amq.topic.

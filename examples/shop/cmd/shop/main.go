@@ -5,7 +5,7 @@
 // runs its roles; the demo runs the same roles, as processes of this
 // binary.
 //
-//	shop demo   [--orders 400] [--rate 400] [--broker-url kafka://HOST:9092] [--dir DIR] [--keep] [-v] [-q]
+//	shop demo   [--orders 400] [--rate 400] [--broker-url amqp://USER:PASS@HOST:5672/VHOST | kafka://HOST:9092] [--dir DIR] [--keep] [-v] [-q]
 //	shop setup  --orders-db URL --points-db URL
 //	shop orders --orders-db URL --first 1 --last 400 --rate 50 [--crash-at order.after-commit:100]
 //	shop relay  --database-url URL --broker-url URL [--stream SHOP] [--crash-at relay.after-publish:3] [--lose-confirm-pct 3] [--pause-at relay.after-publish=FILE]
@@ -74,8 +74,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 const demoAbout = `Usage: shop demo [flags]
 
 Runs the reference shop with no setup: SQLite databases and a NATS server
-with JetStream inside this process (or, with --broker-url kafka://HOST:PORT,
-a Kafka cluster of yours), an SMS gateway on loopback, and four
+with JetStream inside this process (or, with --broker-url, a RabbitMQ
+broker or a Kafka cluster of yours), an SMS gateway on loopback, and four
 separate processes — the order service, a relay, a points consumer and an SMS
 consumer — each started with a crash point armed:
 
@@ -89,6 +89,16 @@ everything is quiet, the checker compares the databases and the gateway with
 the ground truth: no paid order lost, none applied twice, nothing applied for
 an order that never paid, conflicts and poison parked. It prints what
 happened and a verdict, and exits 1 if the check fails.
+
+On RabbitMQ the two consumers swap crash points (the points queue also
+takes the OrderCreated events, which it acks without effect, so only the
+sms queue's n-th delivery is sure to be a paid order's). The demo declares
+quorum queues points and sms, and their
+parking queues points.parking and sms.parking, bound to amq.topic; it
+refuses queues that still hold messages of an earlier run: give it a vhost
+where these names are its own (amqp://guest:guest@localhost:5672/demo,
+after rabbitmqctl add_vhost demo and set_permissions -p demo guest '.*'
+'.*' '.*').
 
 On Kafka the demo creates the shop's topics where they do not exist
 (shop.order.created, shop.order.paid, shop.parked.points, shop.parked.sms,
@@ -113,7 +123,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.Rate, "rate", 400, "orders per second")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the demo's directory (databases, stream) afterwards")
 	fs.StringVar(&o.Dir, "dir", "", "directory for the demo's files (default: a new temporary one)")
-	fs.StringVar(&o.BrokerURL, "broker-url", "", "Kafka brokers to run on, kafka://host:9092[,host2:9092] (default: an embedded NATS)")
+	fs.StringVar(&o.BrokerURL, "broker-url", "", "RabbitMQ (amqp://user:pass@host:5672/vhost) or Kafka brokers (kafka://host:9092[,host2:9092]) to run on (default: an embedded NATS)")
 	fs.BoolVar(&o.Verbose, "verbose", false, "show the processes' own output")
 	fs.BoolVar(&o.Verbose, "v", false, "short for --verbose")
 	fs.BoolVar(&quiet, "quiet", false, "print nothing; the exit code tells")

@@ -5,9 +5,15 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/ferrydev/ferry/examples/shop"
+	"github.com/ferrydev/ferry/ferrybroker/ferryamqp/ferryamqptest"
+	"github.com/ferrydev/ferry/internal/testenv"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
@@ -60,6 +66,51 @@ func TestDemoPassesOnKafka(t *testing.T) {
 	require.Contains(t, out, "(Kafka stores each copy)")
 }
 
+// The demo on RabbitMQ (a vhost of its own on the test server): quorum
+// queues, a relay with publisher confirms, consumers that ack after the
+// commit, and the same verdict. A second run on the same vhost starts from
+// the parking queues the first one filled.
+func TestDemoPassesOnRabbitMQ(t *testing.T) {
+	// serial: t.Setenv: the demo's child processes are this binary, told so by the environment.
+	testsvc.Slow(t, "the demo on RabbitMQ")
+	t.Setenv(envExecMain, "1")
+	url := ferryamqptest.RabbitMQVhost(t)
+	for run := 1; run <= 2; run++ {
+		code, out, errOut := shopCLI(t, "demo", "--orders", "100", "--broker-url", url)
+		require.Equal(t, exitOK, code, "run %d\nstdout:\n%s\nstderr:\n%s", run, out, errOut)
+		require.Contains(t, out, "verdict: OK")
+		require.Equal(t, 1, strings.Count(out, "verdict:"), "one verdict:\n%s", out)
+		require.Contains(t, out, "lost 0, applied twice 0, unexpected 0, wrong 0")
+		require.Contains(t, out, "crash points hit: 4")
+		require.Contains(t, out, "(RabbitMQ stores each copy)")
+		require.NotContains(t, out, "guest:guest", "the URL is shown without its password")
+	}
+}
+
+// Queues that still hold messages (another run's, another program's) are
+// refused before anything starts: the check would count them.
+func TestDemoRefusesRabbitMQQueuesInUse(t *testing.T) {
+	t.Parallel()
+	url := ferryamqptest.RabbitMQVhost(t)
+	require.NoError(t, shop.SetupAMQP(testenv.Context(t, 30*time.Second), url))
+	conn, err := amqp.Dial(url)
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.Publish("", "sms", false, false, amqp.Publishing{Body: []byte("left over")}))
+	require.NoError(t, ch.Close())
+	require.Eventually(t, func() bool {
+		n, err := shop.AMQPReady(testenv.Context(t, 10*time.Second), url, "sms")
+		return err == nil && n["sms"] == 1
+	}, 10*time.Second, 20*time.Millisecond)
+	code, out, errOut := shopCLI(t, "demo", "--orders", "20", "--broker-url", url)
+	require.Equal(t, exitUsage, code, errOut)
+	require.Contains(t, errOut, "hold 0 and 1 messages of an earlier run")
+	require.Contains(t, errOut, "purge_queue")
+	require.NotContains(t, out, "ferry demo:", "nothing started")
+}
+
 // -q prints nothing; the exit code tells.
 func TestDemoQuiet(t *testing.T) {
 	// serial: t.Setenv: the demo's child processes are this binary, told so by the environment.
@@ -76,7 +127,7 @@ func TestDemoUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"DemoNotKafka", []string{"demo", "--broker-url", "amqp://h:5672/"}, "the demo runs on kafka:// brokers"},
+		{"DemoNotItsBroker", []string{"demo", "--broker-url", "nats://h:4222"}, "the demo runs on amqp:// (RabbitMQ) or kafka:// brokers"},
 		{"DemoBadKafkaURL", []string{"demo", "--broker-url", "kafka://"}, "no broker host"},
 		{"DemoTooFewOrders", []string{"demo", "--orders", "19"}, "--orders must be at least 20"},
 		{"DemoNoRate", []string{"demo", "--rate", "0"}, "--rate positive"},
