@@ -946,14 +946,23 @@ func (c *Consumer) park(p *part, rec *kgo.Record, d *ferrybroker.Delivery, reaso
 func delivery(rec *kgo.Record, count int) *ferrybroker.Delivery {
 	d := &ferrybroker.Delivery{Route: rec.Topic, Payload: rec.Value, Headers: map[string]string{},
 		DeliveryCount: count, Redelivered: count > 1}
+	// Debezium's records (those with its id header) carry headers as
+	// Kafka Connect's header converter wrote them; ferry's own headers
+	// are decoded so in any record: the relay writes them plain, and a
+	// plain value never reads as a JSON string or a schema envelope.
+	debezium := slices.ContainsFunc(rec.Headers, func(h kgo.RecordHeader) bool { return h.Key == HeaderDebeziumID })
 	for _, h := range rec.Headers {
 		if _, dup := d.Headers[h.Key]; !dup {
-			d.Headers[h.Key] = string(h.Value)
+			v := string(h.Value)
+			if debezium || strings.HasPrefix(h.Key, "Ferry-") {
+				v = connectValue(v)
+			}
+			d.Headers[h.Key] = v
 		}
 	}
 	d.FillFromHeaders()
 	if d.MessageID == "" {
-		if id := unquote(d.Headers[HeaderDebeziumID]); id != "" {
+		if id := d.Headers[HeaderDebeziumID]; id != "" {
 			d.MessageID = id
 			d.Payload = unwrapJSONString(d.Payload)
 			if d.AggregateType == "" {
@@ -968,7 +977,11 @@ func delivery(rec *kgo.Record, count int) *ferrybroker.Delivery {
 		d.MessageID = rec.Topic + "/" + strconv.Itoa(int(rec.Partition)) + "/" + strconv.FormatInt(rec.Offset, 10)
 	}
 	if d.AggregateID == "" && len(rec.Key) > 0 {
-		d.AggregateID = unquote(string(rec.Key))
+		if debezium {
+			d.AggregateID = connectValue(string(rec.Key))
+		} else {
+			d.AggregateID = unquote(string(rec.Key))
+		}
 	}
 	return d
 }
@@ -976,14 +989,60 @@ func delivery(rec *kgo.Record, count int) *ferrybroker.Delivery {
 // unquote returns s without JSON string quotes, if it is a JSON string (as
 // Kafka Connect's JsonConverter writes a string key or header).
 func unquote(s string) string {
-	if len(s) < 2 || s[0] != '"' {
-		return s
+	if out, ok := jsonString(s); ok {
+		return out
+	}
+	return s
+}
+
+// connectValue decodes a header value as Kafka Connect's converters write
+// it: plain (SimpleHeaderConverter, StringConverter), a JSON value
+// (JsonConverter with schemas off: a string in quotes, a number as it
+// is), or a JSON envelope {"schema":…,"payload":…} (JsonConverter with
+// schemas on). A string comes back without its quotes, a number or any
+// other JSON value as its JSON text, a null as "". A value that is none of
+// these stays as it is.
+func connectValue(v string) string {
+	t := strings.TrimSpace(v)
+	if t == "" {
+		return v
+	}
+	switch t[0] {
+	case '"':
+		if s, ok := jsonString(t); ok {
+			return s
+		}
+	case '{':
+		var env struct {
+			Schema  json.RawMessage `json:"schema"`
+			Payload json.RawMessage `json:"payload"`
+		}
+		dec := json.NewDecoder(strings.NewReader(t))
+		dec.DisallowUnknownFields()
+		if dec.Decode(&env) != nil || dec.More() || len(env.Schema) == 0 || env.Schema[0] != '{' || len(env.Payload) == 0 {
+			return v
+		}
+		if s, ok := jsonString(string(env.Payload)); ok {
+			return s
+		}
+		if string(env.Payload) == "null" {
+			return ""
+		}
+		return string(env.Payload)
+	}
+	return v
+}
+
+// jsonString returns the string the JSON text t holds, if it is a string.
+func jsonString(t string) (string, bool) {
+	if len(t) < 2 || t[0] != '"' {
+		return "", false
 	}
 	var out string
-	if json.Unmarshal([]byte(s), &out) != nil {
-		return s
+	if json.Unmarshal([]byte(t), &out) != nil {
+		return "", false
 	}
-	return out
+	return out, true
 }
 
 // unwrapJSONString returns the JSON inside b when b is a JSON string that

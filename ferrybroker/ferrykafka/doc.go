@@ -196,9 +196,15 @@
 // holding that text, which the consumer unwraps for a record that has
 // Debezium's id header and no Ferry-Event-Id. A JsonConverter with
 // schemas enabled wraps the value in a schema envelope, which the
-// consumer passes on as it is: turn schemas off. Header values must be
-// plain strings (Kafka Connect's default SimpleHeaderConverter) or JSON
-// strings.
+// consumer passes on as it is: turn schemas off. Header values (and the
+// key) may be written by any of Kafka Connect's converters: plain
+// (SimpleHeaderConverter, the default, or StringConverter), JSON
+// (JsonConverter with schemas off: "wallet" in quotes, 7 as it is) or JSON
+// with a schema envelope (JsonConverter with schemas on:
+// {"schema":{"type":"string"},"payload":"wallet"}). The consumer decodes
+// every header of a Debezium record, and ferry's own headers (Ferry-*) of
+// any record, to the value: Delivery.AggregateType reads wallet, and
+// Delivery.Headers holds the decoded values.
 //
 // Debezium takes only the rows ferry inserts: the status, attempts, lease
 // and sent_at columns the relay maintains mean nothing to it (the router

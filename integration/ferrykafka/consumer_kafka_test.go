@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -455,6 +456,69 @@ func TestConsumerAcceptsDebeziumRecords(t *testing.T) {
 	require.Equal(t, "OrderPaid", ds[1].Type)
 	require.JSONEq(t, `{"order_id":43,"amount":11}`, string(ds[1].Payload), "the JSON string is unwrapped")
 	require.Equal(t, "5f0c-3", ds[2].MessageID)
+	b.waitUnsettled(t, 0)
+}
+
+// Debezium's records read the same whichever Kafka Connect converter
+// wrote their headers and key: plain (SimpleHeaderConverter and
+// StringConverter), JSON (JsonConverter, schemas off) or JSON in a schema
+// envelope (JsonConverter, schemas on). Every header ferry reads lands
+// decoded, on the right aggregate; the handler's Headers are decoded too.
+func TestConsumerDecodesDebeziumHeadersOfEveryConverter(t *testing.T) {
+	t.Parallel()
+	b := setupKafkaConsumer(t, 1)
+	b.topic = "outbox.event.wallet" + strings.ReplaceAll(t.Name(), "/", "_")
+	adm := kadm.NewClient(b.cl)
+	resp, err := adm.CreateTopic(b.ctx, 1, 1, nil, b.topic)
+	require.NoError(t, err)
+	require.NoError(t, resp.Err)
+	str := func(v string) string {
+		return `{"schema":{"type":"string","optional":false},"payload":` + strconv.Quote(v) + `}`
+	}
+	converters := []struct {
+		name            string
+		id, key, typ    string
+		aggType, seq, x string
+	}{
+		{"SimpleHeaderConverter", "e-1", "w-1", "Credited", "wallet", "7", "trace 1"},
+		{"JsonConverter", `"e-2"`, `"w-2"`, `"Credited"`, `"wallet"`, `7`, `"trace 2"`},
+		{"JsonConverter with schemas", str("e-3"), str("w-3"), str("Credited"), str("wallet"),
+			`{"schema":{"type":"int64","optional":false},"payload":7}`, str("trace 3")},
+	}
+	var recs []*kgo.Record
+	for _, c := range converters {
+		recs = append(recs, &kgo.Record{Partition: 0, Key: []byte(c.key), Value: []byte(`{"amount":5}`), Headers: []kgo.RecordHeader{
+			{Key: ferrykafka.HeaderDebeziumID, Value: []byte(c.id)},
+			{Key: ferrybroker.HeaderEventType, Value: []byte(c.typ)},
+			{Key: ferrybroker.HeaderAggregateType, Value: []byte(c.aggType)},
+			{Key: ferrybroker.HeaderSequence, Value: []byte(c.seq)},
+			{Key: "x-trace", Value: []byte(c.x)},
+		}})
+	}
+	b.produce(t, recs...)
+	got := make(chan ferrybroker.Delivery, len(recs))
+	c := b.consumer(t, func(ctx context.Context, d *ferrybroker.Delivery) error {
+		got <- *d
+		return nil
+	}, ferrykafka.ConsumerConfig{Concurrency: 1})
+	require.NoError(t, c.Start(b.ctx))
+	waitStats(t, c, func(s ferrybroker.ConsumerStats) bool { return s.Acked == int64(len(recs)) })
+	require.NoError(t, c.Stop(b.ctx))
+	close(got)
+	i := 0
+	for d := range got {
+		n := strconv.Itoa(i + 1)
+		name := converters[i].name
+		require.Equal(t, "e-"+n, d.MessageID, name)
+		require.Equal(t, "w-"+n, d.AggregateID, name)
+		require.Equal(t, "wallet", d.AggregateType, name)
+		require.Equal(t, "Credited", d.Type, name)
+		require.Equal(t, int64(7), d.Sequence, name)
+		require.Equal(t, "trace "+n, d.Headers["x-trace"], name)
+		require.Equal(t, "wallet", d.Headers[ferrybroker.HeaderAggregateType], name)
+		i++
+	}
+	require.Equal(t, len(recs), i)
 	b.waitUnsettled(t, 0)
 }
 
