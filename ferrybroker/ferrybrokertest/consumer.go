@@ -61,6 +61,19 @@ type ConsumerSetup struct {
 	// BreakParking, when set, makes parking fail from now on (it deletes
 	// the parking queue or stream), with a consumer running.
 	BreakParking func(t *testing.T)
+	// Outage, when set, makes the broker unreachable for the setup's
+	// consumers from now on — open connections closed, new ones closed
+	// as soon as they are accepted — until the returned Outage's Restore.
+	Outage func(t *testing.T) Outage
+}
+
+// Outage is a broker cut off the network by ConsumerSetup.Outage.
+type Outage struct {
+	// Refused counts the connections closed on accept so far: how often
+	// clients tried to reach the broker.
+	Refused func() int64
+	// Restore makes the broker reachable again.
+	Restore func()
 }
 
 // ConsumerHarness adapts one broker's consumer to the suite.
@@ -297,6 +310,9 @@ func fastRetry() ferrybroker.RetryPolicy {
 //   - the fault point after the handler leaves the delivery unacked;
 //   - a delivery whose park fails is retried, never acked (when the
 //     harness can break parking);
+//   - a consumer started while the broker is unreachable waits it out
+//     and then consumes, and a Stop ends such a wait (when the harness
+//     can cut the broker off);
 //   - Stop is safe before Start and twice; Run stops when its context ends.
 //
 // Verdicts wait on signals or poll with deadlines, never on sleeps.
@@ -642,6 +658,65 @@ func ExerciseConsumer(t *testing.T, h ConsumerHarness) {
 		require.Zero(t, st.Acked, "%+v", st)
 		require.Zero(t, st.Parked, "no copy was stored: %+v", st)
 		b.unsettled(t, 1) // never acked without a stored copy
+	})
+
+	t.Run("StartDuringAnOutageWaitsItOut", func(t *testing.T) {
+		b := setup(t)
+		if b.Outage == nil {
+			t.Skip("the harness cannot cut the broker off")
+		}
+		ids := b.publish(t, 5)
+		out := b.Outage(t)
+		restored := false
+		t.Cleanup(func() {
+			if !restored {
+				out.Restore()
+			}
+		})
+		rec := newRecorder()
+		c := b.NewConsumer(t, func(context.Context, *ferrybroker.Delivery) error { return nil },
+			ConsumerOptions{Concurrency: 2, Hooks: []ferrybroker.Hook{rec}})
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = c.Stop(ctx)
+		})
+		base := out.Refused()
+		started := make(chan error, 1)
+		go func() { started <- c.Start(b.ctx) }()
+		// It tries, and tries again, without giving up.
+		waitFor(t, time.Minute, func() bool {
+			select {
+			case err := <-started:
+				t.Fatalf("Start returned while the broker was unreachable: %v", err)
+			default:
+			}
+			return out.Refused() >= base+3
+		}, func() string { return fmt.Sprintf("%d connections tried", out.Refused()-base) })
+		out.Restore()
+		restored = true
+		require.NoError(t, wait(t, started, time.Minute, "Start returns once the broker is back"))
+		waitFor(t, time.Minute, func() bool { return c.Stats().Acked == int64(len(ids)) },
+			func() string { return fmt.Sprintf("%+v", c.Stats()) })
+		rec.agrees(t, c)
+		require.NoError(t, c.Stop(b.ctx))
+		b.unsettled(t, 0)
+	})
+
+	t.Run("StopEndsAStartWaitingForTheBroker", func(t *testing.T) {
+		b := setup(t)
+		if b.Outage == nil {
+			t.Skip("the harness cannot cut the broker off")
+		}
+		out := b.Outage(t)
+		t.Cleanup(out.Restore)
+		c := b.NewConsumer(t, func(context.Context, *ferrybroker.Delivery) error { return nil }, ConsumerOptions{Concurrency: 1})
+		base := out.Refused()
+		started := make(chan error, 1)
+		go func() { started <- c.Start(b.ctx) }()
+		waitFor(t, time.Minute, func() bool { return out.Refused() > base }, func() string { return "no connection tried" })
+		require.NoError(t, c.Stop(b.ctx))
+		require.ErrorIs(t, wait(t, started, time.Minute, "Start returns after the Stop"), ferrytype.ErrClosed)
 	})
 
 	t.Run("StopIsSafeTwiceAndBeforeStart", func(t *testing.T) {

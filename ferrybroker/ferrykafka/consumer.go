@@ -2,6 +2,8 @@ package ferrykafka
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -222,9 +224,11 @@ type Consumer struct {
 	obs     *ferrybroker.ConsumerObserver
 	sem     chan struct{}
 
-	mu       sync.Mutex // Start and Stop
-	started  bool
-	stopped  bool
+	mu      sync.Mutex // Start and Stop
+	started bool
+	stopped bool
+	// unstart ends a Start still waiting for the brokers (Stop calls it).
+	unstart  context.CancelFunc
 	stopping chan struct{}
 	closing  atomic.Bool // Stop committed for the last time: callbacks only finalize
 	cl       *kgo.Client
@@ -311,10 +315,89 @@ func DialConsumer(ctx context.Context, rawURL string, handler ferrybroker.Handle
 		return nil, ferrytype.RedactError(fmt.Errorf("kafka client for %s: %w", cc, err), rawURL)
 	}
 	defer cl.Close()
-	if err := cl.Ping(ctx); err != nil {
+	if err := untilReachable(ctx, c.log, "dial", cl.Ping); err != nil {
 		return nil, ferrytype.RedactError(fmt.Errorf("no Kafka broker at %s answers: %w", cc, err), rawURL)
 	}
 	return c, nil
+}
+
+// The waits of a start that meets an outage: the first, doubling up to the
+// last.
+const (
+	startRetryFirst = 100 * time.Millisecond
+	startRetryMax   = 5 * time.Second
+	// startTryTimeout bounds one try, so that a black-holed connection
+	// is logged and tried again rather than waited on until ctx ends.
+	startTryTimeout = 10 * time.Second
+)
+
+// untilReachable runs try until it returns nil or an error no retry mends
+// (permanentStartErr), or ctx ends; between transient failures it waits,
+// doubling, and logs each. Its errors state franz-go's first-read EOF as
+// what happened (see stated).
+func untilReachable(ctx context.Context, log *slog.Logger, what string, try func(context.Context) error) error {
+	wait := startRetryFirst
+	for attempt := 1; ; attempt++ {
+		tctx, cancel := context.WithTimeout(ctx, startTryTimeout)
+		err := try(tctx)
+		cancel()
+		switch {
+		case err == nil:
+			if attempt > 1 {
+				log.Info("kafka: "+what+": brokers reachable", "attempts", attempt)
+			}
+			return nil
+		case permanentStartErr(err):
+			return stated(err)
+		case ctx.Err() != nil:
+			if attempt == 1 {
+				return stated(err)
+			}
+			return fmt.Errorf("%s: gave up after %d attempts when the context ended: %w", what, attempt, stated(err))
+		}
+		log.Warn("kafka: "+what+": brokers not reachable; trying again", "attempt", attempt, "retry_in", wait,
+			"error", ferrytype.RedactURL(stated(err).Error()))
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: gave up after %d attempts when the context ended: %w", what, attempt, stated(err))
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, startRetryMax)
+	}
+}
+
+// permanentStartErr reports whether err, met while starting, is one no
+// retry mends: a configuration refused, a topic missing, a login, an
+// access or a certificate refused, TLS spoken to a listener without it
+// (tls.RecordHeaderError) or plaintext to a TLS listener (franz-go reads
+// the TLS alert the broker answers with). A broker closing new
+// connections at once (franz-go's ErrFirstReadEOF) is not one: a network
+// cut or a broker restarting does that too, so it is retried and logged.
+func permanentStartErr(err error) bool {
+	for _, e := range []error{ferrytype.ErrInvalidConfig, kerr.UnknownTopicOrPartition, kerr.SaslAuthenticationFailed,
+		kerr.IllegalSaslState, kerr.UnsupportedSaslMechanism, kerr.TopicAuthorizationFailed,
+		kerr.GroupAuthorizationFailed, kerr.ClusterAuthorizationFailed, kgo.ErrClientClosed} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[tls.RecordHeaderError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[x509.UnknownAuthorityError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[x509.HostnameError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[x509.CertificateInvalidError](err); ok {
+		return true
+	}
+	// franz-go's error for a TLS alert read as a response size has no type.
+	return strings.Contains(err.Error(), "appear to be a tls alert record")
 }
 
 // Stats returns the consumer's counters.
@@ -322,17 +405,36 @@ func (c *Consumer) Stats() ConsumerStats { return c.obs.Stats() }
 
 // Start checks that the topics and the park topic exist, joins the
 // consumer group and starts handling records; ctx bounds the check only.
-// Starting a stopped consumer returns ferrytype.ErrClosed.
+// While no broker can be reached (a connection refused, reset or closed
+// by the broker, a timeout), Start waits out the outage: it tries again
+// after 100ms, doubling up to 5s, logs each failure, and gives up only
+// when ctx ends, with the last error. A cause no retry mends returns at
+// once: a topic that does not exist, a login or an access refused, a TLS
+// certificate refused, TLS spoken to a listener without it or the
+// reverse. A Stop meanwhile ends the wait. Starting a stopped consumer
+// returns ferrytype.ErrClosed.
 func (c *Consumer) Start(ctx context.Context) error {
 	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		return ferrytype.ErrClosed
+	}
+	if c.started || c.unstart != nil {
+		c.mu.Unlock()
+		return errors.New("ferrykafka: consumer already started")
+	}
+	sctx, unstart := context.WithCancel(ctx)
+	c.unstart = unstart
+	c.mu.Unlock()
+	err := untilReachable(sctx, c.log, "consumer start", c.checkTopics)
+	c.mu.Lock()
 	defer c.mu.Unlock()
+	unstart()
+	c.unstart = nil
 	if c.stopped {
 		return ferrytype.ErrClosed
 	}
-	if c.started {
-		return errors.New("ferrykafka: consumer already started")
-	}
-	if err := c.checkTopics(ctx); err != nil {
+	if err != nil {
 		return err
 	}
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -385,7 +487,7 @@ func (c *Consumer) checkTopics(ctx context.Context) error {
 		d, ok := details[t]
 		switch {
 		case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
-			return fmt.Errorf("ferrykafka: topic %s does not exist", t)
+			return fmt.Errorf("ferrykafka: topic %s does not exist: %w", t, kerr.UnknownTopicOrPartition)
 		case d.Err != nil:
 			return fmt.Errorf("ferrykafka: topic %s: %w", t, d.Err)
 		}
@@ -402,6 +504,9 @@ func (c *Consumer) checkTopics(ctx context.Context) error {
 // ctx's error. Stopping twice, or before Start, is safe.
 func (c *Consumer) Stop(ctx context.Context) error {
 	c.mu.Lock()
+	if c.unstart != nil {
+		c.unstart() // a Start waiting for the brokers returns ErrClosed
+	}
 	defer c.mu.Unlock()
 	if !c.started || c.stopped {
 		c.stopped = true

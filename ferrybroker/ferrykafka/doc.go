@@ -72,10 +72,13 @@
 //
 // A fatal producer error (OUT_OF_ORDER_SEQUENCE_NUMBER, an unknown
 // producer id, a fenced epoch) leaves a franz-go client unable to produce.
-// Its records are unknown; a Dial'd publisher builds a new client and
-// produces on it from the next batch on, while one built with New reports
-// itself disconnected (Disconnected says why) until the caller builds a
-// new client and publisher.
+// Its records are unknown; the publisher builds a new client and produces
+// on it from the next batch on: Dial's from the URL's options, New's from
+// the caller's client's options (kgo.Client.Opts), leaving the caller's
+// client open. A caller's client that also consumes or is transactional
+// is not copied: the publisher then reports itself disconnected
+// (Disconnected says why) until the caller builds a new client and
+// publisher.
 //
 // # Connectivity
 //
@@ -83,6 +86,13 @@
 // (1s). Connected is false, and Disconnected says why, from the first
 // failed ask until the next good one; the relay stops claiming meanwhile,
 // and a Publish in that time sends nothing (not sent). Check asks at once.
+// When a broker closes a new connection before answering its first
+// request, franz-go guesses at a cause ("is TLS missing?", "is SASL
+// missing?"); a network cut or a broker restarting does the same, so the
+// publisher's and the consumer's errors state what happened instead — "the
+// broker closed a new connection before answering its first request" —
+// with franz-go's error still in the chain. Only Dial and New, at start,
+// add where to look when every connection ends so.
 //
 // # Consuming
 //
@@ -94,7 +104,12 @@
 // record counts as done. NewConsumer takes franz-go connection options
 // (ClientConfig.Opts of a parsed URL) and DialConsumer a URL: the consumer
 // builds its own client, because a group's options and rebalance callbacks
-// are fixed when a franz-go client is built. Its client joins the group
+// are fixed when a franz-go client is built. DialConsumer and Start wait
+// out an outage (no broker reachable): they try again after 100ms,
+// doubling up to 5s, log each failure and give up only when their context
+// ends, or at once on a cause no retry mends (a missing topic, a login,
+// access or certificate refused, TLS on one side only); Stop ends the
+// wait. Its client joins the group
 // with a 10s session timeout and a 10s rebalance timeout instead of
 // franz-go's 45s and 60s, so that the partitions of a consumer that was
 // killed, or that hangs in a rebalance, go to the others within seconds

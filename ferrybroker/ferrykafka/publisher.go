@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -145,7 +146,7 @@ func (c *Config) withDefaults() (Config, error) {
 // ferrybroker.Connectivity.
 type Publisher struct {
 	cfg        Config
-	owned      bool      // Dial built the client: Close closes it, a poisoned one is rebuilt
+	owned      bool      // Dial built the client
 	opts       []kgo.Opt // the options Dial built the client with
 	secrets    []string  // URLs whose passwords no error may show
 	autoCreate bool      // the client asks the brokers to create missing topics
@@ -172,6 +173,7 @@ var (
 // clientGen is one client and the fatal producer error that ended it.
 type clientGen struct {
 	cl     *kgo.Client
+	ours   bool // the publisher built it: it closes it
 	poison atomic.Pointer[error]
 }
 
@@ -204,9 +206,34 @@ func fatalProducerErr(err error) bool {
 
 type connState struct{ err error }
 
+// copyable reports whether a client built from cl's options would only
+// produce, as cl does: not consume in a group or from topics, not fence
+// cl's transactions.
+func copyable(cl *kgo.Client) bool {
+	if g, _ := cl.OptValue(kgo.ConsumerGroup).(string); g != "" {
+		return false
+	}
+	if ts, _ := cl.OptValue(kgo.ConsumeTopics).([]string); len(ts) > 0 {
+		return false
+	}
+	if ps, _ := cl.OptValue(kgo.ConsumePartitions).(map[string]map[int32]kgo.Offset); len(ps) > 0 {
+		return false
+	}
+	if txn, _ := cl.OptValue(kgo.TransactionalID).(string); txn != "" {
+		return false
+	}
+	return true
+}
+
 // New returns a publisher on cl, a client the caller built and keeps
-// owning: Close does not close it, and a client that a fatal producer
-// error ended (see Disconnected) is not replaced; build the client with
+// owning: Close does not close it. When a fatal producer error ends cl's
+// producer (see Disconnected), the publisher builds a client of its own
+// from cl's options (cl.Opts()) and produces on it from the next batch on,
+// as a Dial'd publisher does; Close closes that one, and cl is left as it
+// is. A cl that also consumes (kgo.ConsumerGroup, kgo.ConsumeTopics) or is
+// transactional is not copied — a copy would join the group or fence the
+// transactions — and the publisher stays disconnected, saying so, until
+// the caller builds a new client and publisher. Build the client with
 // kgo.StopProducerOnDataLossDetected() to learn of such errors rather
 // than have franz-go produce on under a bumped producer epoch. New checks
 // that a broker answers, then checks or declares cfg.Topics.
@@ -233,14 +260,22 @@ func newPublisher(ctx context.Context, cl *kgo.Client, cfg *Config, opts []kgo.O
 		return nil, fmt.Errorf("%w: ferrykafka: the client produces with kgo.NoAck(): nothing the brokers "+
 			"acknowledge could be told from what they lost; use kgo.AllISRAcks()", ferrytype.ErrInvalidConfig)
 	}
-	p := &Publisher{cfg: c, owned: opts != nil, opts: opts, cur: &clientGen{cl: cl},
+	p := &Publisher{cfg: c, owned: opts != nil, opts: opts, cur: &clientGen{cl: cl, ours: opts != nil},
 		slots: make(chan struct{}, c.MaxBufferedRecords)}
 	if rawURL != "" {
 		p.secrets = []string{rawURL}
 	}
 	p.autoCreate, _ = cl.OptValue(kgo.AllowAutoTopicCreation).(bool)
+	if !p.owned && copyable(cl) {
+		p.opts = cl.Opts()
+	}
 	if err := cl.Ping(ctx); err != nil {
-		return nil, p.redact(fmt.Errorf("no Kafka broker answers: %w", err))
+		if connectionSetupErr(err) {
+			// At start, a wrong setup is the likely cause: say where to look.
+			err = fmt.Errorf("%w; when every connection ends so, compare the URL's TLS (kafkas://) and SASL "+
+				"settings with the broker's listener", stated(err))
+		}
+		return nil, p.redact(fmt.Errorf("no Kafka broker answers: %w", stated(err)))
 	}
 	if err := p.setupTopics(ctx, cl); err != nil {
 		return nil, p.redact(err)
@@ -353,7 +388,7 @@ func (p *Publisher) setupTopics(ctx context.Context, cl *kgo.Client) error {
 }
 
 // Client returns the franz-go client the publisher produces on now: after
-// a fatal producer error, a Dial'd publisher replaces it.
+// a fatal producer error, the publisher replaces it (see New).
 func (p *Publisher) Client() *kgo.Client { return p.gen().cl }
 
 func (p *Publisher) gen() *clientGen {
@@ -369,7 +404,7 @@ func (p *Publisher) renew() {
 	defer p.mu.Unlock()
 	old := p.cur
 	perr := old.poisoned()
-	if perr == nil || !p.owned || p.closed {
+	if perr == nil || p.opts == nil || p.closed {
 		return
 	}
 	cl, err := kgo.NewClient(p.opts...)
@@ -377,12 +412,14 @@ func (p *Publisher) renew() {
 		p.cfg.Logger.Error("kafka: cannot build a new client after a fatal producer error", "error", p.redact(err))
 		return
 	}
-	p.cur = &clientGen{cl: cl}
-	p.closing.Add(1)
-	go func() {
-		defer p.closing.Done()
-		old.cl.Close()
-	}()
+	p.cur = &clientGen{cl: cl, ours: true}
+	if old.ours {
+		p.closing.Add(1)
+		go func() {
+			defer p.closing.Done()
+			old.cl.Close()
+		}()
+	}
 	p.cfg.Logger.Warn("kafka: a fatal producer error ended the client; producing on a new one",
 		"error", p.redact(perr))
 }
@@ -396,6 +433,9 @@ func (p *Publisher) renew() {
 // flight, NOT_ENOUGH_REPLICAS_AFTER_APPEND, a delivery timeout, a fatal
 // producer error) is unknown. While the publisher is not connected it
 // hands nothing over: every message is not sent (ferrytype.ErrNotSent).
+// Errors name what happened: franz-go's guess at the cause of a broker
+// closing a new connection ("is TLS missing?") is replaced by the fact
+// (see stated).
 func (p *Publisher) Publish(ctx context.Context, msgs []ferrytype.Message) []ferrytype.PublishResult {
 	res := make([]ferrytype.PublishResult, len(msgs))
 	if len(msgs) == 0 {
@@ -692,8 +732,46 @@ func (p *Publisher) classify(err error, topic string) ferrytype.PublishResult {
 	case slices.ContainsFunc(rejectedErrs, func(e error) bool { return errors.Is(err, e) }):
 		return ferrytype.Rejected(fmt.Errorf("kafka refused the record for topic %q: %w", topic, p.redact(err)))
 	}
-	return ferrytype.Unknown(p.redact(err))
+	return ferrytype.Unknown(p.redact(stated(err)))
 }
+
+// connectionSetupErr reports whether err is the failure of a connection
+// before any request on it was answered: a dial refused or reset, or the
+// broker closing a new connection (franz-go's ErrFirstReadEOF).
+func connectionSetupErr(err error) bool {
+	if _, ok := errors.AsType[*kgo.ErrFirstReadEOF](err); ok {
+		return true
+	}
+	ne, ok := errors.AsType[*net.OpError](err)
+	return ok && ne.Op == "dial"
+}
+
+// stated returns err with the text of franz-go's ErrFirstReadEOF in it
+// replaced by what happened — the broker closed a new connection before
+// answering its first request — without the guess at a cause it makes
+// ("is TLS missing?", "is SASL missing?"), which is wrong whenever the
+// connection was simply cut. errors.Is and errors.As still see err. A
+// setup that is wrong (TLS, SASL) fails Dial and Check with the same
+// stated error on every connection.
+func stated(err error) error {
+	fe, ok := errors.AsType[*kgo.ErrFirstReadEOF](err)
+	if !ok {
+		return err
+	}
+	what := "the broker closed a new connection before answering its first request"
+	if inner := fe.Unwrap(); inner != nil {
+		what += " (" + inner.Error() + ")"
+	}
+	return &statedErr{text: strings.Replace(err.Error(), fe.Error(), what, 1), err: err}
+}
+
+type statedErr struct {
+	text string
+	err  error
+}
+
+func (e *statedErr) Error() string { return e.text }
+func (e *statedErr) Unwrap() error { return e.err }
 
 // Check asks the brokers for metadata: nil when one answers.
 func (p *Publisher) Check(ctx context.Context) error {
@@ -707,7 +785,7 @@ func (p *Publisher) Check(ctx context.Context) error {
 func (p *Publisher) ping(ctx context.Context) error {
 	err := p.gen().cl.Ping(ctx)
 	if err != nil {
-		err = p.redact(fmt.Errorf("no Kafka broker answers: %w", err))
+		err = p.redact(fmt.Errorf("no Kafka broker answers: %w", stated(err)))
 		if prev := p.conn.Swap(&connState{err: err}); prev == nil {
 			p.cfg.Logger.Warn("kafka: brokers unreachable", "error", err)
 		}
@@ -758,11 +836,11 @@ func (p *Publisher) Disconnected() error {
 		return fmt.Errorf("kafka publisher: %w", ferrytype.ErrClosed)
 	}
 	if perr := g.poisoned(); perr != nil {
-		if p.owned {
+		if p.opts != nil {
 			return p.redact(fmt.Errorf("the Kafka client ended after a fatal producer error, a new one is being built: %w", perr))
 		}
-		return p.redact(fmt.Errorf("the Kafka client can no longer produce after a fatal producer error "+
-			"(build a new client and publisher): %w", perr))
+		return p.redact(fmt.Errorf("the Kafka client can no longer produce after a fatal producer error, and "+
+			"the publisher cannot copy it (it consumes or is transactional): build a new client and publisher: %w", perr))
 	}
 	if s := p.conn.Load(); s != nil {
 		return s.err
@@ -770,8 +848,9 @@ func (p *Publisher) Disconnected() error {
 	return nil
 }
 
-// Close stops the pings and, if Dial built the client, closes it: records
-// still awaiting their acks are failed.
+// Close stops the pings and closes the client the publisher produces on
+// if it built it (Dial's, or a replacement after a fatal producer error),
+// never the caller's: records still awaiting their acks are failed.
 func (p *Publisher) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -783,7 +862,7 @@ func (p *Publisher) Close() error {
 	p.mu.Unlock()
 	p.stopWatch()
 	<-p.watching
-	if p.owned {
+	if g.ours {
 		g.cl.Close()
 	}
 	p.closing.Wait()

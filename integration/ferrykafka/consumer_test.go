@@ -62,6 +62,10 @@ func consumerHarness() ferrybrokertest.ConsumerHarness {
 				return out
 			},
 			Unsettled: func(t *testing.T) int { return unsettled(t, cl, topic, group) },
+			Outage: func(t *testing.T) ferrybrokertest.Outage {
+				k.Cut()
+				return ferrybrokertest.Outage{Refused: k.Refused, Restore: k.Restore}
+			},
 			BreakParking: func(t *testing.T) {
 				resp, err := kadm.NewClient(cl).DeleteTopics(testsvc.Context(t, 30*time.Second), park)
 				require.NoError(t, err)

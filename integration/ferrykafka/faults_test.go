@@ -174,6 +174,57 @@ func TestLeaderChangeIsConfirmed(t *testing.T) {
 	requireAggregateOrder(t, recs, 12)
 }
 
+// The brokers close every new connection at its first request (a broker
+// restarting, a load balancer draining): the publisher's ping fails, it
+// reports itself disconnected and every record of a Publish meanwhile is
+// not sent, no attempt spent. Its errors say what happened — the broker
+// closed a new connection — not franz-go's guess at a cause ("is TLS
+// missing?"), which is wrong here. When the brokers answer again, so does
+// the publisher, and nothing of the batches not sent is stored.
+func TestConnectionsClosedAtFirstRequestAreStatedNotGuessed(t *testing.T) {
+	t.Parallel()
+	b := setupFaults(t, 1)
+	first := msgs(b.topic, 2, 1)
+	requireAll(t, ferrytype.OutcomeConfirmed, b.p.Publish(b.ctx, first))
+	var failing atomic.Bool
+	failing.Store(true)
+	var closed atomic.Int64
+	b.k.ControlKey(int16(kmsg.ApiVersions), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if !failing.Load() {
+			b.k.DropControl()
+			return nil, nil, false
+		}
+		b.k.KeepControl()
+		closed.Add(1)
+		return nil, errors.New("connection closed at its first request"), true
+	})
+	b.k.Drop() // the publisher's connections: it must open new ones
+	testsvc.WaitFor(t, 30*time.Second, func() bool { return b.p.Disconnected() != nil },
+		func() string { return fmt.Sprintf("still connected; %d connections closed", closed.Load()) })
+	down := b.p.Disconnected()
+	require.ErrorContains(t, down, "closed a new connection before answering its first request")
+	require.NotContains(t, down.Error(), "missing?", "no guess at a cause")
+	var fe *kgo.ErrFirstReadEOF
+	require.ErrorAs(t, down, &fe, "franz-go's error is still in the chain")
+	held := msgs(b.topic, 3, 1)
+	for i, r := range b.p.Publish(b.ctx, held) {
+		require.True(t, r.NotSent(), "record %d: %v", i, r.Err)
+		require.NotContains(t, r.Err.Error(), "missing?")
+	}
+	failing.Store(false)
+	testsvc.WaitFor(t, 30*time.Second, b.p.Connected, func() string { return fmt.Sprint(b.p.Disconnected()) })
+	after := msgs(b.topic, 2, 1)
+	for i := range after {
+		after[i].ID += "-after"
+	}
+	requireAll(t, ferrytype.OutcomeConfirmed, b.p.Publish(b.ctx, after))
+	got := received(testsvc.ReadKafka(t, b.k.Seeds, b.topic, len(first)+len(after), 30*time.Second))
+	require.Len(t, got, len(first)+len(after), "nothing of the batch not sent is stored")
+	for _, r := range got[len(first):] {
+		require.Contains(t, r.ID, "-after")
+	}
+}
+
 // failProduces makes the brokers close the connection of every produce
 // request, unanswered, until the returned func is called; each failed
 // request is signalled on the channel.
@@ -282,12 +333,39 @@ func TestFatalProducerErrorOnCallersClient(t *testing.T) {
 	cl, _ := client(t, k.Seeds, kgo.StopProducerOnDataLossDetected())
 	p, err := ferrykafka.New(ctx, cl, &ferrykafka.Config{Topics: []string{topic}})
 	require.NoError(t, err)
+	requireAll(t, ferrytype.OutcomeConfirmed, p.Publish(ctx, msgs(topic, 2, 1)))
+	k.Fault(produceFault(topic, kerr.OutOfOrderSequenceNumber, 1))
+	res := p.Publish(ctx, msgs(topic, 2, 1))
+	requireAll(t, ferrytype.OutcomeUnknown, res)
+	require.ErrorIs(t, res[0].Err, kerr.OutOfOrderSequenceNumber)
+	// The publisher copies the caller's client and produces on the copy.
+	requireAll(t, ferrytype.OutcomeConfirmed, p.Publish(ctx, msgs(topic, 2, 1)))
+	require.True(t, p.Connected(), "%v", p.Disconnected())
+	own := p.Client()
+	require.NotSame(t, cl, own, "produced on a client of its own")
+	require.NoError(t, p.Close())
+	require.NoError(t, cl.Ping(ctx), "the caller's client is not closed")
+	require.Error(t, own.Ping(ctx), "the publisher's own client is closed")
+}
+
+// A caller's client that also consumes is not copied (the copy would join
+// its group): after a fatal producer error the publisher stays
+// disconnected, says why and what to do, and publishes nothing: every
+// record is not sent, no attempt spent.
+func TestFatalProducerErrorOnCallersConsumingClient(t *testing.T) {
+	t.Parallel()
+	k := testsvc.NewKafka(t)
+	topic := testsvc.KafkaTopic(t, k.Seeds, 1)
+	ctx := testsvc.Context(t, time.Minute)
+	cl, _ := client(t, k.Seeds, kgo.StopProducerOnDataLossDetected(), kgo.ConsumeTopics(topic))
+	p, err := ferrykafka.New(ctx, cl, &ferrykafka.Config{Topics: []string{topic}})
+	require.NoError(t, err)
 	defer p.Close()
 	requireAll(t, ferrytype.OutcomeConfirmed, p.Publish(ctx, msgs(topic, 2, 1)))
 	k.Fault(produceFault(topic, kerr.OutOfOrderSequenceNumber, 1))
 	requireAll(t, ferrytype.OutcomeUnknown, p.Publish(ctx, msgs(topic, 2, 1)))
 	require.False(t, p.Connected())
-	require.ErrorContains(t, p.Disconnected(), "build a new client")
+	require.ErrorContains(t, p.Disconnected(), "build a new client and publisher")
 	require.ErrorIs(t, p.Disconnected(), kerr.OutOfOrderSequenceNumber)
 	for _, r := range p.Publish(ctx, msgs(topic, 2, 1)) {
 		require.True(t, r.NotSent(), "%v", r.Err)

@@ -3,6 +3,7 @@ package faultnet
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // Listener wraps the listener of an in-process server (a kfake broker) so
@@ -15,9 +16,10 @@ import (
 type Listener struct {
 	net.Listener
 
-	mu    sync.Mutex
-	cut   bool
-	conns map[net.Conn]struct{}
+	mu      sync.Mutex
+	cut     bool
+	conns   map[net.Conn]struct{}
+	refused atomic.Int64
 }
 
 // WrapListener returns ln as a Listener, not cut.
@@ -36,6 +38,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 		l.mu.Lock()
 		if l.cut {
 			l.mu.Unlock()
+			l.refused.Add(1)
 			c.Close()
 			continue
 		}
@@ -56,6 +59,10 @@ func (l *Listener) Cut() {
 		delete(l.conns, c)
 	}
 }
+
+// Refused counts the connections closed on accept while cut: how often
+// clients tried to reach the server meanwhile.
+func (l *Listener) Refused() int64 { return l.refused.Load() }
 
 // Restore accepts new connections again.
 func (l *Listener) Restore() {

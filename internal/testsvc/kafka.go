@@ -82,6 +82,17 @@ func (k *KafkaCluster) Restore() {
 	}
 }
 
+// Refused counts the connections the brokers closed on accept while cut.
+func (k *KafkaCluster) Refused() int64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var n int64
+	for _, ln := range k.lns {
+		n += ln.Refused()
+	}
+	return n
+}
+
 // Drop closes every open connection to the brokers, which accept new ones
 // at once.
 func (k *KafkaCluster) Drop() {
