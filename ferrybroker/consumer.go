@@ -123,6 +123,10 @@ type ConsumerStats struct {
 	// handlers running, parks in progress, retries waiting for their
 	// delay.
 	InFlight int64
+	// Rewinds counts the partitions reset to an earlier offset after the
+	// brokers lost records (Kafka only: see Rewind); Rewound, the records
+	// those resets deliver again.
+	Rewinds, Rewound int64
 }
 
 // Named fault points of consumers (see the consumers' FaultPoint configs).

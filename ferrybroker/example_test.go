@@ -56,5 +56,5 @@ func ExampleSettledFunc() {
 	fmt.Printf("%+v\n", obs.Stats())
 	// Output:
 	// points parked evt-7: unknown currency XXX
-	// {Delivered:1 Handled:0 Acked:0 Retried:0 Parked:1 ParkFailed:0 Left:0 InFlight:0}
+	// {Delivered:1 Handled:0 Acked:0 Retried:0 Parked:1 ParkFailed:0 Left:0 InFlight:0 Rewinds:0 Rewound:0}
 }

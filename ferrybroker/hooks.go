@@ -45,6 +45,29 @@ type HookSettled interface {
 	OnSettled(consumer string, d *Delivery, s Settlement)
 }
 
+// Rewind is a consumer going back over records it had read: Kafka's client
+// found, after a leader change, that the log it had read diverged from the
+// new leader's (records lost by the brokers), and reset the partition to
+// an earlier offset. The records from To up to From are delivered again;
+// the inbox finds those it applied and reports them as duplicates. From
+// equal to To is a loss found with nothing to read again: records below
+// From may have been replaced and are not re-read.
+type Rewind struct {
+	// Route is the topic, Partition its partition.
+	Route     string
+	Partition int32
+	// From is the offset read up to, To the offset reset to.
+	From, To int64
+}
+
+// Records is how many records are read again: From - To, or 0.
+func (r Rewind) Records() int64 { return max(r.From-r.To, 0) }
+
+// HookRewound is called when a consumer rewinds a partition (see Rewind).
+type HookRewound interface {
+	OnRewound(consumer string, r Rewind)
+}
+
 // SettledFunc adapts a function to HookSettled.
 type SettledFunc func(consumer string, d *Delivery, s Settlement)
 
@@ -103,8 +126,10 @@ type ConsumerObserver struct {
 	start     []HookHandleStart
 	handled   []HookHandled
 	settled   []HookSettled
+	rewound   []HookRewound
 
 	nDelivered, nHandled, nAcked, nRetried, nParked, nParkFailed, nLeft atomic.Int64
+	nRewinds, nRewound                                                  atomic.Int64
 }
 
 // NewConsumerObserver returns the observer of the consumer named name with
@@ -124,8 +149,20 @@ func NewConsumerObserver(name string, hooks []Hook) *ConsumerObserver {
 		if v, ok := x.(HookSettled); ok {
 			o.settled = append(o.settled, v)
 		}
+		if v, ok := x.(HookRewound); ok {
+			o.rewound = append(o.rewound, v)
+		}
 	}
 	return o
+}
+
+// Rewound records that the consumer rewound a partition.
+func (o *ConsumerObserver) Rewound(r Rewind) {
+	o.nRewinds.Add(1)
+	o.nRewound.Add(r.Records())
+	for _, h := range o.rewound {
+		h.OnRewound(o.name, r)
+	}
 }
 
 // Name returns the consumer's name given to the hooks.
@@ -225,7 +262,8 @@ func (o *ConsumerObserver) ParkFailed() { o.nParkFailed.Add(1) }
 // Stats returns the counters.
 func (o *ConsumerObserver) Stats() ConsumerStats {
 	s := ConsumerStats{Handled: o.nHandled.Load(), Acked: o.nAcked.Load(), Retried: o.nRetried.Load(),
-		Parked: o.nParked.Load(), ParkFailed: o.nParkFailed.Load(), Left: o.nLeft.Load()}
+		Parked: o.nParked.Load(), ParkFailed: o.nParkFailed.Load(), Left: o.nLeft.Load(),
+		Rewinds: o.nRewinds.Load(), Rewound: o.nRewound.Load()}
 	// Delivered last: a delivery settled between the loads is counted in
 	// Delivered, so InFlight is never negative.
 	s.Delivered = o.nDelivered.Load()

@@ -64,6 +64,8 @@
 //	ferry_consumer_deliveries_total{result}           counter    handler calls by result: ok, transient, poison, canceled
 //	ferry_consumer_handle_duration_seconds{result}    histogram  one handler call
 //	ferry_consumer_in_flight_deliveries               gauge      handler calls running now
+//	ferry_consumer_rewinds_total                      counter    partitions reset to an earlier offset after the brokers lost records (Kafka)
+//	ferry_consumer_rewound_records_total              counter    records read again because of those resets
 //	ferry_task_executions_total{result}               counter    task handler executions by result: ok, transient, poison, canceled
 //	ferry_task_duration_seconds{result}               histogram  one task handler execution
 //

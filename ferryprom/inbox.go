@@ -49,10 +49,10 @@ type ConsumerConfig struct {
 // the task table gives the age of the oldest pending task. Tasks adds what
 // the relay cannot see: the time and result of each execution, by type.
 type ConsumerMetrics struct {
-	ops, deliveries, tasks           *prometheus.CounterVec
-	received, settled                *prometheus.CounterVec
-	opDuration, handleDuration, task *prometheus.HistogramVec
-	inFlight                         *prometheus.GaugeVec
+	ops, deliveries, tasks              *prometheus.CounterVec
+	received, settled, rewinds, rewound *prometheus.CounterVec
+	opDuration, handleDuration, task    *prometheus.HistogramVec
+	inFlight                            *prometheus.GaugeVec
 
 	consumers sync.Map // consumer name -> *consumerSeries
 	taskTypes sync.Map // task type -> *resultSeries
@@ -64,6 +64,7 @@ var (
 	_ ferrybroker.HookHandleStart = (*ConsumerMetrics)(nil)
 	_ ferrybroker.HookHandled     = (*ConsumerMetrics)(nil)
 	_ ferrybroker.HookSettled     = (*ConsumerMetrics)(nil)
+	_ ferrybroker.HookRewound     = (*ConsumerMetrics)(nil)
 )
 
 // settleActions are the label values of ferrybroker's actions, by action.
@@ -150,6 +151,12 @@ func NewConsumerMetrics(reg prometheus.Registerer, cfg *ConsumerConfig) (*Consum
 				"poison (parked), canceled (cut off by shutdown or timeout: delivered again).", "consumer", "result"),
 		handleDuration: histogram("ferry_consumer_handle_duration_seconds",
 			"Duration of a broker handler's call for one delivery, by result.", "consumer", "result"),
+		rewinds: counter("ferry_consumer_rewinds_total",
+			"Partitions a consumer reset to an earlier offset because the brokers lost records it had read (Kafka, "+
+				"after a leader change): each is logged with its offsets.", "consumer"),
+		rewound: counter("ferry_consumer_rewound_records_total",
+			"Records a consumer reads again because of its rewinds; the inbox absorbs those it applied as "+
+				"duplicates.", "consumer"),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ferry_consumer_in_flight_deliveries",
 			Help: "Deliveries a broker handler is processing now.", ConstLabels: c.ConstLabels}, []string{"consumer"}),
 		tasks: counter("ferry_task_executions_total",
@@ -159,7 +166,7 @@ func NewConsumerMetrics(reg prometheus.Registerer, cfg *ConsumerConfig) (*Consum
 			"Duration of one task handler execution, by result.", "type", "result"),
 	}
 	for _, col := range []prometheus.Collector{m.ops, m.opDuration, m.received, m.settled, m.deliveries, m.handleDuration,
-		m.inFlight, m.tasks, m.task} {
+		m.inFlight, m.tasks, m.task, m.rewinds, m.rewound} {
 		if err := reg.Register(col); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
@@ -178,6 +185,8 @@ type consumerSeries struct {
 	handled    resultSeries
 	inFlight   prometheus.Gauge
 	received   prometheus.Counter
+	rewinds    prometheus.Counter
+	rewound    prometheus.Counter
 	settled    [len(settleActions)]prometheus.Counter
 }
 
@@ -212,7 +221,8 @@ func (m *ConsumerMetrics) consumer(name string) *consumerSeries {
 		return s.(*consumerSeries)
 	}
 	s := &consumerSeries{handled: *newResultSeries(m.deliveries, m.handleDuration, name),
-		inFlight: m.inFlight.WithLabelValues(name), received: m.received.WithLabelValues(name)}
+		inFlight: m.inFlight.WithLabelValues(name), received: m.received.WithLabelValues(name),
+		rewinds: m.rewinds.WithLabelValues(name), rewound: m.rewound.WithLabelValues(name)}
 	for a := ferrybroker.ActionAcked; a <= ferrybroker.ActionLeft; a++ {
 		s.settled[a] = m.settled.WithLabelValues(name, settleActions[a])
 	}
@@ -237,6 +247,13 @@ func (m *ConsumerMetrics) OnInbox(consumer string, outcome ferry.InboxOutcome, t
 	s := m.consumer(consumer)
 	s.ops[outcome].Inc()
 	s.opDuration[outcome].Observe(took.Seconds())
+}
+
+// OnRewound implements ferrybroker.HookRewound.
+func (m *ConsumerMetrics) OnRewound(consumer string, r ferrybroker.Rewind) {
+	s := m.consumer(consumer)
+	s.rewinds.Inc()
+	s.rewound.Add(float64(r.Records()))
 }
 
 // OnDelivered implements ferrybroker.HookDelivered.

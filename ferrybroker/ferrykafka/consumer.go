@@ -567,6 +567,12 @@ func (c *Consumer) poll(ctx context.Context) {
 		}
 		failed := false
 		fetches.EachError(func(topic string, partition int32, err error) {
+			if dl, ok := errors.AsType[*kgo.ErrDataLoss](err); ok {
+				// franz-go found the log diverged and already moved
+				// the partition: not a failed fetch, but a rewind.
+				c.rewound(dl)
+				return
+			}
 			failed = true
 			c.log.Warn("fetch failed", "topic", topic, "partition", partition, "error", err)
 		})
@@ -597,6 +603,33 @@ func (c *Consumer) poll(ctx context.Context) {
 }
 
 // push queues records on p, and stops fetching p while its queue is full.
+// rewound reports a partition franz-go reset to an earlier offset after
+// finding records lost: logged, counted and given to the hooks.
+func (c *Consumer) rewound(dl *kgo.ErrDataLoss) {
+	r := ferrybroker.Rewind{Route: dl.Topic, Partition: dl.Partition, From: dl.ConsumedTo, To: dl.ResetTo}
+	// The records read again commit offsets at or below what was
+	// committed: the commit follows the partition back, so that they
+	// settle, and a group that resumes from it reads them again too.
+	c.pmu.Lock()
+	if p := c.parts[tp{dl.Topic, dl.Partition}]; p != nil {
+		p.mu.Lock()
+		p.committed = min(p.committed, dl.ResetTo)
+		p.mu.Unlock()
+	}
+	c.pmu.Unlock()
+	c.obs.Rewound(r)
+	if r.Records() == 0 {
+		c.log.Warn("kafka: the brokers lost records of a partition; it resumed where it was, and records below "+
+			"may have been replaced without being read again", "topic", dl.Topic, "partition", dl.Partition,
+			"offset", dl.ConsumedTo, "epoch", dl.ConsumedToEpoch)
+		return
+	}
+	c.log.Warn("kafka: the brokers lost records of a partition; it was reset to an earlier offset and its records "+
+		"from there are read again (the inbox absorbs those it applied as duplicates)",
+		"topic", dl.Topic, "partition", dl.Partition, "consumed_to", dl.ConsumedTo, "consumed_epoch", dl.ConsumedToEpoch,
+		"reset_to", dl.ResetTo, "reset_epoch", dl.ResetToEpoch, "records_again", r.Records())
+}
+
 func (c *Consumer) push(p *part, recs []*kgo.Record) {
 	p.mu.Lock()
 	if p.gone || p.halted {

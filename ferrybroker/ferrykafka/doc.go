@@ -116,6 +116,13 @@
 // rather than a minute; ConsumerConfig.ClientOpts change them, and any
 // other franz-go option but the group's own. A new group starts at the
 // earliest offset (franz-go's default; kgo.ConsumeResetOffset changes it).
+// After a leader change that shows the brokers lost records the consumer
+// had read, franz-go resets the partition to where the logs agree (or,
+// when it cannot tell, to kgo.ConsumeResetOffset) and the records from
+// there come again: the consumer logs the rewind at WARN with both
+// offsets, counts it (ConsumerStats.Rewinds and Rewound), tells the hooks
+// (ferrybroker.HookRewound: ferryprom counts it) and commits from the
+// earlier offset on.
 //
 // Kafka has no per-message ack: the group commits, per partition, the
 // offset to resume from. So:

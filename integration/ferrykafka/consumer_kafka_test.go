@@ -459,6 +459,94 @@ func TestConsumerAcceptsDebeziumRecords(t *testing.T) {
 	b.waitUnsettled(t, 0)
 }
 
+// rewindRecorder records the rewinds a consumer reports to its hooks.
+type rewindRecorder struct {
+	mu  sync.Mutex
+	got []ferrybroker.Rewind
+}
+
+func (r *rewindRecorder) OnRewound(_ string, rw ferrybroker.Rewind) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, rw)
+}
+
+func (r *rewindRecorder) all() []ferrybroker.Rewind {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]ferrybroker.Rewind(nil), r.got...)
+}
+
+// The partition's leader moves under a running consumer, and the new
+// leader's log ends before what the consumer read (the brokers lost
+// records: an unclean election). franz-go resets the partition to where
+// the logs agree and reads again from there; the consumer makes it
+// visible — a WARN line with the partition and both offsets, the hooks
+// (ferryprom's rewind counters), Stats — and the records come again, for
+// the inbox to absorb.
+func TestConsumerRewindAfterLeaderMoveIsVisible(t *testing.T) {
+	t.Parallel()
+	b := setupKafkaConsumer(t, 1)
+	const n, lost = 20, 5
+	for i := range n {
+		b.produce(t, event(0, fmt.Sprintf("ev-%d", i), "agg", `{"n":1}`))
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	rec := &rewindRecorder{}
+	logs := &testsvc.LogBuffer{}
+	c := b.consumer(t, func(_ context.Context, d *ferrybroker.Delivery) error {
+		mu.Lock()
+		seen[d.MessageID]++
+		mu.Unlock()
+		return nil
+	}, ferrykafka.ConsumerConfig{Concurrency: 1, Hooks: []ferrybroker.Hook{rec},
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	require.NoError(t, c.Start(b.ctx))
+	waitStats(t, c, func(s ferrybroker.ConsumerStats) bool { return s.Acked == n })
+
+	// The new leader answers the consumer's check of its epoch with an end
+	// offset before what it read.
+	var answered atomic.Bool
+	b.k.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		r := req.(*kmsg.OffsetForLeaderEpochRequest)
+		resp := r.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
+		for _, rt := range r.Topics {
+			st := kmsg.NewOffsetForLeaderEpochResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
+				sp.Partition, sp.LeaderEpoch, sp.EndOffset = rp.Partition, rp.LeaderEpoch, n-lost
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		answered.Store(true)
+		return resp, nil, true
+	})
+	leader := b.k.LeaderFor(b.topic, 0)
+	require.NoError(t, b.k.MoveTopicPartition(b.topic, 0, (leader+1)%3))
+
+	waitStats(t, c, func(s ferrybroker.ConsumerStats) bool { return s.Rewinds == 1 && s.Acked == n+lost })
+	require.True(t, answered.Load())
+	st := c.Stats()
+	require.Equal(t, int64(lost), st.Rewound, "%+v", st)
+	require.Equal(t, []ferrybroker.Rewind{{Route: b.topic, Partition: 0, From: n, To: n - lost}}, rec.all())
+	mu.Lock()
+	for i := range n {
+		want := 1
+		if i >= n-lost {
+			want = 2 // read again after the reset
+		}
+		require.Equal(t, want, seen[fmt.Sprintf("ev-%d", i)], "ev-%d", i)
+	}
+	mu.Unlock()
+	lines := logs.Lines("lost records", "reset_to=15", "consumed_to=20", "records_again=5")
+	require.Len(t, lines, 1, "one WARN line names the partition and its offsets: %q", logs.Lines())
+	require.Contains(t, lines[0], "level=WARN")
+	require.Contains(t, lines[0], "partition=0")
+}
+
 // Debezium's records read the same whichever Kafka Connect converter
 // wrote their headers and key: plain (SimpleHeaderConverter and
 // StringConverter), JSON (JsonConverter, schemas off) or JSON in a schema
