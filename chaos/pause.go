@@ -214,3 +214,40 @@ func pauseExpect(r *Result) []string {
 	}
 	return v
 }
+
+// consumerHold is how long pauseConsumers keeps a consumer stopped: past
+// the shop's Kafka session timeout (6s), so that the group gives its
+// partitions to the other member meanwhile.
+const consumerHold = 8 * time.Second
+
+// pauseConsumers stops a points consumer (SIGSTOP) for consumerHold, then
+// lets it go on (SIGCONT) with the records its client had fetched, which it
+// may hand to its handler before it learns the group fenced it: the other
+// member, given the partitions meanwhile, handles them too, and the inbox
+// must keep each effect once. It does so once soon after the load starts
+// (the faults last at least 10s), then again while ctx lasts; a consumer
+// stopped when ctx ends goes on at once, uncounted.
+func (s *system) pauseConsumers(ctx context.Context) {
+	after(ctx, time.Second, 12*time.Second, func() {
+		p := pick(s.byPrefix("points"))
+		if !p.Running() || p.Signal(syscall.SIGSTOP) != nil {
+			return
+		}
+		s.say("SIGSTOP %s for %s, past its group's session timeout", p.Name, consumerHold)
+		held := false
+		select {
+		case <-time.After(consumerHold):
+			held = true
+		case <-ctx.Done():
+		}
+		_ = p.Signal(syscall.SIGCONT)
+		if !held {
+			s.say("SIGCONT %s early, the faults are over; not counted", p.Name)
+			return
+		}
+		s.mu.Lock()
+		s.consumerPauses++
+		s.mu.Unlock()
+		s.say("SIGCONT %s: it goes on with the records it had fetched", p.Name)
+	})
+}

@@ -26,6 +26,7 @@ type Counters struct {
 	PauseMisses        int   `json:"pause_misses,omitempty"`    // armings no batch took in time
 	PausesFenced       int   `json:"pauses_fenced,omitempty"`   // pauses whose late mark was seen fenced
 	PausesUnfenced     int   `json:"pauses_unfenced,omitempty"` // pauses whose late mark was not
+	ConsumerPauses     int   `json:"consumer_pauses,omitempty"` // consumers held stopped past their group's session timeout
 	Toxics             int   `json:"toxics"`
 	BrokerRestarts     int   `json:"broker_restarts"`
 	Restarts           int   `json:"restarts"`
@@ -208,6 +209,7 @@ func (s *system) check(ctx context.Context, sc *Scenario) (*Result, error) {
 	s.mu.Lock()
 	c.Kills, c.Pauses, c.Toxics, c.BrokerRestarts, c.Restarts = s.kills, s.pauses, s.toxics, s.brokerRestarts, s.restarts
 	c.PauseMisses, c.PausesFenced, c.PausesUnfenced = s.pauseMisses, s.pausesFenced, s.pausesUnfenced
+	c.ConsumerPauses = s.consumerPauses
 	r.Events = append([]string{}, s.events...)
 	s.mu.Unlock()
 	c.CrashPointsHit = deaths - c.Kills
@@ -242,6 +244,9 @@ func (r *Result) String() string {
 		"          kills %d, pauses %d (late marks seen fenced %d, armings withdrawn %d), toxics %d, broker restarts %d, restarts %d, fenced marks %d, leases swept %d, COMMITs cut off %d, parked %v\n",
 		c.UnknownConfirms, c.BrokerDuplicates, c.DuplicatesAbsorbed, c.CrashPointsHit, c.Kills, c.Pauses, c.PausesFenced, c.PauseMisses, c.Toxics,
 		c.BrokerRestarts, c.Restarts, c.Fenced, c.Swept, c.UnknownCommits, c.Parked)
+	if c.ConsumerPauses > 0 {
+		fmt.Fprintf(&b, "          consumers held stopped past their session timeout %d\n", c.ConsumerPauses)
+	}
 	if r.OK() {
 		b.WriteString("RESULT: PASS\n")
 	} else {

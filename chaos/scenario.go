@@ -30,9 +30,10 @@ type Scenario struct {
 	// the scenario does not run on Kafka. One database per scenario keeps
 	// the Kafka rows to a few minutes: MariaDB for the faults of
 	// processes and of the broker (kill, crashpoints, pause,
-	// broker-restart, duplicate-storm, poison), PostgreSQL for network
-	// and payments. commit-reset is a database fault the other brokers'
-	// rows show.
+	// broker-restart, duplicate-storm, poison), PostgreSQL for network,
+	// payments and consumer-pause (a Kafka group's fault: Brokers keeps
+	// it off the others). commit-reset is a database fault the other
+	// brokers' rows show.
 	KafkaDB string
 	// first gives a process its extra arguments at its first start.
 	first func(s *system, p *shop.Proc) []string
@@ -145,6 +146,21 @@ var Scenarios = []*Scenario{
 		arm:     func(s *system, p *shop.Proc) []string { return s.pauseArgs(p) },
 		faults:  func(ctx context.Context, s *system) { s.pauseRelays(ctx) },
 		expect:  pauseExpect,
+	},
+	{
+		Name:    "consumer-pause",
+		Brokers: []string{"kafka"},
+		KafkaDB: "postgres",
+		About: "a Kafka points consumer stops (SIGSTOP) past its group's session timeout, the group gives its partitions " +
+			"to the other member, then it goes on (SIGCONT) with the records it had fetched: each effect must still " +
+			"be applied once",
+		faults: func(ctx context.Context, s *system) { s.pauseConsumers(ctx) },
+		expect: func(r *Result) []string {
+			if r.Counters.ConsumerPauses == 0 {
+				return []string{"vacuous: no consumer was held stopped past its session timeout"}
+			}
+			return nil
+		},
 	},
 	{
 		Name:    "network",

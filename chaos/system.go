@@ -74,6 +74,7 @@ type system struct {
 	// The pause scenario's armings that no batch took, and its pauses
 	// whose late mark was, or was not, seen fenced.
 	pauseMisses, pausesFenced, pausesUnfenced int
+	consumerPauses                            int // consumers held stopped past their session timeout
 	events                                    []string
 	killed                                    map[*shop.Proc]int // the harness's SIGKILLs, by process
 }
