@@ -50,7 +50,12 @@ func (d *Delivery) FillFromHeaders() {
 	}
 	d.AggregateType = d.Headers[HeaderAggregateType]
 	d.AggregateID = d.Headers[HeaderAggregateID]
-	d.Sequence, _ = strconv.ParseInt(d.Headers[HeaderSequence], 10, 64)
+	// A header that is not a sequence (text, or out of int64's range,
+	// where ParseInt would clamp) leaves it 0, the value of "none".
+	d.Sequence = 0
+	if n, err := strconv.ParseInt(d.Headers[HeaderSequence], 10, 64); err == nil {
+		d.Sequence = n
+	}
 }
 
 // HandlerFunc adapts a function that ignores the context.
