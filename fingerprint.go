@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"math"
 	"math/big"
 	"sort"
 	"strconv"
@@ -14,9 +13,12 @@ import (
 )
 
 // Fingerprint returns the canonical JSON of fields and its SHA-256 (hex).
-// Canonical: object keys sorted, no insignificant space, numbers in one
-// spelling (10, 10.0 and 1e1 are the same number). Two operations with the
-// same fingerprint have the same defining fields.
+// Canonical: object keys sorted, no insignificant space, each number
+// spelled by its exact decimal value (10, 10.0 and 1e1 are one number; 0.1
+// and 0.10000000000000001 are two, as they are to a handler that parses
+// decimals exactly). Two operations with the same fingerprint have the same
+// defining fields. An object with a key twice ({"a":1,"a":2}) is refused
+// with ErrInvalidEvent: readers disagree on what it means.
 func Fingerprint(fields any) (canonical []byte, sum string, err error) {
 	raw, err := json.Marshal(fields)
 	if err != nil {
@@ -24,50 +26,37 @@ func Fingerprint(fields any) (canonical []byte, sum string, err error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, "", fmt.Errorf("%w: operation fields: %v", ErrInvalidEvent, err)
-	}
 	var b bytes.Buffer
-	if err := writeCanonical(&b, v); err != nil {
-		return nil, "", err
+	if err := writeCanonical(&b, dec); err != nil {
+		return nil, "", fmt.Errorf("%w: operation fields: %v", ErrInvalidEvent, err)
 	}
 	h := sha256.Sum256(b.Bytes())
 	return b.Bytes(), hex.EncodeToString(h[:]), nil
 }
 
-func writeCanonical(b *bytes.Buffer, v any) error {
-	switch x := v.(type) {
-	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
+// writeCanonical writes the next JSON value of dec to b in canonical form.
+func writeCanonical(b *bytes.Buffer, dec *json.Decoder) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	switch x := tok.(type) {
+	case json.Delim:
+		if x == '[' {
+			b.WriteByte('[')
+			for i := 0; dec.More(); i++ {
+				if i > 0 {
+					b.WriteByte(',')
+				}
+				if err := writeCanonical(b, dec); err != nil {
+					return err
+				}
+			}
+			b.WriteByte(']')
+			_, err := dec.Token()
+			return err
 		}
-		sort.Strings(keys)
-		b.WriteByte('{')
-		for i, k := range keys {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			kb, _ := json.Marshal(k)
-			b.Write(kb)
-			b.WriteByte(':')
-			if err := writeCanonical(b, x[k]); err != nil {
-				return err
-			}
-		}
-		b.WriteByte('}')
-	case []any:
-		b.WriteByte('[')
-		for i, e := range x {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			if err := writeCanonical(b, e); err != nil {
-				return err
-			}
-		}
-		b.WriteByte(']')
+		return writeObject(b, dec)
 	case json.Number:
 		b.WriteString(canonicalNumber(x))
 	default: // string, bool, nil
@@ -80,71 +69,140 @@ func writeCanonical(b *bytes.Buffer, v any) error {
 	return nil
 }
 
+// writeObject writes the members of the object whose '{' dec has just
+// read, sorted by key, and refuses a key given twice.
+func writeObject(b *bytes.Buffer, dec *json.Decoder) error {
+	type member struct {
+		key   string
+		value []byte
+	}
+	var members []member
+	seen := make(map[string]struct{})
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := tok.(string)
+		if _, dup := seen[key]; dup {
+			return fmt.Errorf("key %q is given twice in one object", key)
+		}
+		seen[key] = struct{}{}
+		var v bytes.Buffer
+		if err := writeCanonical(&v, dec); err != nil {
+			return err
+		}
+		members = append(members, member{key, v.Bytes()})
+	}
+	if _, err := dec.Token(); err != nil {
+		return err
+	}
+	sort.Slice(members, func(i, j int) bool { return members[i].key < members[j].key })
+	b.WriteByte('{')
+	for i, m := range members {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		kb, _ := json.Marshal(m.key)
+		b.Write(kb)
+		b.WriteByte(':')
+		b.Write(m.value)
+	}
+	b.WriteByte('}')
+	return nil
+}
+
 // maxIntBits bounds the integers canonicalNumber spells in full: every
 // integer a float64 can hold. Past it, 1e1000000000 would be spelled with a
 // billion digits (a message's payload is not trusted).
 const maxIntBits = 1024
 
-// canonicalNumber spells a JSON number one way: an integer below 2^1024 in
-// decimal digits, a larger one in exponent form (1e+2000), anything else as
-// the shortest float that round-trips.
+// canonicalNumber spells a JSON number one way per decimal value: an
+// integer below 2^1024 in decimal digits, a larger one in exponent form
+// (1e+2000); any other number as the shortest float64 spelling when that
+// spelling has the number's exact value (0.5, 1e-07), else in exponent form
+// from its own digits (1.0000000000000001e+0), so that numbers a float64
+// cannot tell apart are still told apart.
 func canonicalNumber(n json.Number) string {
-	if i, err := strconv.ParseInt(string(n), 10, 64); err == nil {
+	s := string(n)
+	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
 		return strconv.FormatInt(i, 10)
 	}
-	f, _, err := big.ParseFloat(string(n), 10, 200, big.ToNearestEven)
-	if err != nil {
-		return string(n)
+	d, ok := parseDecimal(s)
+	if !ok {
+		return s // an exponent beyond ±2^62
 	}
-	if f.IsInf() || (f.IsInt() && f.MantExp(nil) > maxIntBits) {
-		// Spelled from its decimal digits: converting a binary number
-		// this large to decimal takes a long time.
-		return scientific(string(n))
+	if d.digits == "" {
+		return "0"
 	}
-	if f.IsInt() {
-		i, _ := f.Int(nil)
-		return i.String()
+	if d.exp >= 0 {
+		if int64(len(d.digits))+d.exp <= maxIntBits/3+1 {
+			i, _ := new(big.Int).SetString(d.digits+strings.Repeat("0", int(d.exp)), 10)
+			if i.BitLen() <= maxIntBits {
+				if d.neg {
+					i.Neg(i)
+				}
+				return i.String()
+			}
+		}
+		return d.scientific()
 	}
-	f64, _ := f.Float64()
-	if f64 == math.Trunc(f64) {
-		// Rounded to a whole float64 (1e19 from 1e19 + 1e-8): spelled as
-		// the integer, as that integer's own spelling is.
-		i, _ := new(big.Float).SetFloat64(f64).Int(nil)
-		return i.String()
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		short := strconv.FormatFloat(f, 'g', -1, 64)
+		if sd, ok := parseDecimal(short); ok && sd == d {
+			return short
+		}
 	}
-	return strconv.FormatFloat(f64, 'g', -1, 64)
+	return d.scientific()
 }
 
-// scientific spells the JSON number s as d.ddde±x, with no leading or
-// trailing zero digit: one spelling per decimal value. It returns s when
-// its exponent is beyond ±2^62.
-func scientific(s string) string {
-	sign := ""
+// decimal is the value ±digits × 10^exp, digits with no leading or
+// trailing zero ("" for zero, which has no sign).
+type decimal struct {
+	neg    bool
+	digits string
+	exp    int64
+}
+
+// parseDecimal reads the JSON number s exactly. ok is false when its
+// exponent is beyond ±2^62.
+func parseDecimal(s string) (d decimal, ok bool) {
 	if strings.HasPrefix(s, "-") {
-		sign, s = "-", s[1:]
+		d.neg, s = true, s[1:]
 	}
-	mant, exp := s, int64(0)
+	mant := s
 	if i := strings.IndexAny(s, "eE"); i >= 0 {
 		e, err := strconv.ParseInt(strings.TrimPrefix(s[i+1:], "+"), 10, 64)
 		if err != nil || e > 1<<62 || e < -1<<62 {
-			return sign + s
+			return decimal{}, false
 		}
-		mant, exp = s[:i], e
+		mant, d.exp = s[:i], e
 	}
 	whole, frac, _ := strings.Cut(mant, ".")
-	digits := strings.TrimLeft(whole+frac, "0")
-	exp -= int64(len(frac))
-	for strings.HasSuffix(digits, "0") {
-		digits = digits[:len(digits)-1]
-		exp++
+	d.digits = strings.TrimLeft(whole+frac, "0")
+	d.exp -= int64(len(frac))
+	for strings.HasSuffix(d.digits, "0") {
+		d.digits = d.digits[:len(d.digits)-1]
+		d.exp++
 	}
-	if digits == "" {
+	if d.digits == "" {
+		return decimal{}, true
+	}
+	return d, true
+}
+
+// scientific spells d as d.ddde±x.
+func (d decimal) scientific() string {
+	if d.digits == "" {
 		return "0"
 	}
-	exp += int64(len(digits) - 1)
-	out := sign + digits[:1]
-	if len(digits) > 1 {
-		out += "." + digits[1:]
+	exp := d.exp + int64(len(d.digits)-1)
+	out := d.digits[:1]
+	if d.neg {
+		out = "-" + out
+	}
+	if len(d.digits) > 1 {
+		out += "." + d.digits[1:]
 	}
 	if exp >= 0 {
 		return out + "e+" + strconv.FormatInt(exp, 10)

@@ -3,6 +3,8 @@ package ferry_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/ferrydev/ferry"
@@ -22,6 +24,57 @@ func TestFingerprintNumbersAndKeyOrder(t *testing.T) {
 	}
 	if _, c, _ := ferry.Fingerprint(map[string]any{"a": "x", "b": []any{1, 10, 11}}); c == a {
 		t.Fatal("different fields fingerprint alike")
+	}
+}
+
+// Numbers are told apart by their exact decimal value, not by the float64
+// nearest to them: a handler that parses amounts exactly sees 0.1 and
+// 0.10000000000000001 as two amounts, so they are two operations.
+func TestFingerprintTellsNumbersApartByTheirDecimalValue(t *testing.T) {
+	sum := func(s string) string {
+		t.Helper()
+		_, sum, err := ferry.Fingerprint(json.RawMessage(s))
+		if err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		return sum
+	}
+	for _, pair := range [][2]string{
+		{`{"amount":0.1}`, `{"amount":0.10000000000000001}`},
+		{`1`, `1.0000000000000001`},
+		{`0`, `1e-400`},
+		{`10000000000000000000`, `10000000000000000000.00000001`},
+		{`123456789012345678901234567890123456789012345678901234567890123456789`, `123456789012345678901234567890123456789012345678901234567890123456788`},
+	} {
+		if sum(pair[0]) == sum(pair[1]) {
+			t.Errorf("%s and %s fingerprint alike", pair[0], pair[1])
+		}
+	}
+	for _, same := range [][]string{
+		{`10`, `10.0`, `1e1`, `1.0E+1`, `100e-1`},
+		{`0.5`, `5e-1`, `0.50`, `50E-2`},
+		{`0`, `-0`, `0.0e7`, `-0.000`},
+		{`1.0000000000000001`, `10000000000000001e-16`},
+	} {
+		for _, s := range same[1:] {
+			if sum(s) != sum(same[0]) {
+				t.Errorf("%s and %s are one number but fingerprint differently", same[0], s)
+			}
+		}
+	}
+}
+
+// An object with a key twice means different things to different readers
+// (encoding/json keeps the last, others the first or refuse): it is refused.
+func TestFingerprintRefusesAKeyGivenTwice(t *testing.T) {
+	for _, s := range []string{`{"a":1,"a":2}`, `{"a":1,"a":1}`, `[{"x":{"b":true,"c":0,"b":false}}]`, `{"\u0061":1,"a":2}`} {
+		_, _, err := ferry.Fingerprint(json.RawMessage(s))
+		if !errors.Is(err, ferry.ErrInvalidEvent) || !strings.Contains(err.Error(), "given twice") {
+			t.Errorf("%s: got %v, want ErrInvalidEvent naming the key given twice", s, err)
+		}
+	}
+	if _, _, err := ferry.Fingerprint(json.RawMessage(`{"a":{"a":1},"b":{"a":2}}`)); err != nil {
+		t.Errorf("one key in two objects is refused: %v", err)
 	}
 }
 
@@ -62,6 +115,9 @@ func FuzzFingerprint(f *testing.F) {
 			return
 		}
 		canonical, sum, err := ferry.Fingerprint(json.RawMessage(data))
+		if errors.Is(err, ferry.ErrInvalidEvent) && strings.Contains(err.Error(), "given twice") {
+			return // a key twice in one object
+		}
 		if err != nil {
 			t.Fatalf("valid JSON %q: %v", data, err)
 		}
