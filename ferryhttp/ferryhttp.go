@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/ferrydev/ferry/ferrystore"
@@ -125,6 +126,16 @@ type Hook interface {
 	OnIdempotency(route string, outcome Outcome, took time.Duration)
 }
 
+// TakeoverHook is implemented by a Hook that wants to know which key was
+// taken over (OnIdempotency gets the outcome TakenOver without it):
+// keyHash is the key's ScopeHash, the key table's primary key (key_hash),
+// and takeovers how many times its claims were taken over so far, kept
+// across the releases of failed requests. A count that keeps growing is a
+// request that kills or hangs the servers that run it.
+type TakeoverHook interface {
+	OnTakeover(route, keyHash string, takeovers int64)
+}
+
 // Config configures Keys. The zero value is usable: every field has a
 // default.
 type Config struct {
@@ -195,6 +206,9 @@ type Keys[TTx any] struct {
 	d   ferrystore.IdempotencyDriver[TTx]
 	cfg Config
 	log *slog.Logger
+	// typical is a moving average of how long the handler's requests
+	// took, in nanoseconds: the base of Retry-After.
+	typical atomic.Int64
 }
 
 // New returns Keys on d's database. Migrate the inbox tables first (ferry
@@ -283,9 +297,13 @@ type Result struct {
 	// Response is the handler's response (Executed, NotStored) or the
 	// stored one (Replayed; its Header holds the replayed headers only).
 	Response Response
-	// RetryAfter is how long the running request's lease still runs
-	// (InProgress).
+	// RetryAfter is when to ask again (InProgress): twice the typical
+	// time of this Keys' recent requests, at least a second (Retry-After
+	// counts whole seconds), never past the running claim's lease.
 	RetryAfter time.Duration
+	// LeaseLeft is how long the running claim's lease still runs
+	// (InProgress), by the database's clock, at most Config.Lease.
+	LeaseLeft time.Duration
 	// TookOver reports that the request ran after taking over a claim
 	// whose lease had run out.
 	TookOver bool
@@ -303,10 +321,34 @@ type Result struct {
 func (k *Keys[TTx]) Do(ctx context.Context, req Request, fn func(ctx context.Context, tx TTx) (Response, error)) (Result, error) {
 	start := time.Now()
 	res, err := k.do(ctx, req, fn)
+	took := time.Since(start)
 	if res.Outcome != 0 {
-		k.observe(req.Route, res.Outcome, time.Since(start))
+		k.observe(req.Route, res.Outcome, took)
+	}
+	if res.Outcome == Executed || res.Outcome == NotStored {
+		k.sample(took)
 	}
 	return res, err
+}
+
+// sample adds a request's duration to the moving average (weight 1/8).
+func (k *Keys[TTx]) sample(took time.Duration) {
+	for {
+		old := k.typical.Load()
+		next := int64(took)
+		if old != 0 {
+			next = old + (int64(took)-old)/8
+		}
+		if k.typical.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// retryAfter is the hint a duplicate of a running request gets: twice the
+// typical request's time, at least a second, at most the lease left.
+func (k *Keys[TTx]) retryAfter(leaseLeft time.Duration) time.Duration {
+	return min(max(2*time.Duration(k.typical.Load()), time.Second), leaseLeft)
 }
 
 func (k *Keys[TTx]) observe(route string, o Outcome, took time.Duration) {
@@ -344,16 +386,24 @@ func (k *Keys[TTx]) do(ctx context.Context, req Request, fn func(ctx context.Con
 				Status: cur.Response.Status, Header: http.Header(cur.Response.Headers), Body: cur.Response.Body,
 			}}, nil
 		case cur.LeaseLeft > 0:
-			return Result{Outcome: InProgress, RetryAfter: cur.LeaseLeft}, ErrInProgress
+			// The lease left, by a database clock that may be the
+			// statement's start (MariaDB): never more than a lease.
+			left := min(cur.LeaseLeft, k.cfg.Lease)
+			return Result{Outcome: InProgress, RetryAfter: k.retryAfter(left), LeaseLeft: left}, ErrInProgress
 		}
 		taken, err := k.d.TakeOverKey(ctx, claim.Hash, claim.Token, k.cfg.Lease)
 		if err != nil {
 			return Result{}, err
 		}
 		if taken {
-			k.log.Warn("idempotency key taken over after its lease ran out", "route", req.Route,
-				"principal", req.Principal, "takeovers", cur.Takeovers+1)
+			k.log.Warn("idempotency key taken over after its lease ran out: the request that held it died or hung",
+				"route", req.Route, "principal", req.Principal, "key_hash", claim.Hash, "takeovers", cur.Takeovers+1)
 			k.observe(req.Route, TakenOver, 0)
+			for _, h := range k.cfg.Hooks {
+				if th, ok := h.(TakeoverHook); ok {
+					th.OnTakeover(req.Route, claim.Hash, cur.Takeovers+1)
+				}
+			}
 			tookOver = true
 			break
 		}

@@ -13,12 +13,45 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/ferrydev/ferry"
 )
 
-type txKey struct{}
+type (
+	txKey   struct{}
+	failKey struct{}
+)
+
+// failure holds the error a handler handed back with Fail.
+type failure struct {
+	mu  sync.Mutex
+	err error
+}
+
+// Fail hands err, an error the handler met in the request's transaction (a
+// deadlock, a lock wait timeout, a serialization failure, or any other
+// database error), back to Middleware, from inside the handler, which then
+// returns: whatever the handler wrote is discarded and its transaction
+// rolled back. A deadlock, lock wait timeout or serialization failure is
+// rerun with a new transaction, up to Config.MaxRetries times, the body
+// readable again; any other error, or one still failing after the reruns,
+// is answered 503 (retry with the same key) and the key released. The
+// first error handed back in an attempt counts. Fail reports false outside
+// a handler wrapped by Middleware (and does nothing).
+func Fail(ctx context.Context, err error) bool {
+	f, ok := ctx.Value(failKey{}).(*failure)
+	if !ok || err == nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err == nil {
+		f.err = err
+	}
+	return true
+}
 
 // Tx returns the request's transaction inside a handler wrapped by
 // Middleware: make the business writes and EnqueueTx calls through it, and
@@ -158,6 +191,13 @@ func (k *Keys[TTx]) Middleware(next http.Handler) http.Handler {
 		case errors.Is(err, errResponseTooLarge):
 			writeProblem(w, http.StatusInternalServerError, "response-too-large", "The response is too large to store",
 				"Nothing of this request was kept.")
+		case errors.Is(err, errClientGone) || (r.Context().Err() != nil && errors.Is(err, context.Canceled)):
+			// Normal client behaviour (a timeout, a closed tab): nothing
+			// was kept and no one reads this answer.
+			k.log.Info("idempotent request abandoned by its client: nothing kept, its key released", "route", route, "err", err)
+			w.Header().Set("Retry-After", "1")
+			writeProblem(w, http.StatusServiceUnavailable, "idempotency-unavailable", "The request could not be completed",
+				"Retry with the same Idempotency-Key: it runs once.")
 		default:
 			k.log.Error("idempotent request failed", "route", route, "err", err)
 			w.Header().Set("Retry-After", "1")
@@ -167,23 +207,36 @@ func (k *Keys[TTx]) Middleware(next http.Handler) http.Handler {
 	})
 }
 
-var errResponseTooLarge = errors.New("ferryhttp: response too large to store")
+var (
+	errResponseTooLarge = errors.New("ferryhttp: response too large to store")
+	errClientGone       = errors.New("ferryhttp: the client went away before the request completed")
+	errLeaseOver        = errors.New("ferryhttp: the handler outlived its claim's lease")
+)
 
 // serve runs next with tx in the request's context and returns what it
 // wrote.
 func (k *Keys[TTx]) serve(ctx context.Context, tx TTx, w http.ResponseWriter, r *http.Request, body []byte, next http.Handler) (Response, error) {
 	rec := &recorder{header: http.Header{}, limit: k.cfg.MaxResponseBytes}
-	r2 := r.WithContext(context.WithValue(ctx, txKey{}, tx))
+	f := &failure{}
+	r2 := r.WithContext(context.WithValue(context.WithValue(ctx, txKey{}, tx), failKey{}, f))
 	r2.Body = io.NopCloser(bytes.NewReader(body))
 	r2.ContentLength = int64(len(body))
 	next.ServeHTTP(rec, r2)
-	if rec.tooLarge {
+	f.mu.Lock()
+	failed := f.err
+	f.err = nil // a goroutine the handler left behind changes nothing now
+	f.mu.Unlock()
+	switch {
+	case r.Context().Err() != nil:
+		// The client left: nobody reads the answer; the transaction is
+		// void.
+		return Response{}, fmt.Errorf("%w: %w", errClientGone, context.Cause(r.Context()))
+	case ctx.Err() != nil:
+		return Response{}, fmt.Errorf("%w (%s): %w", errLeaseOver, k.cfg.Lease, ctx.Err())
+	case failed != nil:
+		return Response{}, fmt.Errorf("handler failed: %w", failed)
+	case rec.tooLarge:
 		return Response{}, errResponseTooLarge
-	}
-	if err := ctx.Err(); err != nil {
-		// The lease ran out (or the client left): the transaction is
-		// void; report why.
-		return Response{}, fmt.Errorf("handler outlived its context: %w", err)
 	}
 	return rec.response(), nil
 }

@@ -22,7 +22,8 @@ type KeyPurgeCounter interface {
 type IdempotencyStore interface {
 	// ClaimKey inserts k as in progress, leased for lease under k.Token,
 	// expiring after retention. When the key exists it claims it only if
-	// the existing row expired (a fresh request then); otherwise it
+	// the existing row expired (a fresh request then) or was released
+	// (KeyReleased; its takeovers are kept and returned); otherwise it
 	// returns the existing row and false.
 	ClaimKey(ctx context.Context, k KeyClaim, lease, retention time.Duration) (IdempotencyKey, bool, error)
 	// TakeOverKey gives an in-progress key whose lease ran out to a new
@@ -34,8 +35,10 @@ type IdempotencyStore interface {
 	// ErrKeyFenced when it does not (the lease ran out and another request
 	// took the key over). The row stays locked until ex commits.
 	CompleteKey(ctx context.Context, ex Executor, hash, token string, resp StoredResponse, retention time.Duration) error
-	// ReleaseKey deletes the key if token still holds its in-progress
-	// claim, so that a retry runs the request again. A completed key is
+	// ReleaseKey frees the key if token still holds its in-progress
+	// claim, so that a retry runs the request again: it deletes the key,
+	// or, when the key was taken over, marks it KeyReleased with its count
+	// of takeovers, which the next ClaimKey keeps. A completed key is
 	// never released.
 	ReleaseKey(ctx context.Context, hash, token string) error
 	// GetKey reads a key; ferrytype.ErrNotFound when none.
@@ -60,6 +63,11 @@ var ErrKeyFenced = errors.New("ferrystore: idempotency key claimed by another re
 const (
 	KeyInProgress = "IN_PROGRESS"
 	KeyDone       = "DONE"
+	// KeyReleased: a key that was taken over and then released (its
+	// request failed): free for the next request, as a key that is not
+	// there is, but its count of takeovers stays, so that a request that
+	// keeps killing its servers is seen.
+	KeyReleased = "RELEASED"
 )
 
 // KeyClaim is what a request claims a key with.
@@ -85,7 +93,7 @@ type StoredResponse struct {
 // IdempotencyKey is a key's stored row.
 type IdempotencyKey struct {
 	KeyClaim
-	// State is KeyInProgress or KeyDone.
+	// State is KeyInProgress, KeyDone or KeyReleased.
 	State string
 	// Response is set when State is KeyDone.
 	Response StoredResponse

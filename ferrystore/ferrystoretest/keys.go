@@ -175,6 +175,65 @@ func ExerciseKeys[TTx any](t *testing.T, h KeysHarness[TTx]) {
 		require.False(t, ok, "a completed key is never taken over")
 	})
 
+	// A request that took a key over and then failed releases it, but the
+	// count of takeovers stays with the key: a request that keeps killing
+	// its servers shows a growing count, not a count back at 0.
+	t.Run("ReleaseAfterATakeoverKeepsTheCount", func(t *testing.T) {
+		ctx := testenv.Context(t, time.Minute)
+		s := h.New(t)
+		c := keyClaim("t1")
+		_, ok, err := s.ClaimKey(ctx, c, 50*time.Millisecond, retention)
+		require.NoError(t, err)
+		require.True(t, ok)
+		waitLeaseOver(t, ctx, s, c.Hash, false)
+		ok, err = s.TakeOverKey(ctx, c.Hash, "t2", 50*time.Millisecond)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.NoError(t, s.ReleaseKey(ctx, c.Hash, "t1"), "the fenced holder's release does nothing")
+		k, err := s.GetKey(ctx, c.Hash)
+		require.NoError(t, err)
+		require.Equal(t, ferrystore.KeyInProgress, k.State)
+		require.NoError(t, s.ReleaseKey(ctx, c.Hash, "t2"))
+		k, err = s.GetKey(ctx, c.Hash)
+		require.NoError(t, err, "a key released after a takeover stays, with its count")
+		require.Equal(t, ferrystore.KeyReleased, k.State)
+		require.Equal(t, int64(1), k.Takeovers)
+		ok, err = s.TakeOverKey(ctx, c.Hash, "t9", lease)
+		require.NoError(t, err)
+		require.False(t, ok, "a released key is claimed, not taken over")
+
+		// The retry claims it (any fingerprint: it is free), the count
+		// kept; the next takeover counts on from it.
+		c3 := keyWithToken(c, "t3")
+		c3.Fingerprint = keyClaim("other").Fingerprint
+		k, ok, err = s.ClaimKey(ctx, c3, 50*time.Millisecond, retention)
+		require.NoError(t, err)
+		require.True(t, ok, "a released key is free for the retry")
+		require.Equal(t, int64(1), k.Takeovers)
+		_, ok, err = s.ClaimKey(ctx, keyWithToken(c, "t4"), lease, retention)
+		require.NoError(t, err)
+		require.False(t, ok, "once claimed again it is in progress")
+		waitLeaseOver(t, ctx, s, c.Hash, false)
+		ok, err = s.TakeOverKey(ctx, c.Hash, "t5", lease)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.NoError(t, complete(ctx, s, c.Hash, "t5", resp, retention))
+		k, err = s.GetKey(ctx, c.Hash)
+		require.NoError(t, err)
+		require.Equal(t, ferrystore.KeyDone, k.State)
+		require.Equal(t, int64(2), k.Takeovers)
+		require.Equal(t, c3.Fingerprint, k.Fingerprint)
+
+		// A key never taken over is deleted by its release, as before.
+		fresh := keyClaim("t6")
+		_, ok, err = s.ClaimKey(ctx, fresh, lease, retention)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.NoError(t, s.ReleaseKey(ctx, fresh.Hash, "t6"))
+		_, err = s.GetKey(ctx, fresh.Hash)
+		require.ErrorIs(t, err, ferrytype.ErrNotFound)
+	})
+
 	t.Run("ExpiredKeyIsANewRequest", func(t *testing.T) {
 		ctx := testenv.Context(t, time.Minute)
 		s := h.New(t)

@@ -24,7 +24,10 @@ import (
 type counter struct {
 	mu sync.Mutex
 	n  map[ferryhttp.Outcome]int
+	t  []takeover
 }
+
+var _ ferryhttp.TakeoverHook = (*counter)(nil)
 
 func (c *counter) OnIdempotency(_ string, o ferryhttp.Outcome, _ time.Duration) {
 	c.mu.Lock()
@@ -33,6 +36,24 @@ func (c *counter) OnIdempotency(_ string, o ferryhttp.Outcome, _ time.Duration) 
 		c.n = map[ferryhttp.Outcome]int{}
 	}
 	c.n[o]++
+}
+
+// takeover is one call of OnTakeover.
+type takeover struct {
+	Route, KeyHash string
+	Takeovers      int64
+}
+
+func (c *counter) OnTakeover(route, keyHash string, n int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = append(c.t, takeover{route, keyHash, n})
+}
+
+func (c *counter) takeovers() []takeover {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]takeover(nil), c.t...)
 }
 
 func (c *counter) get(o ferryhttp.Outcome) int {
@@ -83,11 +104,21 @@ func TestKeyReusedForAnotherRequestIs422(t *testing.T) {
 		srv := httptest.NewServer(b.handler(b.newKeys(t)))
 		defer srv.Close()
 		require.Equal(t, http.StatusCreated, post(t, srv.URL, "k", `{"order_id":"o-1","amount":10}`).Status)
-		for _, body := range []string{`{"order_id":"o-1","amount":11}`, `{"order_id":"o-2","amount":10}`} {
+		// 10.000000000000001 is another amount to a handler that parses
+		// decimals exactly, though a float64 cannot tell it from 10.
+		for _, body := range []string{`{"order_id":"o-1","amount":11}`, `{"order_id":"o-2","amount":10}`,
+			`{"order_id":"o-1","amount":10.000000000000001}`} {
 			r := post(t, srv.URL, "k", body)
-			require.Equal(t, http.StatusUnprocessableEntity, r.Status)
+			require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s", body)
 			require.Equal(t, "application/problem+json", r.Header.Get("Content-Type"))
 			require.Equal(t, "idempotency-key-reused", r.problemType())
+		}
+		// A body with a key twice means what each reader makes of it: it
+		// is refused before anything runs.
+		for _, key := range []string{"k", "k-dup"} {
+			r := post(t, srv.URL, key, `{"order_id":"o-2","amount":10,"amount":11}`)
+			require.Equal(t, http.StatusBadRequest, r.Status, "%s", r.Body)
+			require.Equal(t, "request-invalid", r.problemType())
 		}
 		require.Equal(t, 1, b.charged(t, "o-1"))
 		require.Equal(t, 0, b.charged(t, "o-2"))
@@ -163,8 +194,9 @@ func TestConcurrentDuplicateIs409WithRetryAfter(t *testing.T) {
 			require.Equal(t, "idempotency-key-in-progress", r.problemType())
 			secs, err := strconv.Atoi(r.Header.Get("Retry-After"))
 			require.NoError(t, err)
-			require.GreaterOrEqual(t, secs, 1)
-			require.LessOrEqual(t, secs, int(ferryhttp.DefaultLease/time.Second))
+			// No request of these Keys has taken long: a second, not
+			// the 30 s the lease has left.
+			require.Equal(t, 1, secs)
 		}
 		release()
 		first = <-firstDone
@@ -328,11 +360,26 @@ func TestDeadClaimIsTakenOverAfterItsLease(t *testing.T) {
 		// it again the way a process that dies leaves it.
 		claimDead(t, b, k, fp, lease)
 		waitLeaseOver(t, b, "k")
+		// The request that takes it over fails (a 5xx is never kept): the
+		// key is free again, its takeover still counted.
+		failed := post(t, srv.URL, "k", body, "X-Test-Status", "500")
+		require.Equal(t, http.StatusInternalServerError, failed.Status, "%s", failed.Body)
+		require.Equal(t, 0, b.charged(t, "o-1"))
+		// Its process dies again holding the key, and the next retry
+		// takes it over: the second takeover, not a first one again.
+		claimDead(t, b, k, fp, lease)
+		waitLeaseOver(t, b, "k")
 		r := post(t, srv.URL, "k", body)
 		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 		require.Equal(t, 1, b.charged(t, "o-1"))
-		require.Equal(t, 1, hook.get(ferryhttp.TakenOver))
+		require.Equal(t, 2, hook.get(ferryhttp.TakenOver))
 		require.Equal(t, r.Body, post(t, srv.URL, "k", body).Body)
+		hash := ferryhttp.ScopeHash(ferryhttp.Request{Method: "POST", Route: "POST /payments", Key: "k"})
+		require.Equal(t, []takeover{{"POST /payments", hash, 1}, {"POST /payments", hash, 2}}, hook.takeovers(),
+			"each takeover names its key and counts on")
+		stored, err := b.keys.GetKey(ctx, hash)
+		require.NoError(t, err)
+		require.Equal(t, int64(2), stored.Takeovers)
 	})
 }
 

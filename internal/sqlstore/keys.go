@@ -43,6 +43,21 @@ func (k *Keys) ClaimKey(ctx context.Context, c ferrystore.KeyClaim, lease, reten
 		// WAL mode has one writer at a time).
 		cur, err := k.GetKey(ctx, c.Hash)
 		switch {
+		case err == nil && !cur.Expired && cur.State == ferrystore.KeyReleased:
+			// Released after a takeover: free for the retry, with the
+			// count of takeovers kept.
+			n, err := k.pool.Exec(ctx, k.q("UPDATE "+k.table+" SET principal = ?, method = ?, route = ?, idem_key = ?,"+
+				" fingerprint = ?, state = '"+ferrystore.KeyInProgress+"', lease_token = ?, locked_until = "+k.d.Shift()+
+				" WHERE key_hash = ? AND state = '"+ferrystore.KeyReleased+"' AND expires_at > "+k.d.Now()),
+				c.Principal, c.Method, c.Route, c.Key, c.Fingerprint, c.Token, later(k.d, lease), c.Hash)
+			if err != nil {
+				return ferrystore.IdempotencyKey{}, false, fmt.Errorf("reclaim released idempotency key: %w", k.d.Classify(err))
+			}
+			if n == 1 {
+				return ferrystore.IdempotencyKey{KeyClaim: c, State: ferrystore.KeyInProgress, LeaseLeft: lease,
+					Takeovers: cur.Takeovers}, true, nil
+			}
+			continue // claimed, expired or purged since: look again
 		case err == nil && !cur.Expired:
 			return cur, false, nil
 		case err != nil && !errors.Is(err, ferrytype.ErrNotFound):
@@ -115,9 +130,15 @@ func (k *Keys) CompleteKey(ctx context.Context, ex ferrystore.Executor, hash, to
 	return nil
 }
 
-// ReleaseKey deletes an in-progress key its token still holds.
+// ReleaseKey deletes an in-progress key its token still holds, or marks it
+// released when it was taken over (its count of takeovers stays).
 func (k *Keys) ReleaseKey(ctx context.Context, hash, token string) error {
-	_, err := k.pool.Exec(ctx, k.q("DELETE FROM "+k.table+" WHERE key_hash = ? AND lease_token = ? AND state = '"+
+	_, err := k.pool.Exec(ctx, k.q("UPDATE "+k.table+" SET state = '"+ferrystore.KeyReleased+"', lease_token = ''"+
+		" WHERE key_hash = ? AND lease_token = ? AND state = '"+ferrystore.KeyInProgress+"' AND takeovers > 0"), hash, token)
+	if err != nil {
+		return fmt.Errorf("release idempotency key: %w", k.d.Classify(err))
+	}
+	_, err = k.pool.Exec(ctx, k.q("DELETE FROM "+k.table+" WHERE key_hash = ? AND lease_token = ? AND state = '"+
 		ferrystore.KeyInProgress+"'"), hash, token)
 	if err != nil {
 		return fmt.Errorf("release idempotency key: %w", k.d.Classify(err))
