@@ -2,6 +2,7 @@ package ferryconsole
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sort"
 
@@ -25,10 +26,9 @@ type tableSummary struct {
 	Report     ferryadmin.StatusReport
 	// Destinations joins the pending and the DEAD events by destination.
 	Destinations []destinationRow
-	// DeadCounted is false when there were more DEAD events than the
-	// console counts by destination: the DEAD column then counts the
-	// oldest maxListed only.
-	DeadCounted bool
+	// DeadNote, when set, says that the DEAD column is not the exact
+	// count and what it is instead.
+	DeadNote string
 	// SentLastMinute sums what the relays alive marked SENT in about the
 	// last minute, from their heartbeats.
 	SentLastMinute int64
@@ -92,7 +92,7 @@ func (h *console) overview(w http.ResponseWriter, r *http.Request) {
 // summarize reads the status of one table; a failure is logged and shown
 // in the table's section, not as the page's.
 func (h *console) summarize(ctx context.Context, r *http.Request, kind, name string, a ferrystore.Admin) tableSummary {
-	s := tableSummary{Kind: kind, Name: name, DeadCounted: true}
+	s := tableSummary{Kind: kind, Name: name}
 	rep, err := ferryadmin.Status(ctx, a, &ferryadmin.StatusOptions{Destinations: 50, Errors: 0, MaxPendingAge: h.cfg.MaxPendingAge,
 		RelayStaleAfter: h.cfg.RelayStaleAfter})
 	if err != nil {
@@ -116,7 +116,20 @@ func (h *console) summarize(ctx context.Context, r *http.Request, kind, name str
 		x := row(d.Destination)
 		x.New, x.Sending, x.OldestPendingSeconds = d.New, d.Sending, d.OldestPendingSeconds
 	}
-	if rep.Stats.Dead > 0 {
+	if dc, ok := a.(ferrystore.DeadCounter); ok && rep.Stats.Dead > 0 {
+		// Counted by the database: exact at any number.
+		counts, err := dc.DeadByDestination(ctx, ferrystore.MaxListLimit)
+		if err != nil {
+			s.Ref = h.logFailure(r, "DEAD events by destination of "+kind+" "+name, err)
+			s.DeadNote = "DEAD by destination could not be counted (see the reference above)."
+		}
+		for _, c := range counts {
+			row(c.Destination).Dead = c.Count
+		}
+		if len(counts) == ferrystore.MaxListLimit {
+			s.DeadNote = fmt.Sprintf("DEAD by destination shows the %d destinations with the most DEAD events only.", len(counts))
+		}
+	} else if rep.Stats.Dead > 0 {
 		dead, err := ferryadmin.ListDead(ctx, a, ferryadmin.DeadFilter{}, maxListed)
 		if err != nil {
 			s.Ref = h.logFailure(r, "DEAD events of "+kind+" "+name, err)
@@ -124,7 +137,10 @@ func (h *console) summarize(ctx context.Context, r *http.Request, kind, name str
 		for _, e := range dead.Events {
 			row(e.Destination).Dead++
 		}
-		s.DeadCounted = !dead.More
+		if dead.More {
+			s.DeadNote = fmt.Sprintf("DEAD by destination is counted over the oldest %d of the %d DEAD events only (this store "+
+				"does not count them by destination): each count is a lower bound.", len(dead.Events), rep.Stats.Dead)
+		}
 	}
 	for _, x := range rows {
 		s.Destinations = append(s.Destinations, *x)

@@ -120,6 +120,23 @@ type DestinationStats struct {
 	OldestPending time.Duration
 }
 
+// DeadCounter is implemented by stores that count DEAD events by
+// destination in the database (GROUP BY), exactly whatever their number.
+// The three SQL stores implement it; the console uses it, when a store
+// does, for its DEAD-by-destination column.
+type DeadCounter interface {
+	// DeadByDestination counts the DEAD rows of each destination (their
+	// type when they have none), the largest counts first, at most limit
+	// (1..MaxListLimit) destinations.
+	DeadByDestination(ctx context.Context, limit int) ([]DestinationCount, error)
+}
+
+// DestinationCount is the number of rows of one destination.
+type DestinationCount struct {
+	Destination string
+	Count       int64
+}
+
 // AttemptCount is the number of rows of one status with one attempt count.
 type AttemptCount struct {
 	Status   ferrytype.Status

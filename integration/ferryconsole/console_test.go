@@ -629,3 +629,26 @@ func TestOverviewNeverCallsATableWithAttentionLinesHealthy(t *testing.T) {
 	require.Contains(t, section[1], "needs attention")
 	require.NotContains(t, section[1], ">healthy<")
 }
+
+// The overview's DEAD-by-destination column is the database's count,
+// exact past the 999 events a listing reads (it used to count the oldest
+// 999 only: 697 shown where 70,009 were DEAD).
+func TestOverviewCountsEveryDeadEventByDestination(t *testing.T) {
+	t.Parallel()
+	for _, kind := range testsvc.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, kind)
+			testsvc.InsertDead(t, b.st, 3001, testsvc.DeadKind{Destination: "orders.paid", Error: "unroutable {n}"},
+				testsvc.DeadKind{Destination: "orders.shipped", Error: "rejected {n}"}, testsvc.DeadKind{Destination: "orders.paid", Error: "x"})
+			p := b.client(t).get("")
+			eq(t, http.StatusOK, p)
+			for dest, want := range map[string]string{"orders.paid": "2001", "orders.shipped": "1000"} {
+				row := regexp.MustCompile(`(?s)<tr><td><code>` + regexp.QuoteMeta(dest) + `</code></td>(.*?)</tr>`).FindStringSubmatch(p.body)
+				require.NotNil(t, row, "%s: %s", dest, snippet(p.body))
+				require.Contains(t, row[1], ">"+want+"</a>", "%s's DEAD count", dest)
+			}
+			require.NotContains(t, p.body, "DEAD by destination", "the counts are exact: no note")
+		})
+	}
+}

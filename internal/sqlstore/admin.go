@@ -82,6 +82,32 @@ func (o *Outbox) PendingByDestination(ctx context.Context, limit int) ([]ferryst
 	return out, rows.Err()
 }
 
+var _ ferrystore.DeadCounter = (*Outbox)(nil)
+
+// DeadByDestination counts the DEAD rows by destination: one statement over
+// the DEAD range of the pending index, exact at any number of events.
+func (o *Outbox) DeadByDestination(ctx context.Context, limit int) ([]ferrystore.DestinationCount, error) {
+	if limit < 1 || limit > ferrystore.MaxListLimit {
+		return nil, fmt.Errorf("%w: DEAD by destination: limit %d must be within 1..%d",
+			ferrytype.ErrInvalidConfig, limit, ferrystore.MaxListLimit)
+	}
+	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT CASE WHEN destination = '' THEN event_type ELSE destination END AS route, COUNT(*)"+
+		" FROM "+o.t+" WHERE status = 'DEAD' GROUP BY route ORDER BY COUNT(*) DESC, route LIMIT ?"), limit)
+	if err != nil {
+		return nil, fmt.Errorf("DEAD by destination: %w", err)
+	}
+	defer rows.Close()
+	var out []ferrystore.DestinationCount
+	for rows.Next() {
+		var d ferrystore.DestinationCount
+		if err := rows.Scan(&d.Destination, &d.Count); err != nil {
+			return nil, fmt.Errorf("DEAD by destination: %w", err)
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
 // Attempts counts NEW, SENDING and DEAD rows by status and attempts.
 func (o *Outbox) Attempts(ctx context.Context) ([]ferrystore.AttemptCount, error) {
 	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT status, attempts, COUNT(*) FROM "+o.t+
