@@ -2,6 +2,7 @@ package ferryconsole
 
 import (
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -95,36 +97,103 @@ func (h *console) unauthorized(w http.ResponseWriter, r *http.Request, err error
 const tokenField = "csrf"
 
 // token returns the anti-CSRF token of operator's forms rendered at now:
-// the time and an HMAC over the operator and the time.
+// the time, a random nonce (each rendered page's token is its own, so that
+// an action spends it alone) and an HMAC over the operator, the time and
+// the nonce.
 func (h *console) token(operator string, now time.Time) string {
 	ts := strconv.FormatInt(now.Unix(), 10)
-	return ts + "." + base64.RawURLEncoding.EncodeToString(h.mac(operator, ts))
+	var n [9]byte
+	_, _ = rand.Read(n[:])
+	nonce := base64.RawURLEncoding.EncodeToString(n[:])
+	return ts + "." + nonce + "." + base64.RawURLEncoding.EncodeToString(h.mac(operator, ts, nonce))
 }
 
-func (h *console) mac(operator, ts string) []byte {
+func (h *console) mac(operator, ts, nonce string) []byte {
 	m := hmac.New(sha256.New, h.cfg.Secret)
 	m.Write([]byte("ferryconsole/csrf\x00"))
 	m.Write([]byte(operator))
 	m.Write([]byte{0})
 	m.Write([]byte(ts))
+	m.Write([]byte{0})
+	m.Write([]byte(nonce))
 	return m.Sum(nil)
 }
 
 // validToken reports whether tok is a token of operator's that has not
 // expired at now.
 func (h *console) validToken(operator, tok string, now time.Time) bool {
-	ts, sig, ok := strings.Cut(tok, ".")
+	_, ok := h.tokenTime(operator, tok, now)
+	return ok
+}
+
+// tokenTime returns when tok, a valid token of operator's, was rendered.
+func (h *console) tokenTime(operator, tok string, now time.Time) (time.Time, bool) {
+	ts, rest, ok := strings.Cut(tok, ".")
 	if !ok {
-		return false
+		return time.Time{}, false
+	}
+	nonce, sig, ok := strings.Cut(rest, ".")
+	if !ok || nonce == "" {
+		return time.Time{}, false
 	}
 	sec, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return false
+		return time.Time{}, false
 	}
 	got, err := base64.RawURLEncoding.DecodeString(sig)
-	if err != nil || !hmac.Equal(got, h.mac(operator, ts)) {
+	if err != nil || !hmac.Equal(got, h.mac(operator, ts, nonce)) {
+		return time.Time{}, false
+	}
+	at := time.Unix(sec, 0)
+	age := now.Sub(at)
+	return at, age >= -time.Minute && age <= h.cfg.TokenLifetime
+}
+
+// maxSpent bounds the spent tokens a console remembers: past it, the
+// oldest are forgotten (a replay of one of them is refused still by its
+// expiry, TokenLifetime after it was rendered).
+const maxSpent = 100_000
+
+// spentTokens are the tokens of forms whose action ran: a form acts once.
+type spentTokens struct {
+	mu    sync.Mutex
+	until map[string]time.Time // token → when it expires anyway
+	order []string
+}
+
+// spend records tok as used by an action, valid until expires; false when
+// it was used already.
+func (s *spentTokens) spend(tok string, expires, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.until == nil {
+		s.until = map[string]time.Time{}
+	}
+	if _, used := s.until[tok]; used {
 		return false
 	}
-	age := now.Sub(time.Unix(sec, 0))
-	return age >= -time.Minute && age <= h.cfg.TokenLifetime
+	for len(s.order) > 0 && (len(s.order) >= maxSpent || !s.until[s.order[0]].After(now)) {
+		delete(s.until, s.order[0])
+		s.order = s.order[1:]
+	}
+	s.until[tok] = expires
+	s.order = append(s.order, tok)
+	return true
+}
+
+// spendToken spends the form's token before its action runs, and answers
+// 409 when the form was submitted already (a reload of an action's POST,
+// or its page's other forms after one of them ran): nothing is done again.
+func (h *console) spendToken(w http.ResponseWriter, r *http.Request) bool {
+	tok := r.PostForm.Get(tokenField)
+	now := time.Now()
+	at, ok := h.tokenTime(operator(r), tok, now)
+	if ok && h.spent.spend(tok, at.Add(h.cfg.TokenLifetime), now) {
+		return true
+	}
+	h.cfg.Logger.Warn("console action refused: its form was submitted already", "operator", operator(r), "path", r.URL.Path)
+	h.fail(w, r, http.StatusConflict, "Already done",
+		"This form was submitted already, and its action ran then: nothing was done again. "+
+			"Reload the page to see the current state, and act from there.")
+	return false
 }

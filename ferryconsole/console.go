@@ -185,6 +185,10 @@ type console struct {
 	cop   *http.CrossOriginProtection
 	// outboxes and tasks are the tables of the dead pages, by kind.
 	tables map[string]map[string]ferrystore.Admin
+	// spent are the tokens of forms whose action ran.
+	spent spentTokens
+	// results are the recent actions' results (results.go).
+	results results
 }
 
 // Table kinds, the first segment of a table's URLs.
@@ -239,6 +243,7 @@ func (h *console) routes() {
 		m.HandleFunc("POST /"+kind+"/{name}/discard-group", of(h.action(h.groupAction("discard"))))
 		m.HandleFunc("GET /"+kind+"/{name}/discarded", of(h.discarded))
 		m.HandleFunc("POST /"+kind+"/{name}/restore", of(h.action(h.restore)))
+		m.HandleFunc("GET /"+kind+"/{name}/result", of(h.result))
 	}
 	m.HandleFunc("GET /conflicts", h.conflictsIndex)
 	m.HandleFunc("GET /inbox/{db}", h.inbox)

@@ -328,6 +328,9 @@ type resultPage struct {
 	NotMatching int64
 	// From is the status the action changes, Back the page to return to.
 	From, Back string
+	// Confirmed is the group's count the operator confirmed (a group
+	// action acts on at most so many).
+	Confirmed int64
 }
 
 func (p resultPage) title() string { return p.Action + " " + p.Kind + " " + p.Name }
@@ -376,6 +379,9 @@ func (h *console) retry(w http.ResponseWriter, r *http.Request) {
 		h.badInput(w, r, "Retry: %v.", err)
 		return
 	}
+	if !h.spendToken(w, r) {
+		return
+	}
 	ctx, cancel := h.ctx(r)
 	defer cancel()
 	res, err := ferryadmin.RetryDead(ctx, a, ferryadmin.BulkOptions{Filter: ferryadmin.DeadFilter{IDs: ids}})
@@ -384,7 +390,7 @@ func (h *console) retry(w http.ResponseWriter, r *http.Request) {
 		h.failed(w, r, fmt.Sprintf("retry (%d events changed before the error)", res.Changed), err)
 		return
 	}
-	h.page(w, r, "result", newResult(kind, name, "Retry", len(ids), res))
+	h.done(w, r, newResult(kind, name, "Retry", len(ids), res))
 }
 
 // maxReasonLen bounds a discard reason or a resolution note.
@@ -409,6 +415,9 @@ func (h *console) discard(w http.ResponseWriter, r *http.Request) {
 		h.badInput(w, r, "Discard: %v.", err)
 		return
 	}
+	if !h.spendToken(w, r) {
+		return
+	}
 	ctx, cancel := h.ctx(r)
 	defer cancel()
 	res, err := ferryadmin.DiscardDead(ctx, a, ferryadmin.BulkOptions{Filter: ferryadmin.DeadFilter{IDs: ids}}, reason, operator(r))
@@ -417,7 +426,7 @@ func (h *console) discard(w http.ResponseWriter, r *http.Request) {
 		h.failed(w, r, fmt.Sprintf("discard (%d events changed before the error)", res.Changed), err)
 		return
 	}
-	h.page(w, r, "result", newResult(kind, name, "Discard", len(ids), res))
+	h.done(w, r, newResult(kind, name, "Discard", len(ids), res))
 }
 
 // checkNote validates a free text kept with a decision.

@@ -3,7 +3,9 @@ package ferryconsole
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/ferrydev/ferry/ferryadmin"
@@ -83,30 +85,72 @@ func (h *console) groupAction(action string) http.HandlerFunc {
 				return
 			}
 		}
+		title := "Retry group"
+		if action == "discard" {
+			title = "Discard group"
+		}
+		run := func(ctx context.Context, opts ferryadmin.BulkOptions) (ferryadmin.BulkResult, error) {
+			if action == "discard" {
+				return ferryadmin.DiscardDead(ctx, a, opts, reason, operator(r))
+			}
+			return ferryadmin.RetryDead(ctx, a, opts)
+		}
+		if r.PostForm.Get("confirm") == "" {
+			// First the count and a sample, changing nothing; the
+			// action runs when the operator confirms it.
+			ctx, cancel := h.ctx(r)
+			defer cancel()
+			res, err := run(ctx, ferryadmin.BulkOptions{Filter: f, DryRun: true})
+			if err != nil {
+				h.failed(w, r, "counting the group", err)
+				return
+			}
+			h.page(w, r, "confirm", confirmPage{Kind: kind, Name: name, Action: action, Title: title, Group: ff,
+				Matched: res.Matched, Sample: res.IDs[:min(len(res.IDs), confirmSample)], Reason: reason})
+			return
+		}
+		// At most what the operator saw and confirmed: events that join
+		// the group since are left for another look.
+		previewed, err := strconv.ParseInt(r.PostForm.Get("max"), 10, 64)
+		if err != nil || previewed < 1 {
+			h.badInput(w, r, "Group: the confirmed count is missing: act from the group's confirmation page.")
+			return
+		}
+		if !h.spendToken(w, r) {
+			return
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), h.cfg.RunTimeout)
 		defer cancel()
-		opts := ferryadmin.BulkOptions{Filter: f}
-		var res ferryadmin.BulkResult
-		if action == "discard" {
-			res, err = ferryadmin.DiscardDead(ctx, a, opts, reason, operator(r))
-		} else {
-			res, err = ferryadmin.RetryDead(ctx, a, opts)
-		}
-		h.logAction(r, action+" group", kind, name, 0, res, err, "filter", string(ff.Query()))
+		res, err := run(ctx, ferryadmin.BulkOptions{Filter: f, Max: int(min(previewed, int64(math.MaxInt32)))})
+		h.logAction(r, action+" group", kind, name, 0, res, err, "filter", string(ff.Query()), "confirmed", previewed)
 		if err != nil {
 			h.failed(w, r, fmt.Sprintf("%s of the group (%d of %d events changed before the error)", action, res.Changed,
 				res.Matched), err)
 			return
 		}
-		title := "Retry group"
-		if action == "discard" {
-			title = "Discard group"
-		}
 		p := newResult(kind, name, title, 0, res)
 		p.Group = &ff
-		h.page(w, r, "result", p)
+		p.Confirmed = previewed
+		h.done(w, r, p)
 	}
 }
+
+// confirmSample is how many of a group's events its confirmation page
+// names.
+const confirmSample = 20
+
+// confirmPage asks to confirm an action on a group: how many events it
+// matches now, and some of them.
+type confirmPage struct {
+	Kind, Name    string
+	Action, Title string
+	Group         filterForm
+	Matched       int64
+	Sample        []string
+	Reason        string
+}
+
+func (p confirmPage) title() string { return p.Title + " " + p.Kind + " " + p.Name + "?" }
 
 // discardedPage lists DISCARDED events: who discarded them, why, when.
 type discardedPage struct {
@@ -155,6 +199,9 @@ func (h *console) restore(w http.ResponseWriter, r *http.Request) {
 		h.badInput(w, r, "Restore: %v.", err)
 		return
 	}
+	if !h.spendToken(w, r) {
+		return
+	}
 	ctx, cancel := h.ctx(r)
 	defer cancel()
 	res, err := ferryadmin.RestoreDiscarded(ctx, a, ferryadmin.BulkOptions{Filter: ferryadmin.DeadFilter{IDs: ids}}, operator(r))
@@ -163,5 +210,5 @@ func (h *console) restore(w http.ResponseWriter, r *http.Request) {
 		h.failed(w, r, fmt.Sprintf("restore (%d events changed before the error)", res.Changed), err)
 		return
 	}
-	h.page(w, r, "result", newResult(kind, name, "Restore", len(ids), res))
+	h.done(w, r, newResult(kind, name, "Restore", len(ids), res))
 }

@@ -177,6 +177,9 @@ func (h *console) resolve(w http.ResponseWriter, r *http.Request) {
 		h.badInput(w, r, "%v.", err)
 		return
 	}
+	if !h.spendToken(w, r) {
+		return
+	}
 	ctx, cancel := h.ctx(r)
 	defer cancel()
 	res, err := ferryadmin.ResolveConflicts(ctx, s, []int64{id}, decision, note, operator(r))

@@ -44,7 +44,7 @@ type pages struct {
 }
 
 var pageNames = []string{"overview", "dead", "groups", "discarded", "event", "result", "conflicts", "conflict_list",
-	"conflict", "resolved", "inbox", "reconcile", "reconcile_run", "error"}
+	"conflict", "resolved", "inbox", "reconcile", "reconcile_run", "error", "confirm"}
 
 var funcs = template.FuncMap{
 	"age": func(t time.Time) string {

@@ -406,15 +406,34 @@ func testBrowser(t *testing.T, kind string) {
 		require.Equal(t, 4, count(t, ctx, "#dead-events tbody tr"))
 		require.NotEmpty(t, js[string](t, ctx, `document.querySelector('#filter input[name="class"]').value`))
 		require.EqualValues(t, 200, submit(t, ctx, "#tab-groups"))
+		// The button asks first: the count and a sample, nothing changed.
 		require.EqualValues(t, 200, submit(t, ctx, `section[data-destination="orders.refunded"] .retry-group`))
+		require.Contains(t, text(t, ctx, "#confirm-count"), "4 events match now")
+		require.Equal(t, 4, count(t, ctx, "#confirm-sample li"))
+		shot(ctx, "confirm")
+		for _, id := range refunds {
+			require.Equal(t, ferrytype.StatusDead, b.row(t, b.admin, id).Status, "the confirmation page changes nothing")
+		}
+		sent := js[string](t, ctx, `new URLSearchParams(new FormData(document.querySelector('#confirm-form'))).toString()`)
+		require.EqualValues(t, 200, submit(t, ctx, "#confirm-form .confirm"))
 		require.Equal(t, "4 of 4 matching events changed: back to NEW, published again on the relay's next poll.",
 			text(t, ctx, "#result"))
-		require.Contains(t, text(t, ctx, "#totals"), "4 matched when the run started; every one was acted on")
+		require.Contains(t, text(t, ctx, "#totals"), "4 matched when the run started (4 confirmed); every one was acted on")
+		require.True(t, strings.Contains(js[string](t, ctx, `location.pathname + location.search`), "/result?id="),
+			"the action answered with a redirect to its result")
 		for _, id := range refunds {
 			require.Equal(t, ferrytype.StatusNew, b.row(t, b.admin, id).Status)
 		}
 		require.Equal(t, ferrytype.StatusDead, b.row(t, b.admin, big).Status, "another group, left alone")
-		require.NotEmpty(t, b.logs.Lines("console action", `action="retry group"`, "matched=4", "changed=4"))
+		// Reloading the result shows it again and does nothing; sending
+		// the confirmation again is refused.
+		res, err := chromedp.RunResponse(ctx, chromedp.Reload())
+		require.NoError(t, err)
+		require.EqualValues(t, 200, res.Status)
+		require.Contains(t, text(t, ctx, "#result"), "4 of 4 matching events changed")
+		status := js[int](t, ctx, fmt.Sprintf(`fetch("retry-group", {method: "POST", body: new URLSearchParams(%q)}).then(r => r.status)`, sent))
+		require.Equal(t, http.StatusConflict, status)
+		require.Len(t, b.logs.Lines("console action", `action="retry group"`, "matched=4", "changed=4"), 1, "the group was retried once")
 	})
 
 	t.Run("RestoreADiscardedEvent", func(t *testing.T) {

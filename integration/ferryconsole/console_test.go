@@ -413,6 +413,28 @@ func TestMountedUnderAPrefixEveryLinkWorks(t *testing.T) {
 		"/ops/console/reconcile", "/ops/console/assets/console.css", "/ops/console/assets/console.js"} {
 		require.True(t, seen[srv.URL+want], "the crawl reached %s (saw %v)", want, keysOf(seen))
 	}
+
+	// An action's redirect to its result, and a group's confirmation
+	// form, stay under the prefix too.
+	tok := c.token(srv.URL + "/ops/console/outbox/orders/dead")
+	raw := c.postRaw(srv.URL+"/ops/console/outbox/orders/retry", form(tok, "id", dead[0]))
+	eq(t, http.StatusSeeOther, raw)
+	loc, err := raw.url.Parse(raw.header.Get("Location"))
+	require.NoError(t, err)
+	require.Equal(t, "/ops/console/outbox/orders/result", loc.Path)
+	p := c.get(loc.String())
+	eq(t, http.StatusOK, p)
+	mustContain(t, p, "1 of 1 selected events changed")
+	tok = c.token(srv.URL + "/ops/console/outbox/orders/groups")
+	p = c.post(srv.URL+"/ops/console/outbox/orders/retry-group", form(tok, "destination", "orders.paid",
+		"class", ferryadmin.ErrorClass("nats: no stream matches subject")))
+	eq(t, http.StatusOK, p)
+	mustContain(t, p, `id="confirm-count">1 events match now`)
+	for _, m := range hrefRe.FindAllStringSubmatch(p.body, -1) {
+		ref, err := p.url.Parse(strings.ReplaceAll(m[1], "&amp;", "&"))
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(ref.Path, "/ops/console/"), "the confirmation links to %s, outside the console", ref)
+	}
 }
 
 func keysOf(m map[string]bool) []string {
@@ -541,9 +563,10 @@ func TestGroupsDiscardedAndRestore(t *testing.T) {
 	p = c.post("outbox/orders/retry-group", form(tok, "class", class))
 	eq(t, http.StatusBadRequest, p)
 	mustContain(t, p, "a destination and an error class are required")
-	p = c.post("outbox/orders/retry-group", form(tok, "destination", "orders.paid", "class", class))
+	confirm, p := c.group("retry", form("", "destination", "orders.paid", "class", class))
+	mustContain(t, confirm, `id="confirm-count">1203 events match now`, paid[0])
 	eq(t, http.StatusOK, p)
-	mustContain(t, p, "1203 of 1203 matching events changed: back to NEW", "1203 matched when the run started; every one was acted on")
+	mustContain(t, p, "1203 of 1203 matching events changed: back to NEW", "1203 matched when the run started (1203 confirmed); every one was acted on")
 	for _, id := range []string{paid[0], paid[many/2], paid[many-1]} {
 		require.Equal(t, ferrytype.StatusNew, b.row(t, b.admin, id).Status)
 	}
@@ -557,8 +580,9 @@ func TestGroupsDiscardedAndRestore(t *testing.T) {
 		"class", ferryadmin.ErrorClass("payload 1048577 bytes > max 1048576")))
 	eq(t, http.StatusBadRequest, p)
 	mustContain(t, p, "a reason is required")
-	p = c.post("outbox/orders/discard-group", form(tok, "destination", "orders.shipped",
+	confirm, p = c.group("discard", form("", "destination", "orders.shipped",
 		"class", ferryadmin.ErrorClass("payload 1048577 bytes > max 1048576"), "reason", "too big to ever pass, INC-5"))
+	mustContain(t, confirm, `id="confirm-count">2 events match now`, "too big to ever pass, INC-5")
 	eq(t, http.StatusOK, p)
 	mustContain(t, p, "2 of 2 matching events changed: DISCARDED")
 
@@ -651,4 +675,78 @@ func TestOverviewCountsEveryDeadEventByDestination(t *testing.T) {
 			require.NotContains(t, p.body, "DEAD by destination", "the counts are exact: no note")
 		})
 	}
+}
+
+// An action's POST is answered with a redirect to its result, and its form
+// acts once: reloading the result shows it again and acts on nothing, and
+// submitting the form again (the browser's "resend") is refused, even when
+// new events died in the meantime. A group action acts only once
+// confirmed, and on at most the count its confirmation page showed.
+func TestActionsActOnceAndGroupsAreConfirmed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sqlite")
+	c := b.client(t)
+	first := b.dead(t, b.st, "boom 1", orderEvent("OrderPaid", "1", "orders.paid"))
+
+	tok := c.token("outbox/orders/dead")
+	raw := c.postRaw("outbox/orders/retry", form(tok, "id", first[0]))
+	eq(t, http.StatusSeeOther, raw)
+	loc := raw.header.Get("Location")
+	require.True(t, strings.HasPrefix(loc, "result?id="), loc)
+	require.Equal(t, ferrytype.StatusNew, b.row(t, b.admin, first[0]).Status)
+	for range 2 { // the result, and its reload
+		p := c.get("outbox/orders/" + loc)
+		eq(t, http.StatusOK, p)
+		mustContain(t, p, "1 of 1 selected events changed: back to NEW")
+	}
+	other := &client{t: t, b: b, user: testUser, pass: testPassword, hdr: http.Header{}}
+	eq(t, http.StatusOK, other.get("outbox/orders/"+loc)) // the same operator on another client sees it
+	eq(t, http.StatusNotFound, c.get("outbox/orders/result?id=0123456789abcdef01234567"))
+	eq(t, http.StatusNotFound, c.get("tasks/points/"+loc)) // a result shows under its own table only
+
+	// The event dies again; the old form is sent again: refused, and the
+	// event stays DEAD.
+	b.redead(t, b.st, first[0], "boom 2")
+	p := c.post("outbox/orders/retry", form(tok, "id", first[0]))
+	eq(t, http.StatusConflict, p)
+	mustContain(t, p, "This form was submitted already")
+	require.Equal(t, ferrytype.StatusDead, b.row(t, b.admin, first[0]).Status)
+	require.NotEmpty(t, b.logs.Lines("console action refused: its form was submitted already", "operator=alice"))
+
+	// A bad input does not spend the form: fixed, it acts.
+	tok = c.token("outbox/orders/dead")
+	eq(t, http.StatusBadRequest, c.post("outbox/orders/discard", form(tok, "id", first[0])))
+	p = c.post("outbox/orders/discard", form(tok, "id", first[0], "reason", "INC-7"))
+	eq(t, http.StatusOK, p)
+	mustContain(t, p, "1 of 1 selected events changed: DISCARDED")
+
+	// A group: the first POST changes nothing and shows the count; the
+	// confirmation acts on at most that count, oldest first, so an event
+	// that joins the group after the preview is left for another look.
+	group := b.dead(t, b.st, "nats: timeout after 3s", orderEvent("OrderPaid", "10", "orders.paid"),
+		orderEvent("OrderPaid", "11", "orders.paid"), orderEvent("OrderPaid", "12", "orders.paid"))
+	f := form(c.token("outbox/orders/groups"), "destination", "orders.paid", "class", ferryadmin.ErrorClass("nats: timeout after 3s"),
+		"reason", "broker gone, INC-8")
+	confirm := c.post("outbox/orders/discard-group", f)
+	eq(t, http.StatusOK, confirm)
+	mustContain(t, confirm, `id="confirm-count">3 events match now`, group[0], "broker gone, INC-8", "Discard these 3")
+	for _, id := range group {
+		require.Equal(t, ferrytype.StatusDead, b.row(t, b.admin, id).Status, "the preview changes nothing")
+	}
+	late := b.dead(t, b.st, "nats: timeout after 3s", orderEvent("OrderPaid", "13", "orders.paid"))
+	f.Set("csrf", tokenRe.FindStringSubmatch(confirm.body)[1])
+	f.Set("confirm", "1")
+	f.Set("max", confirmMaxRe.FindStringSubmatch(confirm.body)[1])
+	p = c.post("outbox/orders/discard-group", f)
+	eq(t, http.StatusOK, p)
+	mustContain(t, p, "3 of 4 matching events changed: DISCARDED", "(3 confirmed)")
+	for _, id := range group {
+		require.Equal(t, ferrytype.StatusDiscarded, b.row(t, b.admin, id).Status)
+	}
+	require.Equal(t, ferrytype.StatusDead, b.row(t, b.admin, late[0]).Status, "joined after the preview: left alone")
+	eq(t, http.StatusConflict, c.post("outbox/orders/discard-group", f)) // the confirmation acts once
+	require.Equal(t, ferrytype.StatusDead, b.row(t, b.admin, late[0]).Status)
+	f.Set("csrf", c.token("outbox/orders/groups"))
+	f.Set("max", "0")
+	eq(t, http.StatusBadRequest, c.post("outbox/orders/discard-group", f)) // a confirmation without its count
 }

@@ -136,6 +136,18 @@ func (b *bundle) dead(t *testing.T, s testsvc.SQLStore, lastError string, events
 	return ids
 }
 
+// redead makes id, a NEW event and the oldest pending one, DEAD again.
+func (b *bundle) redead(t *testing.T, s testsvc.SQLStore, id, lastError string) {
+	t.Helper()
+	tok := testsvc.Name("tok-")
+	msgs, err := s.Driver.Claim(b.ctx, ferrystore.ClaimParams{Limit: 1, Token: tok, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	require.Equal(t, id, msgs[0].ID)
+	_, err = s.Driver.(ferrystore.Admin).MarkFailed(b.ctx, []ferrystore.Failure{{ID: id, Token: tok, Dead: true, Error: lastError}})
+	require.NoError(t, err)
+}
+
 func orderEvent(typ, agg, dest string) ferry.Event {
 	return ferry.Event{AggregateType: "order", AggregateID: agg, Type: typ, Destination: dest,
 		Headers: map[string]string{"tenant": "acme"}, Payload: json.RawMessage(`{"order_id":` + agg + `,"amount":10}`)}
@@ -243,9 +255,53 @@ func (c *client) do(method, path string, form url.Values) page {
 
 func (c *client) get(path string) page { c.t.Helper(); return c.do("GET", path, nil) }
 
+// post sends a form and, as a browser does, follows a 303 See Other (an
+// action's redirect to its result) with a GET.
 func (c *client) post(path string, form url.Values) page {
 	c.t.Helper()
+	p := c.do("POST", path, form)
+	if p.status != http.StatusSeeOther {
+		return p
+	}
+	loc, err := url.Parse(p.header.Get("Location"))
+	require.NoError(c.t, err)
+	return c.get(p.url.ResolveReference(loc).String())
+}
+
+// postRaw sends a form and returns the answer as it is.
+func (c *client) postRaw(path string, form url.Values) page {
+	c.t.Helper()
 	return c.do("POST", path, form)
+}
+
+var confirmMaxRe = regexp.MustCompile(`name="max" value="([0-9]+)"`)
+
+// group acts on a group of the groups page as an operator does: the
+// action's first POST shows the count and a sample, the confirmation's
+// POST (with that page's token and count) runs it. It returns the
+// confirmation page and the result.
+func (c *client) group(action string, f url.Values) (confirm, result page) {
+	c.t.Helper()
+	f = cloneValues(f)
+	f.Set("csrf", c.token("outbox/orders/groups"))
+	confirm = c.post("outbox/orders/"+action+"-group", f)
+	require.Equal(c.t, http.StatusOK, confirm.status, confirm.body)
+	m := confirmMaxRe.FindStringSubmatch(confirm.body)
+	require.NotNil(c.t, m, "the confirmation page has the count to confirm: %s", snippet(confirm.body))
+	tok := tokenRe.FindStringSubmatch(confirm.body)
+	require.NotNil(c.t, tok)
+	f.Set("csrf", tok[1])
+	f.Set("confirm", "1")
+	f.Set("max", m[1])
+	return confirm, c.post("outbox/orders/"+action+"-group", f)
+}
+
+func cloneValues(v url.Values) url.Values {
+	out := url.Values{}
+	for k, vs := range v {
+		out[k] = append([]string(nil), vs...)
+	}
+	return out
 }
 
 var tokenRe = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
