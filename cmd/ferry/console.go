@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,6 +35,8 @@ type consoleFlags struct {
 	inboxURLs     []string
 	taskTables    []string
 	httpAddr      string
+	tlsCert       string
+	tlsKey        string
 	readOnly      bool
 	insecure      bool
 	maxPendingAge time.Duration
@@ -69,6 +72,11 @@ logged with the operator's name. --read-only hides and refuses every action.
 Forms carry a token signed with a key made at start: set FERRY_CONSOLE_SECRET
 (at least 32 bytes) to the same value on every replica behind one address.
 
+--tls-cert and --tls-key serve HTTPS (TLS 1.2 or later). Without them, on an
+address other than loopback, the credentials travel in clear: the console
+says so at start, at WARN; serve it with TLS, or bind it to loopback or a
+private interface behind a proxy that terminates TLS.
+
 The reconcile page runs the config file's reconcile.checks and
 reconcile.effects, with its reconcile.* settings, on the first outbox.
 
@@ -84,6 +92,8 @@ SIGTERM or SIGINT stops the server, letting requests in progress finish.`,
 	fl.StringArrayVar(&f.inboxURLs, "inbox-url", nil, "a consumer's database holding its inbox tables, name=URL (repeat for more)")
 	fl.StringArrayVar(&f.taskTables, "task-table", nil, "a task table in the consumer database name, name=TABLE (repeat for more)")
 	envString(fl, &f.httpAddr, "http-addr", "FERRY_CONSOLE_HTTP_ADDR", "127.0.0.1:8080", "address to serve the console on")
+	envString(fl, &f.tlsCert, "tls-cert", "FERRY_CONSOLE_TLS_CERT", "", "serve HTTPS with this certificate (PEM; with --tls-key)")
+	envString(fl, &f.tlsKey, "tls-key", "FERRY_CONSOLE_TLS_KEY", "", "the private key of --tls-cert (PEM)")
 	fl.BoolVar(&f.readOnly, "read-only", false, "show everything, change nothing: no retry, discard or resolve")
 	bindEnv(fl, "read-only", "FERRY_CONSOLE_READ_ONLY")
 	fl.BoolVar(&f.insecure, "insecure-no-auth", false, "serve without authentication (only on a loopback --http-addr)")
@@ -121,6 +131,21 @@ func consoleAuth(f *consoleFlags) (func(*http.Request) (string, error), error) {
 	}
 	return nil, usageError{fmt.Errorf("the console needs authentication: set %s and %s (basic) or %s (bearer); "+
 		"--insecure-no-auth serves without, on a loopback --http-addr only", envConsoleUser, envConsolePassword, envConsoleToken)}
+}
+
+// consoleTLS loads --tls-cert and --tls-key; nil without them.
+func consoleTLS(f *consoleFlags) (*tls.Config, error) {
+	switch {
+	case f.tlsCert == "" && f.tlsKey == "":
+		return nil, nil
+	case f.tlsCert == "" || f.tlsKey == "":
+		return nil, usageError{errors.New("--tls-cert and --tls-key go together: give both, or neither to serve plain HTTP")}
+	}
+	cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--tls-cert %s, --tls-key %s: %w", f.tlsCert, f.tlsKey, err)}
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
 // loopback reports whether addr's host is a loopback address or localhost.
@@ -169,6 +194,10 @@ func runConsole(cmd *cobra.Command, g *globals, f *consoleFlags) error {
 	}
 	if f.maxPendingAge <= 0 || f.staleAfter <= 0 {
 		return usageError{fmt.Errorf("--max-pending-age and --relay-stale-after must be positive")}
+	}
+	tlsCfg, err := consoleTLS(f)
+	if err != nil {
+		return err
 	}
 	log, err := g.logger(cmd.ErrOrStderr())
 	if err != nil {
@@ -273,7 +302,7 @@ func runConsole(cmd *cobra.Command, g *globals, f *consoleFlags) error {
 	if err != nil {
 		return usageError{err}
 	}
-	return serveConsole(ctx, f.httpAddr, h, cfg, log)
+	return serveConsole(ctx, f.httpAddr, h, cfg, tlsCfg, log)
 }
 
 // consoleReconcile builds the reconcile options of the config file: its
@@ -325,10 +354,18 @@ func consoleReconcile(g *globals) (o ferryadmin.ReconcileOptions, ok bool, err e
 
 // serveConsole serves h on addr until ctx ends, then lets requests in
 // progress finish.
-func serveConsole(ctx context.Context, addr string, h http.Handler, cfg ferryconsole.Config, log *slog.Logger) error {
+func serveConsole(ctx context.Context, addr string, h http.Handler, cfg ferryconsole.Config, tlsCfg *tls.Config, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("--http-addr %s: %w", addr, err)
+	}
+	scheme := "http"
+	if tlsCfg != nil {
+		ln, scheme = tls.NewListener(ln, tlsCfg), "https"
+	} else if !cfg.Insecure && !loopback(addr) {
+		log.Warn("the console serves plain HTTP on an address other than loopback: its credentials and pages travel in clear; "+
+			"give --tls-cert and --tls-key, or bind --http-addr to loopback or a private interface behind a proxy that terminates TLS",
+			"addr", addr)
 	}
 	run := cfg.RunTimeout
 	if run == 0 {
@@ -343,7 +380,7 @@ func serveConsole(ctx context.Context, addr string, h http.Handler, cfg ferrycon
 	if cfg.Insecure {
 		auth = "none (--insecure-no-auth)"
 	}
-	log.Info("serving the console", "addr", "http://"+ln.Addr().String()+"/", "outboxes", len(cfg.Outboxes),
+	log.Info("serving the console", "addr", scheme+"://"+ln.Addr().String()+"/", "outboxes", len(cfg.Outboxes),
 		"inboxes", len(cfg.Inboxes), "task_tables", len(cfg.Tasks), "read_only", cfg.ReadOnly, "auth", auth)
 	select {
 	case err := <-done:
