@@ -79,7 +79,11 @@ func TestConsoleServesHTTPS(t *testing.T) {
 		return res.StatusCode, nil
 	}
 	testsvc.WaitFor(t, 30*time.Second, func() bool { code, _ := get("alice"); return code == http.StatusOK },
-		func() string { _ = cmd.Process.Kill(); _ = cmd.Wait(); return "the console answers over HTTPS:\n" + out.String() })
+		func() string {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return "the console answers over HTTPS:\n" + out.String()
+		})
 	code, err := get("mallory")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusUnauthorized, code)
