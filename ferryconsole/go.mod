@@ -5,6 +5,7 @@ go 1.25.0
 require (
 	github.com/ferrydev/ferry v0.1.0
 	github.com/stretchr/testify v1.12.1
+	golang.org/x/crypto v0.55.0
 )
 
 require (

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -37,6 +38,9 @@ type consoleFlags struct {
 	httpAddr      string
 	tlsCert       string
 	tlsKey        string
+	usersFile     string
+	authHeader    string
+	proxies       []string
 	readOnly      bool
 	insecure      bool
 	maxPendingAge time.Duration
@@ -64,9 +68,14 @@ the config file, run on a button.
   --task-table name=TABLE     a task table in the consumer database name
 
 Authentication is required: basic, with FERRY_CONSOLE_USER and
-FERRY_CONSOLE_PASSWORD, or a bearer token, with FERRY_CONSOLE_TOKEN. Without
-them the console does not start, unless --insecure-no-auth is given and
---http-addr is a loopback address. Every action (retry, discard, resolve) is
+FERRY_CONSOLE_PASSWORD, or from --users-file (name:bcrypt-hash lines, as
+htpasswd -nB prints them: each user an operator of their own name in the
+audit), or a bearer token, with FERRY_CONSOLE_TOKEN. Behind an
+authenticating proxy, --auth-header X-Forwarded-User --trusted-proxy
+10.0.0.0/24 takes the operator from the header on requests from those
+addresses only (others need the credentials above, if any are set).
+Without any, the console does not start, unless --insecure-no-auth is
+given and --http-addr is a loopback address. Every action (retry, discard, resolve) is
 a POST checked against cross-origin requests and for the form's token, and
 logged with the operator's name. --read-only hides and refuses every action.
 Forms carry a token signed with a key made at start: set FERRY_CONSOLE_SECRET
@@ -94,6 +103,11 @@ SIGTERM or SIGINT stops the server, letting requests in progress finish.`,
 	envString(fl, &f.httpAddr, "http-addr", "FERRY_CONSOLE_HTTP_ADDR", "127.0.0.1:8080", "address to serve the console on")
 	envString(fl, &f.tlsCert, "tls-cert", "FERRY_CONSOLE_TLS_CERT", "", "serve HTTPS with this certificate (PEM; with --tls-key)")
 	envString(fl, &f.tlsKey, "tls-key", "FERRY_CONSOLE_TLS_KEY", "", "the private key of --tls-cert (PEM)")
+	envString(fl, &f.usersFile, "users-file", "FERRY_CONSOLE_USERS_FILE", "",
+		"basic authentication from a file of name:bcrypt-hash lines (htpasswd -nB name), each user an operator")
+	envString(fl, &f.authHeader, "auth-header", "FERRY_CONSOLE_AUTH_HEADER", "",
+		"the header naming the operator on requests from a --trusted-proxy (X-Forwarded-User)")
+	fl.StringArrayVar(&f.proxies, "trusted-proxy", nil, "an authenticating proxy's address or network (10.0.0.5, 10.0.0.0/24; repeat for more)")
 	fl.BoolVar(&f.readOnly, "read-only", false, "show everything, change nothing: no retry, discard or resolve")
 	bindEnv(fl, "read-only", "FERRY_CONSOLE_READ_ONLY")
 	fl.BoolVar(&f.insecure, "insecure-no-auth", false, "serve without authentication (only on a loopback --http-addr)")
@@ -106,10 +120,60 @@ SIGTERM or SIGINT stops the server, letting requests in progress finish.`,
 	return cmd
 }
 
-// consoleAuth returns the Authenticate function from the environment, or
-// nil with --insecure-no-auth on a loopback address.
+// consoleAuth returns the Authenticate function from the flags and the
+// environment, or nil with --insecure-no-auth on a loopback address; with
+// --auth-header, requests from a --trusted-proxy are the operator the
+// header names, the others left to the other method (if any).
 func consoleAuth(f *consoleFlags) (func(*http.Request) (string, error), error) {
+	if (f.authHeader == "") != (len(f.proxies) == 0) {
+		return nil, usageError{errors.New("--auth-header and --trusted-proxy go together: the header is trusted from those addresses only")}
+	}
+	if f.authHeader == "" {
+		return credentialAuth(f, false)
+	}
+	var proxies []netip.Prefix
+	for _, p := range f.proxies {
+		pfx, err := netip.ParsePrefix(p)
+		if err != nil {
+			a, aerr := netip.ParseAddr(p)
+			if aerr != nil {
+				return nil, usageError{fmt.Errorf("--trusted-proxy %q: want an address (10.0.0.5) or a network (10.0.0.0/24)", p)}
+			}
+			pfx = netip.PrefixFrom(a, a.BitLen())
+		}
+		proxies = append(proxies, pfx.Masked())
+	}
+	if f.insecure {
+		return nil, usageError{errors.New("--insecure-no-auth with --auth-header: choose one")}
+	}
+	fallback, err := credentialAuth(f, true)
+	if err != nil {
+		return nil, err
+	}
+	auth, err := ferryconsole.TrustedProxy(f.authHeader, proxies, fallback)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return auth, nil
+}
+
+// credentialAuth returns the Authenticate function of the credentials
+// given (--users-file, or the environment's); with optional, none is nil.
+func credentialAuth(f *consoleFlags, optional bool) (func(*http.Request) (string, error), error) {
 	user, pass, token := os.Getenv(envConsoleUser), os.Getenv(envConsolePassword), os.Getenv(envConsoleToken)
+	switch {
+	case f.usersFile != "" && (user != "" || pass != "" || token != "" || f.insecure):
+		return nil, usageError{fmt.Errorf("--users-file with %s, %s, %s or --insecure-no-auth: choose one", envConsoleUser,
+			envConsolePassword, envConsoleToken)}
+	case f.usersFile != "":
+		auth, err := ferryconsole.PasswordFile(f.usersFile)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		return auth, nil
+	case optional && user == "" && pass == "" && token == "":
+		return nil, nil
+	}
 	switch {
 	case f.insecure && (user != "" || pass != "" || token != ""):
 		return nil, usageError{fmt.Errorf("--insecure-no-auth with %s, %s or %s set: choose one", envConsoleUser,
@@ -129,7 +193,8 @@ func consoleAuth(f *consoleFlags) (func(*http.Request) (string, error), error) {
 	case user != "" || pass != "":
 		return nil, usageError{fmt.Errorf("set both %s and %s", envConsoleUser, envConsolePassword)}
 	}
-	return nil, usageError{fmt.Errorf("the console needs authentication: set %s and %s (basic) or %s (bearer); "+
+	return nil, usageError{fmt.Errorf("the console needs authentication: set %s and %s (basic) or %s (bearer), "+
+		"or give --users-file, or --auth-header and --trusted-proxy behind an authenticating proxy; "+
 		"--insecure-no-auth serves without, on a loopback --http-addr only", envConsoleUser, envConsolePassword, envConsoleToken)}
 }
 

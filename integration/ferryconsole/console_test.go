@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferryadmin"
@@ -749,4 +752,30 @@ func TestActionsActOnceAndGroupsAreConfirmed(t *testing.T) {
 	f.Set("csrf", c.token("outbox/orders/groups"))
 	f.Set("max", "0")
 	eq(t, http.StatusBadRequest, c.post("outbox/orders/discard-group", f)) // a confirmation without its count
+}
+
+// With a users file, each operator acts under their own name: the audit
+// line and a discard's record say who.
+func TestEachOperatorOfAUsersFileIsNamed(t *testing.T) {
+	t.Parallel()
+	var lines string
+	for _, u := range []string{"alice", "bob"} {
+		h, err := bcrypt.GenerateFromPassword([]byte("pw-"+u), bcrypt.MinCost)
+		require.NoError(t, err)
+		lines += u + ":" + string(h) + "\n"
+	}
+	path := filepath.Join(t.TempDir(), "users")
+	require.NoError(t, os.WriteFile(path, []byte(lines), 0o600))
+	auth, err := ferryconsole.PasswordFile(path)
+	require.NoError(t, err)
+	b := setup(t, "sqlite", func(c *ferryconsole.Config) { c.Authenticate = auth })
+	ids := b.dead(t, b.st, "boom", orderEvent("OrderPaid", "1", ""), orderEvent("OrderPaid", "2", ""))
+	for i, u := range []string{"alice", "bob"} {
+		c := &client{t: t, b: b, user: u, pass: "pw-" + u, hdr: http.Header{}}
+		p := c.post("outbox/orders/discard", form(c.token("outbox/orders/dead"), "id", ids[i], "reason", "INC-"+u))
+		eq(t, http.StatusOK, p)
+		require.NotEmpty(t, b.logs.Lines("console action", "operator="+u, "action=discard", "changed=1"))
+		require.Contains(t, b.row(t, b.admin, ids[i]).DiscardReason, "INC-"+u+" (by "+u+" at ")
+	}
+	eq(t, http.StatusUnauthorized, (&client{t: t, b: b, user: "bob", pass: "pw-alice", hdr: http.Header{}}).get(""))
 }
