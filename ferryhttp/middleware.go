@@ -224,7 +224,6 @@ func (k *Keys[TTx]) serve(ctx context.Context, tx TTx, w http.ResponseWriter, r 
 	next.ServeHTTP(rec, r2)
 	f.mu.Lock()
 	failed := f.err
-	f.err = nil // a goroutine the handler left behind changes nothing now
 	f.mu.Unlock()
 	switch {
 	case r.Context().Err() != nil:

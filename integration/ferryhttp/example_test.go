@@ -3,8 +3,10 @@ package ferryhttp_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +16,7 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferryhttp"
 	"github.com/ferrydev/ferry/ferrystore/ferrysqlite"
+	"github.com/ferrydev/ferry/ferrytype"
 )
 
 // A payments endpoint that charges once per Idempotency-Key: the payment,
@@ -83,4 +86,58 @@ func ExampleKeys_Middleware() {
 	// 201 replayed: false
 	// 201 replayed: true
 	// payments: 1 events: 1
+}
+
+// A handler hands a deadlock back with Fail: the middleware rolls the
+// attempt back and runs it again in a new transaction. (Here the first
+// attempt's "deadlock" is made up; TestDeadlockedHandlerIsRerunThroughFail
+// makes real ones on MariaDB and PostgreSQL.)
+func ExampleFail() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "ferryhttp-example-")
+	defer os.RemoveAll(dir)
+	store, err := ferrysqlite.Open(ctx, "sqlite://"+filepath.Join(dir, "shop.db"), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	inbox, _ := ferrysqlite.NewInbox(store.DB(), nil)
+	if err := inbox.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	store.DB().Exec(`CREATE TABLE account (id TEXT PRIMARY KEY, balance INTEGER NOT NULL)`)
+	store.DB().Exec(`INSERT INTO account VALUES ('a', 100)`)
+	keys, err := ferryhttp.New(inbox, &ferryhttp.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	attempts := 0
+	debit := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := ferryhttp.Tx[*sql.Tx](r.Context())
+		attempts++
+		_, err := tx.ExecContext(r.Context(), `UPDATE account SET balance = balance - 10 WHERE id = 'a'`)
+		if err == nil && attempts == 1 {
+			err = ferrytype.Classed(errors.New("deadlock detected"), ferrytype.ErrRetryable)
+		}
+		if err != nil {
+			ferryhttp.Fail(r.Context(), err) // a deadlock: run again
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	srv := httptest.NewServer(keys.Middleware(debit))
+	defer srv.Close()
+
+	req, _ := http.NewRequest("POST", srv.URL+"/debits", strings.NewReader(`{"account":"a","amount":10}`))
+	req.Header.Set("Idempotency-Key", "debit-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		log.Fatal(err)
+	}
+	resp.Body.Close()
+	var balance int
+	store.DB().QueryRow(`SELECT balance FROM account WHERE id = 'a'`).Scan(&balance)
+	fmt.Println(resp.StatusCode, "attempts:", attempts, "balance:", balance)
+	// Output:
+	// 204 attempts: 2 balance: 90
 }
