@@ -159,6 +159,9 @@ type Report struct {
 	Aggregates int `json:"aggregates"`
 	Batch      int `json:"batch"`
 	Repeat     int `json:"repeat"`
+	// Tables is the name the run's tables (and broker queues) start with;
+	// they are dropped when it ends.
+	Tables string `json:"tables"`
 
 	// RawBroker: messages/s published with confirms by the client alone.
 	RawBroker float64 `json:"raw_broker_per_second,omitempty"`
@@ -211,6 +214,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	}
 	rep := &Report{Date: time.Now().UTC(), Go: runtime.Version(), CPUs: runtime.NumCPU(), Events: cfg.Events, Aggregates: cfg.Aggregates, Batch: cfg.Batch, Repeat: cfg.Repeat}
 	name := "ferry_bench_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	rep.Tables = name
 	t, err := OpenTarget(ctx, cfg.DatabaseURL, name)
 	if err != nil {
 		return nil, err
