@@ -24,39 +24,55 @@ func Fingerprint(fields any) (canonical []byte, sum string, err error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: operation fields: %v", ErrInvalidEvent, err)
 	}
+	if key, dup := duplicateKey(raw); dup {
+		return nil, "", fmt.Errorf("%w: operation fields: key %q is given twice in one object", ErrInvalidEvent, key)
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	var b bytes.Buffer
-	if err := writeCanonical(&b, dec); err != nil {
+	var v any
+	if err := dec.Decode(&v); err != nil {
 		return nil, "", fmt.Errorf("%w: operation fields: %v", ErrInvalidEvent, err)
+	}
+	var b bytes.Buffer
+	if err := writeCanonical(&b, v); err != nil {
+		return nil, "", err
 	}
 	h := sha256.Sum256(b.Bytes())
 	return b.Bytes(), hex.EncodeToString(h[:]), nil
 }
 
-// writeCanonical writes the next JSON value of dec to b in canonical form.
-func writeCanonical(b *bytes.Buffer, dec *json.Decoder) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	switch x := tok.(type) {
-	case json.Delim:
-		if x == '[' {
-			b.WriteByte('[')
-			for i := 0; dec.More(); i++ {
-				if i > 0 {
-					b.WriteByte(',')
-				}
-				if err := writeCanonical(b, dec); err != nil {
-					return err
-				}
-			}
-			b.WriteByte(']')
-			_, err := dec.Token()
-			return err
+func writeCanonical(b *bytes.Buffer, v any) error {
+	switch x := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
 		}
-		return writeObject(b, dec)
+		sort.Strings(keys)
+		b.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			kb, _ := json.Marshal(k)
+			b.Write(kb)
+			b.WriteByte(':')
+			if err := writeCanonical(b, x[k]); err != nil {
+				return err
+			}
+		}
+		b.WriteByte('}')
+	case []any:
+		b.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if err := writeCanonical(b, e); err != nil {
+				return err
+			}
+		}
+		b.WriteByte(']')
 	case json.Number:
 		b.WriteString(canonicalNumber(x))
 	default: // string, bool, nil
@@ -69,47 +85,121 @@ func writeCanonical(b *bytes.Buffer, dec *json.Decoder) error {
 	return nil
 }
 
-// writeObject writes the members of the object whose '{' dec has just
-// read, sorted by key, and refuses a key given twice.
-func writeObject(b *bytes.Buffer, dec *json.Decoder) error {
-	type member struct {
-		key   string
-		value []byte
+// duplicateKey reports the first key given twice in one object of data,
+// valid JSON (as json.Marshal returns it). Keys are compared by their
+// value: "\u0061" and "a" are one key.
+func duplicateKey(data []byte) (string, bool) {
+	s := dupScan{b: data}
+	s.value()
+	return s.dup, s.found
+}
+
+type dupScan struct {
+	b     []byte
+	pos   int
+	dup   string
+	found bool
+}
+
+func (s *dupScan) ws() {
+	for s.pos < len(s.b) && (s.b[s.pos] == ' ' || s.b[s.pos] == '\t' || s.b[s.pos] == '\n' || s.b[s.pos] == '\r') {
+		s.pos++
 	}
-	var members []member
-	seen := make(map[string]struct{})
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		key, _ := tok.(string)
-		if _, dup := seen[key]; dup {
-			return fmt.Errorf("key %q is given twice in one object", key)
-		}
-		seen[key] = struct{}{}
-		var v bytes.Buffer
-		if err := writeCanonical(&v, dec); err != nil {
-			return err
-		}
-		members = append(members, member{key, v.Bytes()})
+}
+
+// value skips one value, recording a duplicate key in its objects.
+func (s *dupScan) value() {
+	s.ws()
+	if s.found || s.pos >= len(s.b) {
+		return
 	}
-	if _, err := dec.Token(); err != nil {
-		return err
-	}
-	sort.Slice(members, func(i, j int) bool { return members[i].key < members[j].key })
-	b.WriteByte('{')
-	for i, m := range members {
-		if i > 0 {
-			b.WriteByte(',')
+	switch s.b[s.pos] {
+	case '{':
+		s.pos++
+		var keys []string
+		var set map[string]struct{}
+		for !s.found && s.pos < len(s.b) {
+			s.ws()
+			if s.b[s.pos] == '}' {
+				s.pos++
+				return
+			}
+			if s.b[s.pos] == ',' {
+				s.pos++
+				s.ws()
+			}
+			k := s.str()
+			if set != nil {
+				if _, ok := set[k]; ok {
+					s.dup, s.found = k, true
+					return
+				}
+				set[k] = struct{}{}
+			} else {
+				for _, x := range keys {
+					if x == k {
+						s.dup, s.found = k, true
+						return
+					}
+				}
+				keys = append(keys, k)
+				if len(keys) > 16 {
+					set = make(map[string]struct{}, 2*len(keys))
+					for _, x := range keys {
+						set[x] = struct{}{}
+					}
+				}
+			}
+			s.ws()
+			s.pos++ // ':'
+			s.value()
+			s.ws()
 		}
-		kb, _ := json.Marshal(m.key)
-		b.Write(kb)
-		b.WriteByte(':')
-		b.Write(m.value)
+	case '[':
+		s.pos++
+		for !s.found && s.pos < len(s.b) {
+			s.ws()
+			switch s.b[s.pos] {
+			case ']':
+				s.pos++
+				return
+			case ',':
+				s.pos++
+			}
+			s.ws()
+			if s.pos < len(s.b) && s.b[s.pos] == ']' {
+				continue
+			}
+			s.value()
+		}
+	case '"':
+		s.str()
+	default: // a number, true, false, null
+		for s.pos < len(s.b) && !strings.ContainsRune(",}] \t\n\r", rune(s.b[s.pos])) {
+			s.pos++
+		}
 	}
-	b.WriteByte('}')
-	return nil
+}
+
+// str reads the string at pos and returns its value.
+func (s *dupScan) str() string {
+	start := s.pos
+	s.pos++ // the opening quote
+	escaped := false
+	for s.pos < len(s.b) && s.b[s.pos] != '"' {
+		if s.b[s.pos] == '\\' {
+			escaped = true
+			s.pos++
+		}
+		s.pos++
+	}
+	s.pos++ // the closing quote
+	if !escaped {
+		return string(s.b[start+1 : s.pos-1])
+	}
+	var v string
+	_ = json.Unmarshal(s.b[start:min(s.pos, len(s.b))], &v)
+	return v
 }
 
 // maxIntBits bounds the integers canonicalNumber spells in full: every

@@ -67,14 +67,22 @@ func TestFingerprintTellsNumbersApartByTheirDecimalValue(t *testing.T) {
 // An object with a key twice means different things to different readers
 // (encoding/json keeps the last, others the first or refuse): it is refused.
 func TestFingerprintRefusesAKeyGivenTwice(t *testing.T) {
-	for _, s := range []string{`{"a":1,"a":2}`, `{"a":1,"a":1}`, `[{"x":{"b":true,"c":0,"b":false}}]`, `{"\u0061":1,"a":2}`} {
+	for _, s := range []string{`{"a":1,"a":2}`, `{"a":1,"a":1}`, `[{"x":{"b":true,"c":0,"b":false}}]`, `{"\u0061":1,"a":2}`,
+		`{"a\"b":1,"a\"b":2}`, `{"a":"}{","a":[]}`, `[1,[2,{"k":{},"k":null}]]`, ` { "a" : 1 , "a" : 2 } `} {
 		_, _, err := ferry.Fingerprint(json.RawMessage(s))
 		if !errors.Is(err, ferry.ErrInvalidEvent) || !strings.Contains(err.Error(), "given twice") {
 			t.Errorf("%s: got %v, want ErrInvalidEvent naming the key given twice", s, err)
 		}
 	}
-	if _, _, err := ferry.Fingerprint(json.RawMessage(`{"a":{"a":1},"b":{"a":2}}`)); err != nil {
-		t.Errorf("one key in two objects is refused: %v", err)
+	for _, s := range []string{`{"a":{"a":1},"b":{"a":2}}`, `{"a\"":1,"a":2}`, `{"a":"a","b":"\"a\":1"}`, `[{"a":1},{"a":1}]`,
+		`{"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k10":10,"k11":11,"k12":12,"k13":13,"k14":14,"k15":15,"k16":16,"k17":17,"k18":18}`} {
+		if _, _, err := ferry.Fingerprint(json.RawMessage(s)); err != nil {
+			t.Errorf("%s: refused: %v", s, err)
+		}
+	}
+	many := `{"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k10":10,"k11":11,"k12":12,"k13":13,"k14":14,"k15":15,"k16":16,"k17":17,"k18":18,"k3":0}`
+	if _, _, err := ferry.Fingerprint(json.RawMessage(many)); err == nil || !strings.Contains(err.Error(), `"k3" is given twice`) {
+		t.Errorf("a key twice among many (past the small-object list): %v", err)
 	}
 }
 
@@ -115,8 +123,12 @@ func FuzzFingerprint(f *testing.F) {
 			return
 		}
 		canonical, sum, err := ferry.Fingerprint(json.RawMessage(data))
-		if errors.Is(err, ferry.ErrInvalidEvent) && strings.Contains(err.Error(), "given twice") {
-			return // a key twice in one object
+		dup := errors.Is(err, ferry.ErrInvalidEvent) && strings.Contains(err.Error(), "given twice")
+		if want := hasDuplicateKey(t, data); dup != want {
+			t.Fatalf("%q: a key given twice: Fingerprint says %v (%v), a token walk %v", data, dup, err, want)
+		}
+		if dup {
+			return
 		}
 		if err != nil {
 			t.Fatalf("valid JSON %q: %v", data, err)
@@ -136,6 +148,44 @@ func FuzzFingerprint(f *testing.F) {
 			t.Fatalf("canonical form %q of %q means %v, not %v", canonical, data, out, in)
 		}
 	})
+}
+
+// hasDuplicateKey walks data's tokens and reports whether an object of it
+// has a key twice: the reference for Fingerprint's own scan.
+func hasDuplicateKey(t *testing.T, data []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var walk func() bool
+	walk = func() bool {
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatalf("%q: %v", data, err)
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			dup := false
+			for dec.More() {
+				k, _ := dec.Token()
+				if seen[k.(string)] {
+					dup = true
+				}
+				seen[k.(string)] = true
+				dup = walk() || dup
+			}
+			_, _ = dec.Token()
+			return dup
+		case json.Delim('['):
+			dup := false
+			for dec.More() {
+				dup = walk() || dup
+			}
+			_, _ = dec.Token()
+			return dup
+		}
+		return false
+	}
+	return walk()
 }
 
 func sameJSON(a, b any) bool {
