@@ -1,15 +1,8 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -23,29 +16,16 @@ import (
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
-// selfSigned writes a certificate for 127.0.0.1 and its key, and returns
-// their files and a pool that trusts the certificate.
+// selfSigned writes a server certificate for 127.0.0.1 and its key, and
+// returns their files and a pool that trusts the certificate's CA.
 func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ferry console test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	kder, err := x509.MarshalECPrivateKey(key)
-	require.NoError(t, err)
+	c := testsvc.NewCerts(t)
 	dir := t.TempDir()
 	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
-	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600))
-	cert, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return certFile, keyFile, pool
+	require.NoError(t, os.WriteFile(certFile, c.CertPEM, 0o600))
+	require.NoError(t, os.WriteFile(keyFile, c.KeyPEM, 0o600))
+	return certFile, keyFile, c.Pool()
 }
 
 // migratedSQLite returns the URL of a migrated SQLite outbox.

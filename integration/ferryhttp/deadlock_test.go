@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -19,24 +20,6 @@ import (
 	"github.com/ferrydev/ferry/ferryhttp"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
-
-// lockedBuffer is a log destination safe for the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // Two transfers between the same two accounts, in opposite directions,
 // each locking its source row and then, once both hold one, its
@@ -66,7 +49,7 @@ func TestDeadlockedHandlerIsRerunThroughFail(t *testing.T) {
 			)
 			debit := b.q("UPDATE " + accounts + " SET balance = balance - ? WHERE id = ?")
 			credit := b.q("UPDATE " + accounts + " SET balance = balance + ? WHERE id = ?")
-			logs := &lockedBuffer{}
+			logs := &testsvc.LogBuffer{}
 			k := b.newKeys(t, func(c *ferryhttp.Config) {
 				c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 			})
@@ -138,11 +121,11 @@ func TestDeadlockedHandlerIsRerunThroughFail(t *testing.T) {
 			wg.Wait()
 			for i := range replies {
 				require.NoError(t, errs[i])
-				require.Equal(t, http.StatusCreated, replies[i].Status, "transfer %d: %s\n%s", i+1, replies[i].Body, logs)
+				require.Equal(t, http.StatusCreated, replies[i].Status, "transfer %d: %s\n%s", i+1, replies[i].Body, logs.Lines())
 			}
 			require.Equal(t, int32(1), failed.Load(), "one transfer was the deadlock's victim")
 			require.Equal(t, int32(3), entries.Load(), "the victim ran again, once")
-			require.Contains(t, logs.String(), "rerun after a transient database error")
+			require.NotEmpty(t, logs.Lines("rerun after a transient database error"))
 
 			var a, bal int64
 			require.NoError(t, b.db.QueryRow("SELECT balance FROM "+accounts+" WHERE id = 'a'").Scan(&a))
@@ -167,7 +150,7 @@ func TestDeadlockedHandlerIsRerunThroughFail(t *testing.T) {
 func TestClientThatLeavesIsNotAnError(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, b *bed) {
-		logs := &lockedBuffer{}
+		logs := &testsvc.LogBuffer{}
 		k := b.newKeys(t, func(c *ferryhttp.Config) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
 		var (
 			calls   atomic.Int32
@@ -217,9 +200,9 @@ func TestClientThatLeavesIsNotAnError(t *testing.T) {
 			t.Fatal("the server never saw its client leave")
 		}
 		close(release)
-		testsvc.WaitFor(t, 20*time.Second, func() bool { return strings.Contains(logs.String(), "abandoned by its client") },
-			func() string { return "the abandoned request's log line; logs:\n" + logs.String() })
-		require.NotContains(t, logs.String(), "level=ERROR")
+		testsvc.WaitFor(t, 20*time.Second, func() bool { return len(logs.Lines("abandoned by its client")) > 0 },
+			func() string { return fmt.Sprintf("the abandoned request's log line; logs: %q", logs.Lines()) })
+		require.Empty(t, logs.Lines("level=ERROR"))
 		require.Equal(t, 0, b.charged(t, "o-1"), "nothing of the abandoned request is kept")
 		r := post(t, srv.URL, "k", `{}`)
 		require.Equal(t, http.StatusCreated, r.Status, "the key was released: its retry runs")

@@ -21,7 +21,7 @@ import (
 func TestParseURLTLSFiles(t *testing.T) {
 	t.Parallel()
 	ca := filepath.Join(t.TempDir(), "ca.pem")
-	require.NoError(t, os.WriteFile(ca, selfSigned(t).caPEM, 0o600))
+	require.NoError(t, os.WriteFile(ca, testsvc.NewCerts(t).CAPEM, 0o600))
 	for _, q := range []string{"tls_ca=" + url.QueryEscape(ca), "tls-ca=" + url.QueryEscape(ca)} {
 		c, err := ferrykafka.ParseURL("kafkas://b1:9093?" + q + "&tls_insecure_skip_verify=false")
 		require.NoError(t, err, q)
@@ -57,10 +57,10 @@ func TestDialSASL(t *testing.T) {
 // broker's host, since ParseURL leaves ServerName empty.
 func TestDialTLS(t *testing.T) {
 	t.Parallel()
-	certs := selfSigned(t)
-	k := testsvc.NewKafka(t, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{certs.server}, MinVersion: tls.VersionTLS12}))
+	certs := testsvc.NewCerts(t)
+	k := testsvc.NewKafka(t, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{certs.Server}, MinVersion: tls.VersionTLS12}))
 	ca := filepath.Join(t.TempDir(), "ca.pem")
-	require.NoError(t, os.WriteFile(ca, certs.caPEM, 0o600))
+	require.NoError(t, os.WriteFile(ca, certs.CAPEM, 0o600))
 	ctx := testsvc.Context(t, 30*time.Second)
 	p, err := ferrykafka.Dial(ctx, "kafkas://"+strings.Join(k.Seeds, ",")+"?tls_ca="+url.QueryEscape(ca),
 		&ferrykafka.Config{Declare: true, Topics: []string{"orders"}})

@@ -74,6 +74,7 @@ var (
 	StopRabbitMQ           = ferryamqptest.StopRabbitMQ
 	StartRabbitMQ          = ferryamqptest.StartRabbitMQ
 
+	NewCerts        = testenv.NewCerts
 	NATS            = ferrynatstest.NATS
 	JetStreamStream = ferrynatstest.JetStreamStream
 	ReadStream      = ferrynatstest.ReadStream
@@ -82,6 +83,7 @@ var (
 // Types of the test bed's helpers.
 type (
 	LogBuffer   = testenv.LogBuffer
+	Certs       = testenv.Certs
 	RabbitQueue = ferryamqptest.RabbitQueue
 	StreamMsg   = ferrynatstest.StreamMsg
 )
