@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/errclass"
 )
 
 // DefaultBulkBatch is the default of BulkOptions.Batch.
@@ -71,23 +73,34 @@ func (f *DeadFilter) ids() []string {
 // walkPage is the page size of walks that read rows without payload.
 const walkPage = ferrystore.MaxStateListLimit
 
-// selection is a DeadFilter ready to run: the store's filter, and the
-// class every row it returns must have.
+// selection is a DeadFilter ready to run: one store filter, or, for an
+// error class, two walked one after the other (parts).
 type selection struct {
+	parts []part
+}
+
+// part is one store filter of a selection, and the error class its rows
+// must have where the store cannot tell: rows that failed before the table
+// had migration 0004 recorded no class, so their class is computed here
+// from their last error.
+type part struct {
 	f     ferrystore.Filter
 	class string
 }
 
-func (s *selection) match(r *ferrystore.Row) bool {
-	return s.class == "" || ErrorClass(r.LastError) == s.class
+func (p *part) match(r *ferrystore.Row) bool {
+	return p.class == "" || ErrorClass(r.LastError) == p.class
 }
 
 // selection returns the selection of f among events of status, validated.
+// An error class selects, in the database, the rows that recorded it (the
+// DEAD index, by destination and class), then the rows that recorded none,
+// narrowed by the class's words and classified here.
 func (f *DeadFilter) selection(status ferrytype.Status) (selection, error) {
 	sf := ferrystore.Filter{Statuses: []ferrytype.Status{status}, IDs: f.ids(),
 		AggregateType: f.AggregateType, AggregateID: f.AggregateID, Type: f.Type, Destination: f.Destination,
 		MinAge: f.MinAge, MaxAge: f.MaxAge}
-	sel := selection{class: f.ErrorClass}
+	var sel selection
 	switch {
 	case f.AggregateType != "" && f.AggregateID == "":
 		return sel, invalid("DeadFilter.AggregateType %q without an AggregateID", f.AggregateType)
@@ -101,67 +114,159 @@ func (f *DeadFilter) selection(status ferrytype.Status) (selection, error) {
 	if f.ErrorContains != "" {
 		sf.ErrorContains = append(sf.ErrorContains, f.ErrorContains)
 	}
-	if f.ErrorClass != "" {
-		sf.ErrorContains = append(sf.ErrorContains, classWords(f.ErrorClass)...)
-	}
 	if err := sf.ValidateSelection(); err != nil {
 		return sel, err
 	}
-	sel.f = sf
+	if f.ErrorClass == "" {
+		sel.parts = []part{{f: sf}}
+		return sel, nil
+	}
+	recorded, unrecorded := sf, sf
+	recorded.ErrorClass = f.ErrorClass
+	unrecorded.Unclassified = true
+	unrecorded.ErrorContains = append(append([]string(nil), sf.ErrorContains...), errclass.Words(f.ErrorClass)...)
+	sel.parts = []part{{f: recorded}, {f: unrecorded, class: f.ErrorClass}}
 	return sel, nil
 }
 
-// walk calls fn with the rows of sel, oldest first, a page of at most page
-// rows listed at a time (fewer reach fn when sel has a class), until the
-// selection ends or fn returns false. Each page starts after the last row
-// of the one before, so a row that changes status, or stays and does not
-// match, is never listed again.
-func walk(ctx context.Context, a ferrystore.Admin, sel selection, page int, noPayload bool,
-	fn func([]ferrystore.Row) (bool, error)) error {
-	f := sel.f
+// walkPart calls fn with the rows of p, oldest first, a page of at most
+// page rows listed at a time (fewer reach fn when p has a class), until
+// the part ends (true) or fn returns false (false). Each page starts after
+// the last row of the one before, so a row that changes status, or stays
+// and does not match, is never listed again. Rows without a recorded class
+// are counted first, through the DEAD index, and not walked when there are
+// none (as once every row failed after migration 0004).
+func walkPart(ctx context.Context, a ferrystore.Admin, p part, page int, noPayload bool,
+	fn func([]ferrystore.Row) (bool, error)) (bool, error) {
+	if p.f.Unclassified {
+		if n, err := a.Count(ctx, p.f); err != nil || n == 0 {
+			return true, err
+		}
+	}
+	f := p.f
 	f.Limit, f.NoPayload = page, noPayload
 	for {
 		rows, err := a.List(ctx, f)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if len(rows) == 0 {
-			return nil
+			return true, nil
 		}
 		f.After = ferrystore.ListCursorOf(rows[len(rows)-1])
 		kept := make([]ferrystore.Row, 0, len(rows))
 		for i := range rows {
-			if sel.match(&rows[i]) {
+			if p.match(&rows[i]) {
 				kept = append(kept, rows[i])
 			}
 		}
 		if len(kept) > 0 {
 			more, err := fn(kept)
 			if err != nil || !more {
-				return err
+				return false, err
 			}
 		}
 		if len(rows) < page {
-			return nil
+			return true, nil
 		}
 		if err := ctx.Err(); err != nil {
-			return err
+			return false, err
 		}
 	}
 }
 
-// count counts the events of sel: one statement, or a walk when sel has a
-// class.
+// count counts the events of sel: one statement a part, or a walk of the
+// part classified here when the database holds any of its rows.
 func count(ctx context.Context, a ferrystore.Admin, sel selection) (int64, error) {
-	if sel.class == "" {
-		return a.Count(ctx, sel.f)
-	}
 	var n int64
-	err := walk(ctx, a, sel, walkPage, true, func(rows []ferrystore.Row) (bool, error) {
-		n += int64(len(rows))
-		return true, nil
-	})
-	return n, err
+	for _, p := range sel.parts {
+		if p.class == "" {
+			c, err := a.Count(ctx, p.f)
+			if err != nil {
+				return 0, err
+			}
+			n += c
+			continue
+		}
+		_, err := walkPart(ctx, a, p, walkPage, true, func(rows []ferrystore.Row) (bool, error) {
+			n += int64(len(rows))
+			return true, nil
+		})
+		if err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// maxSplit bounds the parts split makes of one part.
+const maxSplit = 100
+
+// split replaces each part of sel that selects a recorded error class by
+// one part per destination and event type the database finds in it
+// (ferrystore.Admin.GroupErrors, at most maxSplit), each of which the DEAD
+// index holds in created_at order: a walk over a part of many types would
+// otherwise sort the whole part for every page.
+func split(ctx context.Context, a ferrystore.Admin, sel selection) (selection, error) {
+	var out selection
+	for _, p := range sel.parts {
+		if p.f.ErrorClass == "" || p.f.Destination != "" && p.f.Type != "" {
+			out.parts = append(out.parts, p)
+			continue
+		}
+		groups, err := a.GroupErrors(ctx, p.f)
+		if err != nil {
+			return out, err
+		}
+		if len(groups) > maxSplit {
+			out.parts = append(out.parts, p)
+			continue
+		}
+		for _, g := range groups {
+			q := p
+			q.f.Destination, q.f.Type = g.Destination, g.Type
+			out.parts = append(out.parts, q)
+		}
+	}
+	return out, nil
+}
+
+// first returns up to limit events of sel, oldest first across its parts,
+// and whether there are more.
+func first(ctx context.Context, a ferrystore.Admin, sel selection, limit int, noPayload bool) ([]ferrystore.Row, bool, error) {
+	sel, err := split(ctx, a, sel)
+	if err != nil {
+		return nil, false, err
+	}
+	var rows []ferrystore.Row
+	for _, p := range sel.parts {
+		page := limit + 1 // one more tells whether there are more
+		if p.class != "" || page > ferrystore.MaxListLimit {
+			page = ferrystore.MaxListLimit
+		}
+		var got []ferrystore.Row
+		_, err := walkPart(ctx, a, p, page, noPayload, func(r []ferrystore.Row) (bool, error) {
+			got = append(got, r...)
+			return len(got) <= limit, nil
+		})
+		if err != nil {
+			return nil, false, err
+		}
+		rows = append(rows, got...)
+	}
+	if len(sel.parts) > 1 {
+		sort.SliceStable(rows, func(i, j int) bool {
+			x, y := &rows[i], &rows[j]
+			if !x.CreatedAt.Equal(y.CreatedAt) {
+				return x.CreatedAt.Before(y.CreatedAt)
+			}
+			return x.ID < y.ID
+		})
+	}
+	if len(rows) > limit {
+		return rows[:limit], true, nil
+	}
+	return rows, false, nil
 }
 
 // list returns up to limit events of sel, oldest first, and whether there
@@ -174,24 +279,11 @@ func list(ctx context.Context, a ferrystore.Admin, f DeadFilter, status ferrytyp
 	if err != nil {
 		return DeadList{Events: []Event{}}, err
 	}
-	page := limit + 1 // one more tells whether there are more
-	if sel.class != "" || page > ferrystore.MaxListLimit {
-		page = ferrystore.MaxListLimit
-	}
-	var rows []ferrystore.Row
-	err = walk(ctx, a, sel, page, false, func(r []ferrystore.Row) (bool, error) {
-		rows = append(rows, r...)
-		return len(rows) <= limit, nil
-	})
+	rows, more, err := first(ctx, a, sel, limit, false)
 	if err != nil {
 		return DeadList{Events: []Event{}}, err
 	}
-	l := DeadList{More: len(rows) > limit}
-	if l.More {
-		rows = rows[:limit]
-	}
-	l.Events = eventsOf(rows, false)
-	return l, nil
+	return DeadList{Events: eventsOf(rows, false), More: more}, nil
 }
 
 // DeadList is a page of DEAD (or DISCARDED) events, oldest first.
@@ -463,11 +555,16 @@ func bulk(ctx context.Context, a ferrystore.Admin, verb string, status ferrytype
 	if o.DryRun {
 		return preview(ctx, a, sel, o, res)
 	}
+	if sel, err = split(ctx, a, sel); err != nil {
+		return res, fmt.Errorf("%s: %w", verb, err)
+	}
 	var (
 		limited bool
-		last    ferrystore.Row // the last event acted on
+		cur     int            // the part walked
+		last    ferrystore.Row // the last event acted on in it, if any
+		acted   = -1           // the part of last
 	)
-	err = walk(ctx, a, sel, o.Page, true, func(rows []ferrystore.Row) (bool, error) {
+	batches := func(rows []ferrystore.Row) (bool, error) {
 		for len(rows) > 0 {
 			n := min(len(rows), o.Batch)
 			if o.Max > 0 {
@@ -481,7 +578,7 @@ func bulk(ctx context.Context, a ferrystore.Admin, verb string, status ferrytype
 			for i := range ids {
 				ids[i] = rows[i].ID
 			}
-			last, rows = rows[n-1], rows[n:]
+			last, acted, rows = rows[n-1], cur, rows[n:]
 			changed, err := act(ctx, ids)
 			if err != nil {
 				return false, err
@@ -495,13 +592,22 @@ func bulk(ctx context.Context, a ferrystore.Admin, verb string, status ferrytype
 			}
 		}
 		return true, nil
-	})
-	if err != nil {
-		return res, fmt.Errorf("%s after %d of %d events: %w", verb, res.Changed, res.Matched, err)
+	}
+	for cur = range sel.parts {
+		more, err := walkPart(ctx, a, sel.parts[cur], o.Page, true, batches)
+		if err != nil {
+			return res, fmt.Errorf("%s after %d of %d events: %w", verb, res.Changed, res.Matched, err)
+		}
+		if !more {
+			break
+		}
 	}
 	if limited { // what matches beyond the last event acted on
-		sel.f.After = ferrystore.ListCursorOf(last)
-		if res.Left, err = count(ctx, a, sel); err != nil {
+		left := selection{parts: append([]part(nil), sel.parts[cur:]...)}
+		if acted == cur {
+			left.parts[0].f.After = ferrystore.ListCursorOf(last)
+		}
+		if res.Left, err = count(ctx, a, left); err != nil {
 			return res, fmt.Errorf("%s: count what is left: %w", verb, err)
 		}
 	}
@@ -521,19 +627,10 @@ func preview(ctx context.Context, a ferrystore.Admin, sel selection, o BulkOptio
 	if o.Max > 0 {
 		want = min(want, o.Max)
 	}
-	page := want
-	if sel.class != "" {
-		page = ferrystore.MaxListLimit
-	}
-	var rows []ferrystore.Row
-	err := walk(ctx, a, sel, page, false, func(r []ferrystore.Row) (bool, error) {
-		rows = append(rows, r...)
-		return len(rows) < want, nil
-	})
+	rows, _, err := first(ctx, a, sel, want, false)
 	if err != nil {
 		return res, fmt.Errorf("%s: preview: %w", res.Action, err)
 	}
-	rows = rows[:min(len(rows), want)]
 	res.Preview = eventsOf(rows, false)
 	for _, r := range rows {
 		res.IDs = append(res.IDs, r.ID)

@@ -15,19 +15,24 @@ import (
 // Event is an outbox row as the admin API reports it. Its JSON form is
 // the one ferry's commands print and is stable.
 type Event struct {
-	ID            string            `json:"id"`
-	Status        ferrytype.Status  `json:"status"`
-	Type          string            `json:"type"`
-	AggregateType string            `json:"aggregate_type"`
-	AggregateID   string            `json:"aggregate_id"`
-	Sequence      int64             `json:"sequence"`
-	Destination   string            `json:"destination"`
-	Exchange      string            `json:"exchange,omitempty"`
-	Attempts      int               `json:"attempts"`
-	CreatedAt     time.Time         `json:"created_at"`
-	AvailableAt   time.Time         `json:"available_at"`
-	SentAt        *time.Time        `json:"sent_at,omitempty"`
-	LastError     string            `json:"last_error,omitempty"`
+	ID            string           `json:"id"`
+	Status        ferrytype.Status `json:"status"`
+	Type          string           `json:"type"`
+	AggregateType string           `json:"aggregate_type"`
+	AggregateID   string           `json:"aggregate_id"`
+	Sequence      int64            `json:"sequence"`
+	Destination   string           `json:"destination"`
+	Exchange      string           `json:"exchange,omitempty"`
+	Attempts      int              `json:"attempts"`
+	CreatedAt     time.Time        `json:"created_at"`
+	AvailableAt   time.Time        `json:"available_at"`
+	SentAt        *time.Time       `json:"sent_at,omitempty"`
+	LastError     string           `json:"last_error,omitempty"`
+	// ErrorClass is the class of LastError (ErrorClass), as recorded
+	// with it or, for a row that failed before migration 0004, computed.
+	ErrorClass string `json:"error_class,omitempty"`
+	// RevivedAt is when a person last retried the event out of DEAD.
+	RevivedAt     *time.Time        `json:"revived_at,omitempty"`
 	DiscardedAt   *time.Time        `json:"discarded_at,omitempty"`
 	DiscardReason string            `json:"discard_reason,omitempty"`
 	Headers       map[string]string `json:"headers,omitempty"`
@@ -55,6 +60,12 @@ func EventOf(r ferrystore.Row, full bool) Event {
 	}
 	if !r.DiscardedAt.IsZero() {
 		e.DiscardedAt = &r.DiscardedAt
+	}
+	if !r.RevivedAt.IsZero() {
+		e.RevivedAt = &r.RevivedAt
+	}
+	if e.ErrorClass = r.ErrorClass; e.ErrorClass == "" && r.LastError != "" {
+		e.ErrorClass = ErrorClass(r.LastError)
 	}
 	if full {
 		e.Headers, e.RawHeaders = r.Headers, r.RawHeaders

@@ -48,9 +48,12 @@ type StatusReport struct {
 	// and SENT when counted.
 	Counts map[string]int64 `json:"counts"`
 	// Ready is how many NEW events are available now.
-	Ready                int64   `json:"ready"`
+	Ready int64 `json:"ready"`
+	// OldestPendingSeconds is how long the NEW or SENDING event pending
+	// for the longest has been: since it was created, or since a person
+	// last retried it out of DEAD.
 	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
-	// OldestPending is the oldest NEW or SENDING event, nil when none.
+	// OldestPending is that event, nil when none.
 	OldestPending *Event             `json:"oldest_pending_event,omitempty"`
 	Destinations  []DestinationStats `json:"destinations"`
 	Attempts      []AttemptCount     `json:"attempts"`
@@ -159,15 +162,14 @@ func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (Statu
 	if o.CountSent {
 		rep.Counts["SENT"] = counts[ferrytype.StatusSent]
 	}
-	pending := []ferrytype.Status{ferrytype.StatusNew, ferrytype.StatusSending}
-	if st.New+st.Sending > 0 {
-		rows, err := a.List(ctx, ferrystore.Filter{Statuses: pending, Limit: 1})
-		if err != nil {
-			return StatusReport{}, err
-		}
-		if len(rows) == 1 {
-			e := EventOf(rows[0], false)
+	if st.OldestPendingID != "" {
+		r, err := a.Get(ctx, st.OldestPendingID)
+		switch {
+		case err == nil:
+			e := EventOf(r, false)
 			rep.OldestPending = &e
+		case !errors.Is(err, ferrytype.ErrNotFound): // else sent and purged since
+			return StatusReport{}, err
 		}
 	}
 	if o.Destinations > 0 {
@@ -189,8 +191,13 @@ func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (Statu
 		rep.Attempts[i] = AttemptCount{Status: x.Status, Attempts: x.Attempts, Events: x.Events}
 	}
 	if o.Errors > 0 {
-		rows, err := a.List(ctx, ferrystore.Filter{Failed: true, Limit: o.Errors,
-			Statuses: []ferrytype.Status{ferrytype.StatusNew, ferrytype.StatusSending, ferrytype.StatusDead}})
+		// The pending rows, then the DEAD ones through their own index, so
+		// that a million DEAD events cost a page, not a sort of them all.
+		var sel selection
+		for _, st := range [][]ferrytype.Status{{ferrytype.StatusNew, ferrytype.StatusSending}, {ferrytype.StatusDead}} {
+			sel.parts = append(sel.parts, part{f: ferrystore.Filter{Failed: true, Statuses: st}})
+		}
+		rows, _, err := first(ctx, a, sel, o.Errors, false)
 		if err != nil {
 			return StatusReport{}, err
 		}
@@ -247,22 +254,29 @@ func attention(st ferrystore.Stats, oldest *Event, maxAge time.Duration) []strin
 		out = append(out, fmt.Sprintf("%d DEAD events wait for a decision (ferry dead list; then retry or discard). "+
 			"With --ordered relays each holds back the later events of its aggregate.", st.Dead))
 	}
-	if oldest != nil && st.OldestPending <= maxAge && oldest.LastError != "" {
-		out = append(out, fmt.Sprintf("publishing fails: the oldest pending event (%s, %s old) failed %d attempts; its last error: %s",
-			oldest.ID, FormatAge(st.OldestPending), oldest.Attempts, OneLine(oldest.LastError, 300)))
+	if oldest == nil {
+		return out
 	}
-	if oldest != nil && st.OldestPending > maxAge {
+	// A retried event keeps its last error until its next attempt: only an
+	// attempt since says that publishing fails.
+	age, tried := FormatAge(st.OldestPending)+" old", oldest.Attempts > 0
+	if oldest.RevivedAt != nil {
+		age = "pending " + FormatAge(st.OldestPending) + " since a person retried it out of DEAD"
+	}
+	if st.OldestPending <= maxAge && tried && oldest.LastError != "" {
+		out = append(out, fmt.Sprintf("publishing fails: the oldest pending event (%s, %s) failed %d attempts; its last error: %s",
+			oldest.ID, age, oldest.Attempts, OneLine(oldest.LastError, 300)))
+	}
+	if st.OldestPending > maxAge {
 		switch {
-		case oldest.Attempts == 0 && oldest.LastError == "" && oldest.AvailableAt.Before(time.Now().Add(-maxAge)):
-			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s old and was never attempted: "+
-				"is a relay running on this table, or is an ordered aggregate held back by a DEAD event?",
-				oldest.ID, FormatAge(st.OldestPending)))
-		case oldest.LastError != "":
-			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s old after %d attempts; its last error: %s",
-				oldest.ID, FormatAge(st.OldestPending), oldest.Attempts, OneLine(oldest.LastError, 300)))
+		case !tried && oldest.AvailableAt.Before(time.Now().Add(-maxAge)):
+			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s and was not attempted since: "+
+				"is a relay running on this table, or is an ordered aggregate held back by a DEAD event?", oldest.ID, age))
+		case tried && oldest.LastError != "":
+			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s after %d attempts; its last error: %s",
+				oldest.ID, age, oldest.Attempts, OneLine(oldest.LastError, 300)))
 		default:
-			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s old (more than %s)",
-				oldest.ID, FormatAge(st.OldestPending), maxAge))
+			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s (more than %s)", oldest.ID, age, maxAge))
 		}
 	}
 	return out

@@ -67,10 +67,13 @@ type DeadSummary struct {
 // SummarizeDead groups the DEAD events matching f by destination and
 // ErrorClass of their last error, as ServicePulse groups failed messages,
 // so that a person sees at a glance the few causes behind many events and
-// acts on each (DeadGroup.Filter). It reads the selection's rows without
-// their payload, ferrystore.MaxStateListLimit at a time, never all at once; at
-// most 10,000 groups are counted (the events of others count in Total,
-// and Truncated is set).
+// acts on each (DeadGroup.Filter). The database counts the groups
+// (ferrystore.Admin.GroupErrors: over the DEAD index alone for a filter of
+// destination and class, exact at any number of events) and gives each
+// group's oldest event; events that failed before the table had migration
+// 0004, which recorded no class, are read (without payload) and classified
+// here. At most 10,000 groups are counted (the events of others count in
+// Total, and Truncated is set).
 func SummarizeDead(ctx context.Context, a ferrystore.Admin, f DeadFilter) (DeadSummary, error) {
 	if err := needStore("SummarizeDead", a); err != nil {
 		return DeadSummary{}, err
@@ -82,36 +85,77 @@ func SummarizeDead(ctx context.Context, a ferrystore.Admin, f DeadFilter) (DeadS
 	}
 	type key struct{ dest, class string }
 	groups := map[key]*DeadGroup{}
-	err = walk(ctx, a, sel, walkPage, true, func(rows []ferrystore.Row) (bool, error) {
-		for i := range rows {
-			r := &rows[i]
-			sum.Total++
-			k := key{r.Route(), ErrorClass(r.LastError)}
-			g := groups[k]
-			if g == nil {
-				if len(groups) >= maxTrackedGroups {
-					sum.Truncated = true
-					continue
-				}
-				g = &DeadGroup{Destination: k.dest, ErrorClass: k.class, Types: []string{}, Oldest: r.CreatedAt,
-					SampleID: r.ID, SampleError: OneLine(r.LastError, maxSampleError)}
-				groups[k] = g
+	add := func(k key, n int64, typ string, oldest, newest time.Time) *DeadGroup {
+		sum.Total += n
+		g := groups[k]
+		if g == nil {
+			if len(groups) >= maxTrackedGroups {
+				sum.Truncated = true
+				return nil
 			}
-			g.Count++
-			if r.CreatedAt.Before(g.Oldest) {
-				g.Oldest = r.CreatedAt
+			g = &DeadGroup{Destination: k.dest, ErrorClass: k.class, Types: []string{}, Oldest: oldest}
+			groups[k] = g
+		}
+		g.Count += n
+		if oldest.Before(g.Oldest) {
+			g.Oldest, g.SampleID, g.SampleError = oldest, "", ""
+		}
+		if newest.After(g.Newest) {
+			g.Newest = newest
+		}
+		if len(g.Types) < maxGroupTypes && !contains(g.Types, typ) {
+			g.Types = append(g.Types, typ)
+		}
+		return g
+	}
+	unrecorded := false                       // rows without a recorded class, when f has no class
+	cut := false                              // more groups than GroupErrors returns
+	recorded := map[key][]ferrystore.Filter{} // each group's ranges of the DEAD index
+	for _, p := range sel.parts {
+		if p.class != "" { // no class recorded: classified here
+			continue
+		}
+		counts, err := a.GroupErrors(ctx, p.f)
+		if err != nil {
+			return sum, err
+		}
+		for _, c := range counts {
+			if c.ErrorClass == "" {
+				unrecorded = true // read below
+				continue
 			}
-			if r.CreatedAt.After(g.Newest) {
-				g.Newest = r.CreatedAt
-			}
-			if len(g.Types) < maxGroupTypes && !contains(g.Types, r.Type) {
-				g.Types = append(g.Types, r.Type)
+			k := key{c.Destination, c.ErrorClass}
+			if add(k, c.Count, c.Type, c.Oldest, c.Newest) != nil {
+				r := p.f
+				r.Destination, r.Type = c.Destination, c.Type
+				recorded[k] = append(recorded[k], r)
 			}
 		}
-		return true, nil
-	})
-	if err != nil {
-		return sum, err
+		cut = cut || len(counts) == ferrystore.MaxErrorGroups
+	}
+	// The rows without a recorded class: those of f's class, or, without
+	// one, any where GroupErrors counted some.
+	if p := sel.parts[len(sel.parts)-1]; p.class != "" || unrecorded {
+		p.f.Unclassified = true
+		_, err = walkPart(ctx, a, p, walkPage, true, func(rows []ferrystore.Row) (bool, error) {
+			for i := range rows {
+				r := &rows[i]
+				g := add(key{r.Route(), ErrorClass(r.LastError)}, 1, r.Type, r.CreatedAt, r.CreatedAt)
+				if g != nil && g.SampleID == "" && r.CreatedAt.Equal(g.Oldest) { // the oldest so far
+					g.SampleID, g.SampleError = r.ID, OneLine(r.LastError, maxSampleError)
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			return sum, err
+		}
+	}
+	if cut { // the groups read count less than the total
+		sum.Truncated = true
+		if sum.Total, err = count(ctx, a, sel); err != nil {
+			return sum, err
+		}
 	}
 	for _, g := range groups {
 		sort.Strings(g.Types)
@@ -131,6 +175,25 @@ func SummarizeDead(ctx context.Context, a ferrystore.Admin, f DeadFilter) (DeadS
 	})
 	if len(sum.Groups) > MaxDeadGroups {
 		sum.Groups, sum.Truncated = sum.Groups[:MaxDeadGroups], true
+	}
+	// Each group's oldest event, where the database counted it: the first
+	// entry of one of its ranges of the DEAD index.
+	for i := range sum.Groups {
+		g := &sum.Groups[i]
+		if g.SampleID != "" {
+			continue
+		}
+		var gsel selection
+		for _, f := range recorded[key{g.Destination, g.ErrorClass}] {
+			gsel.parts = append(gsel.parts, part{f: f})
+		}
+		rows, _, err := first(ctx, a, gsel, 1, true)
+		if err != nil {
+			return sum, err
+		}
+		if len(rows) == 1 {
+			g.SampleID, g.SampleError = rows[0].ID, OneLine(rows[0].LastError, maxSampleError)
+		}
 	}
 	return sum, nil
 }

@@ -37,9 +37,18 @@ type Admin interface {
 	// event first.
 	PendingByDestination(ctx context.Context, limit int) ([]DestinationStats, error)
 
-	// Attempts counts NEW, SENDING and DEAD rows by status and attempts
-	// (at most MaxListLimit groups).
+	// Attempts counts NEW and SENDING rows by status and attempts (at
+	// most MaxListLimit groups): how far the pending events are into their
+	// retries. It reads the pending rows only.
 	Attempts(ctx context.Context) ([]AttemptCount, error)
+
+	// GroupErrors counts the rows matching f (f.Limit aside) by
+	// destination (Row.Route), event type and recorded error class, at
+	// most MaxErrorGroups groups, the largest first. For DEAD or
+	// DISCARDED rows and a filter of Statuses, Destination, ErrorClass and
+	// Unclassified only, it reads the DEAD index alone, never a row: one
+	// statement whatever the number of events.
+	GroupErrors(ctx context.Context, f Filter) ([]ErrorGroup, error)
 
 	// List returns the rows matching f, oldest first (created_at, then
 	// event id), at most f.Limit of them, starting after f.After. A caller
@@ -116,8 +125,28 @@ type DestinationStats struct {
 	Destination string
 	// Counts of NEW and SENDING rows.
 	New, Sending int64
-	// OldestPending is the age of the oldest of them, by created_at.
+	// OldestPending is how long the one pending for the longest has
+	// waited: since its created_at, or since a person retried it out of
+	// DEAD (Row.RevivedAt).
 	OldestPending time.Duration
+}
+
+// MaxErrorGroups bounds Admin.GroupErrors.
+const MaxErrorGroups = 10000
+
+// ErrorGroup counts the rows of one destination, event type and recorded
+// error class.
+type ErrorGroup struct {
+	// Destination is where the rows are published: their destination, or
+	// their type when they have none.
+	Destination string
+	Type        string
+	// ErrorClass is their recorded error class; empty for rows without
+	// one (Filter.Unclassified selects them).
+	ErrorClass string
+	Count      int64
+	// Oldest and Newest are the earliest and latest created_at.
+	Oldest, Newest time.Time
 }
 
 // DeadCounter is implemented by stores that count DEAD events by
@@ -172,6 +201,15 @@ type Filter struct {
 	// ILIKE and MySQL LOWER() fold other letters too; SQLite does not).
 	// Empty strings are ignored.
 	ErrorContains []string
+	// ErrorClass keeps rows whose recorded error class (Row.ErrorClass) is
+	// this, exactly. With Statuses DEAD (or DISCARDED) and Destination set,
+	// List walks the DEAD index in its order, a page costing its rows
+	// only.
+	ErrorClass string
+	// Unclassified keeps rows that recorded an error but no class: rows
+	// that failed before the table had migration 0004. The caller
+	// classifies them (ferryadmin.ErrorClass of LastError).
+	Unclassified bool
 	// MinAge keeps rows created at least this long ago, MaxAge rows created
 	// at most this long ago, both by the database clock. Zero: no bound.
 	MinAge, MaxAge time.Duration
@@ -219,6 +257,10 @@ func (f Filter) ValidateSelection() error {
 		return fmt.Errorf("%w: Filter.IDs has %d ids, at most %d are allowed", ferrytype.ErrInvalidConfig, len(f.IDs), MaxListLimit)
 	case f.MinAge < 0 || f.MaxAge < 0:
 		return fmt.Errorf("%w: Filter.MinAge and MaxAge must not be negative", ferrytype.ErrInvalidConfig)
+	case f.ErrorClass != "" && f.Unclassified:
+		return fmt.Errorf("%w: Filter.ErrorClass and Filter.Unclassified exclude each other", ferrytype.ErrInvalidConfig)
+	case len(f.ErrorClass) > MaxErrorContains:
+		return fmt.Errorf("%w: Filter.ErrorClass has %d bytes, at most %d are allowed", ferrytype.ErrInvalidConfig, len(f.ErrorClass), MaxErrorContains)
 	case f.MaxAge > 0 && f.MaxAge < f.MinAge:
 		return fmt.Errorf("%w: Filter.MaxAge %s is below MinAge %s", ferrytype.ErrInvalidConfig, f.MaxAge, f.MinAge)
 	}

@@ -224,9 +224,12 @@ type Stats struct {
 	New, Sending, Sent, Dead int64
 	// Ready counts NEW rows available now.
 	Ready int64
-	// OldestPending is the age of the oldest NEW or SENDING row, by its
-	// created_at; zero when none is pending.
+	// OldestPending is how long the NEW or SENDING row pending for the
+	// longest has been: since its created_at, or since a person last
+	// retried it out of DEAD (Row.RevivedAt); zero when none is pending.
 	OldestPending time.Duration
+	// OldestPendingID is that row's event id; empty when none is pending.
+	OldestPendingID string
 }
 
 // Row is an outbox row as stored.
@@ -243,6 +246,14 @@ type Row struct {
 	// a DEAD event (status DISCARDED); zero otherwise.
 	DiscardedAt   time.Time
 	DiscardReason string
+	// ErrorClass is the class of LastError (ferryadmin.ErrorClass) as the
+	// store recorded it with the error; empty for a row that never failed,
+	// or that failed before the table had migration 0004.
+	ErrorClass string
+	// RevivedAt is when a person last retried the row out of DEAD
+	// (Admin.Retry); zero when never. A revived row counts as pending from
+	// then on, not from CreatedAt.
+	RevivedAt time.Time
 	// Malformed says why the relay cannot turn the row into a message
 	// (ferrytype.ErrMalformedRow's text and the column); empty for a
 	// well-formed row. The Message then holds what could be read.

@@ -133,7 +133,7 @@ func printStatus(w io.Writer, rep *ferryadmin.StatusReport) {
 		table(w, "  ", "DESTINATION\tNEW\tSENDING\tOLDEST", rows)
 	}
 	if len(rep.Attempts) > 0 {
-		fmt.Fprintln(w, "\nattempts of unsent events:")
+		fmt.Fprintln(w, "\nattempts of pending events:")
 		byAttempts := map[int]map[ferrytype.Status]int64{}
 		var keys []int
 		for _, a := range rep.Attempts {
@@ -147,9 +147,9 @@ func printStatus(w io.Writer, rep *ferryadmin.StatusReport) {
 		rows := make([]string, len(keys))
 		for i, k := range keys {
 			m := byAttempts[k]
-			rows[i] = fmt.Sprintf("%d\t%d\t%d\t%d", k, m[ferrytype.StatusNew], m[ferrytype.StatusSending], m[ferrytype.StatusDead])
+			rows[i] = fmt.Sprintf("%d\t%d\t%d", k, m[ferrytype.StatusNew], m[ferrytype.StatusSending])
 		}
-		table(w, "  ", "ATTEMPTS\tNEW\tSENDING\tDEAD", rows)
+		table(w, "  ", "ATTEMPTS\tNEW\tSENDING", rows)
 	}
 	if len(rep.Failed) > 0 {
 		fmt.Fprintln(w, "\nevents that failed, oldest first:")

@@ -28,7 +28,6 @@ func (dialect) Text(col string) string       { return col }
 func (dialect) JSON() string                 { return "?" }
 func (dialect) Moment(expr string) string    { return expr }
 func (dialect) Ping() string                 { return "SELECT 1" }
-func (dialect) Time(t time.Time) any         { return t.UTC() }
 
 // ContainsFold lowers both sides: the outbox's text is in a binary
 // collation, whose LIKE is case-sensitive.
@@ -54,9 +53,16 @@ func (dialect) DeleteLimited(table, where, order string) string {
 	return "DELETE FROM " + table + " WHERE " + where + " ORDER BY " + order + " LIMIT ?"
 }
 
-func (dialect) After(at time.Time, id string) (string, []any) {
-	return "(available_at > ? OR (available_at = ? AND event_id > ?))", []any{at, at, id}
+// After bounds col from below first, a range on the index, and checks the
+// tie on event_id among the rows it reads.
+func (dialect) After(col string, at time.Time, id string) (string, []any) {
+	at = at.UTC()
+	return "(" + col + " >= ? AND (" + col + " > ? OR event_id > ?))", []any{at, at, id}
 }
+
+// Route and Settled are migration 0004's virtual columns.
+func (dialect) Route() string   { return "route" }
+func (dialect) Settled() string { return "settled_status" }
 
 // Upsert uses ON DUPLICATE KEY UPDATE with VALUES(col), which MariaDB and
 // MySQL 8 both read (MySQL 8.0.20+ prefers a row alias, which MariaDB

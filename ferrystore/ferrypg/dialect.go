@@ -31,7 +31,6 @@ func (dialect) KeyText(expr string) string   { return expr + "::text" }
 func (dialect) Moment(expr string) string    { return expr }
 func (dialect) Ping() string                 { return "SELECT 1" }
 func (dialect) Update() string               { return "UPDATE " }
-func (dialect) Time(t time.Time) any         { return t.UTC() }
 
 // ContainsFold is ILIKE, which folds every letter by the database's
 // locale.
@@ -54,10 +53,18 @@ func (dialect) DeleteLimited(table, where, order string) string {
 		" WHERE " + where + " ORDER BY " + order + " LIMIT ? FOR UPDATE SKIP LOCKED)"
 }
 
-// After is a row comparison, which walks the pending index from the cursor.
-func (dialect) After(at time.Time, id string) (string, []any) {
-	return "(available_at, event_id) > (?::timestamptz, ?::text)", []any{at, id}
+// After is a row comparison, which walks an index from the cursor.
+func (dialect) After(col string, at time.Time, id string) (string, []any) {
+	return "(" + col + ", event_id) > (?::timestamptz, ?::text)", []any{at, id}
 }
+
+// Route is the expression of the DEAD index, which PostgreSQL matches.
+func (dialect) Route() string {
+	return "(CASE WHEN destination = '' THEN event_type ELSE destination END)"
+}
+
+// Settled is status: the DEAD and DISCARDED indexes are partial.
+func (dialect) Settled() string { return "status" }
 
 // Upsert is ON CONFLICT ... DO UPDATE with the excluded row's values.
 func (dialect) Upsert(key string, cols []string) string {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/errclass"
 	"github.com/ferrydev/ferry/internal/sqlstore"
 	"github.com/ferrydev/ferry/internal/sqlutil"
 )
@@ -162,8 +163,8 @@ func buildQueries(table string) queries {
 	// TransitionFailRetry or TransitionFailDead, all rows in one
 	// statement, by the primary key; RETURNING says which rows changed.
 	q.markFailed = "UPDATE " + t + " t SET status = f.status, available_at = now() + f.delay_us * interval '1 microsecond'," +
-		" lease_token = NULL, locked_until = NULL, last_error = f.err" +
-		" FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[]) AS f(id, token, status, delay_us, err)" +
+		" lease_token = NULL, locked_until = NULL, last_error = f.err, error_class = f.class" +
+		" FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[]) AS f(id, token, status, delay_us, err, class)" +
 		" WHERE t.event_id = f.id AND t.lease_token = f.token AND t.status = 'SENDING' RETURNING t.event_id"
 	q.seqInsert = "INSERT INTO " + seq + " AS s (aggregate_type, aggregate_id, last_seq)"
 	return q
@@ -297,14 +298,16 @@ func (s *core) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (ferr
 	statuses := make([]string, len(fails))
 	delays := make([]int64, len(fails))
 	errs := make([]string, len(fails))
+	classes := make([]string, len(fails))
 	for i, f := range fails {
 		ids[i], tokens[i], delays[i], errs[i] = f.ID, f.Token, sqlutil.Micros(f.Delay), sqlutil.Truncate(f.Error, 2000)
+		classes[i] = errclass.Of(errs[i])
 		statuses[i] = string(ferrytype.TransitionFailRetry.To)
 		if f.Dead {
 			statuses[i] = string(ferrytype.TransitionFailDead.To)
 		}
 	}
-	rows, err := s.c.Query(ctx, s.q.markFailed, ids, tokens, statuses, delays, errs)
+	rows, err := s.c.Query(ctx, s.q.markFailed, ids, tokens, statuses, delays, errs, classes)
 	if err != nil {
 		return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed: %w", classify(err))
 	}

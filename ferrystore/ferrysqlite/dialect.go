@@ -49,9 +49,6 @@ func (dialect) AgeMicros(expr string) string {
 // format, at the price of not using an index on the column.
 func (dialect) Moment(expr string) string { return "julianday(" + expr + ")" }
 
-// Time is the time as stored: UTC text with milliseconds.
-func (dialect) Time(t time.Time) any { return t.UTC().Format("2006-01-02 15:04:05.000") }
-
 // ContainsFold is LIKE, which folds ASCII letters only.
 func (dialect) ContainsFold(col string) string { return col + " LIKE ? ESCAPE '!'" }
 
@@ -64,11 +61,25 @@ func (dialect) DeleteLimited(table, where, order string) string {
 		" WHERE " + where + " ORDER BY " + order + " LIMIT ?)"
 }
 
-// After compares with the cursor as stored: UTC text with milliseconds.
-func (dialect) After(at time.Time, id string) (string, []any) {
+// After compares available_at with the cursor as stored (ferry writes it:
+// UTC text with milliseconds), and created_at through Moment (a row written
+// by hand may hold another format).
+func (d dialect) After(col string, at time.Time, id string) (string, []any) {
 	s := at.UTC().Format("2006-01-02 15:04:05.000")
-	return "(available_at > ? OR (available_at = ? AND event_id > ?))", []any{s, s, id}
+	c, b := col, "?"
+	if col != "available_at" {
+		c, b = d.Moment(col), d.Moment("?")
+	}
+	return "(" + c + " > " + b + " OR (" + c + " = " + b + " AND event_id > ?))", []any{s, s, id}
 }
+
+// Route is the expression of the DEAD index, which SQLite matches.
+func (dialect) Route() string {
+	return "(CASE WHEN destination = '' THEN event_type ELSE destination END)"
+}
+
+// Settled is status: the DEAD and DISCARDED indexes are partial.
+func (dialect) Settled() string { return "status" }
 
 // Upsert is ON CONFLICT ... DO UPDATE with the excluded row's values.
 func (dialect) Upsert(key string, cols []string) string {

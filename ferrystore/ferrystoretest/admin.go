@@ -3,6 +3,7 @@ package ferrystoretest
 import (
 	"context"
 	"encoding/json"
+	"io/fs"
 	"sort"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/migrate"
 )
 
 func (b *bundle[TTx]) admin(t *testing.T) ferrystore.Admin {
@@ -149,6 +151,9 @@ func exerciseAdmin[TTx any](t *testing.T, h Harness[TTx]) {
 		require.Equal(t, ferrytype.StatusNew, row.Status)
 		require.Zero(t, row.Attempt, "attempts start over")
 		require.Equal(t, "attempt 1: rejected: no", row.LastError, "the last error stays until the next attempt")
+		require.Equal(t, "attempt <n>: rejected: no", row.ErrorClass, "and its class")
+		require.False(t, row.RevivedAt.IsZero(), "when it was retried is recorded")
+		require.False(t, row.RevivedAt.Before(row.CreatedAt))
 		msgs, _ = b.claim(t, 10, false)
 		require.Equal(t, []string{id}, ids(msgs), "claimable at once, same id")
 		require.Equal(t, 1, msgs[0].Attempt)
@@ -271,6 +276,86 @@ func exerciseAdmin[TTx any](t *testing.T, h Harness[TTx]) {
 		require.ErrorIs(t, err, ferrytype.ErrInvalidConfig)
 	})
 
+	t.Run("ErrorClassesGroupAndSelectDeadEvents", func(t *testing.T) {
+		b := setup(t, h)
+		a := b.admin(t)
+		dead := b.enqueueDead(t, dest("Paid", "1", "orders.paid"), dest("Paid", "2", "orders.paid"),
+			dest("Shipped", "3", "orders.paid"), dest("Paid", "4", ""))
+		const class = "attempt <n>: rejected: no" // of "attempt 1: rejected: no"
+		require.Equal(t, class, b.get(t, dead[0]).ErrorClass, "recorded with the error")
+		deadOnly := []ferrytype.Status{ferrytype.StatusDead}
+		groups, err := a.GroupErrors(b.ctx, ferrystore.Filter{Statuses: deadOnly})
+		require.NoError(t, err)
+		first, second := b.get(t, dead[0]), b.get(t, dead[1])
+		require.Len(t, groups, 3)
+		require.Equal(t, ferrystore.ErrorGroup{Destination: "orders.paid", Type: "Paid", ErrorClass: class, Count: 2},
+			ferrystore.ErrorGroup{Destination: groups[0].Destination, Type: groups[0].Type, ErrorClass: groups[0].ErrorClass,
+				Count: groups[0].Count}, "the largest group first")
+		require.WithinDuration(t, first.CreatedAt, groups[0].Oldest, time.Millisecond)
+		require.WithinDuration(t, second.CreatedAt, groups[0].Newest, time.Millisecond)
+		rest := map[string]int64{}
+		for _, g := range groups[1:] {
+			require.Equal(t, class, g.ErrorClass)
+			rest[g.Destination+" "+g.Type] = g.Count
+		}
+		require.Equal(t, map[string]int64{"orders.paid Shipped": 1, "Paid Paid": 1}, rest, "no destination: the type is the route")
+
+		list := func(f ferrystore.Filter) []string {
+			t.Helper()
+			f.Statuses, f.Limit = deadOnly, 100
+			rows, err := a.List(b.ctx, f)
+			require.NoError(t, err)
+			return idsOfRows(rows)
+		}
+		require.Equal(t, dead[:2], list(ferrystore.Filter{Destination: "orders.paid", Type: "Paid", ErrorClass: class}))
+		require.Equal(t, dead, list(ferrystore.Filter{ErrorClass: class}))
+		require.Empty(t, list(ferrystore.Filter{ErrorClass: "attempt <n>: rejected: other"}))
+		require.Empty(t, list(ferrystore.Filter{Unclassified: true}), "every error has its class")
+		n, err := a.Count(b.ctx, ferrystore.Filter{Statuses: deadOnly, ErrorClass: class, Destination: "orders.paid"})
+		require.NoError(t, err)
+		require.Equal(t, int64(3), n)
+		_, err = a.List(b.ctx, ferrystore.Filter{Statuses: deadOnly, ErrorClass: class, Unclassified: true, Limit: 1})
+		require.ErrorIs(t, err, ferrytype.ErrInvalidConfig)
+
+		if h.Exec == nil {
+			return
+		}
+		// A row that failed before the table recorded classes.
+		h.Exec(b.ctx, t, b.store, "UPDATE "+b.store.Table()+" SET error_class = NULL WHERE event_id = '"+dead[3]+"'")
+		require.Equal(t, []string{dead[3]}, list(ferrystore.Filter{Unclassified: true}))
+		require.Equal(t, dead[:3], list(ferrystore.Filter{ErrorClass: class}))
+		groups, err = a.GroupErrors(b.ctx, ferrystore.Filter{Statuses: deadOnly, Destination: "Paid"})
+		require.NoError(t, err)
+		require.Len(t, groups, 1)
+		require.Equal(t, "", groups[0].ErrorClass, "counted without a class")
+		require.Equal(t, int64(1), groups[0].Count)
+	})
+
+	t.Run("DeadMigrationRevertsAndUpgradesATableWithEvents", func(t *testing.T) {
+		if h.Exec == nil {
+			t.Skip("the harness runs no statements")
+		}
+		b := setup(t, h)
+		a := b.admin(t)
+		dead := b.enqueueDead(t, dest("Paid", "1", "orders.paid"))
+		fsys, err := b.store.Migrations()
+		require.NoError(t, err)
+		for _, file := range []string{"0004_dead.down.sql", "0004_dead.up.sql"} {
+			text, err := fs.ReadFile(fsys, file)
+			require.NoError(t, err)
+			for _, q := range migrate.Statements(string(text)) {
+				h.Exec(b.ctx, t, b.store, q)
+			}
+		}
+		// The event died before the table recorded classes: it has none, and
+		// is found as such.
+		rows, err := a.List(b.ctx, ferrystore.Filter{Statuses: []ferrytype.Status{ferrytype.StatusDead}, Unclassified: true, Limit: 10})
+		require.NoError(t, err)
+		require.Equal(t, dead, idsOfRows(rows))
+		require.Empty(t, rows[0].ErrorClass)
+		require.Equal(t, "attempt 1: rejected: no", rows[0].LastError)
+	})
+
 	t.Run("AttemptsDistribution", func(t *testing.T) {
 		b := setup(t, h)
 		a := b.admin(t)
@@ -291,8 +376,7 @@ func exerciseAdmin[TTx any](t *testing.T, h Harness[TTx]) {
 			}
 			return got[i].Attempts < got[j].Attempts
 		})
-		require.Equal(t, []ferrystore.AttemptCount{
-			{Status: ferrytype.StatusDead, Attempts: 1, Events: 1},
+		require.Equal(t, []ferrystore.AttemptCount{ // the DEAD event is not pending
 			{Status: ferrytype.StatusNew, Attempts: 0, Events: 1},
 			{Status: ferrytype.StatusNew, Attempts: 2, Events: 1},
 		}, got)

@@ -90,6 +90,14 @@ func ev(typ, aggID string, payload string) ferry.Event {
 
 func idsOf(msgs []ferrytype.Message) []string { return ids(msgs) }
 
+func idsOfRows(rows []ferrystore.Row) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r.ID
+	}
+	return out
+}
+
 func ids(msgs []ferrytype.Message) []string {
 	out := make([]string, len(msgs))
 	for i := range msgs {

@@ -19,7 +19,10 @@ import (
 // i % 20, so that of n = 100,000 rows 40,000 fail on a missing stream,
 // 30,000 on a timeout, 20,000 on a quota whose error holds % and _, 5,000
 // on a look-alike of it that LIKE's wildcards would match, and 5,000
-// events without destination on the missing stream.
+// events without destination on the missing stream. Kinds 7, 12 and 13
+// recorded no error class, as rows that failed before migration 0004: the
+// groups they belong to are read partly from the database's count and
+// partly classified by ferryadmin.
 var deadMix = func() []testsvc.DeadKind {
 	var kinds []testsvc.DeadKind
 	for i := 0; i < 20; i++ {
@@ -36,6 +39,7 @@ var deadMix = func() []testsvc.DeadKind {
 		default:
 			k = testsvc.DeadKind{Type: "OrderRefunded", Error: `attempt 3: returned: nats: no stream matches subject "x.{n}"`}
 		}
+		k.Unclassified = i == 7 || i == 12 || i == 13
 		kinds = append(kinds, k)
 	}
 	return kinds

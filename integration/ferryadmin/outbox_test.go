@@ -70,7 +70,7 @@ func TestStatus(t *testing.T) {
 				for _, a := range rep.Attempts {
 					attempts += a.Events
 				}
-				require.Equal(t, int64(4), attempts, "NEW, SENDING and DEAD events by attempts")
+				require.Equal(t, int64(3), attempts, "NEW and SENDING events by attempts")
 
 				rep, err = ferryadmin.Status(b.ctx, b.admin, &ferryadmin.StatusOptions{})
 				require.NoError(t, err)
@@ -91,6 +91,38 @@ func TestStatus(t *testing.T) {
 				require.Len(t, rep.Attention, 2)
 				require.Contains(t, rep.Attention[0], "the oldest pending event ("+id[0]+")")
 				require.Contains(t, rep.Attention[1], "no relay alive")
+			})
+			t.Run("RetriedEventIsPendingFromItsRetry", func(t *testing.T) {
+				b := setup(t, kind)
+				id := b.enqueue(t, event("OrderPaid", "1"))
+				b.dead(t, 1, "stream not found")
+				const maxAge = 500 * time.Millisecond
+				eventually(t, 10*time.Second, func() bool {
+					rows, err := b.admin.List(b.ctx, ferrystore.Filter{Statuses: []ferrytype.Status{ferrytype.StatusDead},
+						MinAge: maxAge, Limit: 1})
+					require.NoError(t, err)
+					return len(rows) == 1
+				}, "the event was created more than maxAge ago, by the database clock")
+				res, err := ferryadmin.RetryDead(b.ctx, b.admin, ferryadmin.BulkOptions{All: true})
+				require.NoError(t, err)
+				require.Equal(t, int64(1), res.Changed)
+				rep, err := ferryadmin.Status(b.ctx, b.admin, &ferryadmin.StatusOptions{MaxPendingAge: maxAge})
+				require.NoError(t, err)
+				require.Equal(t, id[0], rep.OldestPending.ID)
+				require.NotNil(t, rep.OldestPending.RevivedAt)
+				require.Less(t, rep.OldestPendingSeconds, maxAge.Seconds(), "pending since the retry, not since it was created")
+				require.False(t, rep.Unhealthy, "a retried event is no stuck backlog")
+				for _, line := range rep.Attention {
+					require.NotContains(t, line, "publishing fails", "no attempt failed since the retry")
+					require.NotContains(t, line, "the oldest pending event")
+				}
+				eventually(t, 10*time.Second, func() bool {
+					rep, err = ferryadmin.Status(b.ctx, b.admin, &ferryadmin.StatusOptions{MaxPendingAge: maxAge})
+					require.NoError(t, err)
+					return rep.Unhealthy
+				}, "then it ages from its retry")
+				require.Contains(t, rep.Attention[0], "the oldest pending event ("+id[0]+") is pending")
+				require.Contains(t, rep.Attention[0], "since a person retried it out of DEAD and was not attempted since")
 			})
 			t.Run("RefusesBadOptions", func(t *testing.T) {
 				b := setup(t, kind)

@@ -51,7 +51,12 @@ func (o *Outbox) CountByStatus(ctx context.Context, statuses ...ferrytype.Status
 	return out, nil
 }
 
-// PendingByDestination groups NEW and SENDING rows by destination. It
+// pendingSince is when a row became pending: its creation, or a person's
+// retry out of DEAD.
+const pendingSince = "COALESCE(revived_at, created_at)"
+
+// PendingByDestination groups NEW and SENDING rows by destination, each
+// with how long its row pending for the longest has been. It
 // reads every pending row (the pending index, then the row for its
 // destination and created_at): its cost grows with the backlog, like
 // Stats'.
@@ -61,8 +66,8 @@ func (o *Outbox) PendingByDestination(ctx context.Context, limit int) ([]ferryst
 			ferrytype.ErrInvalidConfig, limit, ferrystore.MaxListLimit)
 	}
 	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT CASE WHEN destination = '' THEN event_type ELSE destination END AS route, "+
-		o.d.CountIf("status = 'NEW'")+", "+o.d.CountIf("status = 'SENDING'")+", "+o.d.AgeMicros("MIN(created_at)")+
-		" FROM "+o.t+" WHERE status IN ('NEW', 'SENDING') GROUP BY route ORDER BY MIN(created_at), route LIMIT ?"), limit)
+		o.d.CountIf("status = 'NEW'")+", "+o.d.CountIf("status = 'SENDING'")+", "+o.d.AgeMicros("MIN("+pendingSince+")")+
+		" FROM "+o.t+" WHERE status IN ('NEW', 'SENDING') GROUP BY route ORDER BY MIN("+pendingSince+"), route LIMIT ?"), limit)
 	if err != nil {
 		return nil, fmt.Errorf("pending by destination: %w", err)
 	}
@@ -84,15 +89,16 @@ func (o *Outbox) PendingByDestination(ctx context.Context, limit int) ([]ferryst
 
 var _ ferrystore.DeadCounter = (*Outbox)(nil)
 
-// DeadByDestination counts the DEAD rows by destination: one statement over
-// the DEAD range of the pending index, exact at any number of events.
+// DeadByDestination counts the DEAD rows by destination: one statement
+// over the DEAD index, which holds the destination, exact at any number of
+// events.
 func (o *Outbox) DeadByDestination(ctx context.Context, limit int) ([]ferrystore.DestinationCount, error) {
 	if limit < 1 || limit > ferrystore.MaxListLimit {
 		return nil, fmt.Errorf("%w: DEAD by destination: limit %d must be within 1..%d",
 			ferrytype.ErrInvalidConfig, limit, ferrystore.MaxListLimit)
 	}
-	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT CASE WHEN destination = '' THEN event_type ELSE destination END AS route, COUNT(*)"+
-		" FROM "+o.t+" WHERE status = 'DEAD' GROUP BY route ORDER BY COUNT(*) DESC, route LIMIT ?"), limit)
+	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT "+o.d.Route()+" AS dead_route, COUNT(*) FROM "+o.t+
+		" WHERE "+o.d.Settled()+" = "+lit(ferrytype.StatusDead)+" GROUP BY dead_route ORDER BY COUNT(*) DESC, dead_route LIMIT ?"), limit)
 	if err != nil {
 		return nil, fmt.Errorf("DEAD by destination: %w", err)
 	}
@@ -108,10 +114,40 @@ func (o *Outbox) DeadByDestination(ctx context.Context, limit int) ([]ferrystore
 	return out, rows.Err()
 }
 
-// Attempts counts NEW, SENDING and DEAD rows by status and attempts.
+// GroupErrors counts the rows of f by destination, type and recorded
+// error class: for settled rows, over the DEAD index alone.
+func (o *Outbox) GroupErrors(ctx context.Context, f ferrystore.Filter) ([]ferrystore.ErrorGroup, error) {
+	if err := f.ValidateSelection(); err != nil {
+		return nil, err
+	}
+	where, args := o.where(f)
+	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT "+o.d.Route()+" AS dead_route, event_type, COALESCE(error_class, ''), COUNT(*),"+
+		" MIN(created_at), MAX(created_at) FROM "+o.t+" WHERE "+where+
+		" GROUP BY dead_route, error_class, event_type ORDER BY COUNT(*) DESC, dead_route, error_class, event_type LIMIT ?"),
+		append(args, ferrystore.MaxErrorGroups)...)
+	if err != nil {
+		return nil, fmt.Errorf("group errors: %w", err)
+	}
+	defer rows.Close()
+	var out []ferrystore.ErrorGroup
+	for rows.Next() {
+		var (
+			g              ferrystore.ErrorGroup
+			oldest, newest sqlutil.NullTime
+		)
+		if err := rows.Scan(&g.Destination, &g.Type, &g.ErrorClass, &g.Count, &oldest, &newest); err != nil {
+			return nil, fmt.Errorf("group errors: %w", err)
+		}
+		g.Oldest, g.Newest = oldest.Time, newest.Time
+		out = append(out, g)
+	}
+	return out, rows.Err()
+}
+
+// Attempts counts NEW and SENDING rows by status and attempts.
 func (o *Outbox) Attempts(ctx context.Context) ([]ferrystore.AttemptCount, error) {
 	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT status, attempts, COUNT(*) FROM "+o.t+
-		" WHERE status IN ('NEW', 'SENDING', 'DEAD') GROUP BY status, attempts ORDER BY status, attempts LIMIT ?"),
+		" WHERE status IN ('NEW', 'SENDING') GROUP BY status, attempts ORDER BY status, attempts LIMIT ?"),
 		ferrystore.MaxListLimit)
 	if err != nil {
 		return nil, fmt.Errorf("attempts: %w", err)
@@ -120,9 +156,12 @@ func (o *Outbox) Attempts(ctx context.Context) ([]ferrystore.AttemptCount, error
 }
 
 // where builds the WHERE clause of f (validated) and its arguments. The
-// statuses are matched first, so that the statement walks the pending
-// index (status, available_at, event_id) over those statuses; every other
-// condition, the cursor included, is checked on the rows it reaches.
+// statuses come first, as literals (a partial index is chosen only for a
+// status known when the statement is planned): DEAD and DISCARDED ones
+// through the dialect's Settled column, so that the statement reads the
+// indexes of those rows (the settled index by created_at, the DEAD index by
+// destination and class); others through the pending index. Every other
+// condition, the cursor included, narrows what that index gives.
 func (o *Outbox) where(f ferrystore.Filter) (string, []any) {
 	var (
 		where []string
@@ -132,17 +171,26 @@ func (o *Outbox) where(f ferrystore.Filter) (string, []any) {
 		where = append(where, cond)
 		args = append(args, a...)
 	}
-	statuses := make([]string, len(f.Statuses))
+	col, statuses := o.d.Settled(), make([]string, len(f.Statuses))
 	for i, st := range f.Statuses {
-		statuses[i] = string(st)
+		statuses[i] = lit(st)
+		if st != ferrytype.StatusDead && st != ferrytype.StatusDiscarded {
+			col = "status"
+		}
 	}
-	in := func(col string, vals []string) {
-		cond, a := o.d.In(col, vals)
+	add(col + " IN (" + strings.Join(statuses, ", ") + ")")
+	if len(f.IDs) > 0 {
+		cond, a := o.d.In("event_id", f.IDs)
 		add(cond, a...)
 	}
-	in("status", statuses)
-	if len(f.IDs) > 0 {
-		in("event_id", f.IDs)
+	if f.Destination != "" {
+		add(o.d.Route()+" = ?", f.Destination)
+	}
+	switch {
+	case f.ErrorClass != "":
+		add("error_class = ?", f.ErrorClass)
+	case f.Unclassified:
+		add("error_class IS NULL AND last_error IS NOT NULL AND last_error <> ''")
 	}
 	for _, c := range []struct{ col, v string }{
 		{"aggregate_type", f.AggregateType}, {"aggregate_id", f.AggregateID}, {"event_type", f.Type},
@@ -150,9 +198,6 @@ func (o *Outbox) where(f ferrystore.Filter) (string, []any) {
 		if c.v != "" {
 			add(c.col+" = ?", c.v)
 		}
-	}
-	if f.Destination != "" {
-		add("(destination = ? OR (destination = '' AND event_type = ?))", f.Destination, f.Destination)
 	}
 	if f.Failed {
 		add("last_error IS NOT NULL AND last_error <> ''")
@@ -169,9 +214,8 @@ func (o *Outbox) where(f ferrystore.Filter) (string, []any) {
 		add("created_at >= "+o.d.Shift(), ago(o.d, f.MaxAge))
 	}
 	if f.After != (ferrystore.ListCursor{}) {
-		at, bound := o.d.Moment("created_at"), o.d.Moment("?")
-		t := o.d.Time(f.After.CreatedAt)
-		add("("+at+" > "+bound+" OR ("+at+" = "+bound+" AND event_id > ?))", t, t, f.After.ID)
+		cond, a := o.d.After("created_at", f.After.CreatedAt, f.After.ID)
+		add(cond, a...)
 	}
 	return strings.Join(where, " AND "), args
 }
@@ -184,8 +228,10 @@ func LikeEscape(s string) string {
 
 // List returns rows matching f, oldest first: (created_at, event_id),
 // through Moment so that SQLite orders times whatever their text format.
-// No index holds that order: each page reads the index entries of
-// f.Statuses and their rows after the cursor, and sorts them.
+// For DEAD or DISCARDED rows an index holds that order (the settled index,
+// or the DEAD index for a destination and an error class): a page reads
+// its rows from the cursor on, and the rows the other conditions skip.
+// Pending rows are read and sorted.
 func (o *Outbox) List(ctx context.Context, f ferrystore.Filter) ([]ferrystore.Row, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
@@ -236,11 +282,11 @@ func (o *Outbox) queryOne(ctx context.Context, what, q string, args []any, dest 
 }
 
 // Retry makes the DEAD rows among ids NEW again with attempts 0
-// (ferrytype.TransitionRevive).
+// (ferrytype.TransitionRevive), pending from now on (revived_at).
 func (o *Outbox) Retry(ctx context.Context, ids []string) (int64, error) {
-	t := ferrytype.TransitionRevive
+	t, now := ferrytype.TransitionRevive, o.d.Now()
 	return o.byID(ctx, "retry dead events", o.d.Update()+o.t+" SET status = "+lit(t.To)+", attempts = 0, available_at = "+
-		o.d.Now()+", lease_token = NULL, locked_until = NULL WHERE status = "+lit(t.From)+" AND ", ids)
+		now+", revived_at = "+now+", lease_token = NULL, locked_until = NULL WHERE status = "+lit(t.From)+" AND ", ids)
 }
 
 // Discard moves the DEAD rows among ids to DISCARDED
@@ -336,7 +382,7 @@ func (o *Outbox) SentEvents(ctx context.Context, q ferrystore.SentEventsQuery) (
 		args = append(args, q.AggregateType)
 	}
 	if q.After.ID != "" {
-		cond, a := o.d.After(q.After.AvailableAt, q.After.ID)
+		cond, a := o.d.After("available_at", q.After.AvailableAt, q.After.ID)
 		where += " AND " + cond
 		args = append(args, a...)
 	}

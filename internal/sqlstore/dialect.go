@@ -46,18 +46,25 @@ type Dialect interface {
 	// matching where, the first in order; the statement's last placeholder
 	// takes the bound.
 	DeleteLimited(table, where, order string) string
-	// After matches the rows after (at, id) in the order (available_at,
-	// event_id), with the arguments it binds.
-	After(at time.Time, id string) (string, []any)
+	// After matches the rows after (at, id) in the order (col, event_id),
+	// col being available_at or created_at, with the arguments it binds:
+	// a condition that lets an index on (..., col, event_id) start at the
+	// cursor.
+	After(col string, at time.Time, id string) (string, []any)
+	// Route is the expression of where a row is published, its
+	// destination or else its type, as the DEAD index holds it.
+	Route() string
+	// Settled is the column to match a DEAD or DISCARDED status against,
+	// so that the statement reads the indexes of those rows only: status
+	// where they are partial indexes, or a column that is NULL for the
+	// other statuses.
+	Settled() string
 	// KeyText converts a business table's key column expr to text that
 	// compares with aggregate_id through the aggregate index.
 	KeyText(expr string) string
 	// Moment makes a stored time expr comparable with Shift, and with
 	// another Moment: in the order of the times it holds.
 	Moment(expr string) string
-	// Time encodes a time as the dialect binds it where a stored time is
-	// compared (under Moment).
-	Time(t time.Time) any
 	// ContainsFold matches text column col against the LIKE pattern bound
 	// at its one ? placeholder, whose escape character is '!', ignoring
 	// the case of ASCII letters at least.

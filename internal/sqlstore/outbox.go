@@ -8,6 +8,7 @@ import (
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/errclass"
 	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
@@ -53,7 +54,7 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 		" WHERE status = " + lit(ferrytype.TransitionConfirm.From) + " AND lease_token = ? AND "
 	// TransitionFailRetry or TransitionFailDead, by the primary key.
 	o.markFailed = d.Rebind(d.Update() + t + " SET status = ?, available_at = " + shift +
-		", lease_token = NULL, locked_until = NULL, last_error = ?" +
+		", lease_token = NULL, locked_until = NULL, last_error = ?, error_class = ?" +
 		" WHERE status = " + lit(ferrytype.TransitionFailRetry.From) + " AND lease_token = ? AND event_id = ?")
 	// TransitionRelease, by the primary key; the id list is spliced in.
 	o.release = "UPDATE " + t + " SET status = " + lit(ferrytype.TransitionRelease.To) +
@@ -69,11 +70,14 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 		" AND sent_at < " + shift
 	o.purgeDiscardedWhere = "status = " + lit(ferrytype.TransitionPurgeDiscarded.From) + " AND discarded_at < " + shift
 	o.purge = d.Rebind(d.DeleteLimited(t, o.purgeSentWhere, "available_at, event_id"))
-	// The pending index, statuses NEW, SENDING and DEAD.
-	o.stats = d.Rebind("SELECT " + d.CountIf("status = 'NEW'") + ", " + d.CountIf("status = 'SENDING'") + ", " +
-		d.CountIf("status = 'DEAD'") + ", " + d.CountIf("status = 'NEW' AND available_at <= "+now) + "," +
-		" COALESCE(" + d.AgeMicros("MIN(CASE WHEN status IN ('NEW', 'SENDING') THEN created_at END)") + ", 0)" +
-		" FROM " + t + " WHERE status IN ('NEW', 'SENDING', 'DEAD')")
+	// The counts read the pending index alone (status, available_at); the
+	// oldest pending row, the rows NEW and SENDING only.
+	o.stats = d.Rebind("SELECT c.n_new, c.n_sending, c.n_dead, c.n_ready, COALESCE(p.event_id, ''), COALESCE(p.age, 0) FROM" +
+		" (SELECT " + d.CountIf("status = 'NEW'") + " AS n_new, " + d.CountIf("status = 'SENDING'") + " AS n_sending, " +
+		d.CountIf("status = 'DEAD'") + " AS n_dead, " + d.CountIf("status = 'NEW' AND available_at <= "+now) + " AS n_ready" +
+		" FROM " + t + " WHERE status IN ('NEW', 'SENDING', 'DEAD')) c LEFT JOIN" +
+		" (SELECT event_id, " + d.AgeMicros(pendingSince) + " AS age FROM " + t + " WHERE status IN ('NEW', 'SENDING')" +
+		" ORDER BY " + d.Moment(pendingSince) + ", event_id LIMIT 1) p ON 1 = 1")
 	// The pending index, status NEW, up to now: one index entry is read at
 	// most, never a row, so the statement costs the same on a table of any
 	// size and locks nothing.
@@ -154,7 +158,8 @@ func (o *Outbox) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (_ 
 		if f.Dead {
 			to = ferrytype.TransitionFailDead.To
 		}
-		n, err := tx.Exec(ctx, o.markFailed, string(to), later(o.d, f.Delay), sqlutil.Truncate(f.Error, 2000), f.Token, f.ID)
+		msg := sqlutil.Truncate(f.Error, 2000)
+		n, err := tx.Exec(ctx, o.markFailed, string(to), later(o.d, f.Delay), msg, errclass.Of(msg), f.Token, f.ID)
 		if err != nil {
 			return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed %s: %w", f.ID, err)
 		}
@@ -204,11 +209,11 @@ func (o *Outbox) Stats(ctx context.Context) (ferrystore.Stats, error) {
 	defer rows.Close()
 	var oldest int64
 	if rows.Next() {
-		if err := rows.Scan(&st.New, &st.Sending, &st.Dead, &st.Ready, &oldest); err != nil {
+		if err := rows.Scan(&st.New, &st.Sending, &st.Dead, &st.Ready, &st.OldestPendingID, &oldest); err != nil {
 			return st, fmt.Errorf("stats: %w", err)
 		}
 	}
-	st.OldestPending = time.Duration(oldest) * time.Microsecond
+	st.OldestPending = time.Duration(max(oldest, 0)) * time.Microsecond
 	if err := rows.Err(); err != nil {
 		return st, fmt.Errorf("stats: %w", err)
 	}
@@ -336,8 +341,9 @@ func ScanClaimed(rows ferrystore.Rows) (msgs []ferrytype.Message, bad []Malforme
 // ex: the claim's transaction, or the pool right after a claim statement.
 func (o *Outbox) Bury(ctx context.Context, ex ferrystore.Executor, token string, bad []Malformed) error {
 	for _, b := range bad {
+		msg := sqlutil.Truncate(b.Reason.Error(), 2000)
 		if _, err := ex.Exec(ctx, o.markFailed, string(ferrytype.TransitionMalformed.To), later(o.d, 0),
-			sqlutil.Truncate(b.Reason.Error(), 2000), token, b.ID); err != nil {
+			msg, errclass.Of(msg), token, b.ID); err != nil {
 			return fmt.Errorf("record malformed row %s dead: %w", b.ID, err)
 		}
 	}

@@ -28,7 +28,7 @@ func TableName(configured string, maxLen int) (string, error) {
 // MigrationFS renders the outbox migration templates in src's
 // "migrations" directory for table (DefaultTable when empty, at most
 // maxLen bytes). The templates see Table, SeqTable, RelayTable,
-// PendingIndex and AggregateIndex quoted, and Name as it is.
+// PendingIndex, AggregateIndex, SettledIndex and DeadIndex quoted, and Name as it is.
 func MigrationFS(d Dialect, src fs.FS, table string, maxLen int) (fs.FS, error) {
 	table, err := TableName(table, maxLen)
 	if err != nil {
@@ -40,6 +40,8 @@ func MigrationFS(d Dialect, src fs.FS, table string, maxLen int) (fs.FS, error) 
 		"RelayTable":     d.Quote(RelayTable(table)),
 		"PendingIndex":   d.Quote(table + "_pending_idx"),
 		"AggregateIndex": d.Quote(table + "_aggregate_idx"),
+		"SettledIndex":   d.Quote(table + "_settled_idx"),
+		"DeadIndex":      d.Quote(table + "_dead_idx"),
 		"Name":           table,
 	})
 }

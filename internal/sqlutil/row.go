@@ -13,7 +13,7 @@ import (
 // MessageColumns, then the row's state. Stores select them, casting as
 // their dialect needs.
 const RowColumns = MessageColumns + ", status, lease_token, available_at, locked_until, sent_at, last_error," +
-	" discarded_at, discard_reason"
+	" discarded_at, discard_reason, error_class, revived_at"
 
 // ScanRow reads one row of RowColumns from rows, which must be positioned
 // before it; it returns ErrNotFound when there is none.
@@ -51,16 +51,16 @@ func ScanRows(rows ferrystore.Rows) ([]ferrystore.Row, error) {
 // Malformed, so that one such row never fails a listing.
 func scanRow(rows ferrystore.Rows) (ferrystore.Row, error) {
 	var (
-		r                              ferrystore.Row
-		vals                           [NumMessageColumns]any
-		times                          [4]any // available_at, locked_until, sent_at, discarded_at
-		status, token, lastErr, reason sql.NullString
+		r                                     ferrystore.Row
+		vals                                  [NumMessageColumns]any
+		times                                 [5]any // available_at, locked_until, sent_at, discarded_at, revived_at
+		status, token, lastErr, reason, class sql.NullString
 	)
-	dest := make([]any, 0, NumMessageColumns+8)
+	dest := make([]any, 0, NumMessageColumns+10)
 	for i := range vals {
 		dest = append(dest, &vals[i])
 	}
-	dest = append(dest, &status, &token, &times[0], &times[1], &times[2], &lastErr, &times[3], &reason)
+	dest = append(dest, &status, &token, &times[0], &times[1], &times[2], &lastErr, &times[3], &reason, &class, &times[4])
 	if err := rows.Scan(dest...); err != nil {
 		return r, fmt.Errorf("scan event: %w", err)
 	}
@@ -83,6 +83,6 @@ func scanRow(rows ferrystore.Rows) (ferrystore.Row, error) {
 	}
 	r.AvailableAt, r.LockedUntil, r.SentAt, r.DiscardedAt = at(times[0]), at(times[1]), at(times[2]), at(times[3])
 	r.Status, r.LeaseToken, r.LastError = ferrytype.Status(status.String), token.String, lastErr.String
-	r.DiscardReason = reason.String
+	r.DiscardReason, r.ErrorClass, r.RevivedAt = reason.String, class.String, at(times[4])
 	return r, nil
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ferrydev/ferry/internal/errclass"
 )
 
 // DeadKind is one kind of row InsertDead writes.
@@ -13,14 +15,20 @@ type DeadKind struct {
 	// Destination and Type of the event (Type "OrderPaid" when empty).
 	Destination, Type string
 	// Error is its last error; each {n} in it becomes the row's number,
-	// each {m} that number modulo 256.
+	// each {m} that number modulo 256. Its class is recorded with it, as a
+	// relay does (the class of Error with 1 for each number).
 	Error string
+	// Unclassified leaves the class out, as for a row that failed before
+	// the table had migration 0004.
+	Unclassified bool
+	// Payload is the event's JSON payload; {} when empty.
+	Payload string
 }
 
 // InsertDead writes n DEAD rows into the outbox table of st with one
 // INSERT ... SELECT, in a few seconds for 100,000 rows. Row i (0 ≤ i < n)
 // is of kinds[i % len(kinds)]; its event id is "dead-<i>", its aggregate
-// order:<i>, its payload {}, its attempts 20; it was created a day ago
+// order:<i>, its attempts 20; it was created a day ago
 // plus i/7 milliseconds, so that seven rows share each creation time and
 // their order rests on the event id.
 func InsertDead(t testing.TB, st SQLStore, n int, kinds ...DeadKind) {
@@ -102,19 +110,34 @@ func InsertDead(t testing.TB, st SQLStore, n int, kinds ...DeadKind) {
 	if n == 1 {
 		nums = "SELECT 0 AS i"
 	}
+	payload := pick(func(k DeadKind) string {
+		if k.Payload == "" {
+			return "'{}'"
+		}
+		return lit(k.Payload)
+	})
+	if d == "postgres" {
+		payload = "CAST(" + payload + " AS json)"
+	}
 	table := `"` + st.Driver.Table() + `"`
 	if d == "mysql" {
 		table = "`" + st.Driver.Table() + "`"
 	}
 	q := "INSERT INTO " + table + " (event_id, aggregate_type, aggregate_id, event_type, payload, destination, status, attempts," +
-		" last_error, created_at, available_at) SELECT " + concat(lit("dead-"), text("i")) + ", 'order', " + text("i") + ", " +
+		" last_error, error_class, created_at, available_at) SELECT " + concat(lit("dead-"), text("i")) + ", 'order', " + text("i") + ", " +
 		pick(func(k DeadKind) string {
 			if k.Type == "" {
 				return lit("OrderPaid")
 			}
 			return lit(k.Type)
-		}) + ", '{}', " + pick(func(k DeadKind) string { return lit(k.Destination) }) + ", 'DEAD', 20, " +
-		pick(func(k DeadKind) string { return template(k.Error) }) + ", " + created + ", " + created +
+		}) + ", " + payload + ", " + pick(func(k DeadKind) string { return lit(k.Destination) }) + ", 'DEAD', 20, " +
+		pick(func(k DeadKind) string { return template(k.Error) }) + ", " +
+		pick(func(k DeadKind) string {
+			if k.Unclassified {
+				return "NULL"
+			}
+			return lit(errclass.Of(strings.NewReplacer("{n}", "1", "{m}", "1").Replace(k.Error)))
+		}) + ", " + created + ", " + created +
 		" FROM (" + nums + ") nums WHERE i < " + fmt.Sprint(n)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -1,4 +1,4 @@
-package ferryadmin
+package errclass
 
 import (
 	"strings"
@@ -11,8 +11,8 @@ import (
 func TestErrorClass(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct{ in, want string }{
-		{"", NoErrorText},
-		{" \n\t\n", NoErrorText},
+		{"", NoText},
+		{" \n\t\n", NoText},
 		{`attempt 20: returned: nats: no stream matches subject "orders.paid"`,
 			`attempt <n>: returned: nats: no stream matches subject "<s>"`},
 		{"dial tcp 10.0.0.7:5672: i/o timeout after 30s", "dial tcp <n>:<n>: i/o timeout after <d>"},
@@ -31,43 +31,43 @@ func TestErrorClass(t *testing.T) {
 		{"order_42 failed 3rd time", "order_<n> failed <id> time"},
 		{"line\r\nnext", "line"},
 		{"bad \xff byte 7", "bad \uFFFD byte <n>"},
-		{"(no error text)", NoErrorText},
+		{"(no error text)", NoText},
 	} {
-		require.Equal(t, c.want, ErrorClass(c.in), "ErrorClass(%q)", c.in)
-		require.Equal(t, c.want, ErrorClass(c.want), "the class of a class is itself: %q", c.want)
+		require.Equal(t, c.want, Of(c.in), "Of(%q)", c.in)
+		require.Equal(t, c.want, Of(c.want), "the class of a class is itself: %q", c.want)
 	}
 }
 
 func TestErrorClassIsBounded(t *testing.T) {
 	t.Parallel()
 	long := "rejected: " + strings.Repeat("word ", 100) + "end"
-	got := ErrorClass(long)
-	require.LessOrEqual(t, len(got), MaxErrorClass)
+	got := Of(long)
+	require.LessOrEqual(t, len(got), MaxLen)
 	require.True(t, strings.HasSuffix(got, " word…"), got)
-	require.Equal(t, got, ErrorClass(got))
+	require.Equal(t, got, Of(got))
 
 	oneToken := strings.Repeat("abcdefghij", 30)
-	got = ErrorClass(oneToken)
-	require.LessOrEqual(t, len(got), MaxErrorClass)
-	require.Equal(t, got, ErrorClass(got))
+	got = Of(oneToken)
+	require.LessOrEqual(t, len(got), MaxLen)
+	require.Equal(t, got, Of(got))
 
 	// A single quote followed by a word does not close the one before it;
 	// cut right after it, it would: the cut is taken before it instead.
-	quoted := "x 'open " + strings.Repeat("y", MaxErrorClass-13) + " '" + strings.Repeat("z", 20)
-	got = ErrorClass(quoted)
-	require.LessOrEqual(t, len(got), MaxErrorClass)
-	require.Equal(t, got, ErrorClass(got))
+	quoted := "x 'open " + strings.Repeat("y", MaxLen-13) + " '" + strings.Repeat("z", 20)
+	got = Of(quoted)
+	require.LessOrEqual(t, len(got), MaxLen)
+	require.Equal(t, got, Of(got))
 	require.True(t, strings.HasPrefix(got, "x 'open y"), got)
 
-	same := ErrorClass("rejected: " + strings.Repeat("word ", 100) + "other end")
-	require.Equal(t, ErrorClass(long), same, "only the first MaxErrorClass bytes tell classes apart")
+	same := Of("rejected: " + strings.Repeat("word ", 100) + "other end")
+	require.Equal(t, Of(long), same, "only the first MaxLen bytes tell classes apart")
 }
 
 func TestClassWordsOccurInEveryTextOfTheClass(t *testing.T) {
 	t.Parallel()
 	in := `attempt 20: returned: nats: no stream matches subject "orders.paid"`
-	require.Equal(t, []string{"returned:", "attempt", "matches", "subject", "stream", "nats:"}, classWords(ErrorClass(in)))
-	require.Nil(t, classWords(NoErrorText), "the texts of that class are empty")
+	require.Equal(t, []string{"returned:", "attempt", "matches", "subject", "stream", "nats:"}, Words(Of(in)))
+	require.Nil(t, Words(NoText), "the texts of that class are empty")
 }
 
 // FuzzErrorClass checks that ErrorClass never panics, is bounded, is its
@@ -83,19 +83,19 @@ func FuzzErrorClass(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		c := ErrorClass(s)
-		if len(c) > MaxErrorClass {
-			t.Fatalf("ErrorClass(%q) = %q: %d bytes", s, c, len(c))
+		c := Of(s)
+		if len(c) > MaxLen {
+			t.Fatalf("Of(%q) = %q: %d bytes", s, c, len(c))
 		}
 		if !utf8.ValidString(c) || strings.ContainsAny(c, "\r\n") {
-			t.Fatalf("ErrorClass(%q) = %q: not one line of UTF-8", s, c)
+			t.Fatalf("Of(%q) = %q: not one line of UTF-8", s, c)
 		}
-		if again := ErrorClass(c); again != c {
-			t.Fatalf("ErrorClass(%q) = %q, but ErrorClass(%q) = %q", s, c, c, again)
+		if again := Of(c); again != c {
+			t.Fatalf("Of(%q) = %q, but Of(%q) = %q", s, c, c, again)
 		}
-		for _, w := range classWords(c) {
+		for _, w := range Words(c) {
 			if !strings.Contains(s, w) {
-				t.Fatalf("classWords(%q) has %q, which %q does not contain", c, w, s)
+				t.Fatalf("Words(%q) has %q, which %q does not contain", c, w, s)
 			}
 		}
 	})

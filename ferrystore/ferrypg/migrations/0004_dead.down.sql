@@ -1,0 +1,3 @@
+DROP INDEX IF EXISTS {{.DeadIndex}};
+DROP INDEX IF EXISTS {{.SettledIndex}};
+ALTER TABLE {{.Table}} DROP COLUMN IF EXISTS revived_at, DROP COLUMN IF EXISTS error_class;
