@@ -17,7 +17,7 @@ import (
 )
 
 // DefaultBulkBatch is the default of BulkOptions.Batch.
-const DefaultBulkBatch = 500
+const DefaultBulkBatch = 1000
 
 // MaxBulkIDs bounds BulkResult.IDs.
 const MaxBulkIDs = 1000
@@ -129,6 +129,15 @@ func (f *DeadFilter) selection(status ferrytype.Status) (selection, error) {
 	return sel, nil
 }
 
+// columns says what a walk reads of each row.
+type columns int
+
+const (
+	readAll   columns = iota // the whole row
+	readState                // all but the payload and headers
+	readKeys                 // the id and the creation time, where the database selects every row
+)
+
 // walkPart calls fn with the rows of p, oldest first, a page of at most
 // page rows listed at a time (fewer reach fn when p has a class), until
 // the part ends (true) or fn returns false (false). Each page starts after
@@ -136,7 +145,7 @@ func (f *DeadFilter) selection(status ferrytype.Status) (selection, error) {
 // and does not match, is never listed again. Rows without a recorded class
 // are counted first, through the DEAD index, and not walked when there are
 // none (as once every row failed after migration 0004).
-func walkPart(ctx context.Context, a ferrystore.Admin, p part, page int, noPayload bool,
+func walkPart(ctx context.Context, a ferrystore.Admin, p part, page int, cols columns,
 	fn func([]ferrystore.Row) (bool, error)) (bool, error) {
 	if p.f.Unclassified {
 		if n, err := a.Count(ctx, p.f); err != nil || n == 0 {
@@ -144,7 +153,9 @@ func walkPart(ctx context.Context, a ferrystore.Admin, p part, page int, noPaylo
 		}
 	}
 	f := p.f
-	f.Limit, f.NoPayload = page, noPayload
+	f.Limit, f.NoPayload = page, cols != readAll
+	// A walk of ids needs no row where the database selects every one.
+	f.KeysOnly = cols == readKeys && p.class == ""
 	for {
 		rows, err := a.List(ctx, f)
 		if err != nil {
@@ -188,7 +199,7 @@ func count(ctx context.Context, a ferrystore.Admin, sel selection) (int64, error
 			n += c
 			continue
 		}
-		_, err := walkPart(ctx, a, p, walkPage, true, func(rows []ferrystore.Row) (bool, error) {
+		_, err := walkPart(ctx, a, p, walkPage, readState, func(rows []ferrystore.Row) (bool, error) {
 			n += int64(len(rows))
 			return true, nil
 		})
@@ -233,7 +244,7 @@ func split(ctx context.Context, a ferrystore.Admin, sel selection) (selection, e
 
 // first returns up to limit events of sel, oldest first across its parts,
 // and whether there are more.
-func first(ctx context.Context, a ferrystore.Admin, sel selection, limit int, noPayload bool) ([]ferrystore.Row, bool, error) {
+func first(ctx context.Context, a ferrystore.Admin, sel selection, limit int, cols columns) ([]ferrystore.Row, bool, error) {
 	sel, err := split(ctx, a, sel)
 	if err != nil {
 		return nil, false, err
@@ -245,7 +256,7 @@ func first(ctx context.Context, a ferrystore.Admin, sel selection, limit int, no
 			page = ferrystore.MaxListLimit
 		}
 		var got []ferrystore.Row
-		_, err := walkPart(ctx, a, p, page, noPayload, func(r []ferrystore.Row) (bool, error) {
+		_, err := walkPart(ctx, a, p, page, cols, func(r []ferrystore.Row) (bool, error) {
 			got = append(got, r...)
 			return len(got) <= limit, nil
 		})
@@ -279,7 +290,7 @@ func list(ctx context.Context, a ferrystore.Admin, f DeadFilter, status ferrytyp
 	if err != nil {
 		return DeadList{Events: []Event{}}, err
 	}
-	rows, more, err := first(ctx, a, sel, limit, false)
+	rows, more, err := first(ctx, a, sel, limit, readAll)
 	if err != nil {
 		return DeadList{Events: []Event{}}, err
 	}
@@ -594,7 +605,7 @@ func bulk(ctx context.Context, a ferrystore.Admin, verb string, status ferrytype
 		return true, nil
 	}
 	for cur = range sel.parts {
-		more, err := walkPart(ctx, a, sel.parts[cur], o.Page, true, batches)
+		more, err := walkPart(ctx, a, sel.parts[cur], o.Page, readKeys, batches)
 		if err != nil {
 			return res, fmt.Errorf("%s after %d of %d events: %w", verb, res.Changed, res.Matched, err)
 		}
@@ -627,7 +638,7 @@ func preview(ctx context.Context, a ferrystore.Admin, sel selection, o BulkOptio
 	if o.Max > 0 {
 		want = min(want, o.Max)
 	}
-	rows, _, err := first(ctx, a, sel, want, false)
+	rows, _, err := first(ctx, a, sel, want, readAll)
 	if err != nil {
 		return res, fmt.Errorf("%s: preview: %w", res.Action, err)
 	}

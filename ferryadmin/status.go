@@ -197,7 +197,7 @@ func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (Statu
 		for _, st := range [][]ferrytype.Status{{ferrytype.StatusNew, ferrytype.StatusSending}, {ferrytype.StatusDead}} {
 			sel.parts = append(sel.parts, part{f: ferrystore.Filter{Failed: true, Statuses: st}})
 		}
-		rows, _, err := first(ctx, a, sel, o.Errors, false)
+		rows, _, err := first(ctx, a, sel, o.Errors, readAll)
 		if err != nil {
 			return StatusReport{}, err
 		}

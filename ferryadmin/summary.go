@@ -2,6 +2,7 @@ package ferryadmin
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"time"
 
@@ -127,7 +128,7 @@ func SummarizeDead(ctx context.Context, a ferrystore.Admin, f DeadFilter) (DeadS
 			k := key{c.Destination, c.ErrorClass}
 			if add(k, c.Count, c.Type, c.Oldest, c.Newest) != nil {
 				r := p.f
-				r.Destination, r.Type = c.Destination, c.Type
+				r.Destination, r.Type, r.ErrorClass = c.Destination, c.Type, c.ErrorClass
 				recorded[k] = append(recorded[k], r)
 			}
 		}
@@ -137,7 +138,7 @@ func SummarizeDead(ctx context.Context, a ferrystore.Admin, f DeadFilter) (DeadS
 	// one, any where GroupErrors counted some.
 	if p := sel.parts[len(sel.parts)-1]; p.class != "" || unrecorded {
 		p.f.Unclassified = true
-		_, err = walkPart(ctx, a, p, walkPage, true, func(rows []ferrystore.Row) (bool, error) {
+		_, err = walkPart(ctx, a, p, walkPage, readState, func(rows []ferrystore.Row) (bool, error) {
 			for i := range rows {
 				r := &rows[i]
 				g := add(key{r.Route(), ErrorClass(r.LastError)}, 1, r.Type, r.CreatedAt, r.CreatedAt)
@@ -187,7 +188,7 @@ func SummarizeDead(ctx context.Context, a ferrystore.Admin, f DeadFilter) (DeadS
 		for _, f := range recorded[key{g.Destination, g.ErrorClass}] {
 			gsel.parts = append(gsel.parts, part{f: f})
 		}
-		rows, _, err := first(ctx, a, gsel, 1, true)
+		rows, _, err := first(ctx, a, gsel, 1, readState)
 		if err != nil {
 			return sum, err
 		}
@@ -205,4 +206,44 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// ClassifyErrors records the error class of the DEAD and DISCARDED events
+// that failed before the table had migration 0004 (ferrystore.Admin.
+// SetErrorClass), so that the database groups and selects them as it does
+// the others instead of ferryadmin reading and classifying them each
+// time. It reads those events without payload, a page at a time, and
+// returns how many it classified; ferry migrate runs it after migrating,
+// and a second run finds none.
+func ClassifyErrors(ctx context.Context, a ferrystore.Admin) (int64, error) {
+	if err := needStore("ClassifyErrors", a); err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, status := range []ferrytype.Status{ferrytype.StatusDead, ferrytype.StatusDiscarded} {
+		p := part{f: ferrystore.Filter{Statuses: []ferrytype.Status{status}, Unclassified: true}}
+		_, err := walkPart(ctx, a, p, walkPage, readState, func(rows []ferrystore.Row) (bool, error) {
+			byClass := map[string][]string{}
+			for i := range rows {
+				c := ErrorClass(rows[i].LastError)
+				byClass[c] = append(byClass[c], rows[i].ID)
+			}
+			for c, ids := range byClass {
+				for len(ids) > 0 {
+					k := min(len(ids), ferrystore.MaxListLimit)
+					changed, err := a.SetErrorClass(ctx, c, ids[:k])
+					if err != nil {
+						return false, err
+					}
+					n += changed
+					ids = ids[k:]
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			return n, fmt.Errorf("classify the errors of %s events: %w", status, err)
+		}
+	}
+	return n, nil
 }

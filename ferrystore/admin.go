@@ -84,6 +84,12 @@ type Admin interface {
 	// returns how many rows it changed.
 	Restore(ctx context.Context, ids []string, note string) (int64, error)
 
+	// SetErrorClass records class as the error class of the rows among ids
+	// that recorded none (rows that failed before migration 0004), and
+	// returns how many it changed: what a person's upgrade does once, so
+	// that those rows are grouped in the database too.
+	SetErrorClass(ctx context.Context, class string, ids []string) (int64, error)
+
 	// PurgeDiscarded deletes up to limit DISCARDED rows discarded more than
 	// olderThan ago and returns how many it deleted.
 	PurgeDiscarded(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
@@ -113,7 +119,8 @@ type Admin interface {
 // MaxListLimit bounds every listing of Admin.
 const MaxListLimit = 1000
 
-// MaxStateListLimit bounds a listing of Admin.List with Filter.NoPayload,
+// MaxStateListLimit bounds a listing of Admin.List with Filter.NoPayload
+// or Filter.KeysOnly,
 // whose rows are small: a walk over a large selection reads it in fewer
 // pages.
 const MaxStateListLimit = 10000
@@ -220,6 +227,11 @@ type Filter struct {
 	// {} and Headers nil, and Malformed judges the other columns only. A
 	// walk that needs the rows' state, not their content, reads less.
 	NoPayload bool
+	// KeysOnly makes List return each row's ID and CreatedAt (its place
+	// in List's order, for the cursor) and nothing else, read from the
+	// index the statement walks where it holds them: a walk that needs the
+	// ids only reads no row. It implies NoPayload's bound.
+	KeysOnly bool
 	// Limit is the most rows returned by List, 1 to MaxListLimit (to
 	// MaxStateListLimit with NoPayload). Required by List; Count ignores
 	// it.
@@ -239,7 +251,7 @@ func ListCursorOf(r Row) ListCursor { return ListCursor{CreatedAt: r.CreatedAt, 
 // Validate checks f for List, naming the offending field.
 func (f Filter) Validate() error {
 	most := MaxListLimit
-	if f.NoPayload {
+	if f.NoPayload || f.KeysOnly {
 		most = MaxStateListLimit
 	}
 	if f.Limit < 1 || f.Limit > most {

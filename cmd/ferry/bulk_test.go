@@ -92,15 +92,16 @@ func TestDeadRetryAllActsOnEveryEvent(t *testing.T) {
 
 			code, out, errOut := b.cli(t, "dead", "retry", "--all", "--dry-run")
 			require.Equal(t, exitOK, code, errOut)
-			require.Contains(t, out, fmt.Sprintf("would retry %d of %d matching DEAD events (dry run: nothing changed); the first 500:", n, n))
+			require.Contains(t, out, fmt.Sprintf("would retry %d of %d matching DEAD events (dry run: nothing changed); the first %d:", n, n,
+				ferryadmin.DefaultBulkBatch))
 			require.Equal(t, n, b.count(t, ferrytype.StatusDead))
 
 			code, out, errOut = b.cli(t, "dead", "retry", "--all", "--dry-run", "--json")
 			require.Equal(t, exitOK, code, errOut)
 			res := decodeBulk(t, out)
 			require.Equal(t, [2]int64{n, n}, [2]int64{res.Matched, res.Changed})
-			require.Len(t, res.Preview, 500)
-			require.Len(t, res.IDs, 500)
+			require.Len(t, res.Preview, ferryadmin.DefaultBulkBatch)
+			require.Len(t, res.IDs, ferryadmin.DefaultBulkBatch)
 
 			code, out, errOut = b.cli(t, "dead", "summary", "--json")
 			require.Equal(t, exitOK, code, errOut)
@@ -124,9 +125,9 @@ func TestDeadRetryAllActsOnEveryEvent(t *testing.T) {
 				"--reason", "over quota, INC-7", "--progress-interval", "1ns")
 			require.Equal(t, exitOK, code, errOut)
 			require.Contains(t, out, fmt.Sprintf("discarded %d of %d matching DEAD events in %d batches: over quota, INC-7 (by ",
-				capped, quota, (capped+499)/500))
+				capped, quota, (capped+ferryadmin.DefaultBulkBatch-1)/ferryadmin.DefaultBulkBatch))
 			require.Contains(t, out, fmt.Sprintf("; stopped at --max %d: %d still match (run again to go on)", capped, quota-capped))
-			require.Contains(t, errOut, fmt.Sprintf("ferry: discard: %d of %d DEAD events", min(500, capped), quota), "progress per batch")
+			require.Contains(t, errOut, fmt.Sprintf("ferry: discard: %d of %d DEAD events", min(ferryadmin.DefaultBulkBatch, capped), quota), "progress per batch")
 			require.Equal(t, capped, b.count(t, ferrytype.StatusDiscarded))
 
 			// One group, by its selectors.
@@ -141,7 +142,7 @@ func TestDeadRetryAllActsOnEveryEvent(t *testing.T) {
 
 			// Everything else.
 			left := n - timeout.Count - capped
-			batches := (left + 499) / 500
+			batches := (left + ferryadmin.DefaultBulkBatch - 1) / ferryadmin.DefaultBulkBatch
 			code, out, errOut = b.cli(t, "dead", "retry", "--all", "--progress-interval", "1ns")
 			require.Equal(t, exitOK, code, errOut)
 			require.Contains(t, out, fmt.Sprintf("retried %d of %d matching DEAD events in %d batches: NEW again", left, left, batches))
@@ -185,18 +186,18 @@ func TestDeadRestoreByID(t *testing.T) {
 	var list ferryadmin.DeadList
 	require.NoError(t, json.Unmarshal([]byte(out), &list))
 	require.Len(t, list.Events, 1)
-	require.Equal(t, "dead-2", list.Events[0].ID)
+	require.Equal(t, "dead-000002", list.Events[0].ID)
 
-	code, out, errOut = b.cli(t, "dead", "restore", "dead-0", "dead-2")
+	code, out, errOut = b.cli(t, "dead", "restore", "dead-000000", "dead-000002")
 	require.Equal(t, exitOK, code, errOut)
 	require.Contains(t, out, "restored 2 of 2 matching DISCARDED events in 1 batches: DEAD again, for you to retry or discard; restored by ")
-	require.Equal(t, ferrytype.StatusDead, b.status(t, "dead-0"))
-	require.Equal(t, ferrytype.StatusDiscarded, b.status(t, "dead-1"))
-	code, out, errOut = b.cli(t, "dead", "show", "dead-0")
+	require.Equal(t, ferrytype.StatusDead, b.status(t, "dead-000000"))
+	require.Equal(t, ferrytype.StatusDiscarded, b.status(t, "dead-000001"))
+	code, out, errOut = b.cli(t, "dead", "show", "dead-000000")
 	require.Equal(t, exitOK, code, errOut)
 	require.Regexp(t, `discard record: +test \(by \S+ at \S+\); restored by \S+ at \S+ \(discarded, then restored\)`, out)
 
-	code, _, errOut = b.cli(t, "dead", "restore", "dead-0")
+	code, _, errOut = b.cli(t, "dead", "restore", "dead-000000")
 	require.Equal(t, exitNoMatch, code, "not DISCARDED any more")
 	require.Contains(t, errOut, "no DISCARDED event matched")
 	code, _, errOut = b.cli(t, "dead", "restore")
@@ -212,9 +213,10 @@ func TestDeadRestoreByID(t *testing.T) {
 func TestDeadRetryThatFailsSaysWhatItDid(t *testing.T) {
 	t.Parallel()
 	b := setupOps(t, "postgres")
-	testsvc.InsertDead(t, b.st, 2000, cliMix...)
+	testsvc.InsertDead(t, b.st, 3*ferryadmin.DefaultBulkBatch, cliMix...)
 	for i, jsonOut := range []bool{false, true} {
-		matched := int64(2000 - 500*i) // the first run retried a batch
+		const batch = ferryadmin.DefaultBulkBatch
+		matched := int64(3*batch - batch*i) // the first run retried a batch
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		var out bytes.Buffer
@@ -228,14 +230,15 @@ func TestDeadRetryThatFailsSaysWhatItDid(t *testing.T) {
 		require.Contains(t, errOut.String(), "context canceled")
 		if jsonOut {
 			res := decodeBulk(t, out.String())
-			require.Equal(t, [2]int64{matched, 500}, [2]int64{res.Matched, res.Changed}, "one batch, then the error")
+			require.Equal(t, [2]int64{matched, batch}, [2]int64{res.Matched, res.Changed}, "one batch, then the error")
 			require.False(t, res.Complete)
 			require.Contains(t, res.Error, "context canceled")
 		} else {
-			require.Contains(t, out.String(), fmt.Sprintf("retry stopped by an error: retried 500 of %d matching DEAD events in 1 batches", matched))
+			require.Contains(t, out.String(), fmt.Sprintf("retry stopped by an error: retried %d of %d matching DEAD events in 1 batches",
+				batch, matched))
 		}
 	}
-	require.Equal(t, int64(1000), b.count(t, ferrytype.StatusNew), "two runs, one batch each")
+	require.Equal(t, int64(2*ferryadmin.DefaultBulkBatch), b.count(t, ferrytype.StatusNew), "two runs, one batch each")
 }
 
 // cancelOn is a writer that calls cancel once what it was written holds

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/internal/open"
 )
@@ -105,6 +106,17 @@ With --inbox it migrates a consumer's inbox tables instead (--marker-table,
 					if len(ran) > 0 {
 						fmt.Fprintf(cmd.OutOrStdout(), "applied %s\n", strings.Join(ran, ", "))
 					}
+				}
+			}
+			// Events that died before migration 0004 recorded no error
+			// class: record it once, so that the database groups them.
+			if a, ok := store.(ferrystore.Admin); ok && !inbox {
+				n, err := ferryadmin.ClassifyErrors(ctx, a)
+				if err != nil {
+					return err
+				}
+				if n > 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "recorded the error class of %d DEAD and DISCARDED events that failed before 0004_dead\n", n)
 				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s up to date (%s)\n", what, store.Dialect())

@@ -115,6 +115,18 @@ func exerciseAdmin[TTx any](t *testing.T, h Harness[TTx]) {
 		require.Equal(t, 1, r.Attempt)
 		require.Equal(t, "orders.paid", r.Destination)
 		require.JSONEq(t, `{}`, string(r.Payload))
+
+		// Keys only: the ids and the cursor, in the same order and pages.
+		keys, err := a.List(b.ctx, ferrystore.Filter{Statuses: []ferrytype.Status{ferrytype.StatusDead}, KeysOnly: true,
+			Limit: ferrystore.MaxStateListLimit})
+		require.NoError(t, err)
+		require.Equal(t, dead, idsOfRows(keys))
+		require.WithinDuration(t, r.CreatedAt, keys[0].CreatedAt, time.Millisecond)
+		require.Empty(t, keys[0].Status, "nothing but the keys")
+		keys, err = a.List(b.ctx, ferrystore.Filter{Statuses: []ferrytype.Status{ferrytype.StatusDead}, KeysOnly: true,
+			Limit: 2, After: ferrystore.ListCursorOf(keys[0])})
+		require.NoError(t, err)
+		require.Equal(t, dead[1:], idsOfRows(keys))
 	})
 
 	t.Run("ListIsBounded", func(t *testing.T) {
@@ -329,6 +341,14 @@ func exerciseAdmin[TTx any](t *testing.T, h Harness[TTx]) {
 		require.Len(t, groups, 1)
 		require.Equal(t, "", groups[0].ErrorClass, "counted without a class")
 		require.Equal(t, int64(1), groups[0].Count)
+		// Recording it touches only the rows that have none.
+		n, err = a.SetErrorClass(b.ctx, "a class", dead[2:])
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
+		require.Equal(t, "a class", b.get(t, dead[3]).ErrorClass)
+		require.Equal(t, class, b.get(t, dead[2]).ErrorClass, "a recorded class stays")
+		_, err = a.SetErrorClass(b.ctx, "", dead)
+		require.ErrorIs(t, err, ferrytype.ErrInvalidConfig)
 	})
 
 	t.Run("DeadMigrationRevertsAndUpgradesATableWithEvents", func(t *testing.T) {

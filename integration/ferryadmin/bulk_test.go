@@ -127,7 +127,7 @@ func TestBulkActsOnEverythingThatMatches(t *testing.T) {
 			require.Equal(t, int64(n), res.Changed, "a dry run reports the true total")
 			require.True(t, res.Complete)
 			require.Len(t, res.Preview, min(n, ferryadmin.DefaultBulkBatch), "the first batch")
-			require.Equal(t, "dead-0", res.Preview[0].ID)
+			require.Equal(t, "dead-000000", res.Preview[0].ID)
 			require.Equal(t, int64(n), statusCount(t, b, ferrytype.StatusDead), "a dry run changes nothing")
 
 			done = step("summary")
@@ -150,9 +150,9 @@ func TestBulkActsOnEverythingThatMatches(t *testing.T) {
 				{"orders.shipped", classQuota, per(14, 18)},
 				{"OrderRefunded", classNoStream, per(19, 20)},
 				{"orders.shipped", classLookAlike, per(18, 19)},
-			}, got, "largest first; a tie goes to the oldest, then by destination (dead-18 and dead-19 share a time)")
+			}, got, "largest first; a tie goes to the oldest, then by destination (dead-000018 and dead-000019 share a time)")
 			require.Equal(t, []string{"OrderRefunded"}, sum.Groups[3].Types)
-			require.Equal(t, "dead-0", sum.Groups[0].SampleID, "the oldest")
+			require.Equal(t, "dead-000000", sum.Groups[0].SampleID, "the oldest")
 			require.Equal(t, `attempt 20: returned: nats: no stream matches subject "orders.paid.0"`, sum.Groups[0].SampleError)
 			require.True(t, sum.Groups[0].Oldest.Before(sum.Groups[0].Newest))
 
@@ -258,7 +258,7 @@ func TestBulkRunSurvivesConcurrentChanges(t *testing.T) {
 				newDead  []string
 				calls    int
 			)
-			res, err := ferryadmin.RetryDead(b.ctx, b.admin, ferryadmin.BulkOptions{All: true, Page: 1000, // 1,200 rows span two pages
+			res, err := ferryadmin.RetryDead(b.ctx, b.admin, ferryadmin.BulkOptions{All: true, Page: 1000, Batch: 500, // 1,200 rows span two pages
 				Progress: func(r ferryadmin.BulkResult) {
 					calls++
 					if calls != 1 {
@@ -324,7 +324,7 @@ func TestSummarizeDeadIsBounded(t *testing.T) {
 	require.Len(t, sum.Groups, ferryadmin.MaxDeadGroups)
 	require.Equal(t, int64(2*len(kinds)+1), sum.Total)
 	require.Equal(t, ferryadmin.DeadGroup{Destination: "d000", ErrorClass: "attempt <n>: rejected <n>", Count: 3,
-		Types: []string{"OrderPaid"}, Oldest: sum.Groups[0].Oldest, Newest: sum.Groups[0].Newest, SampleID: "dead-0",
+		Types: []string{"OrderPaid"}, Oldest: sum.Groups[0].Oldest, Newest: sum.Groups[0].Newest, SampleID: "dead-000000",
 		SampleError: "attempt 20: rejected 0"}, sum.Groups[0], "the largest")
 
 	sum, err = ferryadmin.SummarizeDead(b.ctx, b.admin, ferryadmin.DeadFilter{Destination: "d007"})
@@ -448,6 +448,52 @@ func TestRestoreDiscarded(t *testing.T) {
 			require.NoError(t, err)
 			require.Zero(t, res.Matched, "neither is DISCARDED now")
 			require.Zero(t, res.Changed)
+		})
+	}
+}
+
+// Events that died before migration 0004 recorded no error class:
+// ClassifyErrors records it once, the groups stay the same, and a second
+// run finds none.
+func TestClassifyErrorsOfEventsThatDiedBeforeTheMigration(t *testing.T) {
+	t.Parallel()
+	for _, kind := range testsvc.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, kind)
+			kinds := make([]testsvc.DeadKind, len(deadMix))
+			for i, k := range deadMix {
+				k.Unclassified = true
+				kinds[i] = k
+			}
+			const n = 2*ferrystore.MaxStateListLimit/10 + 7
+			testsvc.InsertDead(t, b.st, n, kinds...)
+			res, err := ferryadmin.DiscardDead(b.ctx, b.admin, ferryadmin.BulkOptions{Filter: ferryadmin.DeadFilter{
+				Destination: "orders.shipped", ErrorClass: classLookAlike}}, "test", "ops@test")
+			require.NoError(t, err)
+			require.Positive(t, res.Changed, "selected by class without a recorded one")
+			before, err := ferryadmin.SummarizeDead(b.ctx, b.admin, ferryadmin.DeadFilter{})
+			require.NoError(t, err)
+
+			classified, err := ferryadmin.ClassifyErrors(b.ctx, b.admin)
+			require.NoError(t, err)
+			require.Equal(t, int64(n), classified, "DEAD and DISCARDED")
+			for _, st := range []ferrytype.Status{ferrytype.StatusDead, ferrytype.StatusDiscarded} {
+				left, err := b.admin.Count(b.ctx, ferrystore.Filter{Statuses: []ferrytype.Status{st}, Unclassified: true})
+				require.NoError(t, err)
+				require.Zero(t, left, st)
+				rows, err := b.admin.List(b.ctx, ferrystore.Filter{Statuses: []ferrytype.Status{st}, Limit: 1000, NoPayload: true})
+				require.NoError(t, err)
+				for _, r := range rows {
+					require.Equal(t, ferryadmin.ErrorClass(r.LastError), r.ErrorClass)
+				}
+			}
+			after, err := ferryadmin.SummarizeDead(b.ctx, b.admin, ferryadmin.DeadFilter{})
+			require.NoError(t, err)
+			require.Equal(t, before, after, "the same groups, now counted by the database")
+			again, err := ferryadmin.ClassifyErrors(b.ctx, b.admin)
+			require.NoError(t, err)
+			require.Zero(t, again)
 		})
 	}
 }

@@ -2,6 +2,9 @@ package ferryconsole_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -42,6 +45,9 @@ var browser struct {
 	cancel  func()
 	dataDir string
 	err     error
+	// tls is the certificate the browser trusts, and no other: its key's
+	// hash is pinned at start (--ignore-certificate-errors-spki-list).
+	tls tls.Certificate
 }
 
 func TestMain(m *testing.M) {
@@ -55,7 +61,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func startBrowser() {
+func startBrowser(t *testing.T) {
+	browser.tls = testsvc.NewCerts(t).Server
+	leaf, err := x509.ParseCertificate(browser.tls.Certificate[0])
+	require.NoError(t, err)
+	spki := sha256.Sum256(leaf.RawSubjectPublicKeyInfo)
 	if _, err := os.Stat(chromiumPath); err != nil {
 		browser.err = fmt.Errorf("%s is missing (apt-get install chromium, or scripts/services.sh): %w", chromiumPath, err)
 		return
@@ -83,6 +93,7 @@ func startBrowser() {
 		chromedp.Flag("disable-extensions", true),
 		chromedp.Flag("disable-default-apps", true),
 		chromedp.Flag("password-store", "basic"),
+		chromedp.Flag("ignore-certificate-errors-spki-list", base64.StdEncoding.EncodeToString(spki[:])),
 		chromedp.UserDataDir(dir),
 		chromedp.WindowSize(1280, 800),
 	)
@@ -102,7 +113,7 @@ func startBrowser() {
 // carries basic credentials.
 func tab(t *testing.T, user, password string) context.Context {
 	t.Helper()
-	browser.once.Do(startBrowser)
+	browser.once.Do(func() { startBrowser(t) })
 	if browser.err != nil {
 		msg := "browser tests need Chromium: " + browser.err.Error()
 		if testsvc.Required() {
@@ -449,6 +460,26 @@ func testBrowser(t *testing.T, kind string) {
 		require.Contains(t, r.DiscardReason, "test order, INC-7 (by "+testUser+" at ", "the discard's record stays")
 		require.Contains(t, r.DiscardReason, "restored by "+testUser+" at ")
 		require.NotEmpty(t, b.logs.Lines("console action", "action=restore", "changed=1"))
+	})
+
+	t.Run("ServedOverHTTPS", func(t *testing.T) {
+		ctx := tab(t, testUser, testPassword) // starts the browser, which makes browser.tls
+		tlsSrv := httptest.NewUnstartedServer(http.StripPrefix("/console", h))
+		tlsSrv.TLS = &tls.Config{Certificates: []tls.Certificate{browser.tls}, MinVersion: tls.VersionTLS12}
+		tlsSrv.StartTLS()
+		defer tlsSrv.Close()
+		secure := tlsSrv.URL + "/console/"
+		require.True(t, strings.HasPrefix(secure, "https://"))
+		require.EqualValues(t, 200, open(t, ctx, secure))
+		require.Equal(t, "https:", js[string](t, ctx, "location.protocol"))
+		// An action, and the redirect to its result, stay on HTTPS.
+		require.EqualValues(t, 200, open(t, ctx, secure+"outbox/orders/event?id="+url.QueryEscape(paid[2])))
+		require.EqualValues(t, 200, submit(t, ctx, "#retry-one"))
+		require.Contains(t, text(t, ctx, "#result"), "1 of 1 selected events changed: back to NEW")
+		require.Equal(t, "https:", js[string](t, ctx, "location.protocol"))
+		require.Contains(t, js[string](t, ctx, "location.pathname + location.search"), "/result?id=")
+		require.Equal(t, ferrytype.StatusNew, b.row(t, b.admin, paid[2]).Status)
+		require.NotEmpty(t, b.logs.Lines("console action", "operator="+testUser, "action=retry", "changed=1"))
 	})
 
 	t.Run("PostWithoutTokenIsRefused", func(t *testing.T) {

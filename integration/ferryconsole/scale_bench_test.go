@@ -127,7 +127,7 @@ func benchDeadAtScale(b *testing.B, kind string, n int) {
 	}
 	b.Run("overview", page("", strconv.Itoa(n)))
 	b.Run("groups", page("outbox/orders/groups", strconv.FormatInt(size, 10)))
-	b.Run("dead", page("outbox/orders/dead", "dead-0"))
+	b.Run("dead", page("outbox/orders/dead", "dead-000000"))
 	act := func(name string, run func() (ferryadmin.BulkResult, error), reset string) {
 		b.Run(name, func(b *testing.B) {
 			for b.Loop() {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/errclass"
 	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
@@ -238,7 +239,10 @@ func (o *Outbox) List(ctx context.Context, f ferrystore.Filter) ([]ferrystore.Ro
 	}
 	where, args := o.where(f)
 	cols := o.cols
-	if f.NoPayload {
+	switch {
+	case f.KeysOnly:
+		cols = "event_id, created_at"
+	case f.NoPayload:
 		cols = o.stateCols
 	}
 	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT "+cols+" FROM "+o.t+" WHERE "+where+
@@ -246,7 +250,31 @@ func (o *Outbox) List(ctx context.Context, f ferrystore.Filter) ([]ferrystore.Ro
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
 	}
+	if f.KeysOnly {
+		return scanKeys(rows)
+	}
 	return sqlutil.ScanRows(rows)
+}
+
+// scanKeys reads rows of event_id and created_at.
+func scanKeys(rows ferrystore.Rows) ([]ferrystore.Row, error) {
+	defer rows.Close()
+	var out []ferrystore.Row
+	for rows.Next() {
+		var (
+			r  ferrystore.Row
+			at sqlutil.NullTime
+		)
+		if err := rows.Scan(&r.ID, &at); err != nil {
+			return nil, fmt.Errorf("list events: %w", err)
+		}
+		r.CreatedAt = at.Time
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	return out, nil
 }
 
 // Count counts the rows matching f through the pending index.
@@ -308,6 +336,14 @@ func (o *Outbox) Restore(ctx context.Context, ids []string, note string) (int64,
 		", discard_reason = CASE WHEN discard_reason IS NULL OR discard_reason = '' THEN ? ELSE "+
 		o.d.Concat("discard_reason", "'; '", "?")+" END WHERE status = "+lit(t.From)+" AND ", ids,
 		sqlutil.Truncate(note, 2000), sqlutil.Truncate(note, 2000))
+}
+
+// SetErrorClass records class on the rows among ids without one.
+func (o *Outbox) SetErrorClass(ctx context.Context, class string, ids []string) (int64, error) {
+	if class == "" || len(class) > errclass.MaxLen {
+		return 0, fmt.Errorf("%w: error class of %d bytes, 1 to %d are allowed", ferrytype.ErrInvalidConfig, len(class), errclass.MaxLen)
+	}
+	return o.byID(ctx, "set error class", o.d.Update()+o.t+" SET error_class = ? WHERE error_class IS NULL AND ", ids, class)
 }
 
 // byID runs update (ending in "AND ") on the rows among ids, by the

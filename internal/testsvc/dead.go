@@ -27,7 +27,9 @@ type DeadKind struct {
 
 // InsertDead writes n DEAD rows into the outbox table of st with one
 // INSERT ... SELECT, in a few seconds for 100,000 rows. Row i (0 ≤ i < n)
-// is of kinds[i % len(kinds)]; its event id is "dead-<i>", its aggregate
+// is of kinds[i % len(kinds)]; its event id is "dead-<i>", i in six digits
+// (dead-000042), so that the ids sort as the rows were created, as
+// ferry's own (UUIDv7) do; its aggregate
 // order:<i>, its attempts 20; it was created a day ago
 // plus i/7 milliseconds, so that seven rows share each creation time and
 // their order rests on the event id.
@@ -110,6 +112,10 @@ func InsertDead(t testing.TB, st SQLStore, n int, kinds ...DeadKind) {
 	if n == 1 {
 		nums = "SELECT 0 AS i"
 	}
+	padded := "LPAD(" + text("i") + ", 6, '0')"
+	if d == "sqlite" {
+		padded = "printf('%06d', i)"
+	}
 	payload := pick(func(k DeadKind) string {
 		if k.Payload == "" {
 			return "'{}'"
@@ -124,7 +130,7 @@ func InsertDead(t testing.TB, st SQLStore, n int, kinds ...DeadKind) {
 		table = "`" + st.Driver.Table() + "`"
 	}
 	q := "INSERT INTO " + table + " (event_id, aggregate_type, aggregate_id, event_type, payload, destination, status, attempts," +
-		" last_error, error_class, created_at, available_at) SELECT " + concat(lit("dead-"), text("i")) + ", 'order', " + text("i") + ", " +
+		" last_error, error_class, created_at, available_at) SELECT " + concat(lit("dead-"), padded) + ", 'order', " + text("i") + ", " +
 		pick(func(k DeadKind) string {
 			if k.Type == "" {
 				return lit("OrderPaid")
