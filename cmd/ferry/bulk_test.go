@@ -292,3 +292,27 @@ func TestDrainPrintsProgress(t *testing.T) {
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	_ = cmd.Wait() // an interrupted drain exits 3: not what this test is about
 }
+
+// ferry migrate records the error class of the events that died before
+// migration 0004, once.
+func TestMigrateClassifiesEventsThatDiedBeforeTheMigration(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"mysql", "postgres", "sqlite"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			b := setupOps(t, kind)
+			kinds := make([]testsvc.DeadKind, len(cliMix))
+			for i, k := range cliMix {
+				k.Unclassified = true
+				kinds[i] = k
+			}
+			testsvc.InsertDead(t, b.st, 30, kinds...)
+			code, out, errOut := b.cli(t, "migrate")
+			require.Equal(t, exitOK, code, errOut)
+			require.Contains(t, out, "recorded the error class of 30 DEAD and DISCARDED events that failed before 0004_dead\n")
+			code, out, errOut = b.cli(t, "migrate")
+			require.Equal(t, exitOK, code, errOut)
+			require.NotContains(t, out, "recorded the error class", "once")
+		})
+	}
+}
