@@ -27,6 +27,11 @@ const (
 	// before it deletes its heartbeat row. An error leaves the row, as a
 	// relay that was killed does: it stops beating and ages.
 	FaultBeforeForget = "relay.before-forget"
+	// FaultMidSweep is reached in the maintenance leader's sweep, after
+	// it read expired leases and before it returns them. A crash there
+	// leaves them expired: the next leader, elected once the dead one's
+	// heartbeat is stale, returns them.
+	FaultMidSweep = "relay.mid-sweep"
 )
 
 // FaultInboxBeforeCommit is reached inside an operation's transaction,

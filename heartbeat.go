@@ -11,9 +11,10 @@ import (
 )
 
 // heartbeat records the relay in the heartbeat table as it starts, then
-// every Heartbeat until Stop, and deletes the rows of relays that stopped
-// beating ForgetAfter ago, at the first beat and then every ForgetAfter (at
-// most hourly).
+// every Heartbeat until Stop; after each beat it reads the table to learn
+// whether it leads maintenance, and while it leads it deletes the rows of
+// relays that stopped beating ForgetAfter ago, at once and then every
+// ForgetAfter (at most hourly).
 func (r *Relay) heartbeat() {
 	pruneEvery := min(r.cfg.ForgetAfter, time.Hour)
 	var (
@@ -27,7 +28,8 @@ func (r *Relay) heartbeat() {
 		sent := r.c.confirmed.Load()
 		err := r.beat(sent, window.add(time.Now(), sent))
 		failing.note(r, err)
-		if err == nil && time.Since(lastPrune) >= pruneEvery {
+		r.elect(err)
+		if err == nil && r.leading.Load() && time.Since(lastPrune) >= pruneEvery {
 			lastPrune = time.Now()
 			r.prune()
 		}
@@ -36,6 +38,36 @@ func (r *Relay) heartbeat() {
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// elect decides, after a beat that returned beatErr, whether the relay
+// leads maintenance: by the rule of ferrystore.MaintenanceLeader on the
+// heartbeat rows, the relays alive being those that beat within three of
+// this relay's Heartbeats. It leads when its beat or the read failed, or
+// when no row is alive. A change is logged.
+func (r *Relay) elect(beatErr error) {
+	lead := true
+	if beatErr == nil {
+		ctx, cancel := context.WithTimeout(r.workCtx, max(r.cfg.Heartbeat, time.Second))
+		beats, err := r.registry.Relays(ctx)
+		cancel()
+		if err == nil {
+			id := ferrystore.MaintenanceLeader(beats, time.Now(), 3*r.cfg.Heartbeat)
+			lead = id == "" || id == r.cfg.ID
+		}
+	}
+	if r.leading.Swap(lead) == lead {
+		return
+	}
+	switch {
+	case lead && r.cfg.SweepInterval < 0:
+		r.log.Warn("this relay leads the table's maintenance but its sweeper is off (SweepInterval negative):"+
+			" expired leases wait until a relay that sweeps leads", "relay_id", r.cfg.ID)
+	case lead:
+		r.log.Info("leading the table's maintenance: sweeping expired leases, pruning relays gone", "relay_id", r.cfg.ID)
+	default:
+		r.log.Info("another relay leads the table's maintenance", "relay_id", r.cfg.ID)
 	}
 }
 

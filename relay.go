@@ -304,6 +304,10 @@ type Relay struct {
 	registry ferrystore.RelayRegistry
 	host     string
 	inFlight atomic.Int64 // events claimed and not yet settled
+	// leading is true while this relay leads the table's maintenance
+	// (see Leading): always without a heartbeat table, else as the rows
+	// read after each beat say.
+	leading atomic.Bool
 }
 
 // describeArg names an argument's type for an error, saying when it is a
@@ -347,9 +351,27 @@ func NewRelay(store ferrystore.Store, pub ferrybroker.Publisher, cfg *RelayConfi
 	}
 	if reg, ok := store.(ferrystore.RelayRegistry); ok && c.Heartbeat > 0 {
 		r.registry = reg
+	} else {
+		r.leading.Store(true)
 	}
 	return r, nil
 }
+
+// Leading reports whether the relay leads its table's maintenance now: the
+// sweep of expired leases and the pruning of heartbeat rows of relays
+// gone. Of the relays of a table that record heartbeats, one leads — the
+// oldest alive, by the heartbeat table (ferrystore.MaintenanceLeader, read
+// after each beat) — so N relays sweep as often as one does; when the
+// leader stops, or stops beating for three Heartbeats, the next oldest
+// takes over at its next beat. A relay that records no heartbeat
+// (Heartbeat negative, or a store without a heartbeat table) always leads,
+// and so does a relay whose beat or reading of the table failed:
+// maintenance is safe to run twice, and not running it is not. Retention
+// is not elected: every relay with a Retention purges.
+//
+// A --drain run's progress line counts the table only in the leading
+// relay.
+func (r *Relay) Leading() bool { return r.leading.Load() }
 
 // ID returns the relay's id in the heartbeat table (RelayConfig.ID).
 func (r *Relay) ID() string { return r.cfg.ID }
@@ -410,9 +432,13 @@ func (r *Relay) Start(ctx context.Context) error {
 		r.bg(func() { r.listen(l) })
 	}
 	if r.cfg.SweepInterval > 0 {
-		r.bg(func() { r.every(r.cfg.SweepInterval, r.sweep) })
+		r.bg(func() { r.every(r.cfg.SweepInterval, r.ifLeading(r.sweep)) })
 	}
 	if r.cfg.Retention > 0 {
+		// Every relay with a retention purges, leader or not: retention
+		// is set per relay, and electing it would let the leader's
+		// setting turn it off for all; a purge that finds nothing is one
+		// index read a minute.
 		r.bg(func() { r.every(r.cfg.PurgeInterval, r.purge) })
 	}
 	if r.registry != nil {
@@ -497,9 +523,10 @@ var ErrDrainIncomplete = errors.New("ferry: drain incomplete: events still pendi
 // event of their aggregate, which cannot progress: bound the wait with ctx.
 // When ctx ends first, Drain stops the relay and returns an error wrapping
 // ErrDrainIncomplete with what is left. It looks whether anything is left
-// every 100ms with Store.Pending, which reads one index entry, and counts
-// the table with Store.Stats once, at the end. It is meant for scripts,
-// cron jobs and tests; a daemon uses Run.
+// with Store.Pending, which reads one index entry, every 100ms in which
+// the relay claimed nothing, and counts the table with Store.Stats once,
+// at the end. It is meant for scripts, cron jobs and tests; a daemon uses
+// Run.
 func (r *Relay) Drain(ctx context.Context) (DrainResult, error) {
 	if err := r.Start(ctx); err != nil {
 		return DrainResult{}, err
@@ -510,13 +537,21 @@ func (r *Relay) Drain(ctx context.Context) (DrainResult, error) {
 		res DrainResult
 		err error
 	)
+	claimed := r.c.claimed.Load()
 	for done := false; !done; {
 		select {
 		case <-ctx.Done():
 			done = true
 		case <-tick.C:
-			// Pending reads one index entry; Stats would count every
-			// pending row, ten times a second, while the lanes claim them.
+			// While this relay claims events the table is not drained: it
+			// asks only once a tick passed without a claim. Pending reads
+			// one index entry (after stepping over the entries of events
+			// just claimed, which PostgreSQL keeps until vacuum); Stats
+			// would count every pending row.
+			if c := r.c.claimed.Load(); c != claimed {
+				claimed = c
+				continue
+			}
 			pending, perr := r.store.Pending(ctx)
 			if perr != nil {
 				r.log.Warn("drain: pending check failed", "error", perr)
@@ -649,6 +684,15 @@ func (r *Relay) sleep(d time.Duration) bool {
 		return false
 	case <-t.C:
 		return true
+	}
+}
+
+// ifLeading returns fn run only while the relay leads maintenance.
+func (r *Relay) ifLeading(fn func()) func() {
+	return func() {
+		if r.leading.Load() {
+			fn()
+		}
 	}
 }
 
@@ -975,6 +1019,10 @@ func (r *Relay) sweep() {
 			return
 		}
 		if len(leases) == 0 {
+			return
+		}
+		if err := r.fault(ctx, FaultMidSweep); err != nil {
+			r.log.Warn("fault mid-sweep: expired leases left", "error", err)
 			return
 		}
 		fails := make([]ferrystore.Failure, len(leases))

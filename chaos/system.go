@@ -180,7 +180,7 @@ func newSystem(ctx context.Context, o Options, network bool) (_ *system, err err
 	}
 	for i := 0; i < 2; i++ {
 		args := append([]string{"relay", "--database-url", s.ordersURL, "--broker-url", s.broker.url(),
-			"--poll-interval", "50ms", "--lease", relayLease.String(), "--publish-timeout", "2s", "--sweep-interval", "500ms",
+			"--poll-interval", "50ms", "--lease", relayLease.String(), "--publish-timeout", "2s", "--sweep-interval", "500ms", "--heartbeat", "500ms",
 			"--retry-initial", "50ms", "--retry-max", "1s", "--max-attempts", "1000", "--lose-confirm-pct", "3",
 			"--stats-interval", "200ms"}, s.broker.relayArgs()...)
 		s.procs = append(s.procs, &shop.Proc{Name: fmt.Sprintf("relay-%d", i+1), Args: args})

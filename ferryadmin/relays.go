@@ -19,7 +19,7 @@ const DefaultRelayStaleAfter = 3 * ferry.DefaultHeartbeat
 // judged alive or not. Its JSON form is stable: the fields of
 // ferrystore.RelayBeat (id, host, pid, version, started_at, last_seen,
 // lanes, ordered, in_flight, broker_connected, broker, broker_error), then
-// alive and age_seconds.
+// alive, leader and age_seconds.
 type RelayInfo struct {
 	ferrystore.RelayBeat
 	// Alive is true when the relay beat less than staleAfter ago, by the
@@ -27,6 +27,11 @@ type RelayInfo struct {
 	// is not alive is a relay that was killed, hangs, or lost the
 	// database.
 	Alive bool `json:"alive"`
+	// Leader is true for the relay that leads the table's maintenance
+	// (sweep, retention, pruning), by the rule the relays follow
+	// (ferrystore.MaintenanceLeader) with staleAfter as the relays'
+	// window: the oldest relay alive.
+	Leader bool `json:"leader"`
 	// Age is how long ago the relay last beat, by the database clock.
 	Age time.Duration `json:"-"`
 	// AgeSeconds is Age in seconds, for JSON.
@@ -63,10 +68,12 @@ func Relays(ctx context.Context, a ferrystore.Admin, staleAfter time.Duration) (
 		return nil, err
 	}
 	now := time.Now()
+	leader := ferrystore.MaintenanceLeader(beats, now, staleAfter)
 	out := make([]RelayInfo, 0, len(beats))
 	for _, b := range beats {
 		age := max(now.Sub(b.LastSeen), 0)
-		out = append(out, RelayInfo{RelayBeat: b, Alive: age < staleAfter, Age: age, AgeSeconds: age.Seconds()})
+		out = append(out, RelayInfo{RelayBeat: b, Alive: age < staleAfter, Leader: b.ID == leader, Age: age,
+			AgeSeconds: age.Seconds()})
 	}
 	// Alive first; the store returns them by id.
 	alive := make([]RelayInfo, 0, len(out))

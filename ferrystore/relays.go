@@ -105,3 +105,34 @@ func (b RelayBeat) Validate() error {
 	}
 	return nil
 }
+
+// MaintenanceLeader returns the id of the relay that leads the outbox
+// table's maintenance — the sweep of expired leases and the pruning of
+// heartbeat rows of relays gone — among the heartbeat rows beats of one
+// Relays call: of the relays whose last beat is less than staleAfter
+// before now, the one that started first, then the least id. It returns ""
+// when no relay is alive.
+//
+// Every relay applies this rule to the rows it reads after each of its
+// beats, so the relays of a table agree on one leader without a vote: the
+// oldest live relay leads until it stops (its row goes) or stops beating
+// (its row ages past staleAfter), and the next oldest takes over at its
+// next beat. The rule needs no lease: what maintenance does is safe to run
+// twice, so the moments when two relays both think they lead (a relay
+// that joins, one that is late to read) cost work, not correctness.
+func MaintenanceLeader(beats []RelayBeat, now time.Time, staleAfter time.Duration) string {
+	var lead *RelayBeat
+	for i := range beats {
+		b := &beats[i]
+		if now.Sub(b.LastSeen) >= staleAfter {
+			continue
+		}
+		if lead == nil || b.StartedAt.Before(lead.StartedAt) || (b.StartedAt.Equal(lead.StartedAt) && b.ID < lead.ID) {
+			lead = b
+		}
+	}
+	if lead == nil {
+		return ""
+	}
+	return lead.ID
+}

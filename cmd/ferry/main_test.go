@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferryadmin"
+	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/fault"
@@ -53,15 +56,29 @@ func ferryCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errb.String()
 }
 
-// child starts the ferry CLI as a separate process.
+// child starts the ferry CLI as a separate process. Read its output once
+// it exited; childLive's while it runs.
 func child(t *testing.T, env []string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	var out bytes.Buffer
+	return childTo(t, &out, env, args...), &out
+}
+
+// childLive starts the ferry CLI as a separate process whose output the
+// test may read while it runs.
+func childLive(t *testing.T, env []string, args ...string) (*exec.Cmd, *testsvc.LogBuffer) {
+	t.Helper()
+	out := new(testsvc.LogBuffer)
+	return childTo(t, out, env, args...), out
+}
+
+func childTo(t *testing.T, out io.Writer, env []string, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(append(os.Environ(), envExecMain+"=1"), env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Stdout, cmd.Stderr = out, out
 	require.NoError(t, cmd.Start())
-	return cmd, &out
+	return cmd
 }
 
 // The demo is the reference shop's binary's now: `ferry demo`, whatever
@@ -279,6 +296,103 @@ func TestRelayProcessKilledAtCrashPoint(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Of two relay processes on a table, the older leads maintenance, alone:
+// killed with SIGKILL in the middle of a sweep, after it read the expired
+// leases of a relay that died before it, it leaves them expired; the other
+// relay takes the lead once the dead leader's heartbeat is stale, returns
+// them and publishes every event, once.
+func TestMaintenanceLeaderKilledMidSweep(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"mysql", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			st := testsvc.Store(t, kind)
+			ctx := testsvc.Context(t, 2*time.Minute)
+			nc := testsvc.NATS(t)
+			stream, prefix := testsvc.JetStreamStream(t, nc)
+			dbURL := testsvc.URL(testsvc.EnvMySQL)
+			if kind == "postgres" {
+				dbURL = testsvc.URL(testsvc.EnvPostgres)
+			}
+			args := []string{"relay", "--database-url", dbURL, "--table", st.Driver.Table(),
+				"--broker-url", testsvc.URL(testsvc.EnvNATS), "--stream", stream, "--lanes", "1",
+				"--heartbeat", "200ms", "--sweep-interval", "100ms", "--retry-initial", "10ms"}
+			leader := func() (lead string, alive int) {
+				rs, err := ferryadmin.Relays(ctx, st.Driver.(ferrystore.Admin), 600*time.Millisecond)
+				require.NoError(t, err)
+				for _, r := range rs {
+					if r.Alive {
+						alive++
+					}
+					if r.Leader {
+						lead = r.ID
+					}
+				}
+				return lead, alive
+			}
+			a, aOut := child(t, []string{envTestCrashAt + "=" + ferry.FaultMidSweep}, append(args, "--relay-id", "a")...)
+			testsvc.WaitFor(t, 30*time.Second, func() bool { l, _ := leader(); return l == "a" }, nil)
+			b, bOut := childLive(t, nil, append(args, "--relay-id", "b")...)
+			t.Cleanup(func() { _ = b.Process.Kill(); _ = b.Wait() })
+			testsvc.WaitFor(t, 30*time.Second, func() bool { _, n := leader(); return n == 2 }, nil)
+			l, _ := leader()
+			require.Equal(t, "a", l, "the older relay leads")
+
+			// Events a relay that died had claimed, their leases over: in
+			// one transaction, so that no relay sees them NEW.
+			ob, err := ferry.NewOutbox(st.Driver, nil)
+			require.NoError(t, err)
+			const total = 50
+			events := make([]ferry.Event, total)
+			for i := range events {
+				events[i] = ferry.Event{AggregateType: "order", AggregateID: fmt.Sprint(i), Type: "OrderPaid",
+					Payload: json.RawMessage(`{}`), Destination: prefix + ".paid"}
+			}
+			tx, err := st.DB.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			ids, err := ob.EnqueueTx(ctx, tx, events...)
+			require.NoError(t, err)
+			expire := "UPDATE `" + st.Driver.Table() + "` SET status = 'SENDING', lease_token = 'gone', attempts = 1," +
+				" locked_until = NOW(6) - INTERVAL 1 SECOND"
+			if kind == "postgres" {
+				expire = `UPDATE "` + st.Driver.Table() + `" SET status = 'SENDING', lease_token = 'gone', attempts = 1,` +
+					` locked_until = now() - interval '1 second'`
+			}
+			_, err = tx.ExecContext(ctx, expire)
+			require.NoError(t, err)
+			require.NoError(t, tx.Commit())
+
+			err = a.Wait()
+			var ee *exec.ExitError
+			require.True(t, errors.As(err, &ee), "the leader must die mid-sweep: %v\n%s", err, aOut)
+			ws := ee.Sys().(syscall.WaitStatus)
+			require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "killed by SIGKILL: %v\n%s", ws, aOut)
+			require.Contains(t, aOut.String(), "crash point "+ferry.FaultMidSweep+" reached")
+			require.NotContains(t, bOut.String(), "returned expired leases", "b swept while a led:\n%s", bOut)
+
+			testsvc.WaitFor(t, time.Minute, func() bool {
+				s, err := st.Driver.Stats(ctx)
+				require.NoError(t, err)
+				return s.New+s.Sending == 0
+			}, func() string { return bOut.String() })
+			got := testsvc.ReadStream(t, nc, stream, total, 30*time.Second)
+			require.Len(t, got, total)
+			for i, id := range ids {
+				row, err := st.Driver.Get(ctx, id)
+				require.NoError(t, err)
+				require.Equal(t, ferrytype.StatusSent, row.Status, "event %d", i)
+				require.Equal(t, 2, row.Attempt, "event %d: the lost attempt, then b's", i)
+			}
+			out := bOut.String()
+			require.Contains(t, out, "leading the table's maintenance")
+			require.Less(t, strings.Index(out, "leading the table's maintenance"), strings.Index(out, "returned expired leases"),
+				"b swept once it led:\n%s", out)
+			l, _ = leader()
+			require.Equal(t, "b", l)
+		})
 	}
 }
 

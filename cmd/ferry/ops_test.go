@@ -196,7 +196,7 @@ func TestStatusShowsABrokerOutage(t *testing.T) {
 				return fmt.Sprintf("ferry status shows the relay's broker down: %d\n%s\n%s", code, out, errOut)
 			})
 			t.Logf("ferry status, broker down:\n%s", out)
-			require.Regexp(t, r.ID()+`\s+yes\s+\S+\s+\d+\s+v7\.7\.7\s+`, out)
+			require.Regexp(t, r.ID()+`\s+yes, leads\s+\S+\s+\d+\s+v7\.7\.7\s+`, out, "alive, and the table's one relay leads its maintenance")
 			require.NotContains(t, out, "no relay alive")
 			require.Regexp(t, `NEW\s+3 \(3 ready now\)`, out)
 			require.Contains(t, out, "oldest pending event: ")

@@ -344,7 +344,10 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 
 // drainProgress prints a --drain run's progress on w every interval (0:
 // never) until the returned function is called: what is left to send,
-// what was sent, and the rate since the start.
+// what was sent, and the rate since the start. What is left is a count of
+// the table (Store.Stats): of several relays draining one table, only the
+// one that leads its maintenance counts it, the others print what they
+// sent.
 func drainProgress(ctx context.Context, w io.Writer, interval time.Duration, store ferrystore.Store, relay *ferry.Relay) (stop func()) {
 	if interval <= 0 {
 		return func() {}
@@ -361,6 +364,12 @@ func drainProgress(ctx context.Context, w io.Writer, interval time.Duration, sto
 			case <-ctx.Done():
 				return
 			case <-t.C:
+			}
+			if !relay.Leading() {
+				rs := relay.Stats()
+				p.printf("drain: %d sent, %d dead, %s (the relay leading the table's maintenance counts what is left)",
+					rs.Confirmed, rs.Dead, p.rate(rs.Confirmed))
+				continue
 			}
 			st, err := store.Stats(ctx)
 			if err != nil {

@@ -185,6 +185,9 @@ func printRelays(w io.Writer, rep *ferryadmin.StatusReport) {
 		state := "yes"
 		if r.Alive {
 			alive++
+			if r.Leader {
+				state = "yes, leads"
+			}
 		} else {
 			state = "NO"
 		}

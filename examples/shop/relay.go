@@ -47,7 +47,10 @@ type RelayOptions struct {
 	Ordered                              bool
 	PollInterval, MinPollInterval        time.Duration
 	Lease, PublishTimeout, SweepInterval time.Duration
-	RetryInitial, RetryMax               time.Duration
+	// Heartbeat is how often the relay records itself in <table>_relay;
+	// the relays alive elect the one that sweeps from those rows.
+	Heartbeat              time.Duration
+	RetryInitial, RetryMax time.Duration
 	// ShutdownTimeout bounds the wait for batches in flight at stop.
 	ShutdownTimeout time.Duration
 	// StatsInterval is how often a STATS line is written to Out.
@@ -87,6 +90,8 @@ func (o *RelayOptions) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Lease, "lease", 30*time.Second, "how long a claim holds its events")
 	fs.DurationVar(&o.PublishTimeout, "publish-timeout", 10*time.Second, "bound on one batch's publish and confirms (< lease)")
 	fs.DurationVar(&o.SweepInterval, "sweep-interval", 5*time.Second, "how often expired leases are returned to NEW")
+	fs.DurationVar(&o.Heartbeat, "heartbeat", ferry.DefaultHeartbeat,
+		"how often the relay records itself in <table>_relay; a relay that leads the sweep is replaced 3 heartbeats after it stops beating")
 	fs.DurationVar(&o.RetryInitial, "retry-initial", time.Second, "delay after the first failed attempt (doubles, with jitter)")
 	fs.DurationVar(&o.RetryMax, "retry-max", 5*time.Minute, "longest delay between attempts")
 	fs.IntVar(&o.MaxAttempts, "max-attempts", 20, "attempts before an event goes DEAD")
@@ -161,7 +166,7 @@ func RunRelay(ctx context.Context, o RelayOptions) error {
 	relay, err := ferry.NewRelay(store, pub, &ferry.RelayConfig{
 		BatchSize: o.BatchSize, Lanes: o.Lanes, Ordered: o.Ordered, PollInterval: o.PollInterval,
 		MinPollInterval: o.MinPollInterval,
-		Lease:           o.Lease, PublishTimeout: o.PublishTimeout, SweepInterval: o.SweepInterval,
+		Lease:           o.Lease, PublishTimeout: o.PublishTimeout, SweepInterval: o.SweepInterval, Heartbeat: o.Heartbeat,
 		Retry:  ferry.ExponentialBackoff{Initial: o.RetryInitial, Max: o.RetryMax, MaxAttempts: o.MaxAttempts},
 		Logger: log, FaultPoint: faults,
 	})

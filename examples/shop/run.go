@@ -157,7 +157,12 @@ func RunConsumer(ctx context.Context, o ConsumerOptions) error {
 			&ferry.TaskWorkerConfig{RelayConfig: ferry.RelayConfig{
 				PollInterval: 100 * time.Millisecond, Lease: 5 * time.Second, PublishTimeout: 4 * time.Second,
 				SweepInterval: 500 * time.Millisecond, FaultPoint: o.FaultPoint, Logger: EnvLogger(),
-				Retry: ferry.ExponentialBackoff{Initial: 50 * time.Millisecond, Max: time.Second, MaxAttempts: 1000},
+				// The workers of the task table elect the one that sweeps
+				// from their heartbeats: a crashed leader's tasks are swept
+				// within about 4 s (3 beats, then the next sweep), near
+				// their 5 s lease.
+				Heartbeat: time.Second,
+				Retry:     ferry.ExponentialBackoff{Initial: 50 * time.Millisecond, Max: time.Second, MaxAttempts: 1000},
 			}})
 		if err != nil {
 			return err

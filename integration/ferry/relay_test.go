@@ -227,14 +227,14 @@ func TestRelayLateMarkIsFenced(t *testing.T) {
 			b := setupRelay(t, kind)
 			id := b.enqueue(t, 1, func(int) string { return "1" })[0]
 
-			// Relay A publishes, then stalls before recording the outcome
-			// (as a process paused with SIGSTOP would) past its lease. It
-			// has one lane, the stalled one: it cannot claim the event
-			// again itself once B has swept it.
+			// Relay A publishes, then its one lane stalls before recording
+			// the outcome past its lease. A started first and beats on: it
+			// leads the table's maintenance, and its sweeper returns the
+			// event; its stalled lane cannot claim it again.
 			paused, resume := make(chan struct{}), make(chan struct{})
 			var once sync.Once
 			relayA := b.relay(t, b.publisher(t), &ferry.RelayConfig{
-				Lanes: 1, Lease: 500 * time.Millisecond, PublishTimeout: 400 * time.Millisecond, SweepInterval: -1,
+				Lanes: 1, Lease: 500 * time.Millisecond, PublishTimeout: 400 * time.Millisecond, SweepInterval: 20 * time.Millisecond,
 				FaultPoint: func(ctx context.Context, point string) error {
 					if point == ferry.FaultAfterPublish {
 						once.Do(func() { close(paused); <-resume })
@@ -243,7 +243,7 @@ func TestRelayLateMarkIsFenced(t *testing.T) {
 				},
 			})
 			<-paused
-			// Relay B sweeps the expired lease, publishes again and marks it.
+			// Relay B claims the swept event, publishes again and marks it.
 			relayB := b.relay(t, b.publisher(t), &ferry.RelayConfig{
 				SweepInterval: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond, Retry: fastRetry(),
 			})

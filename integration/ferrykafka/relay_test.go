@@ -105,6 +105,10 @@ func TestRelayCrashBetweenProduceAndMark(t *testing.T) {
 	relayA, err := ferry.NewRelay(st.Driver, pubA, &ferry.RelayConfig{
 		Lanes: 1, BatchSize: 40, Ordered: true, Lease: 2 * time.Second, PublishTimeout: 1500 * time.Millisecond,
 		SweepInterval: -1, PollInterval: 20 * time.Millisecond, Retry: retry,
+		// No heartbeat row: the relay that sweeps A's batch leads the
+		// table's maintenance at once, instead of three beats after A's
+		// row goes silent.
+		Heartbeat: -1,
 		FaultPoint: func(ctx context.Context, point string) error {
 			if crashed.Load() {
 				return errors.New("relay A is gone")

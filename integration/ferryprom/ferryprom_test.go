@@ -313,8 +313,10 @@ func TestMetricsCountEachOutcomeAndTransition(t *testing.T) {
 		release := func() { resumeOnce.Do(func() { close(resume) }) }
 		b.relay(t, testsvc.URL(testsvc.EnvNATS), ferry.RelayConfig{
 			// One lane: a second one would claim the swept event again
-			// and stall in the same fault point, a second expiry.
-			Lanes: 1, Lease: 500 * time.Millisecond, PublishTimeout: 400 * time.Millisecond, SweepInterval: -1,
+			// and stall in the same fault point, a second expiry. This
+			// relay leads the table's maintenance (it started first): its
+			// sweeper returns the event its stalled lane holds.
+			Lanes: 1, Lease: 500 * time.Millisecond, PublishTimeout: 400 * time.Millisecond, SweepInterval: 20 * time.Millisecond,
 			FaultPoint: func(ctx context.Context, point string) error {
 				if point == ferry.FaultAfterPublish {
 					once.Do(func() { close(paused); <-resume })

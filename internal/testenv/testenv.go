@@ -124,6 +124,13 @@ func (b *LogBuffer) Write(p []byte) (int, error) {
 	return b.buf.Write(p)
 }
 
+// String returns everything written so far.
+func (b *LogBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // Lines returns the logged lines that contain every one of words.
 func (b *LogBuffer) Lines(words ...string) []string {
 	b.mu.Lock()
