@@ -40,7 +40,7 @@ measured side by side do not):
               with confirms (RabbitMQ: a pipelined window; NATS: async publish;
               Kafka: franz-go's idempotent producer, acks=all, pipelined)
   raw-db      the relay's claim and mark-SENT statements alone, no broker
-  relay       1 and 4 relays draining pre-filled events, unordered and ordered:
+  relay       1, 4 and 8 relays draining pre-filled events, unordered and ordered:
               in the bench's process, and as ferry relay --drain processes
               with default settings (this binary, or --relay-binary)
   plain       a plain hand-written relay with the same protocol and the same
@@ -82,7 +82,7 @@ embedded NATS server.`,
 	fl.IntVar(&f.cfg.Repeat, "repeat", 3, "runs per throughput figure; the median is reported")
 	fl.IntVar(&f.cfg.Batch, "batch-size", 100, "events per claim")
 	fl.IntVar(&f.cfg.Window, "window", 1000, "raw publisher's outstanding confirms")
-	fl.IntSliceVar(&f.relays, "relays", []int{1, 4}, "relay counts to drain with")
+	fl.IntSliceVar(&f.relays, "relays", []int{1, 4, 8}, "relay counts to drain with")
 	fl.IntVar(&f.cfg.Lanes, "lanes", 0, "lanes per relay (0: the relay's default)")
 	fl.IntVar(&f.cfg.LiveRate, "live-rate", 1000, "events per second committed in the live scenario")
 	fl.DurationVar(&f.cfg.LiveFor, "live-for", 10*time.Second, "length of the live scenario")

@@ -111,7 +111,7 @@ func TestRunMeasuresEveryScenario(t *testing.T) {
 			}
 			require.Equal(t, []string{bench.LiveInProcess, bench.LiveProcess, bench.LivePlain},
 				[]string{rep.Live.Mode, rep.LiveProcess.Mode, rep.LivePlain.Mode})
-			require.Len(t, rep.Targets, 10)
+			require.Len(t, rep.Targets, 13)
 			require.NotNil(t, rep.Idle)
 			require.GreaterOrEqual(t, rep.Idle.CPUPercent, 0.0)
 			require.Positive(t, rep.Idle.Seconds)

@@ -16,35 +16,41 @@ import (
 	"github.com/ferrydev/ferry/ferrybroker"
 )
 
-// drainRun is one drain: its rate and each party's CPU per event.
+// drainRun is one drain: its rate, each party's CPU per event, and the
+// statements the database server counted per event.
 type drainRun struct {
-	Rate float64
-	CPU  CPU
+	Rate       float64
+	CPU        CPU
+	Statements Statements
 }
 
-// cpuClock is the CPU time of the servers at the start of a drain.
+// cpuClock is the CPU time of the servers, and the database's count of
+// statements, at the start of a drain.
 type cpuClock struct {
 	m          *meter
+	t          *Target
 	at         time.Time
 	db, broker procCPU
 	self       time.Duration
+	stmts      statementCount
 }
 
-func (m *meter) start() *cpuClock {
-	c := &cpuClock{m: m, at: time.Now(), self: selfCPU()}
+func (m *meter) start(ctx context.Context, t *Target) *cpuClock {
+	c := &cpuClock{m: m, t: t, at: time.Now(), self: selfCPU()}
 	c.db, c.broker = m.sample()
+	c.stmts = t.statementCount(ctx)
 	return c
 }
 
 // stop ends the drain of n events, whose relays used relay CPU time.
-func (c *cpuClock) stop(n int, relay time.Duration, relayMeasured bool) drainRun {
+func (c *cpuClock) stop(ctx context.Context, n int, relay time.Duration, relayMeasured bool) drainRun {
 	took := time.Since(c.at)
 	db, broker := c.m.sample()
 	return drainRun{Rate: float64(n) / took.Seconds(), CPU: CPU{
 		DB:     perEvent(c.m.db != "", db.since(c.db), n),
 		Broker: perEvent(c.m.broker != "", broker.since(c.broker), n),
 		Relay:  perEvent(relayMeasured, relay, n),
-	}}
+	}, Statements: c.t.statementCount(ctx).since(c.stmts, c.t.ownStatements(), n)}
 }
 
 // relayProcess starts ferry relay as its own process: binary with extra
@@ -84,7 +90,7 @@ func drainProcesses(ctx context.Context, t *Target, b *Broker, n int, spec Relay
 	if err := prepare(ctx, t, b, n); err != nil {
 		return drainRun{}, err
 	}
-	c := m.start()
+	c := m.start(ctx, t)
 	type proc struct {
 		cmd *exec.Cmd
 		out *bytes.Buffer
@@ -114,7 +120,7 @@ func drainProcesses(ctx context.Context, t *Target, b *Broker, n int, spec Relay
 			failed = append(failed, fmt.Sprintf("%v: %s", err, strings.TrimSpace(p.out.String())))
 		}
 	}
-	run := c.stop(n, relayCPU, true)
+	run := c.stop(ctx, n, relayCPU, true)
 	if len(failed) > 0 {
 		return drainRun{}, fmt.Errorf("ferry relay --drain: %s", strings.Join(failed, "; "))
 	}
@@ -131,11 +137,11 @@ func drainPlain(ctx context.Context, t *Target, b *Broker, n, loops, batch int, 
 	}
 	p := &plainRelay{t: t, b: b, batch: batch}
 	var sent atomic.Int64
-	c := m.start()
+	c := m.start(ctx, t)
 	if _, err := parallel(loops, loops, func(int) error { return p.loop(ctx, 0, &sent) }); err != nil {
 		return drainRun{}, err
 	}
-	run := c.stop(n, selfCPU()-c.self, true)
+	run := c.stop(ctx, n, selfCPU()-c.self, true)
 	if sent.Load() != int64(n) {
 		return drainRun{}, fmt.Errorf("plain relay: %d of %d events marked SENT", sent.Load(), n)
 	}

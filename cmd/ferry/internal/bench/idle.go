@@ -141,3 +141,105 @@ func (r IdleResult) String() string {
 	}
 	return fmt.Sprintf("%s queries/s, %.2f%% of a core, over %.0fs", q, r.CPUPercent, r.Seconds)
 }
+
+// statementCount is the database server's counts of statements at one
+// time: the total (statements), and on MySQL each kind (Com_*).
+type statementCount struct {
+	ok    bool
+	total int64
+	kinds map[string]int64
+}
+
+// statementKinds are the MySQL counters a drain reports: statements by
+// kind, and the rows InnoDB read for them (what a statement costs).
+var statementKinds = []string{"Com_select", "Com_insert", "Com_update", "Com_delete", "Com_commit", "Com_begin", "Com_set_option",
+	"Innodb_rows_read"}
+
+// statementCount reads the server's counts; a failure, or a server that
+// keeps none, gives a count that is not ok.
+func (t *Target) statementCount(ctx context.Context) statementCount {
+	n, ok, err := t.statements(ctx)
+	c := statementCount{ok: ok && err == nil, total: n}
+	if c.ok && t.Dialect == "postgres" {
+		// What the scans read: index entries and the rows they led to
+		// (dead ones included), and the rows changed.
+		table := t.Store.Table()
+		var fetched, tupRead, upd, hot int64
+		q := "SELECT COALESCE(SUM(COALESCE(idx_tup_fetch, 0)), 0), COALESCE(SUM(seq_tup_read), 0), COALESCE(SUM(n_tup_upd), 0)," +
+			" COALESCE(SUM(n_tup_hot_upd), 0) FROM pg_stat_user_tables WHERE schemaname = current_schema() AND relname IN ($1, $2, $3)"
+		if t.DB.QueryRowContext(ctx, q, table, table+"_relay", table+"_seq").Scan(&fetched, &tupRead, &upd, &hot) == nil {
+			c.kinds = map[string]int64{"idx_tup_fetch": fetched, "seq_tup_read": tupRead, "n_tup_upd": upd, "n_tup_hot_upd": hot}
+		}
+		return c
+	}
+	if !c.ok || t.Dialect != "mysql" {
+		return c
+	}
+	rows, err := t.DB.QueryContext(ctx, "SHOW GLOBAL STATUS WHERE Variable_name IN ('"+strings.Join(statementKinds, "', '")+"')")
+	if err != nil {
+		return c
+	}
+	defer rows.Close()
+	c.kinds = map[string]int64{}
+	for rows.Next() {
+		var (
+			name string
+			v    int64
+		)
+		if rows.Scan(&name, &v) == nil {
+			c.kinds[strings.ToLower(strings.TrimPrefix(name, "Com_"))] = v
+		}
+	}
+	return c
+}
+
+// Statements are the statements the database server counted during a
+// drain, per event drained.
+type Statements struct {
+	// PerEvent is every statement (see IdleResult.QueriesPerSecond for
+	// what each server counts); nil where it keeps no count.
+	PerEvent *float64 `json:"per_event,omitempty"`
+	// Kinds are MySQL's counts by kind (select, update, commit, ...) and
+	// the rows InnoDB read; PostgreSQL's rows fetched by index scans, read
+	// by sequential scans, updated and updated in place (HOT), on the
+	// outbox's tables.
+	Kinds map[string]float64 `json:"kinds,omitempty"`
+}
+
+// since returns the statements from c0 to c per event of n, less own
+// statements of the bench's (counted in the total only).
+func (c statementCount) since(c0 statementCount, own int64, n int) Statements {
+	var s Statements
+	if !c.ok || !c0.ok || n == 0 {
+		return s
+	}
+	own *= 2 // the kinds' query too, on MySQL
+	per := float64(c.total-c0.total-own) / float64(n)
+	s.PerEvent = &per
+	for k, v := range c.kinds {
+		if s.Kinds == nil {
+			s.Kinds = map[string]float64{}
+		}
+		s.Kinds[k] = float64(v-c0.kinds[k]) / float64(n)
+	}
+	return s
+}
+
+func (s Statements) String() string {
+	if s.PerEvent == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", *s.PerEvent)
+}
+
+// detail is the count per event and what the statements read: MySQL's
+// InnoDB rows read, PostgreSQL's rows fetched through indexes.
+func (s Statements) detail() string {
+	out := s.String()
+	for _, k := range []string{"innodb_rows_read", "idx_tup_fetch"} {
+		if v, ok := s.Kinds[k]; ok {
+			out += fmt.Sprintf("; %s %.1f", strings.TrimPrefix(k, "innodb_"), v)
+		}
+	}
+	return out
+}

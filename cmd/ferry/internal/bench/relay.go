@@ -102,7 +102,7 @@ func drainInProcess(ctx context.Context, t *Target, b *Broker, n int, spec Relay
 		defer p.Close()
 		pubs[i] = p
 	}
-	c := m.start()
+	c := m.start(ctx, t)
 	relays := make([]*ferry.Relay, spec.Relays)
 	for i := range relays {
 		r, err := ferry.NewRelay(t.Store, pubs[i], &ferry.RelayConfig{
@@ -129,7 +129,7 @@ func drainInProcess(ctx context.Context, t *Target, b *Broker, n int, spec Relay
 			dead += s.Dead
 		}
 		if confirmed >= int64(n) {
-			run := c.stop(n, selfCPU()-c.self, true)
+			run := c.stop(ctx, n, selfCPU()-c.self, true)
 			return run, b.expect(ctx, n)
 		}
 		if dead > 0 {

@@ -46,6 +46,10 @@ func (r *Report) plainRatios() []Ratio {
 				continue
 			}
 			add(fmt.Sprintf("ferry (%d, %s) / plain (%d loops), rate", f.Relays, side.name, p.Relays), f.Rate/p.Rate)
+			if f.Statements.PerEvent != nil && p.Statements.PerEvent != nil && *p.Statements.PerEvent > 0 {
+				add(fmt.Sprintf("ferry (%d, %s) / plain (%d loops), statements per event", f.Relays, side.name, p.Relays),
+					*f.Statements.PerEvent / *p.Statements.PerEvent)
+			}
 			for _, party := range []struct {
 				name       string
 				ferry, own *float64
@@ -149,7 +153,14 @@ func (r *Report) targets() []Ratio {
 			return 0
 		}
 		return *f.CPU.DB / *p.CPU.DB
-	}(), cpuOK, 1, true, how)
+	}(), cpuOK, 1.1, true, how)
+	relayCPUOK := okF && okP && f.CPU.Relay != nil && p.CPU.Relay != nil && *p.CPU.Relay > 0
+	add(fmt.Sprintf("relay CPU per event, %s / plain relay", relays), func() float64 {
+		if !relayCPUOK {
+			return 0
+		}
+		return *f.CPU.Relay / *p.CPU.Relay
+	}(), relayCPUOK, 1.3, true, how)
 	add("drain, "+relays+" / raw publish", f.Rate/max(r.RawBroker, 1e-9), okF && r.RawBroker > 0, 0.5, false,
 		how+"; the target is for PostgreSQL → RabbitMQ quorum")
 	o, okO := figureOf(deployed, f.Relays, true)
@@ -162,6 +173,20 @@ func (r *Report) targets() []Ratio {
 		note = "run with --relays 1,4,8"
 	}
 	add("drain, 8 relays / 4 relays", f8.Rate/max(f4.Rate, 1e-9), ok8 && ok4, 1, false, note)
+	o8, okO8 := figureOf(deployed, 8, true)
+	o4, okO4 := figureOf(deployed, 4, true)
+	note = how
+	if !okO8 || !okO4 {
+		note = "run with --relays 1,4,8"
+	}
+	add("drain, ordered, 8 relays / 4 relays", o8.Rate/max(o4.Rate, 1e-9), okO8 && okO4, 1, false, note)
+	ordCPUOK := okO && okF && o.Relays == f.Relays && o.CPU.DB != nil && f.CPU.DB != nil && *f.CPU.DB > 0
+	add("database CPU per event, ordered / unordered, "+relays, func() float64 {
+		if !ordCPUOK {
+			return 0
+		}
+		return *o.CPU.DB / *f.CPU.DB
+	}(), ordCPUOK, 2, true, how)
 	return out
 }
 
@@ -196,6 +221,20 @@ func (r *Report) writeDeployed(w io.Writer, row func(name, value string)) {
 		cpu("ferry in-process", r.Relay)
 		cpu("ferry relay processes", r.RelayProcess)
 		cpu("plain relay", r.Plain)
+		fmt.Fprintln(w, "\nstatements per event, counted by the database server (MySQL: Questions; PostgreSQL: scans of the"+
+			" outbox's tables); then the rows they read per event (InnoDB rows read; PostgreSQL: rows fetched through indexes)")
+		stmts := func(label string, fs []RelayFigure) {
+			for _, f := range fs {
+				mode := "unordered"
+				if f.Ordered {
+					mode = "ordered"
+				}
+				row(fmt.Sprintf("%s, %d, %s", label, f.Relays, mode), f.Statements.detail())
+			}
+		}
+		stmts("ferry in-process", r.Relay)
+		stmts("ferry relay processes", r.RelayProcess)
+		stmts("plain relay", r.Plain)
 	}
 	var lives []*LiveResult
 	for _, l := range []*LiveResult{r.Live, r.LiveProcess, r.LivePlain} {

@@ -55,7 +55,7 @@ type Config struct {
 	Batch int
 	// Window is the raw publisher's outstanding confirms. Default 1000.
 	Window int
-	// Relays are the relay counts to drain with. Default 1 and 4.
+	// Relays are the relay counts to drain with. Default 1, 4 and 8.
 	Relays []int
 	// Lanes per relay; 0: the relay's default.
 	Lanes int
@@ -112,7 +112,7 @@ func (c Config) withDefaults() Config {
 		c.LiveFor = 10 * time.Second
 	}
 	if len(c.Relays) == 0 {
-		c.Relays = []int{1, 4}
+		c.Relays = []int{1, 4, 8}
 	}
 	if c.PlainPoll <= 0 {
 		c.PlainPoll = 10 * time.Millisecond
@@ -131,6 +131,8 @@ type RelayFigure struct {
 	Ordered bool    `json:"ordered"`
 	Rate    float64 `json:"events_per_second"`
 	CPU     CPU     `json:"cpu"`
+	// Statements are the database server's statements per event.
+	Statements Statements `json:"statements"`
 }
 
 // Ratio is one of ferry's figures as a fraction of its raw limit.
@@ -264,7 +266,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		return got[len(got)/2], nil
 	}
 	figure := func(n int, ordered bool, r drainRun) RelayFigure {
-		return RelayFigure{Relays: n, Ordered: ordered, Rate: r.Rate, CPU: r.CPU}
+		return RelayFigure{Relays: n, Ordered: ordered, Rate: r.Rate, CPU: r.CPU, Statements: r.Statements}
 	}
 	if cfg.RelayBinary == "" && (want(ScenarioRelay) || want(ScenarioLive)) {
 		rep.Skipped = append(rep.Skipped, "ferry relay as its own process: no ferry binary to run")
@@ -298,7 +300,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 					return rep.partial(), fmt.Errorf("relay drain: %w", err)
 				}
 				rep.Relay = append(rep.Relay, figure(n, ordered, r))
-				say("relay: %d relay(s), ordered=%v: %.0f events/s, CPU µs/event %s", n, ordered, r.Rate, r.CPU)
+				say("relay: %d relay(s), ordered=%v: %.0f events/s, CPU µs/event %s, statements/event %s", n, ordered, r.Rate, r.CPU, r.Statements)
 				if cfg.RelayBinary == "" {
 					continue
 				}
@@ -308,7 +310,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 					return rep.partial(), fmt.Errorf("relay process drain: %w", err)
 				}
 				rep.RelayProcess = append(rep.RelayProcess, figure(n, ordered, r))
-				say("relay: %d ferry relay process(es), ordered=%v: %.0f events/s, CPU µs/event %s", n, ordered, r.Rate, r.CPU)
+				say("relay: %d ferry relay process(es), ordered=%v: %.0f events/s, CPU µs/event %s, statements/event %s", n, ordered, r.Rate, r.CPU, r.Statements)
 			}
 		}
 	}
@@ -319,7 +321,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 				return rep.partial(), fmt.Errorf("plain relay drain: %w", err)
 			}
 			rep.Plain = append(rep.Plain, figure(n, false, r))
-			say("plain relay: %d loop(s): %.0f events/s, CPU µs/event %s", n, r.Rate, r.CPU)
+			say("plain relay: %d loop(s): %.0f events/s, CPU µs/event %s, statements/event %s", n, r.Rate, r.CPU, r.Statements)
 		}
 	}
 	if want(ScenarioLive) {
