@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -202,8 +204,26 @@ event was enqueued in.`,
 	return cmd
 }
 
+// relayGCPercent is the garbage collector's target of ferry relay when the
+// environment sets no GOGC. A relay's live heap is small (a few batches in
+// flight) and each event allocates its row, its JSON check and its
+// message: at Go's default of 100 a relay process collected several times
+// a second, for 15-20 % of its CPU per event. At 400 it collects a quarter
+// as often; ferry bench measured the drain of 4 relay processes on MariaDB
+// at 49 against 57 µs of relay CPU per event (ordered 52 against 65), and
+// each process's peak RSS at 45 against 34 MB.
+const relayGCPercent = 400
+
+// relayGC sets relayGCPercent unless GOGC says otherwise.
+func relayGC() {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(relayGCPercent)
+	}
+}
+
 func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 	ctx := cmd.Context()
+	relayGC()
 	log, err := g.logger(cmd.ErrOrStderr())
 	if err != nil {
 		return err
@@ -371,7 +391,7 @@ func drainProgress(ctx context.Context, w io.Writer, interval time.Duration, sto
 					rs.Confirmed, rs.Dead, p.rate(rs.Confirmed))
 				continue
 			}
-			st, err := store.Stats(ctx)
+			newN, sending, err := countLeft(ctx, store)
 			if err != nil {
 				if ctx.Err() == nil {
 					p.printf("drain: %d sent so far; the count of what is left failed: %v", relay.Stats().Confirmed, err)
@@ -379,11 +399,23 @@ func drainProgress(ctx context.Context, w io.Writer, interval time.Duration, sto
 				continue
 			}
 			rs := relay.Stats()
-			p.printf("drain: %d left (%d new, %d sending), %d sent, %d dead, %s", st.New+st.Sending, st.New, st.Sending,
+			p.printf("drain: %d left (%d new, %d sending), %d sent, %d dead, %s", newN+sending, newN, sending,
 				rs.Confirmed, rs.Dead, p.rate(rs.Confirmed))
 		}
 	}()
 	return func() { cancel(); <-done }
+}
+
+// countLeft counts the NEW and SENDING events: from the pending index
+// alone (Admin.CountByStatus) where the store has it; Store.Stats also
+// reads every pending row to find the oldest.
+func countLeft(ctx context.Context, store ferrystore.Store) (newN, sending int64, err error) {
+	if a, ok := store.(ferrystore.Admin); ok {
+		n, err := a.CountByStatus(ctx, ferrytype.StatusNew, ferrytype.StatusSending)
+		return n[ferrytype.StatusNew], n[ferrytype.StatusSending], err
+	}
+	st, err := store.Stats(ctx)
+	return st.New, st.Sending, err
 }
 
 // logStats logs the relay's counters every interval until ctx ends.

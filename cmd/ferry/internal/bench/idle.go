@@ -151,9 +151,11 @@ type statementCount struct {
 }
 
 // statementKinds are the MySQL counters a drain reports: statements by
-// kind, and the rows InnoDB read for them (what a statement costs).
+// kind, and the rows read for them (what a statement costs: MySQL counts
+// Innodb_rows_read, MariaDB Rows_read, and both Handler_read_next, the
+// index entries stepped through).
 var statementKinds = []string{"Com_select", "Com_insert", "Com_update", "Com_delete", "Com_commit", "Com_begin", "Com_set_option",
-	"Innodb_rows_read"}
+	"Innodb_rows_read", "Rows_read", "Handler_read_next"}
 
 // statementCount reads the server's counts; a failure, or a server that
 // keeps none, gives a count that is not ok.
@@ -236,9 +238,10 @@ func (s Statements) String() string {
 // InnoDB rows read, PostgreSQL's rows fetched through indexes.
 func (s Statements) detail() string {
 	out := s.String()
-	for _, k := range []string{"innodb_rows_read", "idx_tup_fetch"} {
+	for _, k := range []string{"innodb_rows_read", "rows_read", "idx_tup_fetch"} {
 		if v, ok := s.Kinds[k]; ok {
 			out += fmt.Sprintf("; %s %.1f", strings.TrimPrefix(k, "innodb_"), v)
+			break
 		}
 	}
 	return out

@@ -222,7 +222,7 @@ func (r *Report) writeDeployed(w io.Writer, row func(name, value string)) {
 		cpu("ferry relay processes", r.RelayProcess)
 		cpu("plain relay", r.Plain)
 		fmt.Fprintln(w, "\nstatements per event, counted by the database server (MySQL: Questions; PostgreSQL: scans of the"+
-			" outbox's tables); then the rows they read per event (InnoDB rows read; PostgreSQL: rows fetched through indexes)")
+			" outbox's tables); then the rows they read per event (MySQL: Innodb_rows_read, MariaDB: Rows_read; PostgreSQL: rows fetched through indexes)")
 		stmts := func(label string, fs []RelayFigure) {
 			for _, f := range fs {
 				mode := "unordered"
