@@ -365,7 +365,7 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 // drainProgress prints a --drain run's progress on w every interval (0:
 // never) until the returned function is called: what is left to send,
 // what was sent, and the rate since the start. What is left is a count of
-// the table (Store.Stats): of several relays draining one table, only the
+// the table (countLeft): of several relays draining one table, only the
 // one that leads its maintenance counts it, the others print what they
 // sent.
 func drainProgress(ctx context.Context, w io.Writer, interval time.Duration, store ferrystore.Store, relay *ferry.Relay) (stop func()) {
