@@ -301,12 +301,7 @@ func TestMigrateClassifiesEventsThatDiedBeforeTheMigration(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			b := setupOps(t, kind)
-			kinds := make([]testsvc.DeadKind, len(cliMix))
-			for i, k := range cliMix {
-				k.Unclassified = true
-				kinds[i] = k
-			}
-			testsvc.InsertDead(t, b.st, 30, kinds...)
+			testsvc.InsertDead(t, b.st, 30, testsvc.Unclassified(cliMix)...)
 			code, out, errOut := b.cli(t, "migrate")
 			require.Equal(t, exitOK, code, errOut)
 			require.Contains(t, out, "recorded the error class of 30 DEAD and DISCARDED events that failed before 0004_dead\n")

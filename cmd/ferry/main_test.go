@@ -81,6 +81,35 @@ func childTo(t *testing.T, out io.Writer, env []string, args ...string) *exec.Cm
 	return cmd
 }
 
+// requireKilled waits for cmd and requires that it died of SIGKILL (a
+// crash point reached); out is its output, for the failure message.
+func requireKilled(t *testing.T, cmd *exec.Cmd, out fmt.Stringer) {
+	t.Helper()
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	require.True(t, errors.As(err, &ee), "the relay must die: %v\n%s", err, out)
+	ws := ee.Sys().(syscall.WaitStatus)
+	require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "killed by SIGKILL: %v\n%s", ws, out)
+}
+
+// paidEvents returns n OrderPaid events of n aggregates to dest.
+func paidEvents(n int, dest string) []ferry.Event {
+	events := make([]ferry.Event, n)
+	for i := range events {
+		events[i] = ferry.Event{AggregateType: "order", AggregateID: fmt.Sprint(i), Type: "OrderPaid",
+			Payload: json.RawMessage(`{}`), Destination: dest}
+	}
+	return events
+}
+
+// kindURL is the test database URL of kind, "mysql" or "postgres".
+func kindURL(kind string) string {
+	if kind == "postgres" {
+		return testsvc.URL(testsvc.EnvPostgres)
+	}
+	return testsvc.URL(testsvc.EnvMySQL)
+}
+
 // The demo is the reference shop's binary's now: `ferry demo`, whatever
 // its flags, is a usage error that says where it went and how to run it.
 func TestDemoSaysWhereItMoved(t *testing.T) {
@@ -252,28 +281,15 @@ func TestRelayProcessKilledAtCrashPoint(t *testing.T) {
 				const total = 50
 				tx, err := st.DB.BeginTx(ctx, nil)
 				require.NoError(t, err)
-				events := make([]ferry.Event, total)
-				for i := range events {
-					events[i] = ferry.Event{AggregateType: "order", AggregateID: fmt.Sprint(i), Type: "OrderPaid",
-						Payload: json.RawMessage(`{}`), Destination: prefix + ".paid"}
-				}
-				ids, err := ob.EnqueueTx(ctx, tx, events...)
+				ids, err := ob.EnqueueTx(ctx, tx, paidEvents(total, prefix+".paid")...)
 				require.NoError(t, err)
 				require.NoError(t, tx.Commit())
 
-				dbURL := testsvc.URL(testsvc.EnvMySQL)
-				if kind == "postgres" {
-					dbURL = testsvc.URL(testsvc.EnvPostgres)
-				}
-				args := []string{"relay", "--database-url", dbURL, "--table", st.Driver.Table(),
+				args := []string{"relay", "--database-url", kindURL(kind), "--table", st.Driver.Table(),
 					"--broker-url", testsvc.URL(testsvc.EnvNATS), "--stream", stream, "--lanes", "1",
 					"--lease", "1s", "--publish-timeout", "800ms", "--retry-initial", "10ms"}
 				cmd, out := child(t, []string{envTestCrashAt + "=" + c.point}, args...)
-				err = cmd.Wait()
-				var ee *exec.ExitError
-				require.True(t, errors.As(err, &ee), "the relay must die: %v\n%s", err, out)
-				ws := ee.Sys().(syscall.WaitStatus)
-				require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "killed by SIGKILL: %v\n%s", ws, out)
+				requireKilled(t, cmd, out)
 				stats, err := st.Driver.Stats(ctx)
 				require.NoError(t, err)
 				require.Equal(t, int64(total), stats.Sending, "the dead relay's claim holds every event")
@@ -313,11 +329,7 @@ func TestMaintenanceLeaderKilledMidSweep(t *testing.T) {
 			ctx := testsvc.Context(t, 2*time.Minute)
 			nc := testsvc.NATS(t)
 			stream, prefix := testsvc.JetStreamStream(t, nc)
-			dbURL := testsvc.URL(testsvc.EnvMySQL)
-			if kind == "postgres" {
-				dbURL = testsvc.URL(testsvc.EnvPostgres)
-			}
-			args := []string{"relay", "--database-url", dbURL, "--table", st.Driver.Table(),
+			args := []string{"relay", "--database-url", kindURL(kind), "--table", st.Driver.Table(),
 				"--broker-url", testsvc.URL(testsvc.EnvNATS), "--stream", stream, "--lanes", "1",
 				"--heartbeat", "200ms", "--sweep-interval", "100ms", "--retry-initial", "10ms"}
 			leader := func() (lead string, alive int) {
@@ -346,14 +358,9 @@ func TestMaintenanceLeaderKilledMidSweep(t *testing.T) {
 			ob, err := ferry.NewOutbox(st.Driver, nil)
 			require.NoError(t, err)
 			const total = 50
-			events := make([]ferry.Event, total)
-			for i := range events {
-				events[i] = ferry.Event{AggregateType: "order", AggregateID: fmt.Sprint(i), Type: "OrderPaid",
-					Payload: json.RawMessage(`{}`), Destination: prefix + ".paid"}
-			}
 			tx, err := st.DB.BeginTx(ctx, nil)
 			require.NoError(t, err)
-			ids, err := ob.EnqueueTx(ctx, tx, events...)
+			ids, err := ob.EnqueueTx(ctx, tx, paidEvents(total, prefix+".paid")...)
 			require.NoError(t, err)
 			expire := "UPDATE `" + st.Driver.Table() + "` SET status = 'SENDING', lease_token = 'gone', attempts = 1," +
 				" locked_until = NOW(6) - INTERVAL 1 SECOND"
@@ -365,11 +372,7 @@ func TestMaintenanceLeaderKilledMidSweep(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, tx.Commit())
 
-			err = a.Wait()
-			var ee *exec.ExitError
-			require.True(t, errors.As(err, &ee), "the leader must die mid-sweep: %v\n%s", err, aOut)
-			ws := ee.Sys().(syscall.WaitStatus)
-			require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "killed by SIGKILL: %v\n%s", ws, aOut)
+			requireKilled(t, a, aOut)
 			require.Contains(t, aOut.String(), "crash point "+ferry.FaultMidSweep+" reached")
 			require.NotContains(t, bOut.String(), "returned expired leases", "b swept while a led:\n%s", bOut)
 

@@ -2,11 +2,8 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -128,11 +125,7 @@ func TestRelayCLIToRabbitMQKilledAfterPublish(t *testing.T) {
 	args := r.args("--declare", "--routing-key", r.bind, "--lanes", "1", "--lease", "1s",
 		"--publish-timeout", "800ms", "--retry-initial", "10ms")
 	cmd, out := child(t, []string{envTestCrashAt + "=" + ferry.FaultAfterPublish}, args...)
-	err := cmd.Wait()
-	var ee *exec.ExitError
-	require.True(t, errors.As(err, &ee), "the relay must die: %v\n%s", err, out)
-	ws := ee.Sys().(syscall.WaitStatus)
-	require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "killed by SIGKILL: %v\n%s", ws, out)
+	requireKilled(t, cmd, out)
 
 	cmd, out = child(t, nil, append(args, "--drain")...)
 	require.NoError(t, cmd.Wait(), out.String())

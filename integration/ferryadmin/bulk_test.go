@@ -461,13 +461,8 @@ func TestClassifyErrorsOfEventsThatDiedBeforeTheMigration(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, kind)
-			kinds := make([]testsvc.DeadKind, len(deadMix))
-			for i, k := range deadMix {
-				k.Unclassified = true
-				kinds[i] = k
-			}
 			const n = 2*ferrystore.MaxStateListLimit/10 + 7
-			testsvc.InsertDead(t, b.st, n, kinds...)
+			testsvc.InsertDead(t, b.st, n, testsvc.Unclassified(deadMix)...)
 			res, err := ferryadmin.DiscardDead(b.ctx, b.admin, ferryadmin.BulkOptions{Filter: ferryadmin.DeadFilter{
 				Destination: "orders.shipped", ErrorClass: classLookAlike}}, "test", "ops@test")
 			require.NoError(t, err)

@@ -25,6 +25,17 @@ type DeadKind struct {
 	Payload string
 }
 
+// Unclassified returns kinds with Unclassified set on each: rows that
+// failed before the table had migration 0004.
+func Unclassified(kinds []DeadKind) []DeadKind {
+	out := make([]DeadKind, len(kinds))
+	for i, k := range kinds {
+		k.Unclassified = true
+		out[i] = k
+	}
+	return out
+}
+
 // InsertDead writes n DEAD rows into the outbox table of st with one
 // INSERT ... SELECT, in a few seconds for 100,000 rows. Row i (0 ≤ i < n)
 // is of kinds[i % len(kinds)]; its event id is "dead-<i>", i in six digits

@@ -166,20 +166,19 @@ func (r *Report) targets() []Ratio {
 	o, okO := figureOf(deployed, f.Relays, true)
 	add("ordered / unordered, "+relays, o.Rate/max(f.Rate, 1e-9), okO && okF && o.Relays == f.Relays, 0.6, false,
 		how+fmt.Sprintf("; %d aggregates", max(min(r.Aggregates, r.Events), 1)))
-	f8, ok8 := figureOf(deployed, 8, false)
-	f4, ok4 := figureOf(deployed, 4, false)
-	note := how
-	if !ok8 || !ok4 {
-		note = "run with --relays 1,4,8"
+	for _, ordered := range []bool{false, true} {
+		f8, ok8 := figureOf(deployed, 8, ordered)
+		f4, ok4 := figureOf(deployed, 4, ordered)
+		note := how
+		if !ok8 || !ok4 {
+			note = "run with --relays 1,4,8"
+		}
+		name := "drain, 8 relays / 4 relays"
+		if ordered {
+			name = "drain, ordered, 8 relays / 4 relays"
+		}
+		add(name, f8.Rate/max(f4.Rate, 1e-9), ok8 && ok4, 1, false, note)
 	}
-	add("drain, 8 relays / 4 relays", f8.Rate/max(f4.Rate, 1e-9), ok8 && ok4, 1, false, note)
-	o8, okO8 := figureOf(deployed, 8, true)
-	o4, okO4 := figureOf(deployed, 4, true)
-	note = how
-	if !okO8 || !okO4 {
-		note = "run with --relays 1,4,8"
-	}
-	add("drain, ordered, 8 relays / 4 relays", o8.Rate/max(o4.Rate, 1e-9), okO8 && okO4, 1, false, note)
 	ordCPUOK := okO && okF && o.Relays == f.Relays && o.CPU.DB != nil && f.CPU.DB != nil && *f.CPU.DB > 0
 	add("database CPU per event, ordered / unordered, "+relays, func() float64 {
 		if !ordCPUOK {
@@ -193,48 +192,34 @@ func (r *Report) targets() []Ratio {
 // writeDeployed writes the figures of the relay as deployed and of the
 // plain relay, next to the bench's own.
 func (r *Report) writeDeployed(w io.Writer, row func(name, value string)) {
-	drain := func(label string, fs []RelayFigure) {
+	// figures writes a row per figure of fs: label, relays, mode, value.
+	figures := func(label string, fs []RelayFigure, value func(RelayFigure) string) {
 		for _, f := range fs {
 			mode := "unordered"
 			if f.Ordered {
 				mode = "ordered"
 			}
-			row(fmt.Sprintf("%s, %d, %s", label, f.Relays, mode), fmt.Sprintf("%.0f ev/s", f.Rate))
+			row(fmt.Sprintf("%s, %d, %s", label, f.Relays, mode), value(f))
 		}
 	}
+	rate := func(f RelayFigure) string { return fmt.Sprintf("%.0f ev/s", f.Rate) }
+	cpu := func(f RelayFigure) string { return f.CPU.split() }
+	stmts := func(f RelayFigure) string { return f.Statements.detail() }
 	if len(r.RelayProcess) > 0 || len(r.Plain) > 0 {
 		fmt.Fprintln(w, "\ndrain as deployed: ferry relay --drain processes (defaults) and the plain relay")
-		drain("ferry relay processes", r.RelayProcess)
-		drain("plain relay loops", r.Plain)
+		figures("ferry relay processes", r.RelayProcess, rate)
+		figures("plain relay loops", r.Plain, rate)
 	}
 	if len(r.Relay)+len(r.RelayProcess)+len(r.Plain) > 0 {
 		fmt.Fprintln(w, "\nCPU per event, µs: database / broker / relay (n/a: not local, or inside the bench)")
-		cpu := func(label string, fs []RelayFigure) {
-			for _, f := range fs {
-				mode := "unordered"
-				if f.Ordered {
-					mode = "ordered"
-				}
-				row(fmt.Sprintf("%s, %d, %s", label, f.Relays, mode), f.CPU.split())
-			}
-		}
-		cpu("ferry in-process", r.Relay)
-		cpu("ferry relay processes", r.RelayProcess)
-		cpu("plain relay", r.Plain)
+		figures("ferry in-process", r.Relay, cpu)
+		figures("ferry relay processes", r.RelayProcess, cpu)
+		figures("plain relay", r.Plain, cpu)
 		fmt.Fprintln(w, "\nstatements per event, counted by the database server (MySQL: Questions; PostgreSQL: scans of the"+
 			" outbox's tables); then the rows they read per event (MySQL: Innodb_rows_read, MariaDB: Rows_read; PostgreSQL: rows fetched through indexes)")
-		stmts := func(label string, fs []RelayFigure) {
-			for _, f := range fs {
-				mode := "unordered"
-				if f.Ordered {
-					mode = "ordered"
-				}
-				row(fmt.Sprintf("%s, %d, %s", label, f.Relays, mode), f.Statements.detail())
-			}
-		}
-		stmts("ferry in-process", r.Relay)
-		stmts("ferry relay processes", r.RelayProcess)
-		stmts("plain relay", r.Plain)
+		figures("ferry in-process", r.Relay, stmts)
+		figures("ferry relay processes", r.RelayProcess, stmts)
+		figures("plain relay", r.Plain, stmts)
 	}
 	var lives []*LiveResult
 	for _, l := range []*LiveResult{r.Live, r.LiveProcess, r.LivePlain} {
