@@ -206,20 +206,49 @@ func (s *Store) bumpSeq(ctx context.Context, ex ferrystore.Executor, g sqlutil.A
 // SELECT ... FOR UPDATE SKIP LOCKED, then an UPDATE of exactly the ids it
 // returned.
 func (s *Store) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype.Message, error) {
-	// Concurrent claims and marks move index entries of idx_pending
-	// between statuses, and InnoDB now and then picks one of them as a
-	// deadlock victim. A claim that lost changed nothing: run it again at
-	// once rather than fail the relay's cycle (which would back off).
+	return againOnDeadlock(func() ([]ferrytype.Message, error) { return s.claim(ctx, p) })
+}
+
+// MarkSent marks SENT the ids still SENDING under token, in one
+// statement, run again when InnoDB picks it as a deadlock victim.
+func (s *Store) MarkSent(ctx context.Context, token string, ids []string) (int64, error) {
+	return againOnDeadlock(func() (int64, error) { return s.Outbox.MarkSent(ctx, token, ids) })
+}
+
+// Release gives back the ids still SENDING under token, run again when
+// InnoDB picks it as a deadlock victim.
+func (s *Store) Release(ctx context.Context, token string, ids []string) (int64, error) {
+	return againOnDeadlock(func() (int64, error) { return s.Outbox.Release(ctx, token, ids) })
+}
+
+// MarkFailed records failed attempts in one transaction, run again when
+// InnoDB picks it as a deadlock victim.
+func (s *Store) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (ferrystore.MarkFailedResult, error) {
+	return againOnDeadlock(func() (ferrystore.MarkFailedResult, error) { return s.Outbox.MarkFailed(ctx, fails) })
+}
+
+// againOnDeadlock runs fn, and again at once, up to deadlockAttempts
+// times in all, while InnoDB picks it as a deadlock victim. Concurrent
+// claims and marks move index entries of idx_pending (and of the DEAD
+// indexes' virtual columns) between statuses, and InnoDB now and then
+// rolls one of them back; a statement or transaction that lost changed
+// nothing, and each is fenced by its lease token, so running it again is
+// safe. Failing it instead would back a claim off, or leave a batch that
+// was published unmarked until its lease expires and it is published
+// again. A lock wait timeout, which took innodb_lock_wait_timeout
+// already, is not retried here. The error is classified.
+func againOnDeadlock[T any](fn func() (T, error)) (T, error) {
 	for attempt := 1; ; attempt++ {
-		msgs, err := s.claim(ctx, p)
-		if err == nil || attempt == claimAttempts || !isDeadlock(err) {
-			return msgs, classify(err)
+		v, err := fn()
+		if err == nil || attempt == deadlockAttempts || !isDeadlock(err) {
+			return v, classify(err)
 		}
 	}
 }
 
-// claimAttempts bounds the runs of a claim that keeps losing deadlocks.
-const claimAttempts = 5
+// deadlockAttempts bounds the runs of a statement that keeps losing
+// deadlocks.
+const deadlockAttempts = 5
 
 func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) (_ []ferrytype.Message, err error) {
 	// READ COMMITTED: under InnoDB's default REPEATABLE READ the claim's
