@@ -38,6 +38,7 @@ var clients = map[string][]string{
 	"ferryprom":              {"github.com/prometheus/client_golang"},
 	"ferryotel":              {"go.opentelemetry.io/otel"},
 	"ferryredis":             {"github.com/redis/go-redis"},
+	"ferrywatermill":         {"github.com/ThreeDotsLabs/watermill"},
 }
 
 // testBed is what no library module requires and no library package or
