@@ -1,0 +1,5 @@
+//go:build !race
+
+package ferrywatermill_test
+
+const raceBuild = false
