@@ -207,6 +207,14 @@ var brokers = []broker{
 			return asPublisher(ferrykafka.Dial(ctx, rawURL, &cfg.Kafka))
 		},
 	},
+	{
+		schemes: RedisSchemes,
+		system:  "redis",
+		check:   checkRedis,
+		dial: func(ctx context.Context, rawURL string, _ *BrokerConfig) (ferrybroker.Publisher, error) {
+			return dialRedis(ctx, rawURL)
+		},
+	},
 }
 
 func asPublisher[P ferrybroker.Publisher](p P, err error) (ferrybroker.Publisher, error) {
@@ -255,7 +263,8 @@ func brokerForURL(rawURL string) (broker, error) {
 
 // Publisher connects to the broker at rawURL: nats:// or tls:// (NATS
 // JetStream), amqp:// or amqps:// (RabbitMQ), kafka:// or kafkas://
-// (Kafka). It checks rawURL's form
+// (Kafka), redis:// or rediss:// (Redis Streams, through Watermill's
+// redisstream publisher). It checks rawURL's form
 // first (see ValidateBrokerURL).
 func Publisher(ctx context.Context, rawURL string, cfg *BrokerConfig) (ferrybroker.Publisher, error) {
 	if cfg == nil {

@@ -20,9 +20,9 @@ import (
 const (
 	databaseForms = "mysql://user@host:3306/db, postgres://user@host:5432/db, sqlite:///path/file.db " +
 		"(a password goes after the user, user:password@, percent-encoded)"
-	brokerForms = "nats://host:4222, amqp://user@host:5672/vhost, kafka://host:9092[,host2:9092]"
+	brokerForms = "nats://host:4222, amqp://user@host:5672/vhost, kafka://host:9092[,host2:9092], redis://host:6379"
 	// brokerSchemes names the broker schemes an unknown one is told.
-	brokerSchemes = "nats, tls, amqp, amqps, kafka or kafkas"
+	brokerSchemes = "nats, tls, amqp, amqps, kafka, kafkas, redis or rediss"
 )
 
 var (
@@ -49,7 +49,7 @@ func ValidateDatabaseURL(rawURL string) error {
 // ValidateBrokerURL checks, without connecting, that rawURL is a broker URL
 // ferry can dial (nats:// or tls://, a comma-separated list of them;
 // amqp:// or amqps://; kafka:// or kafkas://, with comma-separated
-// hosts), as ValidateDatabaseURL does for databases.
+// hosts; redis:// or rediss://), as ValidateDatabaseURL does for databases.
 func ValidateBrokerURL(rawURL string) error {
 	b, err := brokerForURL(rawURL)
 	if err != nil {

@@ -57,13 +57,17 @@ func TestValidateURLs(t *testing.T) {
 		{"amqp://guest:s3cr3tpw@127.0.0.1:abc/", `port "abc"`},
 		{"amqp://guest:s3cr3tpw@:5672/", "has no host"},
 		{"nats://s3cr3tpw@:4222", "has no host"},
-		{"mqtt://h:1883", `unknown scheme "mqtt" (want nats, tls, amqp, amqps, kafka or kafkas)`},
+		{"mqtt://h:1883", `unknown scheme "mqtt" (want nats, tls, amqp, amqps, kafka, kafkas, redis or rediss)`},
 		{"kafka://h:99999", `port "99999"`},
 		{"kafka://relay:s3cr3tpw@h:9092", "no sasl= mechanism"},
 		{"kafka://relay:s3cr3tpw@h:9092?sasl=plain", "insecure_sasl"},
 		{"kafka://h:9092?acks=0", `unknown option "acks"`},
 		{"localhost:4222", "has no scheme"},
 		{"amqp://gu%est@127.0.0.1/", "bad percent-encoding"},
+		{"redis://:s3cr3tpw@h:6379?tls_ca=/etc/ca.pem", "need rediss://"},
+		{"redis://:s3cr3tpw@h:6379?pool=zz", "unexpected option"},
+		{"rediss://h:6379?tls_cert=/etc/c.pem", "tls_cert and tls_key go together"},
+		{"rediss://h:6379?tls_ca=/nonexistent/ca.pem", "tls_ca"},
 	}
 	for _, c := range badBroker {
 		err := open.ValidateBrokerURL(c.url)
