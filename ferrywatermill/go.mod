@@ -5,6 +5,7 @@ go 1.24.0
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/ferrydev/ferry v0.1.0
+	github.com/stretchr/testify v1.12.1
 )
 
 require (
@@ -12,4 +13,5 @@ require (
 	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
 	github.com/oklog/ulid v1.3.1 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
 )
