@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,6 +76,53 @@ func (b *bridge) Publish(topic string, msgs ...*message.Message) error {
 }
 
 func (b *bridge) Close() error { return nil }
+
+// queueCleaner is a watermill-amqp subscriber whose queues (one per topic,
+// declared by the subscriber) are deleted when the test ends: Watermill's
+// universal tests name topics of their own.
+type queueCleaner struct {
+	*wamqp.Subscriber
+	mu     sync.Mutex
+	topics map[string]bool
+}
+
+func cleaned(t *testing.T, sub *wamqp.Subscriber) *queueCleaner {
+	conn := testsvc.RabbitMQ(t)
+	c := &queueCleaner{Subscriber: sub, topics: map[string]bool{}}
+	t.Cleanup(func() {
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Logf("delete the test's queues: %v", err)
+			return
+		}
+		defer ch.Close()
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for q := range c.topics {
+			if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+				t.Logf("delete queue %s: %v", q, err)
+				return
+			}
+		}
+	})
+	return c
+}
+
+func (c *queueCleaner) note(topic string) {
+	c.mu.Lock()
+	c.topics[topic] = true
+	c.mu.Unlock()
+}
+
+func (c *queueCleaner) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	c.note(topic)
+	return c.Subscriber.Subscribe(ctx, topic)
+}
+
+func (c *queueCleaner) SubscribeInitialize(topic string) error {
+	c.note(topic)
+	return c.Subscriber.SubscribeInitialize(topic)
+}
 
 func amqpSubscriber(t *testing.T) *wamqp.Subscriber {
 	t.Helper()
@@ -179,7 +227,7 @@ func TestWatermillUniversalTests(t *testing.T) {
 	t.Parallel()
 	features := tests.Features{Persistent: true, ForceShort: true}
 	constructor := func(t *testing.T) (message.Publisher, message.Subscriber) {
-		return newBridge(t, "mysql", true), amqpSubscriber(t)
+		return newBridge(t, "mysql", true), cleaned(t, amqpSubscriber(t))
 	}
 	for name, fn := range map[string]func(*testing.T, tests.TestContext, tests.PubSubConstructor){
 		"PublishSubscribe":                 tests.TestPublishSubscribe,
