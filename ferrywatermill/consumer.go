@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"maps"
 	"strconv"
@@ -289,28 +290,36 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return ferrybroker.RunUntilDone(ctx, c.Start, c.Stop, c.cfg.ShutdownTimeout)
 }
 
+// countKey is what deliveries of one message are counted by: its id, or
+// for a message without one, a hash of its payload (so that a message
+// without an id still reaches RetryPolicy.MaxDeliveries and is parked,
+// rather than retried for ever).
+func countKey(d *ferrybroker.Delivery) string {
+	if d.MessageID != "" {
+		return "id:" + d.MessageID
+	}
+	h := fnv.New64a()
+	h.Write(d.Payload)
+	return "payload:" + strconv.FormatUint(h.Sum64(), 16)
+}
+
 // count records one more delivery of d's message and sets its count.
 func (c *Consumer) count(d *ferrybroker.Delivery) {
-	d.DeliveryCount = 1
-	if d.MessageID != "" {
-		c.countMu.Lock()
-		if len(c.counts) >= maxCounted {
-			clear(c.counts)
-		}
-		c.counts[d.MessageID]++
-		d.DeliveryCount = c.counts[d.MessageID]
-		c.countMu.Unlock()
+	k := countKey(d)
+	c.countMu.Lock()
+	if len(c.counts) >= maxCounted {
+		clear(c.counts)
 	}
+	c.counts[k]++
+	d.DeliveryCount = c.counts[k]
+	c.countMu.Unlock()
 	d.Redelivered = d.DeliveryCount > 1 || d.Headers[MetadataRedelivered] == "true"
 }
 
 // forget drops the count of a message settled for good.
 func (c *Consumer) forget(d *ferrybroker.Delivery) {
-	if d.MessageID == "" {
-		return
-	}
 	c.countMu.Lock()
-	delete(c.counts, d.MessageID)
+	delete(c.counts, countKey(d))
 	c.countMu.Unlock()
 }
 
