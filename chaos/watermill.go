@@ -442,7 +442,8 @@ func proxyURL(raw string) (*faultnet.Proxy, string, error) {
 	return p, u.String(), nil
 }
 
-func declareQueue(url, name string) error {
+// onChannel runs fn on a channel of a connection of its own to url.
+func onChannel(url string, fn func(ch *amqp.Channel) error) error {
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		return err
@@ -452,20 +453,19 @@ func declareQueue(url, name string) error {
 	if err != nil {
 		return err
 	}
-	_, err = ch.QueueDeclare(name, true, false, false, false, nil)
-	return err
+	return fn(ch)
+}
+
+func declareQueue(url, name string) error {
+	return onChannel(url, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare(name, true, false, false, false, nil)
+		return err
+	})
 }
 
 func deleteQueue(url, name string) error {
-	conn, err := amqp.Dial(url)
-	if err != nil {
+	return onChannel(url, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDelete(name, false, false, false)
 		return err
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return err
-	}
-	_, err = ch.QueueDelete(name, false, false, false)
-	return err
+	})
 }
