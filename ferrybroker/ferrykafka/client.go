@@ -2,11 +2,9 @@ package ferrykafka
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/tlsfiles"
 )
 
 // DefaultPort is the broker port of a host the URL gives without one.
@@ -318,27 +317,9 @@ func firstKey(v url.Values) string {
 // options.
 func tlsConfig(opts url.Values) (*tls.Config, error) {
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
-	if ca := opts.Get(optTLSCA); ca != "" {
-		pem, err := os.ReadFile(ca)
-		if err != nil {
-			return nil, fmt.Errorf("tls_ca: %v", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls_ca %s holds no PEM certificate", ca)
-		}
-		c.RootCAs = pool
-	}
-	cert, key := opts.Get(optTLSCert), opts.Get(optTLSKey)
-	switch {
-	case cert != "" && key != "":
-		pair, err := tls.LoadX509KeyPair(cert, key)
-		if err != nil {
-			return nil, fmt.Errorf("tls_cert/tls_key: %v", err)
-		}
-		c.Certificates = []tls.Certificate{pair}
-	case cert != "" || key != "":
-		return nil, fmt.Errorf("tls_cert and tls_key go together")
+	if err := tlsfiles.Apply(c, opts.Get(optTLSCA), opts.Get(optTLSCert), opts.Get(optTLSKey),
+		tlsfiles.Names{CA: optTLSCA, Cert: optTLSCert, Key: optTLSKey}); err != nil {
+		return nil, err
 	}
 	if v := opts.Get(optTLSInsecure); v != "" {
 		skip, err := strconv.ParseBool(v)

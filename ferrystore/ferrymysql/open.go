@@ -3,12 +3,10 @@ package ferrymysql
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/sqlstore"
+	"github.com/ferrydev/ferry/internal/tlsfiles"
 )
 
 // ParseURL turns a URL of the form
@@ -40,23 +39,8 @@ func ParseURL(rawURL string) (*mysql.Config, error) {
 	var tlsCfg *tls.Config
 	if ca, cert, key := q.Get("tls-ca"), q.Get("tls-cert"), q.Get("tls-key"); ca != "" || cert != "" {
 		tlsCfg = &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}
-		if ca != "" {
-			pem, err := os.ReadFile(ca)
-			if err != nil {
-				return nil, fmt.Errorf("%w: tls-ca: %v", ferrytype.ErrInvalidConfig, err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("%w: tls-ca %s holds no PEM certificate", ferrytype.ErrInvalidConfig, ca)
-			}
-			tlsCfg.RootCAs = pool
-		}
-		if cert != "" {
-			pair, err := tls.LoadX509KeyPair(cert, key)
-			if err != nil {
-				return nil, fmt.Errorf("%w: tls-cert/tls-key: %v", ferrytype.ErrInvalidConfig, err)
-			}
-			tlsCfg.Certificates = []tls.Certificate{pair}
+		if err := tlsfiles.Apply(tlsCfg, ca, cert, key, tlsfiles.Names{CA: "tls-ca", Cert: "tls-cert", Key: "tls-key"}); err != nil {
+			return nil, fmt.Errorf("%w: %v", ferrytype.ErrInvalidConfig, err)
 		}
 		q.Del("tls-ca")
 		q.Del("tls-cert")

@@ -3,12 +3,10 @@ package open
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/ferrywatermill"
+	"github.com/ferrydev/ferry/internal/tlsfiles"
 )
 
 // RedisSchemes are the URL schemes of Redis Streams, which ferry relay
@@ -58,26 +57,8 @@ func parseRedis(rawURL string) (*redis.Options, error) {
 		if opt.TLSConfig == nil {
 			return nil, fmt.Errorf("%w: redis URL: tls_ca, tls_cert and tls_key need rediss://", ferrytype.ErrInvalidConfig)
 		}
-		if (cert == "") != (key == "") {
-			return nil, fmt.Errorf("%w: redis URL: tls_cert and tls_key go together", ferrytype.ErrInvalidConfig)
-		}
-		if ca != "" {
-			pem, err := os.ReadFile(ca)
-			if err != nil {
-				return nil, fmt.Errorf("%w: redis URL: tls_ca: %v", ferrytype.ErrInvalidConfig, err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("%w: redis URL: tls_ca %s holds no PEM certificate", ferrytype.ErrInvalidConfig, ca)
-			}
-			opt.TLSConfig.RootCAs = pool
-		}
-		if cert != "" {
-			pair, err := tls.LoadX509KeyPair(cert, key)
-			if err != nil {
-				return nil, fmt.Errorf("%w: redis URL: tls_cert/tls_key: %v", ferrytype.ErrInvalidConfig, err)
-			}
-			opt.TLSConfig.Certificates = []tls.Certificate{pair}
+		if err := tlsfiles.Apply(opt.TLSConfig, ca, cert, key, tlsfiles.Names{CA: redisTLSCA, Cert: redisTLSCert, Key: redisTLSKey}); err != nil {
+			return nil, fmt.Errorf("%w: redis URL: %v", ferrytype.ErrInvalidConfig, err)
 		}
 	}
 	if opt.TLSConfig != nil && opt.TLSConfig.MinVersion < tls.VersionTLS12 {
