@@ -106,8 +106,9 @@ type wmProc struct {
 	args []string
 	log  io.Writer
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed once cmd has exited and been waited for
 }
 
 func (p *wmProc) start() error {
@@ -119,25 +120,25 @@ func (p *wmProc) start() error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
-	p.cmd = cmd
-	go func() { _ = cmd.Wait() }()
+	done := make(chan struct{})
+	p.cmd, p.done = cmd, done
+	go func() { _ = cmd.Wait(); close(done) }()
 	return nil
 }
 
-// kill kills the process with SIGKILL and waits until it is gone.
+// kill kills the process group with SIGKILL and waits until the process
+// has exited.
 func (p *wmProc) kill() {
 	p.mu.Lock()
-	cmd := p.cmd
+	cmd, done := p.cmd, p.done
 	p.mu.Unlock()
 	if cmd == nil || cmd.Process == nil {
 		return
 	}
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	for range 200 {
-		if syscall.Kill(cmd.Process.Pid, 0) != nil {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
 	}
 }
 

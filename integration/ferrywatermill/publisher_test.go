@@ -7,6 +7,7 @@ package ferrywatermill_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -160,20 +161,25 @@ func readStream(t *testing.T, rdb *redis.Client, stream string, want int, d time
 	t.Helper()
 	var out []ferrybrokertest.Received
 	deadline := time.Now().Add(d)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		xs, err := rdb.XRange(ctx, stream, "-", "+").Result()
-		cancel()
+	last := "0"
+	for len(out) < want {
+		left := time.Until(deadline)
+		if left <= 0 {
+			break
+		}
+		// XREAD BLOCK returns as soon as entries past last arrive, or
+		// redis.Nil when left passes without any.
+		xs, err := rdb.XRead(context.Background(), &redis.XReadArgs{Streams: []string{stream, last}, Count: 1000, Block: left}).Result()
+		if errors.Is(err, redis.Nil) {
+			break
+		}
 		require.NoError(t, err)
-		out = out[:0]
-		for _, x := range xs {
+		for _, x := range xs[0].Messages {
 			msg, err := redisstream.DefaultMarshallerUnmarshaller{}.Unmarshal(x.Values)
 			require.NoError(t, err)
 			out = append(out, ferrybrokertest.Received{ID: msg.UUID, Route: stream, Payload: msg.Payload, Headers: msg.Metadata})
+			last = x.ID
 		}
-		if len(out) >= want || time.Now().After(deadline) {
-			return out
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
+	return out
 }
