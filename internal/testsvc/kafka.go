@@ -161,3 +161,31 @@ func ReadKafka(t testing.TB, seeds []string, topic string, want int, d time.Dura
 		}
 	}
 }
+
+// WaitKafkaRecords waits up to d until topic holds at least n records in
+// all, and fails the test if it does not.
+func WaitKafkaRecords(t testing.TB, seeds []string, topic string, n int64, d time.Duration) {
+	t.Helper()
+	ctx := Context(t, d)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	for {
+		ends, err := adm.ListEndOffsets(ctx, topic)
+		if err == nil {
+			var total int64
+			ends.Each(func(o kadm.ListedOffset) { total += o.Offset })
+			if total >= n {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s did not reach %d records within %s (last error: %v)", topic, n, d, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
