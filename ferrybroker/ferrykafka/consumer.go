@@ -602,18 +602,30 @@ func (c *Consumer) poll(ctx context.Context) {
 	}
 }
 
-// push queues records on p, and stops fetching p while its queue is full.
 // rewound reports a partition franz-go reset to an earlier offset after
 // finding records lost: logged, counted and given to the hooks.
 func (c *Consumer) rewound(dl *kgo.ErrDataLoss) {
 	r := ferrybroker.Rewind{Route: dl.Topic, Partition: dl.Partition, From: dl.ConsumedTo, To: dl.ResetTo}
 	// The records read again commit offsets at or below what was
 	// committed: the commit follows the partition back, so that they
-	// settle, and a group that resumes from it reads them again too.
+	// settle, and a group that resumes from it reads them again too. The
+	// offset to commit goes back with it: a commit before the first of
+	// them is handled would otherwise commit the old position again, and
+	// they would mark offsets never above it, never settling.
 	c.pmu.Lock()
 	if p := c.parts[tp{dl.Topic, dl.Partition}]; p != nil {
 		p.mu.Lock()
 		p.committed = min(p.committed, dl.ResetTo)
+		if p.next.Offset > dl.ResetTo {
+			p.next = kgo.EpochOffset{Epoch: dl.ResetToEpoch, Offset: dl.ResetTo}
+		}
+		// Records queued from the old log at or past the reset are
+		// fetched again from the new one.
+		p.queue = slices.DeleteFunc(p.queue, func(r *kgo.Record) bool { return r.Offset >= dl.ResetTo })
+		if p.paused && len(p.queue) <= partitionBuffer/2 {
+			p.paused = false
+			c.cl.ResumeFetchPartitions(map[string][]int32{p.topic: {p.partition}})
+		}
 		p.mu.Unlock()
 	}
 	c.pmu.Unlock()
@@ -630,6 +642,7 @@ func (c *Consumer) rewound(dl *kgo.ErrDataLoss) {
 		"reset_to", dl.ResetTo, "reset_epoch", dl.ResetToEpoch, "records_again", r.Records())
 }
 
+// push queues records on p, and stops fetching p while its queue is full.
 func (c *Consumer) push(p *part, recs []*kgo.Record) {
 	p.mu.Lock()
 	if p.gone || p.halted {
