@@ -60,6 +60,54 @@ if up 127.0.0.1 5672 && ! up 127.0.0.1 15672 && command -v rabbitmq-plugins >/de
   fi
 fi
 
+# The log relay's tests need servers that keep a change log, which the ones
+# above do not: a MariaDB with its binlog in ROW format (full row images) on
+# port 3307 and a PostgreSQL with wal_level=logical on port 5433, each with
+# a data directory of its own under FERRY_LOGDB_DIR. Created on first use,
+# started when not up, never stopped by this script.
+logdir=${FERRY_LOGDB_DIR:-/var/lib/ferry-logdb}
+mariadb_binlog() {
+  local d=$logdir/mariadb
+  if [ ! -d "$d/data/mysql" ]; then
+    mkdir -p "$d/data" "$d/log" && chown -R mysql:mysql "$d" 2>/dev/null
+    mariadb-install-db --user=mysql --datadir="$d/data" --auth-root-authentication-method=normal \
+      --skip-test-db >"$d/install.log" 2>&1 || { echo "services: mariadb-install-db failed: $d/install.log" >&2; return 1; }
+  fi
+  start-stop-daemon --start --oknodo --background --chuid mysql --pidfile "$d/daemon.pid" --make-pidfile \
+    --exec /usr/sbin/mariadbd -- \
+    --no-defaults --datadir="$d/data" --port=3307 --bind-address=127.0.0.1 --socket="$d/mysqld.sock" \
+    --pid-file="$d/mysqld.pid" --log-error="$d/error.log" --server-id=3307 --log-bin="$d/log/binlog" \
+    --binlog-format=ROW --binlog-row-image=FULL --max-connections=300 --innodb-buffer-pool-size=256M
+  wait_up "MariaDB (binlog)" 3307 30 || return 1
+  mariadb -h127.0.0.1 -P3307 -uroot -e "CREATE DATABASE IF NOT EXISTS test" 2>/dev/null || true
+}
+postgres_logical() {
+  local d=$logdir/pg bin
+  bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1)
+  [ -n "$bin" ] || { echo "services: no PostgreSQL binaries" >&2; return 1; }
+  if [ ! -f "$d/data/PG_VERSION" ]; then
+    mkdir -p "$d" && chown postgres:postgres "$d"
+    su postgres -c "$bin/initdb -D $d/data -A trust -U postgres" >"$d/../pg-initdb.log" 2>&1 ||
+      { echo "services: initdb failed" >&2; return 1; }
+  fi
+  su postgres -c "$bin/pg_ctl -D $d/data -l $d/server.log -w start -o \"-p 5433 -c listen_addresses=127.0.0.1 \
+    -c unix_socket_directories=$d -c wal_level=logical -c max_replication_slots=40 -c max_wal_senders=40 \
+    -c max_connections=300 -c fsync=on\"" >/dev/null 2>&1
+  wait_up "PostgreSQL (logical)" 5433 30 || return 1
+  psql -h127.0.0.1 -p5433 -Upostgres -tAc "SELECT 1 FROM pg_database WHERE datname='test'" | grep -q 1 ||
+    psql -h127.0.0.1 -p5433 -Upostgres -c "CREATE DATABASE test" >/dev/null
+}
+if up 127.0.0.1 3307; then echo "services: MariaDB (binlog) is up on port 3307"; else
+  echo "services: starting MariaDB (binlog)"
+  mkdir -p "$logdir"
+  mariadb_binlog && echo "services: MariaDB (binlog) is up on port 3307" || rc=1
+fi
+if up 127.0.0.1 5433; then echo "services: PostgreSQL (logical) is up on port 5433"; else
+  echo "services: starting PostgreSQL (logical)"
+  mkdir -p "$logdir"
+  postgres_logical && echo "services: PostgreSQL (logical) is up on port 5433" || rc=1
+fi
+
 # promtool checks deploy/prometheus (.ci/run). Only the tool is wanted: the
 # package may start and enable a Prometheus server, which is stopped again.
 if command -v promtool >/dev/null 2>&1; then

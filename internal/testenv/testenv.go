@@ -34,6 +34,11 @@ const (
 	EnvNATS     = "FERRY_TEST_NATS_URL"
 	EnvAMQP     = "FERRY_TEST_AMQP_URL"
 	EnvRedis    = "FERRY_TEST_REDIS_URL"
+	// The servers that keep a change log, for the log relay's tests
+	// (scripts/services.sh starts them): MariaDB with its binlog in ROW
+	// format, PostgreSQL with wal_level=logical.
+	EnvMySQLBinlog     = "FERRY_TEST_MYSQL_BINLOG_URL"
+	EnvPostgresLogical = "FERRY_TEST_POSTGRES_LOGICAL_URL"
 )
 
 var defaults = map[string]string{
@@ -42,6 +47,9 @@ var defaults = map[string]string{
 	EnvNATS:     "nats://127.0.0.1:4222",
 	EnvAMQP:     "amqp://guest:guest@127.0.0.1:5672/",
 	EnvRedis:    "redis://127.0.0.1:6379/0",
+
+	EnvMySQLBinlog:     "mysql://root@127.0.0.1:3307/test",
+	EnvPostgresLogical: "postgres://postgres@127.0.0.1:5433/test?sslmode=disable",
 }
 
 // URL returns the service URL from env, or its loopback default.
