@@ -1,0 +1,3 @@
+module github.com/ferrydev/ferry/ferrylog/ferrybinlog
+
+go 1.26.0

@@ -1,0 +1,3 @@
+module github.com/ferrydev/ferry/ferrylog/ferrypgoutput
+
+go 1.26.0
