@@ -150,6 +150,14 @@ type ClaimParams struct {
 	// aggregate is SENT (or DISCARDED by a person), so an aggregate's next
 	// event is never published before its previous one was confirmed.
 	Ordered bool
+	// IDs, when not empty, restricts the claim to these events, looked up
+	// by primary key instead of scanning the pending index: the log
+	// relay's claims, of the events its feed read from the database's log.
+	// Only those still NEW and available now are claimed, at most Limit
+	// of them, oldest available first; with Ordered, only those whose
+	// earlier event is SENT (two events of one aggregate in IDs: the later
+	// one stays NEW). An id of no row is ignored.
+	IDs []string
 	// Malformed, when not nil, is called once for each claimed row that
 	// Claim recorded DEAD as malformed, with its event id and the reason
 	// (wrapping ferrytype.ErrMalformedRow), after the claim committed.

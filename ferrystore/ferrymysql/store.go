@@ -68,6 +68,7 @@ type queries struct {
 	seq string // quoted
 
 	claimSelect, claimSelectOrdered, claimUpdate, orderCheck string
+	claimSelectIDs, claimSelectIDsTail                       string
 	seqUpsert                                                string
 }
 
@@ -105,6 +106,9 @@ func buildQueries(table string) queries {
 	// The index is forced: right after a bulk load, before InnoDB has
 	// counted the table again, the optimizer may take it for empty and
 	// scan and sort the whole table on every claim.
+	q.claimSelectIDs = "SELECT " + claimCols + " FROM " + t + " FORCE INDEX (PRIMARY)" +
+		" WHERE status = 'NEW' AND available_at <= NOW(6) AND "
+	q.claimSelectIDsTail = " ORDER BY available_at, event_id LIMIT ? FOR UPDATE SKIP LOCKED"
 	q.claimSelect = "SELECT " + claimCols + " FROM " + t + " FORCE INDEX (idx_pending)" +
 		" WHERE status = 'NEW' AND available_at <= NOW(6)" +
 		" ORDER BY available_at, event_id LIMIT ? FOR UPDATE SKIP LOCKED"
@@ -269,11 +273,17 @@ func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) (_ []ferryt
 			_ = tx.Rollback()
 		}
 	}()
-	query := s.q.claimSelect
-	if p.Ordered {
+	query, args := s.q.claimSelect, []any{p.Limit}
+	switch {
+	case len(p.IDs) > 0:
+		// By primary key; an ordered claim's candidates are checked by
+		// blocked below, as every ordered claim's are.
+		cond, ids := sqlutil.InList("event_id", p.IDs)
+		query, args = s.q.claimSelectIDs+cond+s.q.claimSelectIDsTail, append(ids, p.Limit)
+	case p.Ordered:
 		query = s.q.claimSelectOrdered
 	}
-	rows, err := tx.QueryContext(ctx, query, p.Limit)
+	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim: select: %w", explainSkipLocked(err))
 	}

@@ -62,7 +62,7 @@ type core struct {
 }
 
 type queries struct {
-	claim, claimOrdered, markFailed, seqInsert string
+	claim, claimOrdered, claimIDs, claimIDsOrdered, markFailed, seqInsert string
 }
 
 // Store is a PostgreSQL outbox used through pgx. It implements
@@ -170,6 +170,12 @@ func buildQueries(table string) queries {
 	q.claimOrdered = "WITH c AS (SELECT e.event_id FROM " + t + " e WHERE e.status = 'NEW' AND e.available_at <= now()" +
 		" AND NOT EXISTS (SELECT 1 FROM " + t + " p WHERE " + sqlstore.HeldBack + ")" +
 		" ORDER BY e.available_at, e.event_id LIMIT (SELECT $1::int) FOR UPDATE OF e SKIP LOCKED)" + update
+	// The log relay's claims: the rows of the ids in $4, by primary key.
+	q.claimIDs = "WITH c AS (SELECT event_id FROM " + t + " WHERE event_id = ANY($4::text[]) AND status = 'NEW'" +
+		" AND available_at <= now() ORDER BY available_at, event_id LIMIT $1::int FOR UPDATE SKIP LOCKED)" + update
+	q.claimIDsOrdered = "WITH c AS (SELECT e.event_id FROM " + t + " e WHERE e.event_id = ANY($4::text[]) AND e.status = 'NEW'" +
+		" AND e.available_at <= now() AND NOT EXISTS (SELECT 1 FROM " + t + " p WHERE " + sqlstore.HeldBack + ")" +
+		" ORDER BY e.available_at, e.event_id LIMIT $1::int FOR UPDATE OF e SKIP LOCKED)" + update
 	// TransitionFailRetry or TransitionFailDead, all rows in one
 	// statement, by the primary key; RETURNING says which rows changed.
 	q.markFailed = "UPDATE " + t + " t SET status = f.status, available_at = now() + f.delay_us * interval '1 microsecond'," +
@@ -269,11 +275,16 @@ func (s *core) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype
 }
 
 func (s *core) claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype.Message, error) {
-	query := s.q.claim
-	if p.Ordered {
+	query, args := s.q.claim, []any{p.Limit, p.Token, sqlutil.Micros(p.Lease)}
+	switch {
+	case len(p.IDs) > 0 && p.Ordered:
+		query, args = s.q.claimIDsOrdered, append(args, p.IDs)
+	case len(p.IDs) > 0:
+		query, args = s.q.claimIDs, append(args, p.IDs)
+	case p.Ordered:
 		query = s.q.claimOrdered
 	}
-	rows, err := s.c.Query(ctx, query, p.Limit, p.Token, sqlutil.Micros(p.Lease))
+	rows, err := s.c.Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strconv"
+	"strings"
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
@@ -54,7 +55,7 @@ var (
 )
 
 type queries struct {
-	claim, claimOrdered, seqUpsert string
+	claim, claimOrdered, claimIDs, claimIDsOrdered, seqUpsert string
 }
 
 // New returns a store on db, opened with modernc.org/sqlite. The store
@@ -91,6 +92,13 @@ func buildQueries(table string) queries {
 		" ORDER BY available_at, event_id LIMIT ?)" + returning
 	q.claimOrdered = update + "SELECT e.event_id FROM " + t + " e WHERE e.status = 'NEW' AND e.available_at <= " + now +
 		" AND NOT EXISTS (SELECT 1 FROM " + t + " p WHERE " + sqlstore.HeldBack + ")" +
+		" ORDER BY e.available_at, e.event_id LIMIT ?)" + returning
+	// The log relay's claims: the rows of the ids at {{IDS}}, by primary
+	// key.
+	q.claimIDs = update + "SELECT e.event_id FROM " + t + " e WHERE e.status = 'NEW' AND e.available_at <= " + now +
+		" AND {{IDS}} ORDER BY e.available_at, e.event_id LIMIT ?)" + returning
+	q.claimIDsOrdered = update + "SELECT e.event_id FROM " + t + " e WHERE e.status = 'NEW' AND e.available_at <= " + now +
+		" AND {{IDS}} AND NOT EXISTS (SELECT 1 FROM " + t + " p WHERE " + sqlstore.HeldBack + ")" +
 		" ORDER BY e.available_at, e.event_id LIMIT ?)" + returning
 	q.seqUpsert = "INSERT INTO " + seq + " (aggregate_type, aggregate_id, last_seq) VALUES (?, ?, ?)" +
 		" ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_seq = last_seq + excluded.last_seq RETURNING last_seq"
@@ -144,11 +152,20 @@ func (s *Store) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytyp
 }
 
 func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype.Message, error) {
-	query := s.q.claim
-	if p.Ordered {
+	query, args := s.q.claim, []any{p.Token, modifier(p.Lease), p.Limit}
+	switch {
+	case len(p.IDs) > 0:
+		q := s.q.claimIDs
+		if p.Ordered {
+			q = s.q.claimIDsOrdered
+		}
+		cond, ids := sqlutil.InList("e.event_id", p.IDs)
+		query = strings.Replace(q, "{{IDS}}", cond, 1)
+		args = append(append([]any{p.Token, modifier(p.Lease)}, ids...), p.Limit)
+	case p.Ordered:
 		query = s.q.claimOrdered
 	}
-	rows, err := s.DB().QueryContext(ctx, query, p.Token, modifier(p.Lease), p.Limit)
+	rows, err := s.DB().QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
