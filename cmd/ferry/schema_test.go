@@ -47,7 +47,7 @@ func TestRelayWaitsForMigrations(t *testing.T) {
 			}
 			require.NoError(t, err)
 			t.Cleanup(func() {
-				for _, q := range []string{"DROP TABLE IF EXISTS " + table + "_relay", "DROP TABLE IF EXISTS " + table + "_seq", "DROP TABLE IF EXISTS " + table,
+				for _, q := range []string{"DROP TABLE IF EXISTS " + table + "_log", "DROP TABLE IF EXISTS " + table + "_relay", "DROP TABLE IF EXISTS " + table + "_seq", "DROP TABLE IF EXISTS " + table,
 					"DELETE FROM ferry_migration WHERE component = 'outbox:" + table + "'"} {
 					if _, err := db.Exec(q); err != nil {
 						t.Logf("%s: %v", q, err)

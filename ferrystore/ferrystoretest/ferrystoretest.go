@@ -112,6 +112,7 @@ func Exercise[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("Enqueue", func(t *testing.T) { exerciseEnqueue(t, h) })
 	t.Run("Claim", func(t *testing.T) { exerciseClaim(t, h) })
 	t.Run("ClaimIDs", func(t *testing.T) { exerciseClaimIDs(t, h) })
+	t.Run("LogCheckpoints", func(t *testing.T) { exerciseLogCheckpoints(t, h) })
 	t.Run("OrderedClaim", func(t *testing.T) { exerciseOrderedClaim(t, h) })
 	t.Run("Marks", func(t *testing.T) { exerciseMarks(t, h) })
 	t.Run("Sweeper", func(t *testing.T) { exerciseSweeper(t, h) })

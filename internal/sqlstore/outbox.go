@@ -34,6 +34,8 @@ type Outbox struct {
 	markSent, markFailed, release, expired, purge, stats, ready, pending, get string
 	// relays are the statements of the heartbeat table, table_relay.
 	relays relayStatements
+	// logs are the statements of the log relay's checkpoint, table_log.
+	logs logStatements
 }
 
 // NewOutbox returns the shared store of the validated table on pool. Every
@@ -88,6 +90,7 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 		lit(ferrytype.StatusSending) + ") LIMIT 1"
 	o.get = d.Rebind("SELECT " + o.cols + " FROM " + t + " WHERE event_id = ?")
 	o.relays = newRelayStatements(d, table)
+	o.logs = newLogStatements(d, table)
 	return o
 }
 

@@ -27,7 +27,7 @@ func TableName(configured string, maxLen int) (string, error) {
 
 // MigrationFS renders the outbox migration templates in src's
 // "migrations" directory for table (DefaultTable when empty, at most
-// maxLen bytes). The templates see Table, SeqTable, RelayTable,
+// maxLen bytes). The templates see Table, SeqTable, RelayTable, LogTable,
 // PendingIndex, AggregateIndex, SettledIndex and DeadIndex quoted, and Name as it is.
 func MigrationFS(d Dialect, src fs.FS, table string, maxLen int) (fs.FS, error) {
 	table, err := TableName(table, maxLen)
@@ -38,6 +38,7 @@ func MigrationFS(d Dialect, src fs.FS, table string, maxLen int) (fs.FS, error) 
 		"Table":          d.Quote(table),
 		"SeqTable":       d.Quote(table + "_seq"),
 		"RelayTable":     d.Quote(RelayTable(table)),
+		"LogTable":       d.Quote(LogTable(table)),
 		"PendingIndex":   d.Quote(table + "_pending_idx"),
 		"AggregateIndex": d.Quote(table + "_aggregate_idx"),
 		"SettledIndex":   d.Quote(table + "_settled_idx"),
@@ -49,6 +50,10 @@ func MigrationFS(d Dialect, src fs.FS, table string, maxLen int) (fs.FS, error) 
 // RelayTable is the name of the heartbeat table of the outbox table:
 // table + "_relay".
 func RelayTable(table string) string { return table + "_relay" }
+
+// LogTable is the name of the log relay's checkpoint table of the outbox
+// table: table + "_log".
+func LogTable(table string) string { return table + "_log" }
 
 // SQLDB is the database/sql pool of a store or an inbox, and whether the
 // store opened it (and so closes it).
