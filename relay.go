@@ -62,6 +62,40 @@ type RelayConfig struct {
 	// notifications (PostgreSQL LISTEN/NOTIFY). Default false.
 	DisableListen bool
 
+	// The log relay: events read from the database's log of changes.
+
+	// Feed, when set, makes this a log relay: it learns which events
+	// became NEW from the database's log (ferrybinlog for MariaDB/MySQL's
+	// binlog, ferrypgoutput for PostgreSQL's logical replication) and
+	// claims them by id as their transaction commits, instead of probing
+	// the table every PollInterval. One relay of the table reads the log
+	// at a time, holding the lease in <table>_log (outbox migration
+	// 0005_log) with its checkpoint; the others stand by and take over
+	// when the lease ends. Claims, leases, retries, DEAD events and
+	// ordered mode are those of the polling relay, in the same table, so
+	// log relays and polling relays may serve one table together; what
+	// the log cannot tell (a retry whose delay ended, an ordered event
+	// held back behind its predecessor, a gap in the log) is claimed from
+	// the table. The store must implement ferrystore.LogCheckpoints
+	// (ferrymysql and ferrypg do). Start runs the feed's Check and fails
+	// with an error wrapping ferrystore.ErrLogSetup when the database is
+	// not set up for it.
+	Feed ferrystore.LogFeed
+	// LogLease is how long the log reader's lease lasts without renewal:
+	// a standby takes over at most this long after the reader died.
+	// Default DefaultLogLease (15s).
+	LogLease time.Duration
+	// LogPollInterval is how often a log relay that is reading the log
+	// still probes the table (Store.Ready), for retries recorded by other
+	// relays whose delay ended and for events a person made available.
+	// Default DefaultLogPollInterval (5s); a standby, or a relay whose
+	// stream is down, probes every PollInterval like a polling relay.
+	LogPollInterval time.Duration
+	// LogCheckpointInterval is how often the checkpoint is saved while it
+	// moves. Default 200ms; the lease is renewed every LogLease/3 either
+	// way.
+	LogCheckpointInterval time.Duration
+
 	// Leases and retries.
 
 	// Lease is how long a claim holds its events; a relay that has not
@@ -182,6 +216,9 @@ func (c *RelayConfig) withDefaults() (RelayConfig, error) {
 	if out.PurgeBatch == 0 {
 		out.PurgeBatch = 1000
 	}
+	def(&out.LogLease, DefaultLogLease)
+	def(&out.LogPollInterval, DefaultLogPollInterval)
+	def(&out.LogCheckpointInterval, 200*time.Millisecond)
 	if nilness.Nil(out.Retry) {
 		out.Retry = ExponentialBackoff{}
 	}
@@ -206,6 +243,10 @@ func (c *RelayConfig) withDefaults() (RelayConfig, error) {
 		return out, fmt.Errorf("%w: RelayConfig.Lease and PublishTimeout must be positive", ErrInvalidConfig)
 	case out.PublishTimeout >= out.Lease:
 		return out, fmt.Errorf("%w: RelayConfig.PublishTimeout %s must be shorter than Lease %s", ErrInvalidConfig, out.PublishTimeout, out.Lease)
+	case out.Feed != nil && (out.LogLease < time.Second || out.LogCheckpointInterval <= 0 || out.LogPollInterval <= 0 ||
+		out.LogCheckpointInterval >= out.LogLease/3):
+		return out, fmt.Errorf("%w: RelayConfig.LogLease %s must be at least 1s, and LogPollInterval and LogCheckpointInterval "+
+			"positive, the latter under a third of the lease", ErrInvalidConfig, out.LogLease)
 	case out.SweepBatch < 1 || out.PurgeBatch < 1:
 		return out, fmt.Errorf("%w: RelayConfig.SweepBatch and PurgeBatch must be positive", ErrInvalidConfig)
 	case out.Retention < 0:
@@ -308,6 +349,12 @@ type Relay struct {
 	// (see Leading): always without a heartbeat table, else as the rows
 	// read after each beat say.
 	leading atomic.Bool
+
+	// follow reads the table's log; nil for a polling relay.
+	follow *logFollower
+	// scan asks the next cycle for a claim from the table rather than of
+	// the ids read from the log.
+	scan atomic.Bool
 }
 
 // describeArg names an argument's type for an error, saying when it is a
@@ -348,6 +395,15 @@ func NewRelay(store ferrystore.Store, pub ferrybroker.Publisher, cfg *RelayConfi
 	}
 	if r.cfg.Broker == "" {
 		r.cfg.Broker = fmt.Sprintf("%T", pub)
+	}
+	if !nilness.Nil(c.Feed) {
+		ckpt, ok := store.(ferrystore.LogCheckpoints)
+		if !ok {
+			return nil, fmt.Errorf("%w: RelayConfig.Feed needs a store that keeps log checkpoints (ferrymysql, ferrypg), got %T",
+				ErrInvalidConfig, store)
+		}
+		r.follow = &logFollower{feed: c.Feed, ckpt: ckpt}
+		r.follow.stats.Source = c.Feed.Source()
 	}
 	if reg, ok := store.(ferrystore.RelayRegistry); ok && c.Heartbeat > 0 {
 		r.registry = reg
@@ -403,6 +459,11 @@ func (r *Relay) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if r.follow != nil {
+		if err := r.checkLog(ctx); err != nil {
+			return err
+		}
+	}
 	r.started = true
 	r.stopping = make(chan struct{})
 	r.workCtx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -414,6 +475,9 @@ func (r *Relay) Start(ctx context.Context) error {
 		go r.lane()
 	}
 	r.bg(r.poller)
+	if r.follow != nil {
+		r.bg(r.followLog)
+	}
 	if r.cfg.Wakeup != nil {
 		ch, unsub := r.cfg.Wakeup.subscribe()
 		r.bg(func() {
@@ -608,6 +672,7 @@ func (r *Relay) poller() {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	seen := r.c.claimed.Load()
+	var lastProbe time.Time
 	for {
 		select {
 		case <-r.stopping:
@@ -634,12 +699,25 @@ func (r *Relay) poller() {
 		if r.brokerDown() {
 			continue // nothing could be published: no probe, no claim
 		}
+		reading := r.logReading()
+		if reading {
+			// The log tells of new events; the table is probed only
+			// as a safety net.
+			t.Reset(r.cfg.PollInterval)
+			if time.Since(lastProbe) < r.cfg.LogPollInterval {
+				continue
+			}
+		}
+		lastProbe = time.Now()
 		ready, err := r.store.Ready(r.workCtx)
 		if err != nil {
 			r.log.Debug("probe failed; claiming instead", "error", err)
 			ready = true
 		}
 		if ready {
+			if reading {
+				r.scan.Store(true)
+			}
 			r.kickOne()
 		}
 	}
@@ -757,6 +835,11 @@ func (r *Relay) lane() {
 				r.missDelay.Store(0)
 				continue // more may have committed meanwhile: look again at once
 			}
+			if r.follow != nil {
+				if queued, _ := r.follow.q.state(); queued > 0 {
+					continue // the claim was from the table; the log's events wait
+				}
+			}
 			r.maybeRepoll()
 			break
 		}
@@ -791,18 +874,34 @@ func (r *Relay) cycle() (int, error) {
 	}
 	token := sqlutil.NewToken()
 	start := time.Now()
-	var malformed int64
+	var (
+		malformed int64
+		ids       []string
+		claimed   func(ok bool)
+	)
+	if r.follow != nil && !r.scan.CompareAndSwap(true, false) {
+		ids, claimed = r.follow.q.take(r.cfg.BatchSize)
+	}
 	r.claiming.Add(1)
 	msgs, err := r.store.Claim(ctx, ferrystore.ClaimParams{
-		Limit: r.cfg.BatchSize, Token: token, Lease: r.cfg.Lease, Ordered: r.cfg.Ordered,
+		Limit: r.cfg.BatchSize, Token: token, Lease: r.cfg.Lease, Ordered: r.cfg.Ordered, IDs: ids,
 		Malformed: func(id string, reason error) {
 			malformed++
 			r.log.Warn("malformed outbox row recorded DEAD; it is never published", "event_id", id, "error", reason)
 		},
 	})
 	r.claiming.Add(-1)
+	if claimed != nil {
+		claimed(err == nil)
+	}
 	if err != nil {
 		return 0, err
+	}
+	if ids != nil && len(msgs)+int(malformed) < len(ids) {
+		// Some were not claimable: taken by another relay, not available
+		// yet, or held back behind their aggregate's previous event.
+		// The table is asked once this batch is settled.
+		defer func() { r.scan.Store(true); r.kickOne() }()
 	}
 	if malformed > 0 {
 		// Claimed and moved on to DEAD by the store (TransitionMalformed):
@@ -812,7 +911,7 @@ func (r *Relay) cycle() (int, error) {
 		r.hooks.settleDest(destTally{{Dead: malformed}})
 	}
 	if len(msgs) == 0 {
-		return int(malformed), nil
+		return max(int(malformed), len(ids)), nil
 	}
 	leaseEnd := start.Add(r.cfg.Lease)
 	r.inFlight.Add(int64(len(msgs)))
@@ -955,6 +1054,11 @@ func (r *Relay) settle(ctx context.Context, token string, leaseEnd time.Time, ms
 			r.log.Error("mark failed attempts failed; the sweeper will return the events", "error", err, "token", token)
 			return
 		}
+		if r.follow != nil && len(res.Retried) > 0 {
+			// The log tells of the retry at once, before its delay
+			// ends: the table is asked when it has.
+			time.AfterFunc(minDelay(fails), func() { r.scan.Store(true); r.kickOne() })
+		}
 		retried, dead := int64(len(res.Retried)), int64(len(res.Dead))
 		r.c.dead.Add(dead)
 		r.c.retried.Add(retried)
@@ -964,6 +1068,17 @@ func (r *Relay) settle(ctx context.Context, token string, leaseEnd time.Time, ms
 		}
 		r.fenced(token, int64(len(res.Fenced)))
 	}
+}
+
+// minDelay is the shortest delay of fails that go back to NEW.
+func minDelay(fails []ferrystore.Failure) time.Duration {
+	d := time.Duration(-1)
+	for _, f := range fails {
+		if !f.Dead && (d < 0 || f.Delay < d) {
+			d = f.Delay
+		}
+	}
+	return max(d, 0) + 10*time.Millisecond
 }
 
 func (r *Relay) fenced(token string, n int64) {

@@ -69,7 +69,6 @@ type Feed struct {
 	closeCtx context.Context
 	closeFn  context.CancelFunc
 
-	statusOnce sync.Once
 	mu         sync.Mutex
 	statusStmt string // the statement that showed the binlog's end
 	streaming  bool

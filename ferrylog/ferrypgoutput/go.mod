@@ -1,3 +1,16 @@
 module github.com/ferrydev/ferry/ferrylog/ferrypgoutput
 
 go 1.26.0
+
+require (
+	github.com/ferrydev/ferry v0.1.0
+	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1
+	github.com/jackc/pgx/v5 v5.13.0
+)
+
+require (
+	github.com/jackc/pgio v1.0.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	golang.org/x/text v0.43.0 // indirect
+)
