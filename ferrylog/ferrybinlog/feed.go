@@ -108,6 +108,14 @@ func New(cfg *Config) (*Feed, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	if mc.TLS != nil && !mc.TLS.InsecureSkipVerify && mc.Net != "unix" {
+		// ParseURL leaves tls=true verifying the name of the driver's
+		// default address (127.0.0.1): verify the server's own.
+		mc.TLS = mc.TLS.Clone()
+		if h, _, err := net.SplitHostPort(mc.Addr); err == nil {
+			mc.TLS.ServerName = h
+		}
+	}
 	conn, err := mysql.NewConnector(mc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: ferrybinlog: Config.URL %s: %v", ferrytype.ErrInvalidConfig,

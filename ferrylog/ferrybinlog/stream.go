@@ -150,9 +150,6 @@ func (f *Feed) stream(ctx context.Context, from ferrystore.LogPosition, fn func(
 	}
 	if f.mc.TLS != nil {
 		cfg.TLSConfig = f.mc.TLS.Clone()
-		if !cfg.TLSConfig.InsecureSkipVerify && f.mc.Net != "unix" {
-			cfg.TLSConfig.ServerName = f.host()
-		}
 	}
 	syncer := replication.NewBinlogSyncer(cfg)
 	defer syncer.Close()

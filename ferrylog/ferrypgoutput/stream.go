@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -38,7 +39,6 @@ const (
 type relation struct {
 	ok                   bool
 	id, status, attempts int
-	name                 string
 }
 
 // Stream reads the slot from from (empty: from the slot's
@@ -105,6 +105,11 @@ func (f *Feed) Stream(ctx context.Context, from ferrystore.LogPosition, fn func(
 }
 
 func (f *Feed) stream(ctx context.Context, start pglogrepl.LSN, fn func(ctx context.Context, b ferrystore.LogBatch) error) error {
+	if start != 0 {
+		if err := f.checkStart(ctx, start); err != nil {
+			return err
+		}
+	}
 	conn, err := f.connectReplication(ctx)
 	if err != nil {
 		return fmt.Errorf("pgoutput stream: %w", err)
@@ -138,7 +143,8 @@ func (f *Feed) classifyStart(err error) error {
 	switch {
 	case ok && pe.Code == codeUndefinedObject:
 		return gapErr("replication slot %s does not exist (%s): Reset the feed and read the outbox table for what the log lost", f.s.slot, pe.Message)
-	case ok && pe.Code == codeNotInPrerequisite && strings.Contains(pe.Message, "can no longer get changes"):
+	case ok && pe.Code == codeNotInPrerequisite &&
+		(strings.Contains(pe.Message, "can no longer get changes") || strings.Contains(pe.Detail, "invalidated")):
 		return gapErr("replication slot %s was invalidated (%s): Reset the feed and read the outbox table for what the log lost", f.s.slot, pe.Message)
 	case ok && pe.Code == codeInsufficientPriv:
 		return setupErr("%s: grant the role REPLICATION", pe.Message)
@@ -281,7 +287,7 @@ func (r *reader) report(ctx context.Context, b ferrystore.LogBatch, pos pglogrep
 
 // relation locates the outbox's columns in a relation message.
 func (f *Feed) relation(m *pglogrepl.RelationMessage) relation {
-	rel := relation{id: -1, status: -1, attempts: -1, name: m.Namespace + "." + m.RelationName}
+	rel := relation{id: -1, status: -1, attempts: -1}
 	if m.Namespace != f.s.schema || m.RelationName != f.s.table {
 		return rel
 	}
@@ -328,5 +334,34 @@ func (r *reader) row(relID uint32, t *pglogrepl.TupleData) error {
 		}
 	}
 	r.events = append(r.events, ev)
+	return nil
+}
+
+// checkStart refuses to stream from start when the slot's confirmed flush
+// position is past it: the server would silently begin at that position,
+// skipping the changes in between. A slot only moves past what its reader
+// reported flushed, and a reader reports only what it checkpointed, so a
+// slot ahead of the checkpoint was dropped and created again (or advanced
+// by another reader): a gap.
+func (f *Feed) checkStart(ctx context.Context, start pglogrepl.LSN) error {
+	var confirmed *string
+	err := f.withConn(ctx, func(c *pgx.Conn) error {
+		err := c.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`,
+			f.s.slot).Scan(&confirmed)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return gapErr("replication slot %s does not exist: run Check or Reset", f.s.slot)
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pgoutput stream: %w", err)
+	}
+	if confirmed == nil {
+		return fmt.Errorf("pgoutput stream: %w", gapErr("replication slot %s was invalidated: Reset the feed", f.s.slot))
+	}
+	if lsn, err := pglogrepl.ParseLSN(*confirmed); err == nil && lsn > start {
+		return fmt.Errorf("pgoutput stream: %w", gapErr("replication slot %s is at %s, past the checkpoint %s: it was "+
+			"created again or advanced by another reader, and the changes in between are not in it", f.s.slot, lsn, start))
+	}
 	return nil
 }
