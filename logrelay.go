@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
 )
 
 // The log relay: a relay with a feed (RelayConfig.Feed) learns which
@@ -50,6 +51,56 @@ type logQueue struct {
 	entries []*logEntry
 	queued  int
 	handled ferrystore.LogPosition // the checkpoint to save
+	// tries counts the claims by id that missed an event, by id, while
+	// it is tried again (see Relay.missed).
+	tries map[string]int
+}
+
+// maxMissTries bounds the claims by id of an event that was not
+// claimable when the log told of it; the delays between them double from
+// 1ms, about half a second in all.
+const maxMissTries = 9
+
+// missed files ids, which a claim by id did not take, for another try,
+// and returns those to try again and after how long. An event the log
+// tells of may not be visible yet: MariaDB sends a transaction to its
+// binlog readers before InnoDB makes it visible, PostgreSQL decodes a
+// commit before it shows in snapshots. An event still missed after
+// maxMissTries is left to the table: a claim from it finds it (held back
+// in ordered mode, a retry's delay, another relay's claim).
+func (q *logQueue) missed(ids []string) ([]string, time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.tries == nil {
+		q.tries = map[string]int{}
+	}
+	var (
+		again []string
+		most  int
+	)
+	for _, id := range ids {
+		n := q.tries[id] + 1
+		if n > maxMissTries {
+			delete(q.tries, id)
+			continue
+		}
+		q.tries[id] = n
+		again = append(again, id)
+		most = max(most, n)
+	}
+	return again, time.Millisecond << (most - 1)
+}
+
+// claimed forgets the tries of ids.
+func (q *logQueue) claimed(ids []string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.tries) == 0 {
+		return
+	}
+	for _, id := range ids {
+		delete(q.tries, id)
+	}
 }
 
 func (q *logQueue) push(b ferrystore.LogBatch) {
@@ -118,7 +169,9 @@ func (q *logQueue) advance() {
 		if len(e.ids) > 0 || e.out > 0 {
 			break
 		}
-		q.handled = e.pos
+		if e.pos != "" {
+			q.handled = e.pos
+		}
 	}
 	if i > 0 {
 		q.entries = append(q.entries[:0], q.entries[i:]...)
@@ -250,7 +303,8 @@ func (r *Relay) followLog() {
 			return
 		default:
 		}
-		r.kickOne() // the table, meanwhile
+		r.scan.Store(true) // the table, meanwhile
+		r.kickOne()
 		switch {
 		case errors.Is(err, errLeaseLost):
 			r.log.Warn("log relay: the log lease went to another relay; standing by")
@@ -296,6 +350,7 @@ func (r *Relay) logGap(cause error) {
 	if _, err := f.ckpt.SaveLog(r.workCtx, r.cfg.ID, head, r.cfg.LogLease); err != nil {
 		r.log.Error("log relay: saving the checkpoint failed", "error", err)
 	}
+	r.scan.Store(true)
 	r.kickOne()
 }
 
@@ -318,6 +373,7 @@ func (r *Relay) stream(pos ferrystore.LogPosition) error {
 		} else if !saved {
 			return errLeaseLost
 		}
+		r.scan.Store(true)
 		r.kickOne()
 	}
 	f.q.reset(pos)
@@ -399,4 +455,41 @@ func (r *Relay) saveLog(ctx context.Context) {
 		f.feed.Flushed(handled)
 		f.update(func(s *LogStats) { s.Checkpoint = handled; s.Checkpoints++ })
 	}
+}
+
+// retryMissed tries again, after a short delay, the ids of a claim by id
+// that it did not take (got are those it took).
+func (r *Relay) retryMissed(ids, got []string) {
+	q := &r.follow.q
+	q.claimed(got)
+	took := make(map[string]bool, len(got))
+	for _, id := range got {
+		took[id] = true
+	}
+	var missed []string
+	for _, id := range ids {
+		if !took[id] {
+			missed = append(missed, id)
+		}
+	}
+	again, delay := q.missed(missed)
+	if len(again) == 0 {
+		return
+	}
+	time.AfterFunc(delay, func() {
+		b := ferrystore.LogBatch{Events: make([]ferrystore.LogEvent, len(again))}
+		for i, id := range again {
+			b.Events[i].ID = id
+		}
+		q.push(b)
+		r.kickOne()
+	})
+}
+
+func msgIDs(msgs []ferrytype.Message) []string {
+	out := make([]string, len(msgs))
+	for i := range msgs {
+		out[i] = msgs[i].ID
+	}
+	return out
 }

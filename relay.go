@@ -355,6 +355,9 @@ type Relay struct {
 	// scan asks the next cycle for a claim from the table rather than of
 	// the ids read from the log.
 	scan atomic.Bool
+	// logHeld is set when events the log told of may wait in the table
+	// for a claim from it: the next settled batch then asks for one.
+	logHeld atomic.Bool
 }
 
 // describeArg names an argument's type for an error, saying when it is a
@@ -466,6 +469,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	}
 	r.started = true
 	r.stopping = make(chan struct{})
+	r.scan.Store(true) // the first look is at the table
 	r.workCtx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	r.kick = make(chan struct{}, r.cfg.Lanes)
 	r.kickOne() // look once at start
@@ -672,7 +676,7 @@ func (r *Relay) poller() {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	seen := r.c.claimed.Load()
-	var lastProbe time.Time
+	lastProbe := time.Now() // a log relay's Start looked at the table
 	for {
 		select {
 		case <-r.stopping:
@@ -876,17 +880,26 @@ func (r *Relay) cycle() (int, error) {
 	start := time.Now()
 	var (
 		malformed int64
-		ids       []string
+		ids, got  []string
 		claimed   func(ok bool)
 	)
 	if r.follow != nil && !r.scan.CompareAndSwap(true, false) {
-		ids, claimed = r.follow.q.take(r.cfg.BatchSize)
+		// A log relay claims what the log told of; it claims from the
+		// table only when asked to (at start, after a gap, for retries
+		// and held-back events) or while it does not read the log (a
+		// standby, a stream down).
+		if ids, claimed = r.follow.q.take(r.cfg.BatchSize); ids == nil && r.logReading() {
+			return 0, nil
+		}
 	}
 	r.claiming.Add(1)
 	msgs, err := r.store.Claim(ctx, ferrystore.ClaimParams{
 		Limit: r.cfg.BatchSize, Token: token, Lease: r.cfg.Lease, Ordered: r.cfg.Ordered, IDs: ids,
 		Malformed: func(id string, reason error) {
 			malformed++
+			if ids != nil {
+				got = append(got, id)
+			}
 			r.log.Warn("malformed outbox row recorded DEAD; it is never published", "event_id", id, "error", reason)
 		},
 	})
@@ -898,10 +911,23 @@ func (r *Relay) cycle() (int, error) {
 		return 0, err
 	}
 	if ids != nil && len(msgs)+int(malformed) < len(ids) {
-		// Some were not claimable: taken by another relay, not available
-		// yet, or held back behind their aggregate's previous event.
-		// The table is asked once this batch is settled.
-		defer func() { r.scan.Store(true); r.kickOne() }()
+		r.retryMissed(ids, append(got, msgIDs(msgs)...))
+	} else if ids != nil && len(msgs) > 0 {
+		r.follow.q.claimed(msgIDs(msgs))
+	}
+	if r.cfg.Ordered && r.follow != nil {
+		switch {
+		case ids != nil && len(msgs)+int(malformed) < len(ids):
+			// Some were not claimable, held back behind their
+			// aggregate's previous event (or not available yet, or
+			// taken by another relay): the table is asked after the
+			// next batch settles.
+			r.logHeld.Store(true)
+		case ids == nil && len(msgs) > 0:
+			// A claim from the table found events: their aggregates'
+			// next events may wait behind them.
+			r.logHeld.Store(true)
+		}
 	}
 	if malformed > 0 {
 		// Claimed and moved on to DEAD by the store (TransitionMalformed):
@@ -939,6 +965,10 @@ func (r *Relay) cycle() (int, error) {
 		return len(msgs), nil
 	}
 	r.settle(ctx, token, leaseEnd, msgs, results)
+	if r.follow != nil && r.logHeld.Swap(false) {
+		r.scan.Store(true)
+		r.kickOne()
+	}
 	return len(msgs), nil
 }
 

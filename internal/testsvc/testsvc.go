@@ -41,13 +41,15 @@ import (
 // adapters' own test helpers (ferryamqptest, ferrynatstest), under the names
 // the test bed's users know.
 const (
-	EnvRequire     = testenv.EnvRequire
-	EnvMySQL       = testenv.EnvMySQL
-	EnvPostgres    = testenv.EnvPostgres
-	EnvNATS        = testenv.EnvNATS
-	EnvAMQP        = testenv.EnvAMQP
-	EnvRedis       = testenv.EnvRedis
-	EnvRabbitMQCtl = ferryamqptest.EnvRabbitMQCtl
+	EnvRequire         = testenv.EnvRequire
+	EnvMySQL           = testenv.EnvMySQL
+	EnvPostgres        = testenv.EnvPostgres
+	EnvNATS            = testenv.EnvNATS
+	EnvAMQP            = testenv.EnvAMQP
+	EnvRedis           = testenv.EnvRedis
+	EnvMySQLBinlog     = testenv.EnvMySQLBinlog
+	EnvPostgresLogical = testenv.EnvPostgresLogical
+	EnvRabbitMQCtl     = ferryamqptest.EnvRabbitMQCtl
 )
 
 var (
@@ -58,6 +60,7 @@ var (
 	Name          = testenv.Name
 	Context       = testenv.Context
 	WaitFor       = testenv.WaitFor
+	BinlogLock    = testenv.BinlogLock
 	Proxy         = testenv.Proxy
 	Migrated      = testenv.Migrated
 	InboxTables   = testenv.InboxTables
@@ -261,4 +264,71 @@ func EmbeddedNATS(t testing.TB) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+var (
+	logDBOnce sync.Once
+	logDBs    = map[string]*sql.DB{}
+	logDBErrs = map[string]error{}
+)
+
+// LogStore returns a migrated store of kind ("mysql" or "postgres") on a
+// fresh table in the database that keeps a change log for the log relay
+// (EnvMySQLBinlog: MariaDB with its binlog in ROW format; EnvPostgresLogical:
+// PostgreSQL with wal_level=logical), dropped when the test ends. It skips
+// (or fails) the test when that server is unreachable, and returns the
+// server's URL with it.
+func LogStore(t testing.TB, kind string) (SQLStore, string) {
+	t.Helper()
+	logDBOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if cfg, err := ferrymysql.ParseURL(URL(EnvMySQLBinlog)); err != nil {
+			logDBErrs["mysql"] = err
+		} else if conn, err := mysql.NewConnector(cfg); err != nil {
+			logDBErrs["mysql"] = err
+		} else {
+			db := sql.OpenDB(conn)
+			if err := db.PingContext(ctx); err != nil {
+				db.Close()
+				logDBErrs["mysql"] = err
+			} else {
+				db.SetMaxOpenConns(64)
+				logDBs["mysql"] = db
+			}
+		}
+		db, err := sql.Open("pgx", URL(EnvPostgresLogical))
+		if err == nil {
+			err = db.PingContext(ctx)
+		}
+		if err != nil {
+			logDBErrs["postgres"] = err
+		} else {
+			db.SetMaxOpenConns(32)
+			logDBs["postgres"] = db
+		}
+	})
+	env := map[string]string{"mysql": EnvMySQLBinlog, "postgres": EnvPostgresLogical}[kind]
+	if env == "" {
+		t.Fatalf("no log database of kind %q", kind)
+	}
+	if err := logDBErrs[kind]; err != nil {
+		Unavailable(t, kind+" with a change log at "+ferrytype.RedactURL(URL(env)), err)
+	}
+	db := logDBs[kind]
+	table := Name("ft_")
+	var (
+		drv ferrystore.Driver[*sql.Tx]
+		err error
+	)
+	if kind == "mysql" {
+		drv, err = ferrymysql.New(db, &ferrymysql.Config{Table: table})
+	} else {
+		drv, err = ferrypg.NewStdlib(db, &ferrypg.Config{Table: table})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	Migrated(t, drv, func(stmt string) error { _, err := db.Exec(stmt); return err })
+	return SQLStore{Kind: kind, DB: db, Driver: drv}, URL(env)
 }
