@@ -67,6 +67,10 @@ type StatusReport struct {
 	// heartbeats, a table migrated before 0003_relay); empty when they
 	// were.
 	RelaysError string `json:"relays_error,omitempty"`
+	// Log is the log relay's reader of the table (ferry relay --source
+	// log) from its checkpoint row; nil when no relay ever read the
+	// table's log.
+	Log *LogInfo `json:"log,omitempty"`
 	// Attention says, in sentences, what needs a person; empty when
 	// nothing does.
 	Attention []string `json:"attention"`
@@ -212,7 +216,21 @@ func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (Statu
 	default:
 		return StatusReport{}, err
 	}
+	if lc, ok := a.(ferrystore.LogCheckpoints); ok {
+		ls, found, err := lc.LogState(ctx)
+		switch {
+		case err == nil && found:
+			rep.Log = logInfo(ls)
+		case err != nil && !errors.Is(err, ferrytype.ErrUndefinedTable):
+			return StatusReport{}, err
+		}
+	}
 	rep.Attention = attention(st, rep.OldestPending, o.MaxPendingAge)
+	if rep.Log != nil && rep.Log.Owner == "" && st.New+st.Sending > 0 {
+		rep.Attention = append(rep.Attention, fmt.Sprintf("no relay reads the table's log (%s): its checkpoint was "+
+			"saved %s ago; start ferry relay --source log, or polling relays, or the log retains what it holds for it",
+			rep.Log.Source, FormatAge(rep.Log.SavedAge)))
+	}
 	if rep.RelaysError == "" {
 		if a := relaysAttention(st, rep.Relays, o.RelayStaleAfter); a != "" {
 			rep.Attention = append(rep.Attention, a)
@@ -280,4 +298,40 @@ func attention(st ferrystore.Stats, oldest *Event, maxAge time.Duration) []strin
 		}
 	}
 	return out
+}
+
+// LogInfo is the log relay's reader of a table, from its checkpoint row
+// (<table>_log). Its JSON form is stable.
+type LogInfo struct {
+	// Source names the log: "binlog host:port", "pgoutput slot ...".
+	Source string `json:"source"`
+	// Position is the checkpoint: the log is handled up to it.
+	Position string `json:"position"`
+	// Owner is the relay that holds the lease (RelayConfig.ID); empty
+	// when none does: the lease ended, or was given up at a stop.
+	Owner string `json:"owner"`
+	// LeaseLeft is how long the owner's lease has left, by the database
+	// clock.
+	LeaseLeft        time.Duration `json:"-"`
+	LeaseLeftSeconds float64       `json:"lease_left_seconds"`
+	// SavedAge is how long ago the checkpoint was last saved.
+	SavedAge        time.Duration `json:"-"`
+	SavedAgeSeconds float64       `json:"saved_age_seconds"`
+	// LagBytes is the log the database retains for the reader, when the
+	// caller measured it (ferry status does, through the feed); -1 when
+	// unknown.
+	LagBytes int64 `json:"lag_bytes"`
+	// Head is the log's end when LagBytes was measured.
+	Head string `json:"head,omitempty"`
+}
+
+func logInfo(ls ferrystore.LogState) *LogInfo {
+	li := &LogInfo{Source: ls.Source, Position: string(ls.Position), Owner: ls.Owner, LagBytes: -1,
+		LeaseLeft: ls.LeaseLeft, LeaseLeftSeconds: ls.LeaseLeft.Seconds()}
+	if ls.LeaseLeft <= 0 {
+		li.Owner = "" // the lease ended: a standby may take it
+	}
+	li.SavedAge = time.Since(ls.SavedAt)
+	li.SavedAgeSeconds = li.SavedAge.Seconds()
+	return li
 }

@@ -47,6 +47,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/open"
 )
@@ -113,7 +114,8 @@ func executeContext(ctx context.Context, root *cobra.Command, args []string, std
 		return ee.code
 	case errors.Is(err, ferrytype.ErrSchemaOutdated):
 		return exitSchema
-	case errors.Is(err, ferrytype.ErrInvalidConfig), errors.Is(err, ferrytype.ErrInvalidIdentifier), isUsage(err):
+	case errors.Is(err, ferrytype.ErrInvalidConfig), errors.Is(err, ferrytype.ErrInvalidIdentifier), isUsage(err),
+		errors.Is(err, ferrystore.ErrLogSetup):
 		return exitUsage
 	}
 	return exitFailed

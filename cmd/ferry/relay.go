@@ -62,6 +62,11 @@ type relayFlags struct {
 	connectTimeout  time.Duration
 	heartbeat       time.Duration
 	relayID         string
+	source          string
+	logSlot         string
+	logPublication  string
+	logLease        time.Duration
+	logPollInterval time.Duration
 }
 
 func newRelay(g *globals) *cobra.Command {
@@ -125,7 +130,24 @@ answers, the table is migrated and the broker is connected; 503 naming the
 cause otherwise). The outbox gauges, the age of the oldest pending event
 above all, are read from the database every --metrics-interval. With OTEL_EXPORTER_OTLP_ENDPOINT
 set, it exports a span per publish attempt over OTLP/HTTP, in the trace the
-event was enqueued in.`,
+event was enqueued in.
+
+With --source log the relay reads which events became NEW from the database's
+own log of committed changes instead of probing the table: MariaDB/MySQL's
+binlog (log_bin, binlog_format=ROW, binlog_row_image=FULL, and a user with
+REPLICATION SLAVE and REPLICATION CLIENT), PostgreSQL's logical replication
+(wal_level=logical, a role with REPLICATION; the relay creates the publication
+--log-publication and the slot --log-slot, default ferry_<table>). It claims
+each event by id as its transaction commits, in the same table and state
+machine as the polling relay: retries, DEAD events and --ordered are the same,
+and polling relays may run beside it. One relay reads the log at a time,
+holding a lease in <table>_log (outbox migration 0005) where it keeps its
+checkpoint; other --source log relays stand by and take over within
+--log-lease. At start the relay checks the database's settings and exits 2
+naming what is missing and how to fix it. A gap in the log (the binlog purged
+past the checkpoint, the slot invalidated or dropped) is logged as an error
+and the relay claims what is pending from the table, so nothing is skipped.
+See docs/log-relay.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runRelay(cmd, g, f) },
 	}
@@ -201,6 +223,17 @@ event was enqueued in.`,
 		"how often the relay records itself in <table>_relay, for ferry status (0: never)")
 	bindEnv(fl, "heartbeat", "FERRY_HEARTBEAT")
 	envString(fl, &f.relayID, "relay-id", "FERRY_RELAY_ID", "", "the relay's name in <table>_relay (default host-pid-random)")
+	envString(fl, &f.source, "source", "FERRY_SOURCE", "poll",
+		"where the relay learns of new events: poll (probe the table) or log (the database's binlog or logical replication)")
+	envString(fl, &f.logSlot, "log-slot", "FERRY_LOG_SLOT", "", "PostgreSQL replication slot of --source log (default ferry_<table>)")
+	envString(fl, &f.logPublication, "log-publication", "FERRY_LOG_PUBLICATION", "",
+		"PostgreSQL publication of --source log (default ferry_<table>)")
+	fl.DurationVar(&f.logLease, "log-lease", ferry.DefaultLogLease,
+		"with --source log: how long the log reader's lease lasts; a standby takes over within it")
+	bindEnv(fl, "log-lease", "FERRY_LOG_LEASE")
+	fl.DurationVar(&f.logPollInterval, "log-poll-interval", ferry.DefaultLogPollInterval,
+		"with --source log: how often the table is still probed, for retries recorded by other relays")
+	bindEnv(fl, "log-poll-interval", "FERRY_LOG_POLL_INTERVAL")
 	return cmd
 }
 
@@ -241,7 +274,7 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 		{"--sweep-interval", f.sweepInterval > 0},
 		{"--metrics-interval", f.metricsInterval > 0}, {"--ready-timeout", f.readyTimeout > 0},
 		{"--metrics-destinations", f.metricsDests >= 0}, {"--connect-timeout", f.connectTimeout >= 0},
-		{"--heartbeat", f.heartbeat >= 0},
+		{"--heartbeat", f.heartbeat >= 0}, {"--log-lease", f.logLease > 0}, {"--log-poll-interval", f.logPollInterval > 0},
 	} {
 		if !c.ok {
 			return usageError{fmt.Errorf("%s must be positive", c.name)}
@@ -261,6 +294,18 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 	}
 	if f.heartbeat == 0 {
 		rc.Heartbeat = -1 // 0 on the command line: no heartbeat
+	}
+	switch f.source {
+	case "poll":
+	case "log":
+		rc.Feed, err = open.Feed(g.databaseURL, g.table, &open.FeedConfig{Slot: f.logSlot, Publication: f.logPublication,
+			Logger: log})
+		if err != nil {
+			return err
+		}
+		rc.LogLease, rc.LogPollInterval = f.logLease, f.logPollInterval
+	default:
+		return usageError{fmt.Errorf("--source %q: want poll or log", f.source)}
 	}
 	if err := validateRelayConfig(rc); err != nil {
 		return err

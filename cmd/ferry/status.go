@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"sort"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/open"
 )
 
 type statusFlags struct {
@@ -83,6 +86,9 @@ func runStatus(cmd *cobra.Command, g *globals, f *statusFlags) error {
 	if err != nil {
 		return err
 	}
+	if rep.Log != nil {
+		measureLogLag(ctx, g, rep.Log)
+	}
 	out := cmd.OutOrStdout()
 	if f.json {
 		if err := writeJSON(out, rep); err != nil {
@@ -123,6 +129,7 @@ func printStatus(w io.Writer, rep *ferryadmin.StatusReport) {
 		fmt.Fprintln(w, "oldest pending event: none pending")
 	}
 	printRelays(w, rep)
+	printLog(w, rep.Log)
 	if len(rep.Destinations) > 0 {
 		fmt.Fprintln(w, "\npending by destination, oldest first:")
 		rows := make([]string, len(rep.Destinations))
@@ -208,4 +215,37 @@ func printRelays(w io.Writer, rep *ferryadmin.StatusReport) {
 	}
 	fmt.Fprintf(w, "\nrelays: %d alive of %d recorded\n", alive, len(rep.Relays))
 	table(w, "  ", "RELAY\tALIVE\tHOST\tPID\tVERSION\tLAST BEAT\tUPTIME\tIN FLIGHT\tSENT/MIN\tLANES\tBROKER", rows)
+}
+
+// measureLogLag asks the table's log feed how much log the database
+// retains for the log relay; on failure the lag stays unknown (-1).
+func measureLogLag(ctx context.Context, g *globals, li *ferryadmin.LogInfo) {
+	feed, err := open.Feed(g.databaseURL, g.table, &open.FeedConfig{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return
+	}
+	defer feed.Close()
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if lag, err := feed.Lag(lctx); err == nil {
+		li.LagBytes, li.Head = lag.Bytes, string(lag.Head)
+	}
+}
+
+// printLog prints the log relay's section of ferry status.
+func printLog(w io.Writer, li *ferryadmin.LogInfo) {
+	if li == nil {
+		return
+	}
+	reader := "none (the lease ended or was given up)"
+	if li.Owner != "" {
+		reader = fmt.Sprintf("%s (lease %s left)", li.Owner, ferryadmin.FormatAge(li.LeaseLeft))
+	}
+	lag := "unknown"
+	if li.LagBytes >= 0 {
+		lag = fmt.Sprintf("%d bytes of log retained (head %s)", li.LagBytes, li.Head)
+	}
+	fmt.Fprintf(w, "\nlog relay: %s\n", li.Source)
+	table(w, "  ", "READER\tCHECKPOINT\tSAVED\tLAG", []string{fmt.Sprintf("%s\t%s\t%s ago\t%s", reader, orDash(li.Position),
+		ferryadmin.FormatAge(li.SavedAge), lag)})
 }

@@ -6,6 +6,7 @@ package open
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 
@@ -13,6 +14,8 @@ import (
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
 	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
 	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
+	"github.com/ferrydev/ferry/ferrylog/ferrybinlog"
+	"github.com/ferrydev/ferry/ferrylog/ferrypgoutput"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 	"github.com/ferrydev/ferry/ferrystore/ferrypg"
@@ -33,7 +36,10 @@ type database struct {
 	schemes func() []string
 	check   func(rawURL string) error // the URL's form, without connecting
 	store   func(ctx context.Context, rawURL, table string) (ferrystore.Store, error)
-	inbox   func(ctx context.Context, rawURL string, cfg *InboxConfig) (ferrystore.InboxStore, error)
+	// feed opens the database's log feed for the log relay; nil where
+	// the database keeps no log a relay can read.
+	feed  func(rawURL, table string, c *FeedConfig) (ferrystore.LogFeed, error)
+	inbox func(ctx context.Context, rawURL string, cfg *InboxConfig) (ferrystore.InboxStore, error)
 }
 
 // databases lists the store packages; each parses and opens its own URLs.
@@ -45,6 +51,9 @@ var databases = []database{
 		},
 		store: func(ctx context.Context, rawURL, table string) (ferrystore.Store, error) {
 			return asStore(ferrymysql.Open(ctx, rawURL, &ferrymysql.Config{Table: table}))
+		},
+		feed: func(rawURL, table string, c *FeedConfig) (ferrystore.LogFeed, error) {
+			return asFeed(ferrybinlog.New(&ferrybinlog.Config{URL: rawURL, Table: table, Logger: c.Logger}))
 		},
 		inbox: func(ctx context.Context, rawURL string, c *InboxConfig) (ferrystore.InboxStore, error) {
 			return asInbox(ferrymysql.OpenInbox(ctx, rawURL, &ferrymysql.InboxConfig{MarkerTable: c.MarkerTable,
@@ -58,6 +67,10 @@ var databases = []database{
 		},
 		store: func(ctx context.Context, rawURL, table string) (ferrystore.Store, error) {
 			return asStore(ferrypg.Open(ctx, rawURL, &ferrypg.Config{Table: table}))
+		},
+		feed: func(rawURL, table string, c *FeedConfig) (ferrystore.LogFeed, error) {
+			return asFeed(ferrypgoutput.New(&ferrypgoutput.Config{URL: rawURL, Table: table, Slot: c.Slot,
+				Publication: c.Publication, Logger: c.Logger}))
 		},
 		inbox: func(ctx context.Context, rawURL string, c *InboxConfig) (ferrystore.InboxStore, error) {
 			return asInbox(ferrypg.OpenInbox(ctx, rawURL, &ferrypg.InboxConfig{MarkerTable: c.MarkerTable,
@@ -88,6 +101,42 @@ func asStore[S ferrystore.Store](s S, err error) (ferrystore.Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+func asFeed[F ferrystore.LogFeed](f F, err error) (ferrystore.LogFeed, error) {
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// FeedConfig tunes a log feed; empty fields take the feed's defaults.
+type FeedConfig struct {
+	// Slot and Publication name PostgreSQL's replication slot and
+	// publication (default "ferry_" + table).
+	Slot, Publication string
+	Logger            *slog.Logger
+}
+
+// Feed returns the log feed of the outbox table named table in the
+// database at rawURL, for the log relay: the binlog of mysql://, logical
+// replication of postgres://. It does not connect.
+func Feed(rawURL, table string, cfg *FeedConfig) (ferrystore.LogFeed, error) {
+	d, err := databaseFor(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if d.feed == nil {
+		return nil, fmt.Errorf("%w: SQLite keeps no change log a relay can read: use the polling relay (--source poll)",
+			ferrytype.ErrInvalidConfig)
+	}
+	if err := ValidateDatabaseURL(rawURL); err != nil {
+		return nil, err
+	}
+	if cfg == nil {
+		cfg = &FeedConfig{}
+	}
+	return d.feed(rawURL, table, cfg)
 }
 
 func asInbox[S ferrystore.InboxStore](s S, err error) (ferrystore.InboxStore, error) {
