@@ -83,8 +83,17 @@ type HookHeartbeat interface {
 	OnHeartbeat(table string, err error)
 }
 
+// HookLog is called with a log relay's LogStats (RelayConfig.Feed) after
+// each change of its state: a checkpoint saved, the lease taken or lost,
+// a gap, a stream error, and each measure of the log it retains
+// (LogStats.RetainedBytes, every LogLagInterval).
+type HookLog interface {
+	OnLog(table string, st LogStats)
+}
+
 type relayHooks struct {
 	table    string
+	log_     []HookLog
 	claim_   []HookClaim
 	publish_ []HookPublish
 	fence_   []HookFenced
@@ -118,6 +127,9 @@ func collectRelayHooks(table string, hooks []Hook) relayHooks {
 		}
 		if v, ok := x.(HookHeartbeat); ok {
 			h.beat_ = append(h.beat_, v)
+		}
+		if v, ok := x.(HookLog); ok {
+			h.log_ = append(h.log_, v)
 		}
 		if v, ok := x.(HookSettleDestinations); ok {
 			h.dest_ = append(h.dest_, v)
@@ -159,6 +171,12 @@ func (h relayHooks) settle(sent, retried, dead int64) {
 func (h relayHooks) release(n int64) {
 	for _, x := range h.release_ {
 		x.OnRelease(h.table, n)
+	}
+}
+
+func (h relayHooks) logState(st LogStats) {
+	for _, x := range h.log_ {
+		x.OnLog(h.table, st)
 	}
 }
 

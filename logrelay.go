@@ -209,9 +209,22 @@ type LogStats struct {
 	// LastEvent is when the last transaction read from the log committed,
 	// by the database's clock; zero before any.
 	LastEvent time.Time
+	// RetainedBytes is the log the database keeps for the table's log
+	// relay, as last measured (ferrystore.LogFeed.Lag, every
+	// LogLagInterval, by the reader and the standbys alike): on
+	// PostgreSQL the WAL its slot holds, which grows without bound while
+	// no relay reads it. -1 before the first measure or when it failed.
+	RetainedBytes int64
+	// Head is the log's end at that measure.
+	Head ferrystore.LogPosition
 }
 
+// LogLagInterval is how often a log relay measures the log its database
+// retains for it (LogStats.RetainedBytes).
+const LogLagInterval = 15 * time.Second
+
 type logFollower struct {
+	hooks *relayHooks
 	feed  ferrystore.LogFeed
 	ckpt  ferrystore.LogCheckpoints
 	q     logQueue
@@ -221,8 +234,29 @@ type logFollower struct {
 
 func (f *logFollower) update(fn func(s *LogStats)) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	fn(&f.stats)
-	f.mu.Unlock()
+	if f.hooks != nil {
+		f.hooks.logState(f.stats) // under mu: the hooks see the states in order
+	}
+}
+
+// measureLog measures the log retained for the table every
+// LogLagInterval, until Stop.
+func (r *Relay) measureLog() {
+	measure := func() {
+		ctx, cancel := context.WithTimeout(r.workCtx, 10*time.Second)
+		defer cancel()
+		lag, err := r.follow.feed.Lag(ctx)
+		if err != nil {
+			r.log.Debug("log relay: measuring the log retained failed", "error", err)
+			r.follow.update(func(s *LogStats) { s.RetainedBytes = -1 })
+			return
+		}
+		r.follow.update(func(s *LogStats) { s.RetainedBytes, s.Head = lag.Bytes, lag.Head })
+	}
+	measure()
+	r.every(LogLagInterval, measure)
 }
 
 // LogStats returns what the relay's log feed did; the zero LogStats for a

@@ -405,8 +405,9 @@ func NewRelay(store ferrystore.Store, pub ferrybroker.Publisher, cfg *RelayConfi
 			return nil, fmt.Errorf("%w: RelayConfig.Feed needs a store that keeps log checkpoints (ferrymysql, ferrypg), got %T",
 				ErrInvalidConfig, store)
 		}
-		r.follow = &logFollower{feed: c.Feed, ckpt: ckpt}
+		r.follow = &logFollower{feed: c.Feed, ckpt: ckpt, hooks: &r.hooks}
 		r.follow.stats.Source = c.Feed.Source()
+		r.follow.stats.RetainedBytes = -1
 	}
 	if reg, ok := store.(ferrystore.RelayRegistry); ok && c.Heartbeat > 0 {
 		r.registry = reg
@@ -481,6 +482,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	r.bg(r.poller)
 	if r.follow != nil {
 		r.bg(r.followLog)
+		r.bg(r.measureLog)
 	}
 	if r.cfg.Wakeup != nil {
 		ch, unsub := r.cfg.Wakeup.subscribe()

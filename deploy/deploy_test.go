@@ -59,6 +59,8 @@ func exported(t *testing.T) map[string]bool {
 	relay.OnSettleDestinations("outbox_event", []ferry.DestinationSettled{{Destination: "orders.paid", Sent: 1, Retried: 1, Dead: 1}})
 	relay.OnHeartbeat("outbox_event", errors.New("no table"))
 	relay.OnRelease("outbox_event", 1)
+	relay.OnLog("outbox_event", ferry.LogStats{Reading: true, Events: 1, Checkpoints: 1, Takeovers: 1, Gaps: 1,
+		StreamErrors: 1, LastEvent: time.Now(), RetainedBytes: 10})
 
 	// The outbox and conflict collectors read real (SQLite) tables.
 	st := testsvc.Store(t, "sqlite")

@@ -84,6 +84,7 @@ type Metrics struct {
 
 	tables sync.Map // table name -> *tableMetrics
 	dests  destinationLabels
+	log    *logMetrics
 }
 
 var (
@@ -209,7 +210,9 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 		attempts: histogram("ferry_relay_confirm_attempts",
 			"Attempts an event needed until the broker confirmed it (1: the first).", c.AttemptBuckets),
 	}
-	for _, col := range []prometheus.Collector{m.claims, m.claimed, m.outcomes, m.duplicates, m.sent, m.retried, m.dead,
+	m.log = newLogMetrics(c.ConstLabels)
+	for _, col := range []prometheus.Collector{m.log.reading, m.log.retained, m.log.lastEvent, m.log.events, m.log.checkpoints,
+		m.log.takeovers, m.log.gaps, m.log.streamErrors, m.claims, m.claimed, m.outcomes, m.duplicates, m.sent, m.retried, m.dead,
 		m.expired, m.fenced, m.released, m.beatFailures, m.claimDuration, m.publishDuration, m.latency, m.attempts} {
 		if err := reg.Register(col); err != nil {
 			var are prometheus.AlreadyRegisteredError
