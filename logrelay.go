@@ -88,6 +88,9 @@ func (q *logQueue) missed(ids []string) ([]string, time.Duration) {
 		again = append(again, id)
 		most = max(most, n)
 	}
+	if len(again) == 0 {
+		return nil, 0
+	}
 	return again, time.Millisecond << (most - 1)
 }
 

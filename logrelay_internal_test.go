@@ -2,6 +2,7 @@ package ferry
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -63,4 +64,27 @@ func TestLogQueueEmptyTransactionsMoveTheCheckpoint(t *testing.T) {
 	q.reset("p9")
 	_, handled = q.state()
 	require.Equal(t, ferrystore.LogPosition("p9"), handled)
+}
+
+// An event missed by claims by id is tried again with doubling delays,
+// maxMissTries times, then left to the table; a claim forgets its tries.
+func TestLogQueueMissedEventsAreTriedAFewTimes(t *testing.T) {
+	var q logQueue
+	var delays []time.Duration
+	for range maxMissTries {
+		again, d := q.missed([]string{"a"})
+		require.Equal(t, []string{"a"}, again)
+		delays = append(delays, d)
+	}
+	require.Equal(t, time.Millisecond, delays[0])
+	require.Equal(t, time.Millisecond<<(maxMissTries-1), delays[maxMissTries-1])
+	again, d := q.missed([]string{"a"})
+	require.Empty(t, again, "given up: the table has it")
+	require.Zero(t, d)
+	again, _ = q.missed([]string{"a"})
+	require.Equal(t, []string{"a"}, again, "a new miss starts again")
+	q.claimed([]string{"a"})
+	again, d = q.missed([]string{"a", "b"})
+	require.Equal(t, []string{"a", "b"}, again)
+	require.Equal(t, time.Millisecond, d)
 }

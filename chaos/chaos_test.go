@@ -187,6 +187,65 @@ func runRow(t *testing.T, sc *chaos.Scenario, db, broker string, full bool) {
 	require.True(t, res.OK(), "violations: %v", res.Violations)
 }
 
+// TestLogRelayScenarios runs the log relay (--source log) through the
+// suite's faults on the servers that keep a change log (a MariaDB with a
+// ROW binlog, a PostgreSQL with wal_level=logical): its reader killed
+// (the standby takes over from the checkpoint), the replication
+// connection cut and slowed by the proxy, the log lost under it
+// (log-gap), lost confirms in every row (the relays' --lose-confirm-pct).
+// Same checker: every order's effects once.
+func TestLogRelayScenarios(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the chaos suite is not part of the quick tier (-short): scripts/test.sh runs it")
+	}
+	rows := []struct {
+		sc *chaos.Scenario
+		db string
+	}{
+		{chaos.ScenarioByName("kill"), "mysql"},
+		{chaos.ScenarioByName("network"), "postgres"},
+		{chaos.LogGap, "mysql"},
+		{chaos.LogGap, "postgres"},
+	}
+	queue := make(chan int)
+	var workers sync.WaitGroup
+	for range min(parallel(), len(rows)) {
+		workers.Go(func() {
+			for i := range queue {
+				r := rows[i]
+				t.Run(r.sc.Name+"/"+r.db+"-log+amqp", func(t *testing.T) {
+					if r.db == "mysql" {
+						testsvc.BinlogLock(t, r.sc == chaos.LogGap) // a purge holds the binlog alone
+					}
+					testsvc.LogStore(t, r.db) // the server is up
+					testsvc.RabbitMQ(t)
+					ctx := testsvc.Context(t, 8*time.Minute)
+					res, err := chaos.Run(ctx, chaos.Options{
+						DB: r.db, Broker: "amqp", Orders: 400, Rate: 20, Bin: shopBin, Out: testWriter{t},
+						MinFaults: 10 * time.Second, Settle: 3 * time.Minute, LogRelay: true,
+						MySQLURL: testsvc.URL(testsvc.EnvMySQLBinlog), PostgresURL: testsvc.URL(testsvc.EnvPostgresLogical),
+						AMQPURL: testsvc.URL(testsvc.EnvAMQP),
+					}, r.sc)
+					require.NoError(t, err)
+					t.Log("\n" + res.String())
+					require.True(t, res.OK(), "violations: %v", res.Violations)
+					c := res.Counters
+					t.Logf("log relays: %d events read from the log, %d gaps found", c.LogEventsRead, c.LogGapsSeen)
+					require.Positive(t, c.LogEventsRead, "vacuous: the relays read nothing from the log")
+					if r.sc == chaos.LogGap {
+						require.Positive(t, c.LogGapsSeen, "vacuous: no relay found the gap")
+					}
+				})
+			}
+		})
+	}
+	for i := range rows {
+		queue <- i
+	}
+	close(queue)
+	workers.Wait()
+}
+
 // rowCost is a row's rough length in seconds, for the order the rows
 // start in: each row's time in a CI run of the suite (scripts/test.sh,
 // two rows at a time), rounded. Only the order matters: a wrong figure

@@ -28,11 +28,16 @@ type Counters struct {
 	PausesUnfenced     int   `json:"pauses_unfenced,omitempty"` // pauses whose late mark was not
 	ConsumerPauses     int   `json:"consumer_pauses,omitempty"` // consumers held stopped past their group's session timeout
 	Toxics             int   `json:"toxics"`
-	BrokerRestarts     int   `json:"broker_restarts"`
-	Restarts           int   `json:"restarts"`
-	Fenced             int64 `json:"fenced_marks"` // late marks that changed nothing
-	Swept              int64 `json:"leases_swept"`
-	UnknownCommits     int64 `json:"unknown_commits"` // COMMITs cut off on the wire
+	LogGaps            int   `json:"log_gaps,omitempty"` // binlogs purged / slots dropped under the log relays
+	// The log relays' events read from the log, and the gaps they found
+	// (lower bounds: a killed relay's last interval is lost).
+	LogEventsRead  int64 `json:"log_events_read,omitempty"`
+	LogGapsSeen    int64 `json:"log_gaps_seen,omitempty"`
+	BrokerRestarts int   `json:"broker_restarts"`
+	Restarts       int   `json:"restarts"`
+	Fenced         int64 `json:"fenced_marks"` // late marks that changed nothing
+	Swept          int64 `json:"leases_swept"`
+	UnknownCommits int64 `json:"unknown_commits"` // COMMITs cut off on the wire
 	// Parked counts, per consumer group, the distinct events parked.
 	Parked map[string]int `json:"parked"`
 }
@@ -204,10 +209,13 @@ func (s *system) check(ctx context.Context, sc *Scenario) (*Result, error) {
 		c.Fenced += t.Fenced
 		c.Swept += t.Swept
 		c.UnknownCommits += t.UnknownCommits
+		c.LogEventsRead += t.LogEvents
+		c.LogGapsSeen += t.LogGaps
 		deaths += p.Deaths()
 	}
 	s.mu.Lock()
 	c.Kills, c.Pauses, c.Toxics, c.BrokerRestarts, c.Restarts = s.kills, s.pauses, s.toxics, s.brokerRestarts, s.restarts
+	c.LogGaps = s.logGaps
 	c.PauseMisses, c.PausesFenced, c.PausesUnfenced = s.pauseMisses, s.pausesFenced, s.pausesUnfenced
 	c.ConsumerPauses = s.consumerPauses
 	r.Events = append([]string{}, s.events...)

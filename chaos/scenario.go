@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -35,6 +36,10 @@ type Scenario struct {
 	// it off the others). commit-reset is a database fault the other
 	// brokers' rows show.
 	KafkaDB string
+	// LogOnly: the scenario is a fault of the log relay's log, run only
+	// with Options.LogRelay (TestLogRelayScenarios), never in the polling
+	// relay's matrix.
+	LogOnly bool
 	// first gives a process its extra arguments at its first start.
 	first func(s *system, p *shop.Proc) []string
 	// arm gives a process its extra arguments at each restart.
@@ -51,6 +56,9 @@ type Scenario struct {
 
 // Applies reports whether the scenario runs on db and broker.
 func (sc *Scenario) Applies(db, broker string) bool {
+	if sc.LogOnly {
+		return false
+	}
 	if broker == "kafka" {
 		return sc.KafkaDB == db
 	}
@@ -335,8 +343,99 @@ var Scenarios = []*Scenario{
 }
 
 // ScenarioByName returns the named scenario.
+// LogGap is the log relay's own fault: the log loses the relays'
+// checkpoint while they run. On MariaDB every relay is killed, the binlog
+// flushed and purged up to its current file, so that the relay started
+// again finds its checkpoint's file gone; on PostgreSQL the reading
+// relay's walsender is ended and the replication slot dropped under it.
+// Either way the relay must say so and claim from the table: the checker
+// finds every order's effects once.
+var LogGap = &Scenario{
+	Name:    "log-gap",
+	LogOnly: true,
+	About:   "the binlog purged past the log relays' checkpoint (MariaDB, the relays killed first) or their replication slot dropped under the reader (PostgreSQL), every ~3 s",
+	faults: func(ctx context.Context, s *system) {
+		every(ctx, 3*time.Second, func() {
+			var err error
+			switch s.o.DB {
+			case "mysql":
+				err = s.purgeBinlog(ctx)
+			case "postgres":
+				err = s.dropSlot(ctx)
+			default:
+				return
+			}
+			if err != nil {
+				s.say("log gap failed: %v", err)
+				return
+			}
+			s.mu.Lock()
+			s.logGaps++
+			s.mu.Unlock()
+		})
+	},
+	expect: func(r *Result) []string {
+		if r.Counters.LogGaps == 0 {
+			return []string{"vacuous: the log never lost the checkpoint"}
+		}
+		return nil
+	},
+}
+
+// purgeBinlog kills the relays, then flushes the binlog and purges every
+// file before the new one: the relays started again resume from a
+// checkpoint whose file is gone.
+func (s *system) purgeBinlog(ctx context.Context) error {
+	for _, p := range s.byPrefix("relay") {
+		s.kill(p, "log-gap: the binlog goes under the checkpoint")
+	}
+	db, err := sql.Open("mysql", dsnFor(s.o.MySQLURL))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "FLUSH BINARY LOGS"); err != nil {
+		return err
+	}
+	var file string
+	var pos int64
+	var doDB, ignoreDB sql.NullString
+	if err := db.QueryRowContext(ctx, "SHOW MASTER STATUS").Scan(&file, &pos, &doDB, &ignoreDB); err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, "PURGE BINARY LOGS TO '"+file+"'"); err != nil {
+		return err
+	}
+	s.say("binlog purged to %s under the log relays", file)
+	return nil
+}
+
+// dropSlot ends the walsender of the run's replication slot and drops
+// the slot before the relay reads it again.
+func (s *system) dropSlot(ctx context.Context) error {
+	db, err := sql.Open("pgx", s.o.PostgresURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	var last error
+	for range 200 {
+		_, _ = db.ExecContext(ctx, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active", s.slot)
+		if _, last = db.ExecContext(ctx, "SELECT pg_drop_replication_slot($1)", s.slot); last == nil {
+			s.say("replication slot %s dropped under the log relay", s.slot)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return last
+}
+
 func ScenarioByName(name string) *Scenario {
-	for _, sc := range Scenarios {
+	for _, sc := range append(Scenarios, LogGap) {
 		if sc.Name == name {
 			return sc
 		}

@@ -53,6 +53,10 @@ type Options struct {
 	// MinFaults is the shortest time faults are injected, however fast
 	// the orders are placed. Default 10s.
 	MinFaults time.Duration
+	// LogRelay runs the relays as log relays (--source log): MySQLURL or
+	// PostgresURL must then be a server that keeps a change log (a ROW
+	// binlog, wal_level=logical). Each run has its own replication slot.
+	LogRelay bool
 }
 
 // system is the shop running as processes for one scenario.
@@ -65,6 +69,8 @@ type system struct {
 	http    *http.Server
 
 	ordersURL, pointsURL            string // through the proxy (Scenario.Network), else direct
+	slot                            string // the log relays' replication slot (PostgreSQL)
+	logGaps                         int    // logs made to lose the relays' checkpoint (log-gap)
 	ordersDirect, pointsDirect      string
 	dropDBs                         func()
 	procs                           []*shop.Proc
@@ -110,6 +116,7 @@ func newSystem(ctx context.Context, o Options, network bool) (_ *system, err err
 		}
 	}
 	suffix := strconv.FormatUint(rand.Uint64()%1e10, 36)
+	s.slot = "ferry_chaos_" + suffix
 	if err := s.setupDatabases(ctx, suffix); err != nil {
 		return nil, err
 	}
@@ -183,6 +190,9 @@ func newSystem(ctx context.Context, o Options, network bool) (_ *system, err err
 			"--poll-interval", "50ms", "--lease", relayLease.String(), "--publish-timeout", "2s", "--sweep-interval", "500ms", "--heartbeat", "500ms",
 			"--retry-initial", "50ms", "--retry-max", "1s", "--max-attempts", "1000", "--lose-confirm-pct", "3",
 			"--stats-interval", "200ms"}, s.broker.relayArgs()...)
+		if o.LogRelay {
+			args = append(args, "--source", "log", "--log-lease", "2s", "--log-poll-interval", "1s", "--log-slot", s.slot)
+		}
 		s.procs = append(s.procs, &shop.Proc{Name: fmt.Sprintf("relay-%d", i+1), Args: args})
 	}
 	for i := 0; i < 2; i++ {
@@ -249,6 +259,19 @@ func (s *system) createDBs(ctx context.Context, admin *sql.DB, adminURL, suffix,
 			force := ""
 			if q == `"` {
 				force = " WITH (FORCE)"
+				// A database with a replication slot cannot be dropped,
+				// and a slot left behind keeps WAL for ever: the relays
+				// are stopped; their walsenders are ended, the slot
+				// dropped once free.
+				for range 50 {
+					_, _ = a.Exec("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = $1 AND active", n)
+					_, _ = a.Exec("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1 AND NOT active", n)
+					var left int
+					if a.QueryRow("SELECT count(*) FROM pg_replication_slots WHERE database = $1", n).Scan(&left); left == 0 {
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
 			}
 			_, _ = a.Exec("DROP DATABASE IF EXISTS " + q + n + q + force)
 		}

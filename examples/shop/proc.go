@@ -248,6 +248,8 @@ func (p *Proc) Total() Stats {
 		t.Fenced += s.Fenced
 		t.Swept += s.Swept
 		t.Dupes += s.Dupes
+		t.LogEvents += s.LogEvents
+		t.LogGaps += s.LogGaps
 		t.Paid += s.Paid
 		t.UnknownCommits += s.UnknownCommits
 	}

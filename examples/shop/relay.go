@@ -55,6 +55,13 @@ type RelayOptions struct {
 	ShutdownTimeout time.Duration
 	// StatsInterval is how often a STATS line is written to Out.
 	StatsInterval time.Duration
+	// Source is where the relay learns of new events, as `ferry relay
+	// --source`: "poll" (the default) or "log" (the database's binlog or
+	// logical replication: the log relay). LogSlot names PostgreSQL's
+	// replication slot (default ferry_<table>), LogLease the log reader's
+	// lease, LogPollInterval its safety-net probe of the table.
+	Source, LogSlot           string
+	LogLease, LogPollInterval time.Duration
 	// CrashAt arms a crash point, "point[:n]" (see RunRole).
 	CrashAt string
 	// PauseAt arms a pause point, "point=file": each time file exists
@@ -97,6 +104,11 @@ func (o *RelayOptions) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxAttempts, "max-attempts", 20, "attempts before an event goes DEAD")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a stop waits for batches in flight")
 	fs.DurationVar(&o.StatsInterval, "stats-interval", 200*time.Millisecond, "how often to write a STATS line")
+	fs.StringVar(&o.Source, "source", "poll", "where the relay learns of new events: poll or log")
+	fs.StringVar(&o.LogSlot, "log-slot", "", "PostgreSQL replication slot of --source log (default ferry_<table>)")
+	fs.DurationVar(&o.LogLease, "log-lease", ferry.DefaultLogLease, "with --source log: the log reader's lease")
+	fs.DurationVar(&o.LogPollInterval, "log-poll-interval", ferry.DefaultLogPollInterval,
+		"with --source log: how often the table is still probed")
 	fs.StringVar(&o.CrashAt, "crash-at", "", "kill this process with SIGKILL the n-th time it reaches a fault point: point[:n]")
 	fs.IntVar(&o.LoseConfirmPct, "lose-confirm-pct", 0, "treat this percent of broker confirms as lost")
 	fs.StringVar(&o.PauseAt, "pause-at", "", "stop this process with SIGSTOP at a fault point whenever a file exists: point=file")
@@ -163,17 +175,32 @@ func RunRelay(ctx context.Context, o RelayOptions) error {
 		return err
 	}
 	defer pub.Close()
-	relay, err := ferry.NewRelay(store, pub, &ferry.RelayConfig{
+	rc := &ferry.RelayConfig{
 		BatchSize: o.BatchSize, Lanes: o.Lanes, Ordered: o.Ordered, PollInterval: o.PollInterval,
 		MinPollInterval: o.MinPollInterval,
 		Lease:           o.Lease, PublishTimeout: o.PublishTimeout, SweepInterval: o.SweepInterval, Heartbeat: o.Heartbeat,
 		Retry:  ferry.ExponentialBackoff{Initial: o.RetryInitial, Max: o.RetryMax, MaxAttempts: o.MaxAttempts},
 		Logger: log, FaultPoint: faults,
-	})
+	}
+	switch o.Source {
+	case "", "poll":
+	case "log":
+		feed, err := open.Feed(o.DatabaseURL, "", &open.FeedConfig{Slot: o.LogSlot, Logger: log})
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrUsage, err)
+		}
+		defer feed.Close()
+		rc.Feed, rc.LogLease, rc.LogPollInterval = feed, o.LogLease, o.LogPollInterval
+	default:
+		return fmt.Errorf("%w: --source %q: want poll or log", ErrUsage, o.Source)
+	}
+	relay, err := ferry.NewRelay(store, pub, rc)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
-	if err := relay.Start(ctx); err != nil {
+	// The log relay checks the database's log at start: during an outage
+	// that fails as an unreachable database does.
+	if err := retryStart(ctx, func() error { return relay.Start(ctx) }); err != nil {
 		return err
 	}
 	statsCtx, stopStats := context.WithCancel(context.Background())
@@ -185,9 +212,9 @@ func RunRelay(ctx context.Context, o RelayOptions) error {
 			out = io.Discard
 		}
 		ReportStats(statsCtx, out, o.StatsInterval, func() Stats {
-			st := relay.Stats()
+			st, ls := relay.Stats(), relay.LogStats()
 			return Stats{Role: "relay", Confirmed: st.Confirmed, Unknown: st.Unknown, Fenced: st.Fenced,
-				Swept: st.Swept, Dupes: st.Duplicates, Retried: st.Retried}
+				Swept: st.Swept, Dupes: st.Duplicates, Retried: st.Retried, LogEvents: ls.Events, LogGaps: ls.Gaps}
 		})
 	}()
 	<-ctx.Done()

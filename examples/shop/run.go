@@ -42,6 +42,9 @@ type Stats struct {
 	Fenced    int64 `json:"fenced,omitempty"`
 	Swept     int64 `json:"swept,omitempty"`
 	Dupes     int64 `json:"broker_duplicates,omitempty"`
+	// Log relay: events read from the database's log, gaps found in it.
+	LogEvents int64 `json:"log_events,omitempty"`
+	LogGaps   int64 `json:"log_gaps,omitempty"`
 	// Order service: payments committed, commits cut off by the fault.
 	Paid           int64 `json:"paid,omitempty"`
 	UnknownCommits int64 `json:"unknown_commits,omitempty"`
