@@ -779,3 +779,33 @@ func TestEachOperatorOfAUsersFileIsNamed(t *testing.T) {
 	}
 	eq(t, http.StatusUnauthorized, (&client{t: t, b: b, user: "bob", pass: "pw-alice", hdr: http.Header{}}).get(""))
 }
+
+// The overview shows the table's log relay from its checkpoint row: the
+// relay reading, its checkpoint; and "no reader" once the lease is given
+// up.
+func TestOverviewShowsTheLogRelay(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sqlite")
+	c := b.client(t)
+	p := c.get("")
+	eq(t, http.StatusOK, p, b.logs)
+	require.NotContains(t, p.body, `id="log-relay"`, "no log relay ever read this table")
+
+	lc := b.st.Driver.(ferrystore.LogCheckpoints)
+	_, held, err := lc.AcquireLog(b.ctx, "relay-a", "binlog db-1:3306", time.Minute)
+	require.NoError(t, err)
+	require.True(t, held)
+	saved, err := lc.SaveLog(b.ctx, "relay-a", "binlog.000042:4711", time.Minute)
+	require.NoError(t, err)
+	require.True(t, saved)
+	p = c.get("")
+	eq(t, http.StatusOK, p, b.logs)
+	mustContain(t, p, `id="log-relay"`)
+	mustContain(t, p, "binlog db-1:3306")
+	mustContain(t, p, "read by <code>relay-a</code>")
+	mustContain(t, p, "binlog.000042:4711")
+
+	require.NoError(t, lc.ReleaseLog(b.ctx, "relay-a"))
+	p = c.get("")
+	mustContain(t, p, "no reader")
+}
