@@ -209,6 +209,10 @@ type LogStats struct {
 	// checkpoint (the relay fell back to the table); StreamErrors the
 	// streams that ended on another error.
 	Batches, Events, Checkpoints, Takeovers, Gaps, StreamErrors int64
+	// Missed counts the events a claim by id did not take (not yet
+	// visible, taken by another relay, held back, not available yet),
+	// each time; GivenUp those left to the table after maxMissTries.
+	Missed, GivenUp int64
 	// LastEvent is when the last transaction read from the log committed,
 	// by the database's clock; zero before any.
 	LastEvent time.Time
@@ -510,6 +514,10 @@ func (r *Relay) retryMissed(ids, got []string) {
 		}
 	}
 	again, delay := q.missed(missed)
+	r.follow.update(func(s *LogStats) {
+		s.Missed += int64(len(missed))
+		s.GivenUp += int64(len(missed) - len(again))
+	})
 	if len(again) == 0 {
 		return
 	}

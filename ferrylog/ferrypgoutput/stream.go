@@ -359,9 +359,22 @@ func (f *Feed) checkStart(ctx context.Context, start pglogrepl.LSN) error {
 	if confirmed == nil {
 		return fmt.Errorf("pgoutput stream: %w", gapErr("replication slot %s was invalidated: Reset the feed", f.s.slot))
 	}
-	if lsn, err := pglogrepl.ParseLSN(*confirmed); err == nil && lsn > start {
+	lsn, err := pglogrepl.ParseLSN(*confirmed)
+	if err == nil && lsn > start {
 		return fmt.Errorf("pgoutput stream: %w", gapErr("replication slot %s is at %s, past the checkpoint %s: it was "+
 			"created again or advanced by another reader, and the changes in between are not in it", f.s.slot, lsn, start))
+	}
+	if err == nil && lsn < start {
+		// Nothing before start is wanted: a slot that lags (kept from an
+		// earlier reader) is advanced to it, so that the server neither
+		// keeps that WAL nor decodes it all again before start.
+		err := f.withConn(ctx, func(c *pgx.Conn) error {
+			_, err := c.Exec(ctx, `SELECT pg_replication_slot_advance($1, $2::pg_lsn)`, f.s.slot, start.String())
+			return err
+		})
+		if err != nil {
+			f.s.logger.Debug("pgoutput: advancing the slot to the start failed", "slot", f.s.slot, "error", f.redact(err))
+		}
 	}
 	return nil
 }
