@@ -186,7 +186,7 @@ func TestCommandsOnTableWithoutHeartbeats(t *testing.T) {
 			for _, args := range [][]string{{"status"}, relay} {
 				code, out, errOut := b.cli(t, args...)
 				require.Equal(t, exitSchema, code, "%v: %s\n%s", args, out, errOut)
-				require.Contains(t, errOut, "lacks migration 0003_relay (it has 0001_outbox, 0002_discard, 0004_dead): run ferry migrate", args)
+				require.Contains(t, errOut, "lacks migration 0003_relay (it has 0001_outbox, 0002_discard, 0004_dead, 0005_log): run ferry migrate", args)
 			}
 			code, _, errOut := b.cli(t, "migrate")
 			require.Equal(t, exitOK, code, errOut)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -220,7 +221,13 @@ func printRelays(w io.Writer, rep *ferryadmin.StatusReport) {
 // measureLogLag asks the table's log feed how much log the database
 // retains for the log relay; on failure the lag stays unknown (-1).
 func measureLogLag(ctx context.Context, g *globals, li *ferryadmin.LogInfo) {
-	feed, err := open.Feed(g.databaseURL, g.table, &open.FeedConfig{Logger: slog.New(slog.DiscardHandler)})
+	// The relay names its slot in the source it recorded: "pgoutput slot
+	// <slot> on host:port" (a slot other than the default, --log-slot).
+	var slot string
+	if rest, ok := strings.CutPrefix(li.Source, "pgoutput slot "); ok {
+		slot, _, _ = strings.Cut(rest, " ")
+	}
+	feed, err := open.Feed(g.databaseURL, g.table, &open.FeedConfig{Slot: slot, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return
 	}
