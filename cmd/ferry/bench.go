@@ -52,6 +52,13 @@ measured side by side do not):
   idle        a ferry relay process with default settings on an empty table:
               the statements the database server counts per second and the
               relay's CPU, over --idle-for (the only client of the server)
+  log         ferry relay --source log next to the polling relay (processes with
+              defaults) on a server that keeps a change log (--log-mysql-url,
+              --log-postgres-url, picked by --database-url's kind): live latency at
+              --live-rate, a drain behind producers committing as fast as they
+              can (first commit → last SENT), database CPU per event, and the
+              statements per second of an idle log relay; skipped when that
+              server cannot be reached, unless named in --scenarios
   producer    business tx alone, with a hand-written outbox INSERT, with EnqueueTx
   inbox       the seed's points award bare and inside the inbox, 1 and 8 workers
   claim       claim latency on an empty outbox and with --retained SENT rows
@@ -90,6 +97,8 @@ embedded NATS server.`,
 	fl.IntVar(&f.cfg.Retained, "retained", 1000000, "SENT rows retained in the claim scenario")
 	fl.IntVar(&f.cfg.ClaimRounds, "claim-rounds", 200, "claims timed per latency figure of the claim scenario")
 	fl.StringVar(&f.cfg.QueueType, "queue-type", "quorum", "RabbitMQ queue type: quorum or classic")
+	fl.StringVar(&f.cfg.LogMySQLURL, "log-mysql-url", bench.DefaultLogMySQLURL, "log scenario: MariaDB/MySQL with its binlog in ROW format")
+	fl.StringVar(&f.cfg.LogPostgresURL, "log-postgres-url", bench.DefaultLogPostgresURL, "log scenario: PostgreSQL with wal_level=logical")
 	fl.StringVar(&f.relayBinary, "relay-binary", "", `ferry binary run as relay processes (default: this one; "none" skips those figures)`)
 	return cmd
 }
@@ -113,6 +122,7 @@ func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 			}
 			cfg.Scenarios = append(cfg.Scenarios, s)
 		}
+		cfg.RequireLog = slices.Contains(cfg.Scenarios, bench.ScenarioLog)
 	}
 	for _, v := range []struct {
 		name string
@@ -129,7 +139,8 @@ func runBench(cmd *cobra.Command, g *globals, f *benchFlags) error {
 		}
 	}
 	needBroker := len(cfg.Scenarios) == 0 || slices.ContainsFunc(cfg.Scenarios, func(s string) bool {
-		return s == bench.ScenarioRawBroker || s == bench.ScenarioRelay || s == bench.ScenarioPlain || s == bench.ScenarioLive
+		return s == bench.ScenarioRawBroker || s == bench.ScenarioRelay || s == bench.ScenarioPlain || s == bench.ScenarioLive ||
+			s == bench.ScenarioLog
 	})
 	if cfg.DatabaseURL == "" || (cfg.BrokerURL == "" && needBroker) {
 		dir, err := os.MkdirTemp("", "ferry-bench-")

@@ -32,6 +32,9 @@ type CPU struct {
 // children it has reaped (PostgreSQL's ended backends).
 type meter struct {
 	db, broker string // command names; "" when not measured
+	// dbRoot, when set, measures the database as this process and its
+	// descendants instead of by command name (see newTreeMeter).
+	dbRoot string
 }
 
 // newMeter finds the processes listening on the database's and the
@@ -44,7 +47,10 @@ func newMeter(dbURL, brokerURL string) *meter {
 // sample returns the CPU time so far of each database and broker server
 // process, by pid.
 func (m *meter) sample() (db, broker procCPU) {
-	if m.db != "" {
+	switch {
+	case m.dbRoot != "":
+		db = treeCPU(m.dbRoot)
+	case m.db != "":
 		db = commCPU(m.db)
 	}
 	if m.broker != "" {
@@ -138,17 +144,29 @@ func commCPU(comm string) procCPU {
 // rawURL's port, or "" when the host is not a loopback address, no such
 // process is found, or it is this process.
 func localServer(rawURL string) string {
+	_, comm := localServerProc(rawURL)
+	return comm
+}
+
+// localServerPID returns the pid of the local process listening on
+// rawURL's port, as localServer finds it.
+func localServerPID(rawURL string) string {
+	pid, _ := localServerProc(rawURL)
+	return pid
+}
+
+func localServerProc(rawURL string) (pid, comm string) {
 	if cc, err := ferrykafka.ParseURL(rawURL); err == nil {
 		rawURL = "kafka://" + cc.Seeds[0] // the first seed broker of a list
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Host == "" {
-		return ""
+		return "", ""
 	}
 	host, port := u.Hostname(), u.Port()
 	if host != "localhost" {
 		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-			return ""
+			return "", ""
 		}
 	}
 	if port == "" {
@@ -157,15 +175,15 @@ func localServer(rawURL string) string {
 	}
 	p, err := strconv.Atoi(port)
 	if err != nil {
-		return ""
+		return "", ""
 	}
 	inodes := listening(p)
 	if len(inodes) == 0 {
-		return ""
+		return "", ""
 	}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return ""
+		return "", ""
 	}
 	self := strconv.Itoa(os.Getpid())
 	for _, e := range entries {
@@ -183,16 +201,16 @@ func localServer(rawURL string) string {
 				continue
 			}
 			if pid == self {
-				return ""
+				return "", ""
 			}
 			_, comm, ok := statCPU(pid)
 			if !ok {
-				return ""
+				return "", ""
 			}
-			return comm
+			return pid, comm
 		}
 	}
-	return ""
+	return "", ""
 }
 
 // listening returns the socket inodes ("socket:[123]") listening on TCP

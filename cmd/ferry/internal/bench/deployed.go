@@ -47,7 +47,7 @@ func (c *cpuClock) stop(ctx context.Context, n int, relay time.Duration, relayMe
 	took := time.Since(c.at)
 	db, broker := c.m.sample()
 	return drainRun{Rate: float64(n) / took.Seconds(), CPU: CPU{
-		DB:     perEvent(c.m.db != "", db.since(c.db), n),
+		DB:     perEvent(c.m.db != "" || c.m.dbRoot != "", db.since(c.db), n),
 		Broker: perEvent(c.m.broker != "", broker.since(c.broker), n),
 		Relay:  perEvent(relayMeasured, relay, n),
 	}, Statements: c.t.statementCount(ctx).since(c.stmts, c.t.ownStatements(), n)}

@@ -28,15 +28,15 @@ type IdleResult struct {
 // probe backs off from 1ms to PollInterval within about 0.3s.
 const idleSettle = 2 * time.Second
 
-// idleProcess runs ferry relay with default settings on t's empty table
-// for settle + d and measures the window d. Any other client of the
-// database server during the window is counted as the relay's.
-func idleProcess(ctx context.Context, t *Target, b *Broker, binary string, env []string, d time.Duration) (IdleResult, error) {
+// idleProcess runs ferry relay with default settings, and args, on t's
+// empty table for settle + d and measures the window d. Any other client
+// of the database server during the window is counted as the relay's.
+func idleProcess(ctx context.Context, t *Target, b *Broker, binary string, env []string, d time.Duration, args ...string) (IdleResult, error) {
 	var res IdleResult
 	if err := t.truncate(ctx); err != nil {
 		return res, err
 	}
-	cmd, out, err := relayProcess(ctx, binary, env, t, b)
+	cmd, out, err := relayProcess(ctx, binary, env, t, b, args...)
 	if err != nil {
 		return res, err
 	}
@@ -119,13 +119,14 @@ func (t *Target) statements(ctx context.Context) (int64, bool, error) {
 	case "postgres":
 		// The scans of the outbox's tables, each statement of the relay
 		// being one: unlike the database's transaction count, this leaves
-		// out autovacuum and other clients' work. Sessions report their
+		// out autovacuum and other clients' work (<table>_log: the log
+		// relay's lease and checkpoint). Sessions report their
 		// counts within about a second of going idle: a window of many
 		// seconds keeps that error small.
 		table := t.Store.Table()
 		q := "SELECT COALESCE(SUM(seq_scan + COALESCE(idx_scan, 0)), 0) FROM pg_stat_user_tables" +
-			" WHERE schemaname = current_schema() AND relname IN ($1, $2, $3)"
-		if err := t.DB.QueryRowContext(ctx, q, table, table+"_relay", table+"_seq").Scan(&n); err != nil {
+			" WHERE schemaname = current_schema() AND relname IN ($1, $2, $3, $4)"
+		if err := t.DB.QueryRowContext(ctx, q, table, table+"_relay", table+"_seq", table+"_log").Scan(&n); err != nil {
 			return 0, false, fmt.Errorf("count statements: %w", err)
 		}
 	default:

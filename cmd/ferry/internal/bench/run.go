@@ -34,10 +34,11 @@ const (
 	ScenarioProducer  = "producer"
 	ScenarioInbox     = "inbox"
 	ScenarioClaim     = "claim"
+	ScenarioLog       = "log"
 )
 
 // AllScenarios lists every scenario.
-var AllScenarios = []string{ScenarioRawBroker, ScenarioRawDB, ScenarioRelay, ScenarioPlain, ScenarioLive, ScenarioIdle, ScenarioProducer, ScenarioInbox, ScenarioClaim}
+var AllScenarios = []string{ScenarioRawBroker, ScenarioRawDB, ScenarioRelay, ScenarioPlain, ScenarioLive, ScenarioIdle, ScenarioLog, ScenarioProducer, ScenarioInbox, ScenarioClaim}
 
 // Config configures a run. Zero values take the defaults.
 type Config struct {
@@ -84,6 +85,16 @@ type Config struct {
 	// PlainPoll is how often the plain relay looks for events in the live
 	// scenario. Default 10ms.
 	PlainPoll time.Duration
+	// LogMySQLURL and LogPostgresURL are the servers the log scenario runs
+	// on, for a MySQL or a PostgreSQL DatabaseURL: they must keep a change
+	// log (MariaDB/MySQL binlog in ROW format; PostgreSQL
+	// wal_level=logical). Defaults DefaultLogMySQLURL and
+	// DefaultLogPostgresURL.
+	LogMySQLURL, LogPostgresURL string
+	// RequireLog makes an unreachable log server, or one without a log,
+	// an error; otherwise the log scenario is skipped, with the reason in
+	// Report.Skipped (FERRY_REQUIRE_SERVICES=1 requires it too).
+	RequireLog bool
 }
 
 func (c Config) withDefaults() Config {
@@ -119,6 +130,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.QueueType == "" {
 		c.QueueType = "quorum"
+	}
+	if c.LogMySQLURL == "" {
+		c.LogMySQLURL = DefaultLogMySQLURL
+	}
+	if c.LogPostgresURL == "" {
+		c.LogPostgresURL = DefaultLogPostgresURL
 	}
 	return c
 }
@@ -186,6 +203,10 @@ type Report struct {
 	// Idle is a ferry relay process with default settings on an empty
 	// table.
 	Idle *IdleResult `json:"idle,omitempty"`
+	// Log is the log relay next to the polling relay, on a server that
+	// keeps a change log; LogTargets its goals with this run's figures.
+	Log        *LogResult `json:"log,omitempty"`
+	LogTargets []Ratio    `json:"log_targets,omitempty"`
 	// Skipped says why figures were not measured.
 	Skipped  []string         `json:"skipped,omitempty"`
 	Producer []ProducerResult `json:"producer,omitempty"`
@@ -210,9 +231,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	}
 	want := func(s string) bool { return slices.Contains(cfg.Scenarios, s) }
 	needBroker := want(ScenarioRawBroker) || want(ScenarioRelay) || want(ScenarioPlain) || want(ScenarioLive) ||
-		(want(ScenarioIdle) && cfg.RelayBinary != "")
+		(want(ScenarioIdle) && cfg.RelayBinary != "") || want(ScenarioLog)
 	if needBroker && cfg.BrokerURL == "" {
-		return nil, fmt.Errorf("%w: the raw-broker, relay, plain and live scenarios need a broker: set --broker-url", ferrytype.ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: the raw-broker, relay, plain, live and log scenarios need a broker: set --broker-url", ferrytype.ErrInvalidConfig)
 	}
 	rep := &Report{Date: time.Now().UTC(), Go: runtime.Version(), CPUs: runtime.NumCPU(), Events: cfg.Events, Aggregates: cfg.Aggregates, Batch: cfg.Batch, Repeat: cfg.Repeat}
 	name := "ferry_bench_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
@@ -357,6 +378,17 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		rep.Idle = &idle
 		say("idle ferry relay process: %s", idle)
 	}
+	if want(ScenarioLog) {
+		l, skipped, err := runLog(ctx, cfg, t.Dialect, name+"_log", b, rep.RawBroker, say)
+		rep.Log = l
+		if err != nil {
+			return rep.partial(), fmt.Errorf("log relay: %w", err)
+		}
+		if skipped != "" {
+			rep.Skipped = append(rep.Skipped, skipped)
+			say("%s", skipped)
+		}
+	}
 	if want(ScenarioProducer) {
 		for _, w := range []int{1, 16} {
 			p, err := Producer(ctx, t, cfg.ProducerTxs, w)
@@ -389,6 +421,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	}
 	rep.Ratios = rep.ratios()
 	rep.Targets = rep.targets()
+	rep.LogTargets = rep.logTargets()
 	return rep, nil
 }
 
@@ -396,6 +429,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 func (r *Report) partial() *Report {
 	r.Ratios = r.ratios()
 	r.Targets = r.targets()
+	r.LogTargets = r.logTargets()
 	return r
 }
 
@@ -534,6 +568,7 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 	}
 	r.writeTargets(w)
+	r.writeLog(w, func(name, value string) { fmt.Fprintf(w, "  %-66s %14s\n", name, value) })
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
