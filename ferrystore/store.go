@@ -156,7 +156,9 @@ type ClaimParams struct {
 	// Only those still NEW and available now are claimed, at most Limit
 	// of them, oldest available first; with Ordered, only those whose
 	// earlier event is SENT (two events of one aggregate in IDs: the later
-	// one stays NEW). An id of no row is ignored.
+	// one stays NEW). An id of no row is ignored. A store may wait for a
+	// row still locked by the transaction that inserted it (MariaDB tells
+	// binlog readers of a transaction before InnoDB shows it committed).
 	IDs []string
 	// Malformed, when not nil, is called once for each claimed row that
 	// Claim recorded DEAD as malformed, with its event id and the reason

@@ -108,7 +108,13 @@ func buildQueries(table string) queries {
 	// scan and sort the whole table on every claim.
 	q.claimSelectIDs = "SELECT " + claimCols + " FROM " + t + " FORCE INDEX (PRIMARY)" +
 		" WHERE status = 'NEW' AND available_at <= NOW(6) AND "
-	q.claimSelectIDsTail = " ORDER BY available_at, event_id LIMIT ? FOR UPDATE SKIP LOCKED"
+	// Without SKIP LOCKED: MariaDB sends a transaction to binlog readers
+	// before InnoDB commits it, so the log relay's claim may come while
+	// the inserting transaction still holds its rows; the locking read
+	// waits those few moments and then reads the committed row (READ
+	// COMMITTED), where SKIP LOCKED would miss it. The rows of other
+	// relays' claims are held as briefly.
+	q.claimSelectIDsTail = " ORDER BY available_at, event_id LIMIT ? FOR UPDATE"
 	q.claimSelect = "SELECT " + claimCols + " FROM " + t + " FORCE INDEX (idx_pending)" +
 		" WHERE status = 'NEW' AND available_at <= NOW(6)" +
 		" ORDER BY available_at, event_id LIMIT ? FOR UPDATE SKIP LOCKED"
