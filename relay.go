@@ -562,7 +562,13 @@ func (r *Relay) Stop(ctx context.Context) error {
 		r.forget(ctx)
 	}
 	st := r.Stats()
-	r.log.Info("relay stopped", "confirmed", st.Confirmed, "retried", st.Retried, "dead", st.Dead, "fenced", st.Fenced)
+	attrs := []any{"confirmed", st.Confirmed, "retried", st.Retried, "dead", st.Dead, "fenced", st.Fenced}
+	if r.follow != nil {
+		ls := r.LogStats()
+		attrs = append(attrs, "log_events", ls.Events, "log_missed", ls.Missed, "log_given_up", ls.GivenUp,
+			"log_gaps", ls.Gaps, "log_stream_errors", ls.StreamErrors, "log_takeovers", ls.Takeovers)
+	}
+	r.log.Info("relay stopped", attrs...)
 	return err
 }
 
