@@ -54,6 +54,32 @@ type logQueue struct {
 	// tries counts the claims by id that missed an event, by id, while
 	// it is tried again (see Relay.missed).
 	tries map[string]int
+	// scanned holds the ids of the last events a claim from the table
+	// took while the relay read the log (at most maxScanned, oldest
+	// forgotten first): when the log tells of them, a claim by id misses
+	// them for good, and they are not tried again.
+	scanned     map[string]struct{}
+	scannedFIFO []string
+}
+
+// maxScanned bounds logQueue.scanned.
+const maxScanned = 10000
+
+// tookFromTable records ids a claim from the table took.
+func (q *logQueue) tookFromTable(ids []string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.scanned == nil {
+		q.scanned = map[string]struct{}{}
+	}
+	for _, id := range ids {
+		if len(q.scannedFIFO) == maxScanned {
+			delete(q.scanned, q.scannedFIFO[0])
+			q.scannedFIFO = q.scannedFIFO[1:]
+		}
+		q.scanned[id] = struct{}{}
+		q.scannedFIFO = append(q.scannedFIFO, id)
+	}
 }
 
 // maxMissTries bounds the claims by id of an event that was not
@@ -79,6 +105,10 @@ func (q *logQueue) missed(ids []string) ([]string, time.Duration) {
 		most  int
 	)
 	for _, id := range ids {
+		if _, ok := q.scanned[id]; ok {
+			delete(q.scanned, id) // taken from the table: nothing to wait for
+			continue
+		}
 		n := q.tries[id] + 1
 		if n > maxMissTries {
 			delete(q.tries, id)

@@ -1,6 +1,7 @@
 package ferry
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -87,4 +88,19 @@ func TestLogQueueMissedEventsAreTriedAFewTimes(t *testing.T) {
 	again, d = q.missed([]string{"a", "b"})
 	require.Equal(t, []string{"a", "b"}, again)
 	require.Equal(t, time.Millisecond, d)
+}
+
+// Events a claim from the table took are not tried again by id when the
+// log tells of them; the record of them is bounded.
+func TestLogQueueEventsTakenFromTheTableAreNotTriedAgain(t *testing.T) {
+	var q logQueue
+	q.tookFromTable([]string{"a", "b"})
+	again, _ := q.missed([]string{"a", "c"})
+	require.Equal(t, []string{"c"}, again)
+	for i := range maxScanned {
+		q.tookFromTable([]string{fmt.Sprint("x", i)})
+	}
+	require.LessOrEqual(t, len(q.scanned), maxScanned)
+	again, _ = q.missed([]string{"b"})
+	require.Equal(t, []string{"b"}, again, "forgotten past maxScanned")
 }

@@ -918,10 +918,13 @@ func (r *Relay) cycle() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if ids != nil && len(msgs)+int(malformed) < len(ids) {
+	switch {
+	case ids != nil && len(msgs)+int(malformed) < len(ids):
 		r.retryMissed(ids, append(got, msgIDs(msgs)...))
-	} else if ids != nil && len(msgs) > 0 {
+	case ids != nil && len(msgs) > 0:
 		r.follow.q.claimed(msgIDs(msgs))
+	case ids == nil && len(msgs) > 0 && r.follow != nil && r.logReading():
+		r.follow.q.tookFromTable(msgIDs(msgs))
 	}
 	if r.cfg.Ordered && r.follow != nil {
 		switch {

@@ -296,9 +296,13 @@ func TestLogRelayDeliversEveryCommittedEventOnce(t *testing.T) {
 					require.Zero(t, count[id], "rolled-back event %s was published", id)
 				}
 				require.Len(t, got, len(committed))
-				require.Equal(t, int64(len(committed)), b.store.byID.Load(), "every event claimed by id from the log: %+v %+v\n%s",
+				// The claim from the table that the relay makes as it
+				// starts reading may come after the first transaction
+				// committed, and take its events: at most that one batch.
+				byID, byScan := b.store.byID.Load(), b.store.byScan.Load()
+				require.Equal(t, int64(len(committed)), byID+byScan)
+				require.LessOrEqual(t, byScan, int64(100), "events claimed from the table, not by id from the log: %+v %+v\n%s",
 					r.Stats(), r.LogStats(), strings.Join(b.logs.Lines(), "\n"))
-				require.Zero(t, b.store.byScan.Load(), "no event was left for a claim from the table")
 				ls := r.LogStats()
 				require.GreaterOrEqual(t, ls.Events, int64(len(committed)), "%+v", ls)
 				require.Equal(t, int64(1), ls.Takeovers)
