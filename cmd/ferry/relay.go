@@ -385,8 +385,13 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 		}
 		return err
 	}
-	if err := relay.Start(ctx); err != nil {
-		return err
+	// A log relay checks the database's log at start (a replication
+	// connection): during an outage that waits as the database does; a
+	// database not set up for it (ferrystore.ErrLogSetup) exits 2 at once.
+	if _, err := connect(ctx, wait, "database's log", log, func() (struct{}, error) {
+		return struct{}{}, relay.Start(ctx)
+	}); err != nil {
+		return stoppedOr(ctx, false, err)
 	}
 	if f.statsInterval > 0 {
 		statsCtx, stopStats := context.WithCancel(ctx)
@@ -582,7 +587,8 @@ func connect[T any](ctx context.Context, timeout time.Duration, what string, log
 	wait := 200 * time.Millisecond
 	for {
 		v, err := dial()
-		if err == nil || errors.Is(err, ferrytype.ErrInvalidConfig) || errors.Is(err, ferrytype.ErrInvalidIdentifier) {
+		if err == nil || errors.Is(err, ferrytype.ErrInvalidConfig) || errors.Is(err, ferrytype.ErrInvalidIdentifier) ||
+			errors.Is(err, ferrystore.ErrLogSetup) || errors.Is(err, ferry.ErrClosed) {
 			return v, err
 		}
 		if perr := open.Permanent(err); perr != nil {
