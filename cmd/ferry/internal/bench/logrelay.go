@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -215,19 +214,7 @@ func runLog(ctx context.Context, cfg Config, dialect, prefix string, b *Broker, 
 		say("log: live, %s relay (%s): %.0f events/s, commit→delivery p50 %s p99 %s max %s", relay, how, l.Rate, ms(l.P50), ms(l.P99), ms(l.Max))
 	}
 
-	// median runs fn Repeat times and keeps the run with the median rate.
-	median := func(fn func() (drainRun, error)) (drainRun, error) {
-		var got []drainRun
-		for range cfg.Repeat {
-			r, err := fn()
-			if err != nil {
-				return r, err
-			}
-			got = append(got, r)
-		}
-		slices.SortFunc(got, func(a, b drainRun) int { return cmp.Compare(a.Rate, b.Rate) })
-		return got[len(got)/2], nil
-	}
+	median := func(fn func() (drainRun, error)) (drainRun, error) { return medianDrain(cfg.Repeat, fn) }
 	p, err := median(func() (drainRun, error) { return produceAlone(ctx, lt, b, cfg.Events, res.Producers, res.PerTx, m) })
 	if err != nil {
 		return res, "", fmt.Errorf("log: producers alone: %w", err)

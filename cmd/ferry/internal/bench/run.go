@@ -273,19 +273,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		rawLoops = 4
 	}
 	m := newMeter(cfg.DatabaseURL, cfg.BrokerURL)
-	// drains runs a drain Repeat times and keeps the run with the median rate.
-	drains := func(fn func() (drainRun, error)) (drainRun, error) {
-		var got []drainRun
-		for range cfg.Repeat {
-			r, err := fn()
-			if err != nil {
-				return r, err
-			}
-			got = append(got, r)
-		}
-		slices.SortFunc(got, func(a, b drainRun) int { return cmp.Compare(a.Rate, b.Rate) })
-		return got[len(got)/2], nil
-	}
+	drains := func(fn func() (drainRun, error)) (drainRun, error) { return medianDrain(cfg.Repeat, fn) }
 	figure := func(n int, ordered bool, r drainRun) RelayFigure {
 		return RelayFigure{Relays: n, Ordered: ordered, Rate: r.Rate, CPU: r.CPU, Statements: r.Statements}
 	}
@@ -584,4 +572,19 @@ func (t *Target) version(ctx context.Context) string {
 	}
 	s, _, _ := strings.Cut(v.String, " on ")
 	return s
+}
+
+// medianDrain runs a drain repeat times and keeps the run with the median
+// rate.
+func medianDrain(repeat int, fn func() (drainRun, error)) (drainRun, error) {
+	var got []drainRun
+	for range repeat {
+		r, err := fn()
+		if err != nil {
+			return r, err
+		}
+		got = append(got, r)
+	}
+	slices.SortFunc(got, func(a, b drainRun) int { return cmp.Compare(a.Rate, b.Rate) })
+	return got[len(got)/2], nil
 }
