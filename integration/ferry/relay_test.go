@@ -283,14 +283,18 @@ func TestRelayCrashWindows(t *testing.T) {
 	for _, kind := range testsvc.Kinds {
 		for _, c := range cases {
 			t.Run(kind+"/"+c.point, func(t *testing.T) {
+				t.Parallel()
 				b := setupRelay(t, kind)
 				ids := b.enqueue(t, 10, func(i int) string { return fmt.Sprint(i) })
 				var hit atomic.Int64
 				pub := b.publisher(t)
 				// One lane: the first claim takes all ten events, so the
-				// one injected batch crash hits every event.
+				// one injected batch crash hits every event. The lease
+				// leaves the good attempt seconds to publish and mark on a
+				// loaded machine: a lease that ran out under it would make
+				// a third attempt, and this test counts exactly two.
 				r := b.relay(t, pub, &ferry.RelayConfig{
-					Lanes: 1, Lease: 400 * time.Millisecond, PublishTimeout: 300 * time.Millisecond,
+					Lanes: 1, Lease: 3 * time.Second, PublishTimeout: time.Second,
 					SweepInterval: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond, Retry: fastRetry(),
 					FaultPoint: func(ctx context.Context, point string) error {
 						if point == c.point && hit.Add(1) <= c.hits {
