@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ferrydev/ferry/ferrytype"
 )
@@ -120,16 +121,15 @@ func Truncate(s string, n int) string {
 		return s
 	}
 	s = s[:n]
-	for len(s) > 0 && !utf8Start(s[len(s)-1]) {
-		s = s[:len(s)-1]
-	}
-	if len(s) > 0 {
+	// Drop the bytes of a character the cut split (at most 3).
+	for len(s) > 0 {
+		if r, size := utf8.DecodeLastRuneInString(s); r != utf8.RuneError || size > 1 {
+			break
+		}
 		s = s[:len(s)-1]
 	}
 	return s
 }
-
-func utf8Start(b byte) bool { return b < 0x80 || b >= 0xC0 }
 
 // NullTime scans a time stored either as a time value or as text in one of
 // the layouts the stores use.
