@@ -77,10 +77,14 @@ func (r *Relay) beat(sent, lastMinute int64) error {
 	ctx, cancel := context.WithTimeout(r.workCtx, max(r.cfg.Heartbeat, time.Second))
 	defer cancel()
 	connected, cause := r.brokerState()
+	source := ferrystore.RelaySourceTable
+	if r.follow != nil {
+		source = ferrystore.RelaySourceLog
+	}
 	err := r.registry.Beat(ctx, ferrystore.RelayBeat{
 		ID: r.cfg.ID, Host: r.host, PID: os.Getpid(), Version: r.cfg.Version, Broker: r.cfg.Broker,
 		Lanes: r.cfg.Lanes, Ordered: r.cfg.Ordered, InFlight: r.inFlight.Load(),
-		BrokerConnected: connected, BrokerError: cause, Sent: sent, SentLastMinute: lastMinute,
+		BrokerConnected: connected, BrokerError: cause, Sent: sent, SentLastMinute: lastMinute, Source: source,
 	})
 	if err != nil {
 		r.c.beatErrors.Add(1)

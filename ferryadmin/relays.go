@@ -36,7 +36,18 @@ type RelayInfo struct {
 	Age time.Duration `json:"-"`
 	// AgeSeconds is Age in seconds, for JSON.
 	AgeSeconds float64 `json:"age_seconds"`
+	// LogRole is, for a relay whose Source is ferrystore.RelaySourceLog,
+	// LogRoleReader when it holds the lease in <table>_log and
+	// LogRoleStandby when it does not; empty for the others. Status sets
+	// it (it reads the lease); Relays leaves it empty.
+	LogRole string `json:"log_role,omitempty"`
 }
+
+// Values of RelayInfo.LogRole.
+const (
+	LogRoleReader  = "reader"
+	LogRoleStandby = "standby"
+)
 
 // ErrNoRelayRegistry is returned by Relays for a store that records no
 // relays (it does not implement ferrystore.RelayRegistry).

@@ -221,6 +221,7 @@ func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (Statu
 		switch {
 		case err == nil && found:
 			rep.Log = logInfo(ls)
+			rep.Log.Standbys = logRoles(rep.Relays, rep.Log.Owner)
 		case err != nil && !errors.Is(err, ferrytype.ErrUndefinedTable):
 			return StatusReport{}, err
 		}
@@ -323,6 +324,30 @@ type LogInfo struct {
 	LagBytes int64 `json:"lag_bytes"`
 	// Head is the log's end when LagBytes was measured.
 	Head string `json:"head,omitempty"`
+	// Standbys are the relays alive that would read the log but do not
+	// hold the lease (ferry relay --source log beside the reader): one of
+	// them takes over when the reader's lease ends.
+	Standbys []string `json:"standbys"`
+}
+
+// logRoles sets the log role of each relay that reads the log or stands
+// by for it, owner being the reader (empty when none holds the lease), and
+// returns the standbys alive.
+func logRoles(relays []RelayInfo, owner string) []string {
+	standbys := []string{}
+	for i := range relays {
+		r := &relays[i]
+		switch {
+		case r.ID == owner && owner != "":
+			r.LogRole = LogRoleReader
+		case r.Source == ferrystore.RelaySourceLog:
+			r.LogRole = LogRoleStandby
+			if r.Alive {
+				standbys = append(standbys, r.ID)
+			}
+		}
+	}
+	return standbys
 }
 
 func logInfo(ls ferrystore.LogState) *LogInfo {

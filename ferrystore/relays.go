@@ -50,6 +50,7 @@ const (
 	MaxRelayVersionLen     = 128
 	MaxRelayBrokerLen      = 255
 	MaxRelayBrokerErrorLen = 512
+	MaxRelaySourceLen      = 16
 )
 
 // RelayBeat is one relay's heartbeat row: what the relay said about itself
@@ -93,7 +94,19 @@ type RelayBeat struct {
 	// BrokerError is why the broker is not connected, redacted; empty
 	// while it is.
 	BrokerError string `json:"broker_error,omitempty"`
+	// Source is where the relay learns which events to publish:
+	// RelaySourceTable (it polls the outbox table) or RelaySourceLog (it
+	// reads the database's log, RelayConfig.Feed; of the relays with this
+	// source the one holding the lease in <table>_log reads, the others
+	// stand by). Empty in the rows of relays older than migration 0005_log.
+	Source string `json:"source"`
 }
+
+// Values of RelayBeat.Source.
+const (
+	RelaySourceTable = "table"
+	RelaySourceLog   = "log"
+)
 
 // Validate checks the fields Beat refuses: the ID.
 func (b RelayBeat) Validate() error {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -278,12 +279,18 @@ func TestRelaySourceLogStandbyTakesOverAfterKill(t *testing.T) {
 // statusJSON is the part of ferry status --json this file reads.
 type statusJSON struct {
 	Log *struct {
-		Source   string `json:"source"`
-		Position string `json:"position"`
-		Owner    string `json:"owner"`
-		LagBytes *int64 `json:"lag_bytes"`
-		Head     string `json:"head"`
+		Source   string   `json:"source"`
+		Position string   `json:"position"`
+		Owner    string   `json:"owner"`
+		LagBytes *int64   `json:"lag_bytes"`
+		Head     string   `json:"head"`
+		Standbys []string `json:"standbys"`
 	} `json:"log"`
+	Relays []struct {
+		ID      string `json:"id"`
+		Source  string `json:"source"`
+		LogRole string `json:"log_role"`
+	} `json:"relays"`
 }
 
 func (b *logBundle) statusJSON(t *testing.T) statusJSON {
@@ -332,6 +339,14 @@ func TestStatusShowsTheLogRelay(t *testing.T) {
 			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 			testsvc.WaitFor(t, 30*time.Second, func() bool { return b.owner(t) == "reader" },
 				func() string { return "the relay reads the log:\n" + relayOut.String() })
+			// A second log relay stands by: it polls the lease, and
+			// ferry status names it.
+			standby, standbyOut := childLive(t, nil, b.relayArgs("--relay-id", "standby", "--log-lease", "3s")...)
+			t.Cleanup(func() { _ = standby.Process.Kill(); _ = standby.Wait() })
+			testsvc.WaitFor(t, 30*time.Second, func() bool {
+				st := b.statusJSON(t)
+				return st.Log != nil && slices.Equal(st.Log.Standbys, []string{"standby"})
+			}, func() string { return "the standby beats:\n" + standbyOut.String() })
 			more := b.enqueueN(t, 10)
 			b.waitSent(t, more, time.Minute, relayOut.String)
 			// The checkpoint moves past the new events' transactions.
@@ -356,7 +371,21 @@ func TestStatusShowsTheLogRelay(t *testing.T) {
 			require.NotNil(t, st.Log.LagBytes)
 			require.GreaterOrEqual(t, *st.Log.LagBytes, int64(0))
 			require.NotEmpty(t, st.Log.Head)
+			require.Equal(t, []string{"standby"}, st.Log.Standbys)
+			roles := map[string]string{}
+			for _, r := range st.Relays {
+				require.Equal(t, "log", r.Source, "relay %s", r.ID)
+				roles[r.ID] = r.LogRole
+			}
+			require.Equal(t, map[string]string{"reader": "reader", "standby": "standby"}, roles)
+			require.Regexp(t, `(?m)^\s+reader\s.*\slog, reader\s`, out, "the relays table marks the reader")
+			require.Regexp(t, `(?m)^\s+standby\s.*\slog, standby\s`, out, "and the standby")
+			require.Regexp(t, `STANDBY\n.*\sstandby\n`, out, "the log section names the standby")
 
+			// The standby stops first: the reader keeps the lease.
+			require.NoError(t, standby.Process.Signal(syscall.SIGTERM))
+			require.NoError(t, standby.Wait(), standbyOut.String())
+			require.Equal(t, "reader", b.owner(t))
 			require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 			require.NoError(t, cmd.Wait(), relayOut.String())
 			require.Equal(t, "", b.owner(t), "a relay stopped by SIGTERM gives the lease up")

@@ -210,12 +210,16 @@ func printRelays(w io.Writer, rep *ferryadmin.StatusReport) {
 		if r.Ordered {
 			mode = " ordered"
 		}
-		rows[i] = fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%d\t%d\t%d%s\t%s %s", r.ID, state, orDash(r.Host), r.PID,
-			orDash(r.Version), ferryadmin.FormatAge(r.Age), ferryadmin.FormatAge(time.Since(r.StartedAt)), r.InFlight,
+		source := orDash(r.Source)
+		if r.LogRole != "" {
+			source += ", " + r.LogRole
+		}
+		rows[i] = fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%s\t%d\t%d\t%d%s\t%s %s", r.ID, state, orDash(r.Host), r.PID,
+			orDash(r.Version), ferryadmin.FormatAge(r.Age), ferryadmin.FormatAge(time.Since(r.StartedAt)), source, r.InFlight,
 			r.SentLastMinute, r.Lanes, mode, orDash(r.Broker), broker)
 	}
 	fmt.Fprintf(w, "\nrelays: %d alive of %d recorded\n", alive, len(rep.Relays))
-	table(w, "  ", "RELAY\tALIVE\tHOST\tPID\tVERSION\tLAST BEAT\tUPTIME\tIN FLIGHT\tSENT/MIN\tLANES\tBROKER", rows)
+	table(w, "  ", "RELAY\tALIVE\tHOST\tPID\tVERSION\tLAST BEAT\tUPTIME\tSOURCE\tIN FLIGHT\tSENT/MIN\tLANES\tBROKER", rows)
 }
 
 // measureLogLag asks the table's log feed how much log the database
@@ -252,7 +256,11 @@ func printLog(w io.Writer, li *ferryadmin.LogInfo) {
 	if li.LagBytes >= 0 {
 		lag = fmt.Sprintf("%d bytes of log retained (head %s)", li.LagBytes, li.Head)
 	}
+	standbys := "none"
+	if len(li.Standbys) > 0 {
+		standbys = strings.Join(li.Standbys, ", ")
+	}
 	fmt.Fprintf(w, "\nlog relay: %s\n", li.Source)
-	table(w, "  ", "READER\tCHECKPOINT\tSAVED\tLAG", []string{fmt.Sprintf("%s\t%s\t%s ago\t%s", reader, orDash(li.Position),
-		ferryadmin.FormatAge(li.SavedAge), lag)})
+	table(w, "  ", "READER\tCHECKPOINT\tSAVED\tLAG\tSTANDBY", []string{fmt.Sprintf("%s\t%s\t%s ago\t%s\t%s", reader,
+		orDash(li.Position), ferryadmin.FormatAge(li.SavedAge), lag, standbys)})
 }

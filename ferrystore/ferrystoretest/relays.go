@@ -51,7 +51,8 @@ func exerciseRelays[TTx any](t *testing.T, h Harness[TTx]) {
 		require.Empty(t, beats, "no relay has beat on a fresh table")
 
 		want := ferrystore.RelayBeat{ID: "host-a-42-x1", Host: "host-a", PID: 42, Version: "v1.2.3", Lanes: 3,
-			Ordered: true, InFlight: 7, BrokerConnected: true, Broker: "nats://broker:4222", Sent: 1 << 40, SentLastMinute: 12345}
+			Ordered: true, InFlight: 7, BrokerConnected: true, Broker: "nats://broker:4222", Sent: 1 << 40, SentLastMinute: 12345,
+			Source: ferrystore.RelaySourceLog}
 		require.NoError(t, reg.Beat(b.ctx, want))
 		beats, err = reg.Relays(b.ctx)
 		require.NoError(t, err)
@@ -66,7 +67,7 @@ func exerciseRelays[TTx any](t *testing.T, h Harness[TTx]) {
 		// while the last beat moves on with the database clock.
 		next := want
 		next.InFlight, next.BrokerConnected, next.BrokerError, next.Ordered, next.Lanes = 0, false, "dial tcp: refused", false, 1
-		next.Sent, next.SentLastMinute = 1<<40+5, 0
+		next.Sent, next.SentLastMinute, next.Source = 1<<40+5, 0, ferrystore.RelaySourceTable
 		var last ferrystore.RelayBeat
 		waitFor(t, 30*time.Second, func() bool {
 			require.NoError(t, reg.Beat(b.ctx, next))
@@ -83,13 +84,14 @@ func exerciseRelays[TTx any](t *testing.T, h Harness[TTx]) {
 		require.Equal(t, 1, last.Lanes)
 		require.Equal(t, int64(1<<40+5), last.Sent)
 		require.Zero(t, last.SentLastMinute)
+		require.Equal(t, ferrystore.RelaySourceTable, last.Source)
 	})
 
 	t.Run("SecretsAndSizes", func(t *testing.T) {
 		b := setup(t, h)
 		reg := registry(t, b)
 		long := strings.Repeat("h", 400)
-		require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "r1", Host: long, Version: long,
+		require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "r1", Host: long, Version: long, Source: long,
 			Broker: "amqp://ferry:s3cr3tpw@mq:5672/", BrokerError: "dial amqp://ferry:s3cr3tpw@mq:5672/: refused " + long}))
 		beats, err := reg.Relays(b.ctx)
 		require.NoError(t, err)
@@ -101,6 +103,7 @@ func exerciseRelays[TTx any](t *testing.T, h Harness[TTx]) {
 		require.LessOrEqual(t, len(got.Host), ferrystore.MaxRelayHostLen)
 		require.LessOrEqual(t, len(got.Version), ferrystore.MaxRelayVersionLen)
 		require.LessOrEqual(t, len(got.BrokerError), ferrystore.MaxRelayBrokerErrorLen)
+		require.Equal(t, long[:ferrystore.MaxRelaySourceLen], got.Source)
 		require.True(t, strings.HasPrefix(long, got.Host) && len(got.Host) > 200, "the host is cut, not dropped")
 
 		for _, id := range []string{"", strings.Repeat("i", ferrystore.MaxRelayIDLen+1)} {

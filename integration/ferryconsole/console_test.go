@@ -804,6 +804,20 @@ func TestOverviewShowsTheLogRelay(t *testing.T) {
 	mustContain(t, p, "binlog db-1:3306")
 	mustContain(t, p, "read by <code>relay-a</code>")
 	mustContain(t, p, "binlog.000042:4711")
+	mustContain(t, p, "no standby")
+
+	// relay-a reads, relay-b stands by, relay-c polls the table.
+	reg := b.st.Driver.(ferrystore.RelayRegistry)
+	for id, source := range map[string]string{"relay-a": ferrystore.RelaySourceLog, "relay-b": ferrystore.RelaySourceLog,
+		"relay-c": ferrystore.RelaySourceTable} {
+		require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: id, Source: source}))
+	}
+	p = c.get("")
+	eq(t, http.StatusOK, p, b.logs)
+	mustContain(t, p, "standing by: <code>relay-b</code>.")
+	require.Regexp(t, `<code>relay-a</code>[^\n]*log reader`, p.body)
+	require.Regexp(t, `<code>relay-b</code>[^\n]*log standby`, p.body)
+	require.NotRegexp(t, `<code>relay-c</code>[^\n]*log (reader|standby)`, p.body)
 
 	require.NoError(t, lc.ReleaseLog(b.ctx, "relay-a"))
 	p = c.get("")

@@ -23,13 +23,13 @@ type relayStatements struct {
 func newRelayStatements(d Dialect, table string) relayStatements {
 	rt := d.Quote(RelayTable(table))
 	cols := []string{"host", "pid", "version", "broker", "broker_connected", "broker_error", "lanes", "ordered",
-		"in_flight", "sent", "sent_last_minute", "last_seen"}
+		"in_flight", "sent", "sent_last_minute", "source", "last_seen"}
 	return relayStatements{
 		// One row, one statement: started_at is set on insert only.
 		beat: d.Rebind("INSERT INTO " + rt + " (relay_id, " + strings.Join(cols, ", ") + ", started_at)" +
-			" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, " + d.Now() + ", " + d.Now() + ") " + d.Upsert("relay_id", cols)),
+			" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, " + d.Now() + ", " + d.Now() + ") " + d.Upsert("relay_id", cols)),
 		list: d.Rebind("SELECT relay_id, host, pid, version, broker, broker_connected, broker_error, lanes, ordered," +
-			" in_flight, sent, sent_last_minute, " + d.AgeMicros("started_at") + ", " + d.AgeMicros("last_seen") +
+			" in_flight, sent, sent_last_minute, source, " + d.AgeMicros("started_at") + ", " + d.AgeMicros("last_seen") +
 			" FROM " + rt + " ORDER BY relay_id LIMIT ?"),
 		forget: d.Rebind("DELETE FROM " + rt + " WHERE relay_id = ?"),
 		prune:  d.Rebind("DELETE FROM " + rt + " WHERE last_seen < " + d.Shift()),
@@ -46,7 +46,8 @@ func (o *Outbox) Beat(ctx context.Context, b ferrystore.RelayBeat) error {
 		sqlutil.Truncate(b.Version, ferrystore.MaxRelayVersionLen),
 		sqlutil.Truncate(ferrytype.RedactURL(b.Broker), ferrystore.MaxRelayBrokerLen), b.BrokerConnected,
 		sqlutil.Truncate(ferrytype.RedactURL(b.BrokerError), ferrystore.MaxRelayBrokerErrorLen),
-		int64(b.Lanes), b.Ordered, b.InFlight, b.Sent, b.SentLastMinute)
+		int64(b.Lanes), b.Ordered, b.InFlight, b.Sent, b.SentLastMinute,
+		sqlutil.Truncate(b.Source, ferrystore.MaxRelaySourceLen))
 	if err != nil {
 		return fmt.Errorf("relay heartbeat: %w", err)
 	}
@@ -69,7 +70,7 @@ func (o *Outbox) Relays(ctx context.Context) ([]ferrystore.RelayBeat, error) {
 			started, lastSeen int64
 		)
 		if err := rows.Scan(&b.ID, &b.Host, &pid, &b.Version, &b.Broker, &b.BrokerConnected, &b.BrokerError,
-			&lanes, &b.Ordered, &b.InFlight, &b.Sent, &b.SentLastMinute, &started, &lastSeen); err != nil {
+			&lanes, &b.Ordered, &b.InFlight, &b.Sent, &b.SentLastMinute, &b.Source, &started, &lastSeen); err != nil {
 			return nil, fmt.Errorf("list relays: %w", err)
 		}
 		b.PID, b.Lanes = int(pid), int(lanes)

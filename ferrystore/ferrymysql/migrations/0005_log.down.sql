@@ -1,1 +1,2 @@
+ALTER TABLE {{.RelayTable}} DROP COLUMN source;
 DROP TABLE IF EXISTS {{.LogTable}};

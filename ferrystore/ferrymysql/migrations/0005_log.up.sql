@@ -12,3 +12,8 @@ CREATE TABLE IF NOT EXISTS {{.LogTable}} (
   saved_at    DATETIME(6)   NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
   PRIMARY KEY (id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+-- Each relay's heartbeat row says where it learns which events to publish:
+-- 'table' (it polls) or 'log' (it reads the binlog, or stands by for it), so
+-- that ferry status names the log relay's standbys. A column with a default
+-- is added in place: relays keep beating during the migration.
+ALTER TABLE {{.RelayTable}} ADD COLUMN source VARCHAR(16) NOT NULL DEFAULT '';

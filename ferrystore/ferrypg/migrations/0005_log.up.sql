@@ -12,3 +12,7 @@ CREATE TABLE IF NOT EXISTS {{.LogTable}} (
   lease_until timestamptz   NOT NULL DEFAULT now(),
   saved_at    timestamptz   NOT NULL DEFAULT now()
 );
+-- Each relay's heartbeat row says where it learns which events to publish:
+-- 'table' (it polls) or 'log' (it reads logical replication, or stands by
+-- for it), so that ferry status names the log relay's standbys.
+ALTER TABLE {{.RelayTable}} ADD COLUMN source varchar(16) NOT NULL DEFAULT '';

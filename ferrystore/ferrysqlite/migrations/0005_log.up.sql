@@ -9,3 +9,6 @@ CREATE TABLE IF NOT EXISTS {{.LogTable}} (
   lease_until TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
   saved_at    TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now'))
 );
+-- Each relay's heartbeat row says where it learns which events to publish:
+-- 'table' (it polls), as every relay on SQLite does.
+ALTER TABLE {{.RelayTable}} ADD COLUMN source TEXT NOT NULL DEFAULT '';
