@@ -191,9 +191,10 @@ func runRow(t *testing.T, sc *chaos.Scenario, db, broker string, full bool) {
 // suite's faults on the servers that keep a change log (a MariaDB with a
 // ROW binlog, a PostgreSQL with wal_level=logical): its reader killed
 // (the standby takes over from the checkpoint), the replication
-// connection cut and slowed by the proxy, the log lost under it
-// (log-gap), lost confirms in every row (the relays' --lose-confirm-pct).
-// Same checker: every order's effects once.
+// connection cut and slowed by the proxy, RabbitMQ stopped and started
+// under it, the log lost under it (log-gap), lost confirms in every row
+// (the relays' --lose-confirm-pct). Same checker: every order's effects
+// once.
 func TestLogRelayScenarios(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the chaos suite is not part of the quick tier (-short): scripts/test.sh runs it")
@@ -202,6 +203,8 @@ func TestLogRelayScenarios(t *testing.T) {
 		sc *chaos.Scenario
 		db string
 	}{
+		// First: it keeps the other rows off RabbitMQ while it runs.
+		{chaos.ScenarioByName("broker-restart"), "postgres"},
 		{chaos.ScenarioByName("kill"), "mysql"},
 		{chaos.ScenarioByName("network"), "postgres"},
 		{chaos.LogGap, "mysql"},
@@ -218,6 +221,9 @@ func TestLogRelayScenarios(t *testing.T) {
 						testsvc.BinlogLock(t, r.sc == chaos.LogGap) // a purge holds the binlog alone
 					}
 					testsvc.LogStore(t, r.db) // the server is up
+					if r.sc.Name == "broker-restart" {
+						testsvc.DisruptRabbitMQ(t)
+					}
 					testsvc.RabbitMQ(t)
 					ctx := testsvc.Context(t, 8*time.Minute)
 					res, err := chaos.Run(ctx, chaos.Options{

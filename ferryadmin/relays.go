@@ -36,10 +36,10 @@ type RelayInfo struct {
 	Age time.Duration `json:"-"`
 	// AgeSeconds is Age in seconds, for JSON.
 	AgeSeconds float64 `json:"age_seconds"`
-	// LogRole is, for a relay whose Source is ferrystore.RelaySourceLog,
-	// LogRoleReader when it holds the lease in <table>_log and
-	// LogRoleStandby when it does not; empty for the others. Status sets
-	// it (it reads the lease); Relays leaves it empty.
+	// LogRole is LogRoleReader for the relay that holds the lease in
+	// <table>_log, LogRoleStandby for a relay alive whose Source is
+	// ferrystore.RelaySourceLog and that does not hold it, empty for the
+	// others. Status sets it (it reads the lease); Relays leaves it empty.
 	LogRole string `json:"log_role,omitempty"`
 }
 

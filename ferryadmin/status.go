@@ -330,9 +330,9 @@ type LogInfo struct {
 	Standbys []string `json:"standbys"`
 }
 
-// logRoles sets the log role of each relay that reads the log or stands
-// by for it, owner being the reader (empty when none holds the lease), and
-// returns the standbys alive.
+// logRoles sets the log role of the relay that reads the log, owner (empty
+// when none holds the lease), and of each relay alive that stands by for
+// it, and returns the standbys.
 func logRoles(relays []RelayInfo, owner string) []string {
 	standbys := []string{}
 	for i := range relays {
@@ -340,11 +340,9 @@ func logRoles(relays []RelayInfo, owner string) []string {
 		switch {
 		case r.ID == owner && owner != "":
 			r.LogRole = LogRoleReader
-		case r.Source == ferrystore.RelaySourceLog:
+		case r.Source == ferrystore.RelaySourceLog && r.Alive:
 			r.LogRole = LogRoleStandby
-			if r.Alive {
-				standbys = append(standbys, r.ID)
-			}
+			standbys = append(standbys, r.ID)
 		}
 	}
 	return standbys
