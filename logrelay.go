@@ -41,6 +41,7 @@ type logEntry struct {
 	out     int      // taken and not yet claimed
 	pos     ferrystore.LogPosition
 	retries bool // some event is a retry a relay recorded (attempts > 0)
+	events  bool // the transaction wrote events (else it only moves the position)
 }
 
 // logQueue holds the events read from the log until lanes claim them, and
@@ -51,6 +52,12 @@ type logQueue struct {
 	entries []*logEntry
 	queued  int
 	handled ferrystore.LogPosition // the checkpoint to save
+	// withEvents counts the entries with events handled so far: the
+	// checkpointer saves at once when it moved, and otherwise only with
+	// the lease's renewal (a log that moves by other tables' writes, the
+	// relays' own heartbeats and checkpoints among them, is not worth a
+	// write of its own).
+	withEvents int64
 	// tries counts the claims by id that missed an event, by id, while
 	// it is tried again (see Relay.missed).
 	tries map[string]int
@@ -94,16 +101,13 @@ const maxMissTries = 9
 // commit before it shows in snapshots. An event still missed after
 // maxMissTries is left to the table: a claim from it finds it (held back
 // in ordered mode, a retry's delay, another relay's claim).
-func (q *logQueue) missed(ids []string) ([]string, time.Duration) {
+func (q *logQueue) missed(ids []string) (again []string, delay time.Duration, gaveUp bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.tries == nil {
 		q.tries = map[string]int{}
 	}
-	var (
-		again []string
-		most  int
-	)
+	most := 0
 	for _, id := range ids {
 		if _, ok := q.scanned[id]; ok {
 			delete(q.scanned, id) // taken from the table: nothing to wait for
@@ -112,6 +116,7 @@ func (q *logQueue) missed(ids []string) ([]string, time.Duration) {
 		n := q.tries[id] + 1
 		if n > maxMissTries {
 			delete(q.tries, id)
+			gaveUp = true
 			continue
 		}
 		q.tries[id] = n
@@ -119,9 +124,9 @@ func (q *logQueue) missed(ids []string) ([]string, time.Duration) {
 		most = max(most, n)
 	}
 	if len(again) == 0 {
-		return nil, 0
+		return nil, 0, gaveUp
 	}
-	return again, time.Millisecond << (most - 1)
+	return again, time.Millisecond << (most - 1), gaveUp
 }
 
 // claimed forgets the tries of ids.
@@ -139,7 +144,7 @@ func (q *logQueue) claimed(ids []string) {
 func (q *logQueue) push(b ferrystore.LogBatch) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	e := &logEntry{pos: b.Pos}
+	e := &logEntry{pos: b.Pos, events: len(b.Events) > 0}
 	for _, ev := range b.Events {
 		e.ids = append(e.ids, ev.ID)
 		e.retries = e.retries || ev.Attempts > 0
@@ -205,6 +210,9 @@ func (q *logQueue) advance() {
 		if e.pos != "" {
 			q.handled = e.pos
 		}
+		if e.events {
+			q.withEvents++
+		}
 	}
 	if i > 0 {
 		q.entries = append(q.entries[:0], q.entries[i:]...)
@@ -215,6 +223,14 @@ func (q *logQueue) state() (queued int, handled ferrystore.LogPosition) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.queued, q.handled
+}
+
+// progress returns the checkpoint to save and how many entries with
+// events were handled so far.
+func (q *logQueue) progress() (handled ferrystore.LogPosition, withEvents int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.handled, q.withEvents
 }
 
 // reset empties the queue and sets the checkpoint to pos.
@@ -450,13 +466,17 @@ func (r *Relay) stream(pos ferrystore.LogPosition) error {
 	f.q.reset(pos)
 	f.update(func(s *LogStats) { s.Reading, s.Checkpoint = true, pos })
 
-	// The checkpointer saves the position handled and renews the lease.
+	// The checkpointer saves the position handled as soon as events were
+	// handled, and renews the lease (saving the position too) every
+	// LogLease/3: an idle relay writes once per renewal, however busy
+	// the database's other tables are.
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		t := time.NewTicker(r.cfg.LogCheckpointInterval)
 		defer t.Stop()
 		renew := time.Now()
+		_, savedEvents := f.q.progress()
 		for {
 			select {
 			case <-ctx.Done():
@@ -466,8 +486,8 @@ func (r *Relay) stream(pos ferrystore.LogPosition) error {
 				return
 			case <-t.C:
 			}
-			_, handled := f.q.state()
-			if handled == f.checkpoint() && time.Since(renew) < r.cfg.LogLease/3 {
+			handled, events := f.q.progress()
+			if time.Since(renew) < r.cfg.LogLease/3 && (handled == f.checkpoint() || events == savedEvents) {
 				continue
 			}
 			renew = time.Now()
@@ -479,6 +499,7 @@ func (r *Relay) stream(pos ferrystore.LogPosition) error {
 				cancel(errLeaseLost)
 				return
 			default:
+				savedEvents = events
 				f.feed.Flushed(handled)
 				f.update(func(s *LogStats) { s.Checkpoint = handled; s.Checkpoints++ })
 			}
@@ -543,11 +564,17 @@ func (r *Relay) retryMissed(ids, got []string) {
 			missed = append(missed, id)
 		}
 	}
-	again, delay := q.missed(missed)
+	again, delay, gaveUp := q.missed(missed)
 	r.follow.update(func(s *LogStats) {
 		s.Missed += int64(len(missed))
 		s.GivenUp += int64(len(missed) - len(again))
 	})
+	if gaveUp {
+		// Left to the table: a claim from it now rather than at the next
+		// probe (one claim; it finds nothing when they were taken).
+		r.scan.Store(true)
+		r.kickOne()
+	}
 	if len(again) == 0 {
 		return
 	}

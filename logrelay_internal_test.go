@@ -50,6 +50,8 @@ func TestLogQueueCheckpointWaitsForEveryClaim(t *testing.T) {
 	queued, handled = q.state()
 	require.Zero(t, queued)
 	require.Equal(t, ferrystore.LogPosition("p3"), handled, "every transaction up to p3 is claimed")
+	_, withEvents := q.progress()
+	require.Equal(t, int64(2), withEvents, "p1 and p3 had events, p2 none")
 
 	ids, _ := q.take(5)
 	require.Nil(t, ids)
@@ -60,8 +62,9 @@ func TestLogQueueEmptyTransactionsMoveTheCheckpoint(t *testing.T) {
 	q.reset("p0")
 	q.push(batch("p1"))
 	q.push(batch("p2"))
-	_, handled := q.state()
+	handled, withEvents := q.progress()
 	require.Equal(t, ferrystore.LogPosition("p2"), handled)
+	require.Zero(t, withEvents, "no event was handled: the checkpointer waits for the lease's renewal to save")
 	q.reset("p9")
 	_, handled = q.state()
 	require.Equal(t, ferrystore.LogPosition("p9"), handled)
@@ -73,21 +76,24 @@ func TestLogQueueMissedEventsAreTriedAFewTimes(t *testing.T) {
 	var q logQueue
 	var delays []time.Duration
 	for range maxMissTries {
-		again, d := q.missed([]string{"a"})
+		again, d, gaveUp := q.missed([]string{"a"})
 		require.Equal(t, []string{"a"}, again)
+		require.False(t, gaveUp)
 		delays = append(delays, d)
 	}
 	require.Equal(t, time.Millisecond, delays[0])
 	require.Equal(t, time.Millisecond<<(maxMissTries-1), delays[maxMissTries-1])
-	again, d := q.missed([]string{"a"})
+	again, d, gaveUp := q.missed([]string{"a"})
 	require.Empty(t, again, "given up: the table has it")
 	require.Zero(t, d)
-	again, _ = q.missed([]string{"a"})
+	require.True(t, gaveUp, "the relay claims from the table at once")
+	again, _, _ = q.missed([]string{"a"})
 	require.Equal(t, []string{"a"}, again, "a new miss starts again")
 	q.claimed([]string{"a"})
-	again, d = q.missed([]string{"a", "b"})
+	again, d, gaveUp = q.missed([]string{"a", "b"})
 	require.Equal(t, []string{"a", "b"}, again)
 	require.Equal(t, time.Millisecond, d)
+	require.False(t, gaveUp)
 }
 
 // Events a claim from the table took are not tried again by id when the
@@ -95,12 +101,13 @@ func TestLogQueueMissedEventsAreTriedAFewTimes(t *testing.T) {
 func TestLogQueueEventsTakenFromTheTableAreNotTriedAgain(t *testing.T) {
 	var q logQueue
 	q.tookFromTable([]string{"a", "b"})
-	again, _ := q.missed([]string{"a", "c"})
+	again, _, gaveUp := q.missed([]string{"a", "c"})
 	require.Equal(t, []string{"c"}, again)
+	require.False(t, gaveUp, "a was taken: nothing given up")
 	for i := range maxScanned {
 		q.tookFromTable([]string{fmt.Sprint("x", i)})
 	}
 	require.LessOrEqual(t, len(q.scanned), maxScanned)
-	again, _ = q.missed([]string{"b"})
+	again, _, _ = q.missed([]string{"b"})
 	require.Equal(t, []string{"b"}, again, "forgotten past maxScanned")
 }

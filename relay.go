@@ -91,9 +91,11 @@ type RelayConfig struct {
 	// Default DefaultLogPollInterval (5s); a standby, or a relay whose
 	// stream is down, probes every PollInterval like a polling relay.
 	LogPollInterval time.Duration
-	// LogCheckpointInterval is how often the checkpoint is saved while it
-	// moves. Default 200ms; the lease is renewed every LogLease/3 either
-	// way.
+	// LogCheckpointInterval is how often the checkpoint is saved while
+	// the table's events are handled. Default 200ms. The lease is renewed
+	// every LogLease/3 either way, and the checkpoint saved with it: a log
+	// that moves only by other writes (other tables, the relays' own
+	// heartbeats) is saved that often, not every LogCheckpointInterval.
 	LogCheckpointInterval time.Duration
 
 	// Leases and retries.
@@ -925,6 +927,12 @@ func (r *Relay) cycle() (int, error) {
 		r.follow.q.claimed(msgIDs(msgs))
 	case ids == nil && len(msgs) > 0 && r.follow != nil && r.logReading():
 		r.follow.q.tookFromTable(msgIDs(msgs))
+	}
+	if ids == nil && r.follow != nil && len(msgs)+int(malformed) == r.cfg.BatchSize {
+		// A full batch from the table: more may wait there (a backlog at
+		// start, after a gap or an outage of the stream), claimed from it
+		// until a batch comes back short, as a polling relay drains.
+		r.scan.Store(true)
 	}
 	if r.cfg.Ordered && r.follow != nil {
 		switch {

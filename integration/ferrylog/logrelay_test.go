@@ -312,8 +312,12 @@ func TestLogRelayDeliversEveryCommittedEventOnce(t *testing.T) {
 	}
 }
 
-// A first start on a table with NEW events publishes them (a claim from
-// the table) and then streams: events committed after arrive by id.
+// A first start on a table with NEW events publishes them (claims from
+// the table, batch after batch until one comes back short) and then
+// streams: events committed after arrive by id. The backlog is eight
+// batches and the safety-net probe a minute away: a relay that claimed one
+// batch from the table and waited for the probe for the next would not
+// drain it within the minute.
 func TestLogRelayFirstStartPublishesTheBacklogThenStreams(t *testing.T) {
 	t.Parallel()
 	for _, kind := range kinds {
@@ -322,7 +326,7 @@ func TestLogRelayFirstStartPublishesTheBacklogThenStreams(t *testing.T) {
 			b := setup(t, kind)
 			br := natsBroker(t)
 			before := b.enqueue(t, 40, 10, br.dest, func(i int) string { return fmt.Sprint(i % 3) })
-			r := b.relay(t, br.pub, ferry.RelayConfig{})
+			r := b.relay(t, br.pub, ferry.RelayConfig{BatchSize: 5, LogPollInterval: time.Hour})
 			b.waitSent(t, before, time.Minute)
 			testsvc.WaitFor(t, 30*time.Second, func() bool { return r.LogStats().Reading }, nil)
 			after := b.enqueue(t, 40, 4, br.dest, func(i int) string { return fmt.Sprint(i % 3) })
