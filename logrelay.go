@@ -247,6 +247,10 @@ type LogStats struct {
 	// Reading is true while this relay holds the table's log lease and
 	// streams; false for a standby, or while the stream is down.
 	Reading bool
+	// Standby is true while another relay holds the lease: this one
+	// probes the table only every LogPollInterval, as the reader does,
+	// claims what it finds there, and takes the lease over when it ends.
+	Standby bool
 	// Checkpoint is the last position saved in <table>_log.
 	Checkpoint ferrystore.LogPosition
 	// Batches and Events count the transactions and events read from the
@@ -334,6 +338,17 @@ func (r *Relay) logReading() bool {
 	return r.follow.stats.Reading
 }
 
+// logState says whether the relay reads the log, and whether it stands by
+// for another relay that does.
+func (r *Relay) logState() (reading, standby bool) {
+	if r.follow == nil {
+		return false, false
+	}
+	r.follow.mu.Lock()
+	defer r.follow.mu.Unlock()
+	return r.follow.stats.Reading, r.follow.stats.Standby
+}
+
 // checkLog verifies, at Start, that the database is set up for the feed.
 func (r *Relay) checkLog(ctx context.Context) error {
 	err := r.follow.feed.Check(ctx)
@@ -367,6 +382,7 @@ func (r *Relay) followLog() {
 			continue
 		}
 		if !held {
+			f.update(func(s *LogStats) { s.Standby = true })
 			if !standbyLogged {
 				r.log.Info("log relay: standing by: another relay reads the table's log", "lease", r.cfg.LogLease)
 				standbyLogged = true
@@ -377,7 +393,7 @@ func (r *Relay) followLog() {
 			continue
 		}
 		standbyLogged = false
-		f.update(func(s *LogStats) { s.Takeovers++ })
+		f.update(func(s *LogStats) { s.Takeovers++; s.Standby = false })
 		r.log.Info("log relay: reading the table's log", "source", f.feed.Source(), "from", string(pos))
 		err = r.stream(pos)
 		f.update(func(s *LogStats) { s.Reading = false })

@@ -87,9 +87,11 @@ type RelayConfig struct {
 	LogLease time.Duration
 	// LogPollInterval is how often a log relay that is reading the log
 	// still probes the table (Store.Ready), for retries recorded by other
-	// relays whose delay ended and for events a person made available.
-	// Default DefaultLogPollInterval (5s); a standby, or a relay whose
-	// stream is down, probes every PollInterval like a polling relay.
+	// relays whose delay ended and for events a person made available;
+	// and how often a standby does (it claims what it finds: the events
+	// of a reader that died, until its lease ends). Default
+	// DefaultLogPollInterval (5s); a relay whose stream is down probes
+	// every PollInterval like a polling relay.
 	LogPollInterval time.Duration
 	// LogCheckpointInterval is how often the checkpoint is saved while
 	// the table's events are handled. Default 200ms. The lease is renewed
@@ -713,10 +715,12 @@ func (r *Relay) poller() {
 		if r.brokerDown() {
 			continue // nothing could be published: no probe, no claim
 		}
-		reading := r.logReading()
-		if reading {
-			// The log tells of new events; the table is probed only
-			// as a safety net.
+		reading, standby := r.logState()
+		if reading || standby {
+			// The log tells of new events, to this relay or to the
+			// one it stands by for: the table is probed only as a
+			// safety net (for a standby, also for the events of a
+			// reader that died, until its lease ends).
 			t.Reset(r.cfg.PollInterval)
 			if time.Since(lastProbe) < r.cfg.LogPollInterval {
 				continue

@@ -142,8 +142,8 @@ each event by id as its transaction commits, in the same table and state
 machine as the polling relay: retries, DEAD events and --ordered are the same,
 and polling relays may run beside it. One relay reads the log at a time,
 holding a lease in <table>_log (outbox migration 0005) where it keeps its
-checkpoint; other --source log relays stand by and take over within
---log-lease. At start the relay checks the database's settings and exits 2
+checkpoint; other --source log relays stand by, probing the table every
+--log-poll-interval, and take over within --log-lease. At start the relay checks the database's settings and exits 2
 naming what is missing and how to fix it. A gap in the log (the binlog purged
 past the checkpoint, the slot invalidated or dropped) is logged as an error
 and the relay claims what is pending from the table, so nothing is skipped.
@@ -232,7 +232,7 @@ See docs/log-relay.md.`,
 		"with --source log: how long the log reader's lease lasts; a standby takes over within it")
 	bindEnv(fl, "log-lease", "FERRY_LOG_LEASE")
 	fl.DurationVar(&f.logPollInterval, "log-poll-interval", ferry.DefaultLogPollInterval,
-		"with --source log: how often the table is still probed, for retries recorded by other relays")
+		"with --source log: how often the reader still probes the table (retries recorded by other relays), and a standby does")
 	bindEnv(fl, "log-poll-interval", "FERRY_LOG_POLL_INTERVAL")
 	return cmd
 }

@@ -34,11 +34,17 @@ import (
 var kinds = []string{"mysql", "postgres"}
 
 // countingStore is the store with its claims counted by kind: by id (the
-// log's events) or from the table's pending index.
+// log's events) or from the table's pending index; and its probes.
 type countingStore struct {
 	ferrystore.Store
 	ferrystore.LogCheckpoints
 	byID, byScan atomic.Int64 // events claimed each way
+	probes       atomic.Int64 // calls of Ready
+}
+
+func (s *countingStore) Ready(ctx context.Context) (bool, error) {
+	s.probes.Add(1)
+	return s.Store.Ready(ctx)
 }
 
 func (s *countingStore) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype.Message, error) {
@@ -354,11 +360,25 @@ func TestLogRelayStandbyTakesOverFromTheCheckpoint(t *testing.T) {
 			feed := b.feed(t)
 			first := b.relay(t, br.pub, ferry.RelayConfig{Feed: feed, ID: "first", LogLease: 2 * time.Second})
 			testsvc.WaitFor(t, 30*time.Second, func() bool { return first.LogStats().Reading }, nil)
-			standby := b.relay(t, br.pub, ferry.RelayConfig{Feed: b.feed(t), ID: "standby", LogLease: 2 * time.Second})
+			// The standby has a store of its own, to count its probes;
+			// its PollInterval would have it probe every 5 ms were it
+			// polling the table.
+			sbStore := &countingStore{Store: b.st.Driver, LogCheckpoints: b.store.LogCheckpoints}
+			standby, err := ferry.NewRelay(sbStore, br.pub, &ferry.RelayConfig{Feed: b.feed(t), ID: "standby",
+				LogLease: 2 * time.Second, PollInterval: 5 * time.Millisecond, LogPollInterval: time.Minute, Logger: b.logger()})
+			require.NoError(t, err)
+			require.NoError(t, standby.Start(b.ctx))
+			t.Cleanup(func() { _ = standby.Stop(context.Background()) })
+			testsvc.WaitFor(t, 30*time.Second, func() bool { return standby.LogStats().Standby },
+				func() string { return fmt.Sprintf("%+v", standby.LogStats()) })
+			probes := sbStore.probes.Load()
 			ids := b.enqueue(t, 20, 2, br.dest, func(i int) string { return fmt.Sprint(i) })
 			b.waitSent(t, ids, time.Minute)
 			require.False(t, standby.LogStats().Reading, "one reader at a time")
 			require.Zero(t, standby.LogStats().Events)
+			require.LessOrEqual(t, sbStore.probes.Load()-probes, int64(1),
+				"a standby probes the table once per LogPollInterval, not every PollInterval")
+			require.Zero(t, sbStore.byScan.Load()+sbStore.byID.Load(), "the standby claimed nothing: the reader did")
 
 			require.NoError(t, first.Stop(b.ctx))
 			lc := b.st.Driver.(ferrystore.LogCheckpoints)
