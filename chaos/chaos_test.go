@@ -192,9 +192,10 @@ func runRow(t *testing.T, sc *chaos.Scenario, db, broker string, full bool) {
 // ROW binlog, a PostgreSQL with wal_level=logical): its reader killed
 // (the standby takes over from the checkpoint), the replication
 // connection cut and slowed by the proxy, RabbitMQ stopped and started
-// under it, the log lost under it (log-gap), lost confirms in every row
-// (the relays' --lose-confirm-pct). Same checker: every order's effects
-// once.
+// under it, the services' COMMITs cut off before their answer (in the
+// log, unknown to the writer), the log lost under it (log-gap), lost
+// confirms in every row (the relays' --lose-confirm-pct). Same checker:
+// every order's effects once.
 func TestLogRelayScenarios(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the chaos suite is not part of the quick tier (-short): scripts/test.sh runs it")
@@ -206,6 +207,7 @@ func TestLogRelayScenarios(t *testing.T) {
 		// First: it keeps the other rows off RabbitMQ while it runs.
 		{chaos.ScenarioByName("broker-restart"), "postgres"},
 		{chaos.ScenarioByName("kill"), "mysql"},
+		{chaos.ScenarioByName("commit-reset"), "mysql"},
 		{chaos.ScenarioByName("network"), "postgres"},
 		{chaos.LogGap, "mysql"},
 		{chaos.LogGap, "postgres"},

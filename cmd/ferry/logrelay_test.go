@@ -335,13 +335,13 @@ func TestStatusShowsTheLogRelay(t *testing.T) {
 			require.Contains(t, out, "\nlog relay: "+ls.Source+"\n")
 			require.Contains(t, out, "none (the lease ended or was given up)")
 
-			cmd, relayOut := childLive(t, nil, b.relayArgs("--relay-id", "reader", "--log-lease", "3s")...)
+			cmd, relayOut := childLive(t, nil, b.relayArgs("--relay-id", "reader", "--log-lease", "30s")...)
 			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 			testsvc.WaitFor(t, 30*time.Second, func() bool { return b.owner(t) == "reader" },
 				func() string { return "the relay reads the log:\n" + relayOut.String() })
 			// A second log relay stands by: it polls the lease, and
 			// ferry status names it.
-			standby, standbyOut := childLive(t, nil, b.relayArgs("--relay-id", "standby", "--log-lease", "3s")...)
+			standby, standbyOut := childLive(t, nil, b.relayArgs("--relay-id", "standby", "--log-lease", "30s")...)
 			t.Cleanup(func() { _ = standby.Process.Kill(); _ = standby.Wait() })
 			testsvc.WaitFor(t, 30*time.Second, func() bool {
 				st := b.statusJSON(t)

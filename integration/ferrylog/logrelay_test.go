@@ -358,14 +358,17 @@ func TestLogRelayStandbyTakesOverFromTheCheckpoint(t *testing.T) {
 			b := setup(t, kind)
 			br := natsBroker(t)
 			feed := b.feed(t)
-			first := b.relay(t, br.pub, ferry.RelayConfig{Feed: feed, ID: "first", LogLease: 2 * time.Second})
+			// A lease of 6 s, renewed every 2 s: no renewal of the first
+			// relay's lapses on a loaded machine, and the standby, which
+			// polls it every 2 s, takes over soon after a clean stop.
+			first := b.relay(t, br.pub, ferry.RelayConfig{Feed: feed, ID: "first", LogLease: 6 * time.Second})
 			testsvc.WaitFor(t, 30*time.Second, func() bool { return first.LogStats().Reading }, nil)
 			// The standby has a store of its own, to count its probes;
 			// its PollInterval would have it probe every 5 ms were it
 			// polling the table.
 			sbStore := &countingStore{Store: b.st.Driver, LogCheckpoints: b.store.LogCheckpoints}
 			standby, err := ferry.NewRelay(sbStore, br.pub, &ferry.RelayConfig{Feed: b.feed(t), ID: "standby",
-				LogLease: 2 * time.Second, PollInterval: 5 * time.Millisecond, LogPollInterval: time.Minute, Logger: b.logger()})
+				LogLease: 6 * time.Second, PollInterval: 5 * time.Millisecond, LogPollInterval: time.Minute, Logger: b.logger()})
 			require.NoError(t, err)
 			require.NoError(t, standby.Start(b.ctx))
 			t.Cleanup(func() { _ = standby.Stop(context.Background()) })
