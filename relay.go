@@ -733,7 +733,7 @@ func (r *Relay) poller() {
 			ready = true
 		}
 		if ready {
-			if reading {
+			if reading || standby {
 				r.scan.Store(true)
 			}
 			r.kickOne()
@@ -900,10 +900,13 @@ func (r *Relay) cycle() (int, error) {
 	if r.follow != nil && !r.scan.CompareAndSwap(true, false) {
 		// A log relay claims what the log told of; it claims from the
 		// table only when asked to (at start, after a gap, for retries
-		// and held-back events) or while it does not read the log (a
-		// standby, a stream down).
-		if ids, claimed = r.follow.q.take(r.cfg.BatchSize); ids == nil && r.logReading() {
-			return 0, nil
+		// and held-back events, after a probe found events ready) or
+		// while its stream is down. A standby claims only when asked
+		// to: a wake-up (PostgreSQL's NOTIFY) is for the reader.
+		if ids, claimed = r.follow.q.take(r.cfg.BatchSize); ids == nil {
+			if reading, standby := r.logState(); reading || standby {
+				return 0, nil
+			}
 		}
 	}
 	r.claiming.Add(1)

@@ -5,10 +5,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,14 +23,33 @@ import (
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
-// freePort returns a loopback address nobody listens on right now.
+// freePort returns a loopback address nobody listens on right now, for a
+// child process to listen on. The port is drawn below the kernel's
+// ephemeral range (ip_local_port_range): a port of that range, free when
+// drawn, may be taken before the child binds it by any outgoing
+// connection of the machine, of which the tests make thousands; one below
+// it only by another listener asking for that very port.
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 2048 {
+				low = n
+			}
+		}
+	}
+	for range 1000 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(1024+rand.IntN(low-1024)))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue // in use: draw again
+		}
+		require.NoError(t, ln.Close())
+		return addr
+	}
+	t.Fatal("no free loopback port below the ephemeral range")
+	return ""
 }
 
 func get(t *testing.T, url string) (int, string) {

@@ -39,6 +39,7 @@ type countingStore struct {
 	ferrystore.Store
 	ferrystore.LogCheckpoints
 	byID, byScan atomic.Int64 // events claimed each way
+	claims       atomic.Int64 // calls of Claim
 	probes       atomic.Int64 // calls of Ready
 }
 
@@ -48,6 +49,7 @@ func (s *countingStore) Ready(ctx context.Context) (bool, error) {
 }
 
 func (s *countingStore) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype.Message, error) {
+	s.claims.Add(1)
 	msgs, err := s.Store.Claim(ctx, p)
 	if len(p.IDs) > 0 {
 		s.byID.Add(int64(len(msgs)))
@@ -394,16 +396,19 @@ func TestLogRelayStandbyTakesOverFromTheCheckpoint(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, standby.Start(b.ctx))
 			t.Cleanup(func() { _ = standby.Stop(context.Background()) })
-			testsvc.WaitFor(t, 30*time.Second, func() bool { return standby.LogStats().Standby },
+			// Standing by, after its first look at the table as it
+			// started.
+			testsvc.WaitFor(t, 30*time.Second, func() bool { return standby.LogStats().Standby && sbStore.claims.Load() > 0 },
 				func() string { return fmt.Sprintf("%+v", standby.LogStats()) })
-			probes := sbStore.probes.Load()
+			probes, claims := sbStore.probes.Load(), sbStore.claims.Load()
 			ids := b.enqueue(t, 20, 2, br.dest, func(i int) string { return fmt.Sprint(i) })
 			b.waitSent(t, ids, time.Minute)
 			require.False(t, standby.LogStats().Reading, "one reader at a time")
 			require.Zero(t, standby.LogStats().Events)
 			require.LessOrEqual(t, sbStore.probes.Load()-probes, int64(1),
 				"a standby probes the table once per LogPollInterval, not every PollInterval")
-			require.Zero(t, sbStore.byScan.Load()+sbStore.byID.Load(), "the standby claimed nothing: the reader did")
+			require.Equal(t, claims, sbStore.claims.Load(), "the standby claimed nothing, not even on PostgreSQL's NOTIFY: the reader did")
+			require.Zero(t, sbStore.byScan.Load()+sbStore.byID.Load())
 
 			require.NoError(t, first.Stop(b.ctx))
 			lc := b.st.Driver.(ferrystore.LogCheckpoints)
