@@ -351,15 +351,7 @@ func commitEvents(ctx context.Context, t *Target, b *Broker, n, producers, perTx
 			evs = append(evs, ferry.Event{AggregateType: "order", AggregateID: fmt.Sprint(j % t.aggregates(n)),
 				Type: "OrderPaid", Destination: b.Dest, Payload: Payload})
 		}
-		tx, err := t.DB.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if _, err := ob.EnqueueTx(ctx, tx, evs...); err != nil {
-			tx.Rollback()
-			return err
-		}
-		return tx.Commit()
+		return t.enqueueTx(ctx, ob, evs)
 	})
 	return err
 }
@@ -543,13 +535,7 @@ func (r *Report) logTargets() []Ratio {
 			return
 		}
 		x.Value = v
-		if target > 0 {
-			met := v >= target
-			if atMost {
-				met = v <= target
-			}
-			x.Met = &met
-		}
+		x.judge()
 		out = append(out, x)
 	}
 	how := "ferry relay processes"

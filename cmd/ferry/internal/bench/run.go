@@ -166,6 +166,17 @@ type Ratio struct {
 	Note string `json:"note,omitempty"`
 }
 
+// judge sets Met from Value against Target, when there is a target.
+func (x *Ratio) judge() {
+	if x.Target > 0 {
+		met := x.Value >= x.Target
+		if x.AtMost {
+			met = x.Value <= x.Target
+		}
+		x.Met = &met
+	}
+}
+
 // Report is everything one run measured.
 type Report struct {
 	Date     time.Time `json:"date"`
@@ -427,13 +438,7 @@ func (r *Report) ratios() []Ratio {
 	var out []Ratio
 	add := func(name string, v, target float64, atMost bool) {
 		x := Ratio{Name: name, Value: v, Target: target, AtMost: atMost}
-		if target > 0 {
-			met := v >= target
-			if atMost {
-				met = v <= target
-			}
-			x.Met = &met
-		}
+		x.judge()
 		out = append(out, x)
 	}
 	best := func(ordered bool) (RelayFigure, bool) {

@@ -183,19 +183,24 @@ func (t *Target) fill(ctx context.Context, n int, dest string, agg func(i int) s
 			evs = append(evs, ferry.Event{AggregateType: "order", AggregateID: agg(j), Type: "OrderPaid",
 				Destination: dest, Payload: Payload})
 		}
-		tx, err := t.DB.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if _, err := ob.EnqueueTx(ctx, tx, evs...); err != nil {
-			tx.Rollback()
-			return err
-		}
-		if err := tx.Commit(); err != nil {
+		if err := t.enqueueTx(ctx, ob, evs); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// enqueueTx commits evs through ob in one transaction of its own.
+func (t *Target) enqueueTx(ctx context.Context, ob *ferry.Outbox[*sql.Tx], evs []ferry.Event) error {
+	tx, err := t.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := ob.EnqueueTx(ctx, tx, evs...); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }
 
 // retain adds n SENT rows to the outbox table, as retention would find
