@@ -64,3 +64,21 @@ func TestConstructorsRefuseTypedNils(t *testing.T) {
 		t.Fatalf("NewRelay with a nil *ExponentialBackoff policy: %v", err)
 	}
 }
+
+// A hook that implements none of a part's hook interfaces would observe
+// nothing: the constructor refuses it, naming it, rather than ignore it.
+func TestHooksThatImplementNothingAreRefused(t *testing.T) {
+	type notAHook struct{}
+	_, err := ferry.NewRelay(nopStore{}, nopPublisher{}, &ferry.RelayConfig{Hooks: []ferry.Hook{notAHook{}}})
+	if !errors.Is(err, ferry.ErrInvalidConfig) || !strings.Contains(err.Error(), "RelayConfig.Hooks[0] (ferry_test.notAHook)") {
+		t.Errorf("NewRelay: err = %v, want ErrInvalidConfig naming RelayConfig.Hooks[0]", err)
+	}
+	_, err = ferry.NewOutbox[*sql.Tx](nilDriver{}, &ferry.OutboxConfig{Hooks: []ferry.Hook{notAHook{}}})
+	if !errors.Is(err, ferry.ErrInvalidConfig) || !strings.Contains(err.Error(), "OutboxConfig.Hooks[0]") {
+		t.Errorf("NewOutbox: err = %v, want ErrInvalidConfig naming OutboxConfig.Hooks[0]", err)
+	}
+	_, err = ferry.NewInbox[*sql.Tx](nilInboxDriver{}, &ferry.InboxConfig{Consumer: "c", Hooks: []ferry.Hook{notAHook{}}})
+	if !errors.Is(err, ferry.ErrInvalidConfig) || !strings.Contains(err.Error(), "InboxConfig.Hooks[0]") {
+		t.Errorf("NewInbox: err = %v, want ErrInvalidConfig naming InboxConfig.Hooks[0]", err)
+	}
+}

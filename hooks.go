@@ -1,10 +1,12 @@
 package ferry
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/nilness"
 )
 
 // HookInbox is called after each operation an Inbox processed, with its
@@ -83,7 +85,7 @@ type HookHeartbeat interface {
 	OnHeartbeat(table string, err error)
 }
 
-// HookLog is called with a log relay's LogStats (RelayConfig.Feed) after
+// HookLog is called with a log relay's LogStats (RelayConfig.Log.Feed) after
 // each change of its state: a checkpoint saved, the lease taken or lost,
 // a gap, a stream error, and each measure of the log it retains
 // (LogStats.RetainedBytes, every LogLagInterval).
@@ -104,38 +106,58 @@ type relayHooks struct {
 	dest_    []HookSettleDestinations
 }
 
-func collectRelayHooks(table string, hooks []Hook) relayHooks {
+// collectRelayHooks sorts hooks by the relay hooks each implements. A nil
+// hook, or one that implements none of them, is an error naming it: a
+// plugin given to the wrong part would otherwise observe nothing, silently.
+func collectRelayHooks(table string, hooks []Hook) (relayHooks, error) {
 	h := relayHooks{table: table}
-	for _, x := range hooks {
+	for i, x := range hooks {
+		if nilness.Nil(x) {
+			return h, fmt.Errorf("%w: RelayConfig.Hooks[%d] is nil", ErrInvalidConfig, i)
+		}
+		n := 0
 		if v, ok := x.(HookClaim); ok {
 			h.claim_ = append(h.claim_, v)
+			n++
 		}
 		if v, ok := x.(HookPublish); ok {
 			h.publish_ = append(h.publish_, v)
+			n++
 		}
 		if v, ok := x.(HookFenced); ok {
 			h.fence_ = append(h.fence_, v)
+			n++
 		}
 		if v, ok := x.(HookSweep); ok {
 			h.sweep_ = append(h.sweep_, v)
+			n++
 		}
 		if v, ok := x.(HookSettle); ok {
 			h.settle_ = append(h.settle_, v)
+			n++
 		}
 		if v, ok := x.(HookRelease); ok {
 			h.release_ = append(h.release_, v)
+			n++
 		}
 		if v, ok := x.(HookHeartbeat); ok {
 			h.beat_ = append(h.beat_, v)
+			n++
 		}
 		if v, ok := x.(HookLog); ok {
 			h.log_ = append(h.log_, v)
+			n++
 		}
 		if v, ok := x.(HookSettleDestinations); ok {
 			h.dest_ = append(h.dest_, v)
+			n++
+		}
+		if n == 0 {
+			return h, fmt.Errorf("%w: RelayConfig.Hooks[%d] (%T) implements none of the relay's hooks (HookClaim, HookPublish, "+
+				"HookSettle, ...): it would observe nothing", ErrInvalidConfig, i, x)
 		}
 	}
-	return h
+	return h, nil
 }
 
 func (h relayHooks) claim(n int, d time.Duration) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/nilness"
@@ -150,10 +151,6 @@ type InboxConfig struct {
 	Hooks []Hook
 	// Logger receives the inbox's logs. Default: slog.Default().
 	Logger *slog.Logger
-	// FaultPoint, when set, is called at FaultInboxBeforeCommit; a non-nil
-	// error acts as a crash inside the transaction. For fault-injection
-	// tests only.
-	FaultPoint func(ctx context.Context, point string) error
 }
 
 // DefaultReplayWindow is InboxConfig.ReplayWindow's default: markers are
@@ -205,16 +202,17 @@ func NewInbox[TTx any](driver ferrystore.InboxDriver[TTx], cfg *InboxConfig) (*I
 	if c.Filter != nil && nilness.Nil(c.Filter) {
 		return nil, fmt.Errorf("%w: InboxConfig.Filter is a nil %T (leave it unset for no filter)", ErrInvalidConfig, c.Filter)
 	}
-	for i, h := range c.Hooks {
-		if nilness.Nil(h) {
-			return nil, fmt.Errorf("%w: InboxConfig.Hooks[%d] is nil", ErrInvalidConfig, i)
-		}
-	}
 	in := &Inbox[TTx]{driver: driver, cfg: c, log: c.Logger.With("consumer", c.Consumer)}
-	for _, h := range c.Hooks {
-		if v, ok := h.(HookInbox); ok {
-			in.hooks = append(in.hooks, v)
+	for i, h := range c.Hooks {
+		v, ok := h.(HookInbox)
+		switch {
+		case nilness.Nil(h):
+			return nil, fmt.Errorf("%w: InboxConfig.Hooks[%d] is nil", ErrInvalidConfig, i)
+		case !ok:
+			return nil, fmt.Errorf("%w: InboxConfig.Hooks[%d] (%T) does not implement HookInbox: it would observe nothing",
+				ErrInvalidConfig, i, h)
 		}
+		in.hooks = append(in.hooks, v)
 	}
 	return in, nil
 }
@@ -358,10 +356,8 @@ func (in *Inbox[TTx]) once(ctx context.Context, op Operation, fields []byte, fp 
 			return res, err
 		}
 	}
-	if in.cfg.FaultPoint != nil {
-		if err := in.cfg.FaultPoint(ctx, FaultInboxBeforeCommit); err != nil {
-			return res, fmt.Errorf("inbox: %w", err)
-		}
+	if err := ferryfault.At(ctx, ferryfault.InboxBeforeCommit); err != nil {
+		return res, fmt.Errorf("inbox: %w", err)
 	}
 	done = true
 	if err := in.driver.Commit(ctx, tx); err != nil {

@@ -34,10 +34,10 @@ type OutboxConfig struct {
 	// Wakeup, when set, is rung after every enqueue so that relays in the
 	// same process look for new events at once. See Outbox.Notify.
 	Wakeup *Wakeup
-	// Hooks observe and adjust events at enqueue. A hook implementing
-	// HookEnqueue is called for each event before it is written; the
-	// OpenTelemetry plugin uses it to capture the trace context into the
-	// event's headers.
+	// Hooks observe and adjust events at enqueue: each implements
+	// HookEnqueue, called for each event before it is written (a value
+	// that does not is refused); the OpenTelemetry plugin uses it to
+	// capture the trace context into the event's headers.
 	Hooks []Hook
 	// NewID generates event ids for events that have none. Default: a
 	// UUIDv7 string, time-ordered.
@@ -92,10 +92,16 @@ func NewOutbox[TTx any](driver ferrystore.Driver[TTx], cfg *OutboxConfig) (*Outb
 	if o.newID == nil {
 		o.newID = newUUIDv7
 	}
-	for _, h := range cfg.Hooks {
-		if eh, ok := h.(HookEnqueue); ok {
-			o.hooks = append(o.hooks, eh)
+	for i, h := range cfg.Hooks {
+		eh, ok := h.(HookEnqueue)
+		switch {
+		case nilness.Nil(h):
+			return nil, fmt.Errorf("%w: OutboxConfig.Hooks[%d] is nil", ErrInvalidConfig, i)
+		case !ok:
+			return nil, fmt.Errorf("%w: OutboxConfig.Hooks[%d] (%T) does not implement HookEnqueue: it would observe nothing",
+				ErrInvalidConfig, i, h)
 		}
+		o.hooks = append(o.hooks, eh)
 	}
 	return o, nil
 }

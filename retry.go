@@ -18,6 +18,15 @@ type RetryPolicy interface {
 	Next(attempts int, res ferrytype.PublishResult) (delay time.Duration, dead bool)
 }
 
+// Defaults of ExponentialBackoff, which a zero field takes.
+const (
+	DefaultRetryInitial    = time.Second
+	DefaultRetryMax        = 5 * time.Minute
+	DefaultRetryMultiplier = 2.0
+	DefaultRetryJitter     = 0.2
+	DefaultMaxAttempts     = 20
+)
+
 // ExponentialBackoff is the default RetryPolicy: the delay doubles from
 // Initial up to Max, with random jitter, and the event goes DEAD after
 // MaxAttempts attempts. Zero fields take their defaults.
@@ -54,21 +63,21 @@ func (b ExponentialBackoff) Next(attempts int, _ ferrytype.PublishResult) (time.
 
 func (b ExponentialBackoff) withDefaults() ExponentialBackoff {
 	if b.Initial <= 0 {
-		b.Initial = time.Second
+		b.Initial = DefaultRetryInitial
 	}
 	if b.Max <= 0 {
-		b.Max = 5 * time.Minute
+		b.Max = DefaultRetryMax
 	}
 	if b.Multiplier < 1 {
-		b.Multiplier = 2
+		b.Multiplier = DefaultRetryMultiplier
 	}
 	if b.Jitter == 0 {
-		b.Jitter = 0.2
+		b.Jitter = DefaultRetryJitter
 	} else if b.Jitter < 0 {
 		b.Jitter = 0
 	}
 	if b.MaxAttempts <= 0 {
-		b.MaxAttempts = 20
+		b.MaxAttempts = DefaultMaxAttempts
 	}
 	return b
 }

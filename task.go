@@ -45,9 +45,11 @@ type TaskHandler func(ctx context.Context, t Task) error
 
 // TaskWorkerConfig configures a TaskWorker.
 type TaskWorkerConfig struct {
-	// RelayConfig drives the claims, leases, retries and dead tasks, as
-	// for events. Its PublishTimeout bounds one batch of task executions.
-	RelayConfig
+	// Relay drives the claims, leases, retries and dead tasks, as for
+	// events. Its PublishTimeout bounds one batch of task executions; its
+	// Heartbeat.Broker defaults to "task handlers". A task worker reads
+	// its table: Relay.Log.Feed must be nil.
+	Relay RelayConfig
 	// Concurrency is the number of tasks of one batch executed at once.
 	// Default 8.
 	Concurrency int
@@ -89,15 +91,18 @@ func NewTaskWorker(store ferrystore.Store, handlers map[string]TaskHandler, cfg 
 	if c.Concurrency <= 0 {
 		c.Concurrency = 8
 	}
-	inner := c.Retry
+	if c.Relay.Log.Feed != nil {
+		return nil, fmt.Errorf("%w: TaskWorkerConfig.Relay.Log.Feed: a task worker reads its table, not a log", ErrInvalidConfig)
+	}
+	inner := c.Relay.Retry
 	if nilness.Nil(inner) {
 		inner = ExponentialBackoff{}
 	}
-	c.Retry = poisonIsFinal{inner}
-	if c.Broker == "" {
-		c.Broker = "task handlers" // what the heartbeat row shows
+	c.Relay.Retry = poisonIsFinal{inner}
+	if c.Relay.Heartbeat.Broker == "" {
+		c.Relay.Heartbeat.Broker = "task handlers" // what the heartbeat row shows
 	}
-	r, err := NewRelay(store, &taskExecutor{handlers: handlers, concurrency: c.Concurrency}, &c.RelayConfig)
+	r, err := NewRelay(store, &taskExecutor{handlers: handlers, concurrency: c.Concurrency}, &c.Relay)
 	if err != nil {
 		return nil, err
 	}

@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/examples/shop"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/internal/open"
 )
@@ -20,7 +20,7 @@ import (
 const relayLease = 3 * time.Second
 
 // pauseFile is the file that arms relay p's next pause: the relay removes
-// it and stops itself when it reaches ferry.FaultAfterPublish, that is
+// it and stops itself when it reaches ferryfault.RelayAfterPublish, that is
 // while it holds a claim whose batch the broker has just answered.
 func (s *system) pauseFile(p *shop.Proc) string { return filepath.Join(s.o.Dir, p.Name+".pause") }
 
@@ -29,7 +29,7 @@ func (s *system) pauseArgs(p *shop.Proc) []string {
 	if role(p) != "relay" {
 		return nil
 	}
-	return []string{"--pause-at", ferry.FaultAfterPublish + "=" + s.pauseFile(p)}
+	return []string{"--pause-at", ferryfault.RelayAfterPublish + "=" + s.pauseFile(p)}
 }
 
 // pauseRelays pauses each relay in turn inside a publish until ctx ends.

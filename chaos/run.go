@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/examples/shop"
 	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferryhttp"
 )
 
@@ -82,7 +82,7 @@ func Run(ctx context.Context, o Options, sc *Scenario) (*Result, error) {
 	// without a crash, nor, on NATS, whose broker drops republished
 	// events, without a redelivery the inbox absorbs.
 	baseline := map[string][]string{
-		"relay-1":    crashAt(ferry.FaultAfterPublish, 3+o.Orders/400),
+		"relay-1":    crashAt(ferryfault.RelayAfterPublish, 3+o.Orders/400),
 		"points-1":   crashAt(ferrybroker.FaultConsumerAfterHandle, 10+o.Orders/20),
 		"payments-1": crashAt(ferryhttp.FaultAfterCommit, 5+o.Orders/100),
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferryadmin"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 	"github.com/ferrydev/ferry/ferrytype"
@@ -268,8 +269,8 @@ func TestRelayProcessKilledAtCrashPoint(t *testing.T) {
 			point     string
 			duplicate bool
 		}{
-			{ferry.FaultAfterClaim, false},
-			{ferry.FaultAfterPublish, true},
+			{ferryfault.RelayAfterClaim, false},
+			{ferryfault.RelayAfterPublish, true},
 		} {
 			t.Run(kind+"/"+c.point, func(t *testing.T) {
 				st := testsvc.Store(t, kind)
@@ -345,7 +346,7 @@ func TestMaintenanceLeaderKilledMidSweep(t *testing.T) {
 				}
 				return lead, alive
 			}
-			a, aOut := child(t, []string{envTestCrashAt + "=" + ferry.FaultMidSweep}, append(args, "--relay-id", "a")...)
+			a, aOut := child(t, []string{envTestCrashAt + "=" + ferryfault.RelayMidSweep}, append(args, "--relay-id", "a")...)
 			testsvc.WaitFor(t, 30*time.Second, func() bool { l, _ := leader(); return l == "a" }, nil)
 			b, bOut := childLive(t, nil, append(args, "--relay-id", "b")...)
 			t.Cleanup(func() { _ = b.Process.Kill(); _ = b.Wait() })
@@ -373,7 +374,7 @@ func TestMaintenanceLeaderKilledMidSweep(t *testing.T) {
 			require.NoError(t, tx.Commit())
 
 			requireKilled(t, a, aOut)
-			require.Contains(t, aOut.String(), "crash point "+ferry.FaultMidSweep+" reached")
+			require.Contains(t, aOut.String(), "crash point "+ferryfault.RelayMidSweep+" reached")
 			require.NotContains(t, bOut.String(), "returned expired leases", "b swept while a led:\n%s", bOut)
 
 			testsvc.WaitFor(t, time.Minute, func() bool {

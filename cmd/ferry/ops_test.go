@@ -178,10 +178,13 @@ func TestStatusShowsABrokerOutage(t *testing.T) {
 			nc := testsvc.NATS(t)
 			stream, prefix := testsvc.JetStreamStream(t, nc)
 			natsURL, proxy := testsvc.Proxy(t, testsvc.URL(testsvc.EnvNATS))
-			r := b.relay(t, natsURL, stream, ferry.RelayConfig{PollInterval: 20 * time.Millisecond,
-				Lease: 2 * time.Second, PublishTimeout: 100 * time.Millisecond, Heartbeat: 20 * time.Millisecond,
-				Version: "v7.7.7", Broker: natsURL,
-				Retry: ferry.ExponentialBackoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond, MaxAttempts: 1000}})
+			r := b.relay(t, natsURL, stream, ferry.RelayConfig{
+				PollInterval:   20 * time.Millisecond,
+				Lease:          2 * time.Second,
+				PublishTimeout: 100 * time.Millisecond,
+				Retry:          ferry.ExponentialBackoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond, MaxAttempts: 1000},
+				Heartbeat:      ferry.HeartbeatConfig{Interval: 20 * time.Millisecond, Version: "v7.7.7", Broker: natsURL},
+			})
 			proxy.Cut()
 			testsvc.WaitFor(t, 30*time.Second, func() bool { return r.Stats().Outages == 1 }, func() string { return "the relay sees the outage" })
 			b.enqueue(t, orderPaid("1", prefix+".paid"), orderPaid("2", prefix+".paid"), orderPaid("3", prefix+".shipped"))

@@ -17,6 +17,7 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
 	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/open"
@@ -154,29 +155,29 @@ See docs/log-relay.md.`,
 	fl := cmd.Flags()
 	envString(fl, &f.brokerURL, "broker-url", "FERRY_BROKER_URL", "",
 		"broker URL: nats://user:pass@host:4222, amqp://user:pass@host:5672/vhost (amqps:// for TLS), kafka://host:9092,host2:9092 (kafkas:// for TLS)")
-	fl.IntVar(&f.batchSize, "batch-size", 100, "events per claim")
+	fl.IntVar(&f.batchSize, "batch-size", ferry.DefaultBatchSize, "events per claim")
 	bindEnv(fl, "batch-size", "FERRY_BATCH_SIZE")
-	fl.IntVar(&f.lanes, "lanes", 2, "concurrent claim→publish→mark loops")
+	fl.IntVar(&f.lanes, "lanes", ferry.DefaultLanes, "concurrent claim→publish→mark loops")
 	bindEnv(fl, "lanes", "FERRY_LANES")
 	fl.BoolVar(&f.ordered, "ordered", false, "publish each aggregate's events one at a time, in order")
 	bindEnv(fl, "ordered", "FERRY_ORDERED")
-	fl.DurationVar(&f.pollInterval, "poll-interval", 80*time.Millisecond,
+	fl.DurationVar(&f.pollInterval, "poll-interval", ferry.DefaultPollInterval,
 		"longest wait between two probes for events of an idle relay (about one query per interval)")
 	bindEnv(fl, "poll-interval", "FERRY_POLL_INTERVAL")
-	fl.DurationVar(&f.minPollInterval, "min-poll-interval", time.Millisecond,
+	fl.DurationVar(&f.minPollInterval, "min-poll-interval", ferry.DefaultMinPollInterval,
 		"probe interval right after events were found; each empty probe lengthens it by a quarter up to --poll-interval")
 	bindEnv(fl, "min-poll-interval", "FERRY_MIN_POLL_INTERVAL")
-	fl.DurationVar(&f.lease, "lease", 30*time.Second, "how long a claim holds its events")
+	fl.DurationVar(&f.lease, "lease", ferry.DefaultLease, "how long a claim holds its events")
 	bindEnv(fl, "lease", "FERRY_LEASE")
-	fl.DurationVar(&f.publishTimeout, "publish-timeout", 10*time.Second, "bound on one batch's publish and confirms (< lease)")
+	fl.DurationVar(&f.publishTimeout, "publish-timeout", ferry.DefaultPublishTimeout, "bound on one batch's publish and confirms (< lease)")
 	bindEnv(fl, "publish-timeout", "FERRY_PUBLISH_TIMEOUT")
-	fl.IntVar(&f.maxAttempts, "max-attempts", 20, "attempts before an event goes DEAD")
+	fl.IntVar(&f.maxAttempts, "max-attempts", ferry.DefaultMaxAttempts, "attempts before an event goes DEAD")
 	bindEnv(fl, "max-attempts", "FERRY_MAX_ATTEMPTS")
-	fl.DurationVar(&f.retryInitial, "retry-initial", time.Second, "delay after the first failed attempt (doubles, with jitter)")
+	fl.DurationVar(&f.retryInitial, "retry-initial", ferry.DefaultRetryInitial, "delay after the first failed attempt (doubles, with jitter)")
 	bindEnv(fl, "retry-initial", "FERRY_RETRY_INITIAL")
-	fl.DurationVar(&f.retryMax, "retry-max", 5*time.Minute, "longest delay between attempts")
+	fl.DurationVar(&f.retryMax, "retry-max", ferry.DefaultRetryMax, "longest delay between attempts")
 	bindEnv(fl, "retry-max", "FERRY_RETRY_MAX")
-	fl.DurationVar(&f.sweepInterval, "sweep-interval", 5*time.Second, "how often expired leases are returned to NEW")
+	fl.DurationVar(&f.sweepInterval, "sweep-interval", ferry.DefaultSweepInterval, "how often expired leases are returned to NEW")
 	bindEnv(fl, "sweep-interval", "FERRY_SWEEP_INTERVAL")
 	fl.DurationVar(&f.retention, "retention", 0, "delete SENT events older than this (0 keeps them)")
 	bindEnv(fl, "retention", "FERRY_RETENTION")
@@ -255,7 +256,10 @@ func relayGC() {
 }
 
 func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
-	ctx := cmd.Context()
+	// The fault points of the relay and its publisher fire through the
+	// context they start with (a test's crash points; never set in
+	// production).
+	ctx := ferryfault.With(cmd.Context(), g.faultPoint)
 	relayGC()
 	log, err := g.logger(cmd.ErrOrStderr())
 	if err != nil {
@@ -289,21 +293,21 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 		MinPollInterval: f.minPollInterval,
 		Lease:           f.lease, PublishTimeout: f.publishTimeout, Retention: f.retention, SweepInterval: f.sweepInterval,
 		Retry:  ferry.ExponentialBackoff{Initial: f.retryInitial, Max: f.retryMax, MaxAttempts: f.maxAttempts},
-		Logger: log, FaultPoint: g.faultPoint,
-		Heartbeat: f.heartbeat, ID: f.relayID, Version: buildInfo().Version, Broker: ferrytype.RedactURL(f.brokerURL),
+		Logger: log, ID: f.relayID,
+		Heartbeat: ferry.HeartbeatConfig{Interval: f.heartbeat, Version: buildInfo().Version, Broker: ferrytype.RedactURL(f.brokerURL)},
 	}
 	if f.heartbeat == 0 {
-		rc.Heartbeat = -1 // 0 on the command line: no heartbeat
+		rc.Heartbeat.Interval = -1 // 0 on the command line: no heartbeat
 	}
 	switch f.source {
 	case "poll":
 	case "log":
-		rc.Feed, err = open.Feed(g.databaseURL, g.table, &open.FeedConfig{Slot: f.logSlot, Publication: f.logPublication,
+		rc.Log.Feed, err = open.Feed(g.databaseURL, g.table, &open.FeedConfig{Slot: f.logSlot, Publication: f.logPublication,
 			Logger: log})
 		if err != nil {
 			return err
 		}
-		rc.LogLease, rc.LogPollInterval = f.logLease, f.logPollInterval
+		rc.Log.Lease, rc.Log.PollInterval = f.logLease, f.logPollInterval
 	default:
 		return usageError{fmt.Errorf("--source %q: want poll or log", f.source)}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
@@ -124,7 +125,7 @@ func TestRelayCLIToRabbitMQKilledAfterPublish(t *testing.T) {
 	r := setupRabbitRelay(t, total)
 	args := r.args("--declare", "--routing-key", r.bind, "--lanes", "1", "--lease", "1s",
 		"--publish-timeout", "800ms", "--retry-initial", "10ms")
-	cmd, out := child(t, []string{envTestCrashAt + "=" + ferry.FaultAfterPublish}, args...)
+	cmd, out := child(t, []string{envTestCrashAt + "=" + ferryfault.RelayAfterPublish}, args...)
 	requireKilled(t, cmd, out)
 
 	cmd, out = child(t, nil, append(args, "--drain")...)

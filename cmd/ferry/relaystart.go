@@ -185,7 +185,7 @@ func awaitSchema(ctx context.Context, store ferrystore.Store, wait bool, deps *r
 // exits 2 at once instead of waiting for its database first.
 func validateRelayConfig(rc *ferry.RelayConfig) error {
 	var store ferrystore.Store = tableOnly{}
-	if rc.Feed != nil {
+	if rc.Log.Feed != nil {
 		// A log relay needs a store that keeps log checkpoints; whether
 		// the real one does, ferry.NewRelay says once it is open.
 		store = tableOnlyLog{}

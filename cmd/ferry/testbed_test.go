@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/examples/shop"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrystore/ferrysqlite"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/testsvc"
@@ -34,7 +35,7 @@ func TestRelayHasNoFaultInjection(t *testing.T) {
 	})
 	t.Run("CrashAtFlagIsUnknown", func(t *testing.T) {
 		code, _, errOut := ferryCLI(t, "relay", "--database-url", "sqlite:///"+t.TempDir()+"/x.db",
-			"--broker-url", "nats://127.0.0.1:4222", "--crash-at", ferry.FaultAfterClaim)
+			"--broker-url", "nats://127.0.0.1:4222", "--crash-at", ferryfault.RelayAfterClaim)
 		require.Equal(t, exitUsage, code, errOut)
 		require.Contains(t, errOut, "unknown flag: --crash-at")
 	})
@@ -64,7 +65,7 @@ func TestRelayHasNoFaultInjection(t *testing.T) {
 
 		// The relay reaches relay.after-claim with its first batch: armed,
 		// the variable would kill it there.
-		cmd, out := child(t, []string{"FERRY_CRASH_POINT=" + ferry.FaultAfterClaim + ":1"},
+		cmd, out := child(t, []string{"FERRY_CRASH_POINT=" + ferryfault.RelayAfterClaim + ":1"},
 			"relay", "--drain", "--database-url", dbURL, "--broker-url", nc.ConnectedUrl(), "--stream", stream,
 			"--poll-interval", "20ms")
 		require.NoError(t, cmd.Wait(), "the relay runs to the end: %s", out)

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/natsembed"
 	"github.com/ferrydev/ferry/internal/open"
@@ -154,9 +154,9 @@ func RunDemo(ctx context.Context, out io.Writer, o DemoOptions) (err error) {
 	}
 	crashes := map[string]string{
 		"orders": FaultOrderAfterCommit + ":" + strconv.Itoa(o.Orders/3),
-		"relay":  ferry.FaultAfterPublish + ":3",
+		"relay":  ferryfault.RelayAfterPublish + ":3",
 		"points": ferrybroker.FaultConsumerAfterHandle + ":" + strconv.Itoa(o.Orders/4),
-		"sms":    ferry.FaultInboxBeforeCommit + ":" + strconv.Itoa(o.Orders/5),
+		"sms":    ferryfault.InboxBeforeCommit + ":" + strconv.Itoa(o.Orders/5),
 	}
 	if open.IsAMQP(o.BrokerURL) {
 		// The points queue also takes the OrderCreated events, acked
@@ -164,7 +164,7 @@ func RunDemo(ctx context.Context, out io.Writer, o DemoOptions) (err error) {
 		// redelivery is no duplicate; the sms queue takes only OrderPaid.
 		// The consumers swap crash points: the one killed between its
 		// commit and its ack is always killed after a paid order's.
-		crashes["points"], crashes["sms"] = ferry.FaultInboxBeforeCommit+":"+strconv.Itoa(o.Orders/5),
+		crashes["points"], crashes["sms"] = ferryfault.InboxBeforeCommit+":"+strconv.Itoa(o.Orders/5),
 			ferrybroker.FaultConsumerAfterHandle+":"+strconv.Itoa(o.Orders/4)
 	}
 	for _, p := range procs {

@@ -14,6 +14,7 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/internal/fault"
 	"github.com/ferrydev/ferry/internal/open"
@@ -132,7 +133,7 @@ func RunRelay(ctx context.Context, o RelayOptions) error {
 	var lose func(ctx context.Context, point string) error
 	if o.LoseConfirmPct > 0 {
 		lose = func(_ context.Context, point string) error {
-			if point == ferry.FaultLoseConfirm && rand.IntN(100) < o.LoseConfirmPct {
+			if point == ferryfault.RelayLoseConfirm && rand.IntN(100) < o.LoseConfirmPct {
 				return errors.New("confirm lost (injected)")
 			}
 			return nil
@@ -178,9 +179,10 @@ func RunRelay(ctx context.Context, o RelayOptions) error {
 	rc := &ferry.RelayConfig{
 		BatchSize: o.BatchSize, Lanes: o.Lanes, Ordered: o.Ordered, PollInterval: o.PollInterval,
 		MinPollInterval: o.MinPollInterval,
-		Lease:           o.Lease, PublishTimeout: o.PublishTimeout, SweepInterval: o.SweepInterval, Heartbeat: o.Heartbeat,
-		Retry:  ferry.ExponentialBackoff{Initial: o.RetryInitial, Max: o.RetryMax, MaxAttempts: o.MaxAttempts},
-		Logger: log, FaultPoint: faults,
+		Lease:           o.Lease, PublishTimeout: o.PublishTimeout, SweepInterval: o.SweepInterval,
+		Heartbeat: ferry.HeartbeatConfig{Interval: o.Heartbeat},
+		Retry:     ferry.ExponentialBackoff{Initial: o.RetryInitial, Max: o.RetryMax, MaxAttempts: o.MaxAttempts},
+		Logger:    log,
 	}
 	switch o.Source {
 	case "", "poll":
@@ -190,7 +192,7 @@ func RunRelay(ctx context.Context, o RelayOptions) error {
 			return fmt.Errorf("%w: %w", ErrUsage, err)
 		}
 		defer feed.Close()
-		rc.Feed, rc.LogLease, rc.LogPollInterval = feed, o.LogLease, o.LogPollInterval
+		rc.Log = ferry.LogConfig{Feed: feed, Lease: o.LogLease, PollInterval: o.LogPollInterval}
 	default:
 		return fmt.Errorf("%w: --source %q: want poll or log", ErrUsage, o.Source)
 	}
@@ -199,8 +201,10 @@ func RunRelay(ctx context.Context, o RelayOptions) error {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	// The log relay checks the database's log at start: during an outage
-	// that fails as an unreachable database does.
-	if err := retryStart(ctx, func() error { return relay.Start(ctx) }); err != nil {
+	// that fails as an unreachable database does. The faults reach the
+	// relay and its publisher through the context it starts with.
+	runCtx := ferryfault.With(ctx, faults)
+	if err := retryStart(ctx, func() error { return relay.Start(runCtx) }); err != nil {
 		return err
 	}
 	statsCtx, stopStats := context.WithCancel(context.Background())

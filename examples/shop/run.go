@@ -18,6 +18,7 @@ import (
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
 	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
+	"github.com/ferrydev/ferry/ferryfault"
 )
 
 // Stream is the JetStream stream of the shop's events (subjects shop.>).
@@ -113,6 +114,9 @@ type ConsumerOptions struct {
 
 // RunConsumer runs a points or SMS consumer until ctx ends.
 func RunConsumer(ctx context.Context, o ConsumerOptions) error {
+	// The fault points of the inbox, the task worker and the consumer
+	// fire through the context each is started with.
+	ctx = ferryfault.With(ctx, o.FaultPoint)
 	// A consumer restarted during an outage waits for its database and
 	// broker, as a supervised service would, rather than exit.
 	var db *DB
@@ -133,8 +137,7 @@ func RunConsumer(ctx context.Context, o ConsumerOptions) error {
 	if o.Role == "sms" {
 		consumer = SMSConsumer
 	}
-	inbox, err := ferry.NewInbox(ib, &ferry.InboxConfig{Consumer: consumer, Hooks: []ferry.Hook{counts}, FaultPoint: o.FaultPoint,
-		Logger: EnvLogger()})
+	inbox, err := ferry.NewInbox(ib, &ferry.InboxConfig{Consumer: consumer, Hooks: []ferry.Hook{counts}, Logger: EnvLogger()})
 	if err != nil {
 		return err
 	}
@@ -157,14 +160,14 @@ func RunConsumer(ctx context.Context, o ConsumerOptions) error {
 		handler = SMSHandler(inbox, tasks)
 		client := &http.Client{Timeout: 5 * time.Second}
 		worker, err = ferry.NewTaskWorker(taskStore, map[string]ferry.TaskHandler{"SendSMS": SendSMS(client, o.GatewayURL)},
-			&ferry.TaskWorkerConfig{RelayConfig: ferry.RelayConfig{
+			&ferry.TaskWorkerConfig{Relay: ferry.RelayConfig{
 				PollInterval: 100 * time.Millisecond, Lease: 5 * time.Second, PublishTimeout: 4 * time.Second,
-				SweepInterval: 500 * time.Millisecond, FaultPoint: o.FaultPoint, Logger: EnvLogger(),
+				SweepInterval: 500 * time.Millisecond, Logger: EnvLogger(),
 				// The workers of the task table elect the one that sweeps
 				// from their heartbeats: a crashed leader's tasks are swept
 				// within about 4 s (3 beats, then the next sweep), near
 				// their 5 s lease.
-				Heartbeat: time.Second,
+				Heartbeat: ferry.HeartbeatConfig{Interval: time.Second},
 				Retry:     ferry.ExponentialBackoff{Initial: 50 * time.Millisecond, Max: time.Second, MaxAttempts: 1000},
 			}})
 		if err != nil {

@@ -116,7 +116,7 @@ func ExampleNewTaskWorker() {
 			resp.Body.Close()
 			return nil
 		},
-	}, &ferry.TaskWorkerConfig{RelayConfig: ferry.RelayConfig{PollInterval: 10 * time.Millisecond}})
+	}, &ferry.TaskWorkerConfig{Relay: ferry.RelayConfig{PollInterval: 10 * time.Millisecond}})
 	if err != nil {
 		log.Fatal(err)
 	}

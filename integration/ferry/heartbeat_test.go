@@ -16,6 +16,7 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/testsvc"
@@ -73,8 +74,9 @@ func TestRelayHeartbeatShowsTheRelay(t *testing.T) {
 			b := setupRelay(t, kind)
 			pub := &gatedPublisher{Publisher: b.publisher(t), gate: make(chan struct{})}
 			r := b.relay(t, pub, &ferry.RelayConfig{
-				Heartbeat: 20 * time.Millisecond, ID: "relay-" + kind, Version: "v9.8.7", Lanes: 3, Ordered: true,
-				Broker: "nats://ferry:s3cr3tpw@broker:4222", PollInterval: 10 * time.Millisecond,
+				ID: "relay-" + kind, Lanes: 3, Ordered: true, PollInterval: 10 * time.Millisecond,
+				Heartbeat: ferry.HeartbeatConfig{Interval: 20 * time.Millisecond, Version: "v9.8.7",
+					Broker: "nats://ferry:s3cr3tpw@broker:4222"},
 				PublishTimeout: 25 * time.Second, // the gate stays shut while the test looks
 			})
 			require.Equal(t, "relay-"+kind, r.ID())
@@ -129,7 +131,7 @@ func TestRelayHeartbeatFollowsBrokerOutage(t *testing.T) {
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { pub.Close() })
-	r := b.relay(t, pub, &ferry.RelayConfig{Heartbeat: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond})
+	r := b.relay(t, pub, &ferry.RelayConfig{PollInterval: 20 * time.Millisecond, Heartbeat: ferry.HeartbeatConfig{Interval: 20 * time.Millisecond}})
 	waitRow(t, b, r.ID(), func(row ferrystore.RelayBeat) bool { return row.BrokerConnected })
 
 	proxy.Cut()
@@ -154,7 +156,7 @@ func TestRelayHeartbeatShowsOutageSeenInResults(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t, "sqlite")
 	b.enqueue(t, 3, func(i int) string { return fmt.Sprint(i) })
-	r := b.relay(t, &notSentPublisher{}, &ferry.RelayConfig{Heartbeat: 20 * time.Millisecond, PollInterval: 10 * time.Millisecond})
+	r := b.relay(t, &notSentPublisher{}, &ferry.RelayConfig{PollInterval: 10 * time.Millisecond, Heartbeat: ferry.HeartbeatConfig{Interval: 20 * time.Millisecond}})
 	row := waitRow(t, b, r.ID(), func(row ferrystore.RelayBeat) bool { return !row.BrokerConnected })
 	require.Contains(t, row.BrokerError, "no connection")
 }
@@ -165,14 +167,14 @@ func TestRelayHeartbeatShowsOutageSeenInResults(t *testing.T) {
 func TestRelayKilledLeavesAgeingRowThatIsPruned(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t, "mysql")
-	killed := b.relay(t, b.publisher(t), &ferry.RelayConfig{
-		Heartbeat: 20 * time.Millisecond, ID: "killed",
-		FaultPoint: func(_ context.Context, point string) error {
-			if point == ferry.FaultBeforeForget {
-				return errors.New("killed")
-			}
-			return nil
-		},
+	killed := b.relayFault(t, b.publisher(t), &ferry.RelayConfig{
+		ID:        "killed",
+		Heartbeat: ferry.HeartbeatConfig{Interval: 20 * time.Millisecond},
+	}, func(_ context.Context, point string) error {
+		if point == ferryfault.RelayBeforeForget {
+			return errors.New("killed")
+		}
+		return nil
 	})
 	waitRow(t, b, "killed", func(ferrystore.RelayBeat) bool { return true })
 	require.NoError(t, killed.Stop(b.ctx))
@@ -185,7 +187,7 @@ func TestRelayKilledLeavesAgeingRowThatIsPruned(t *testing.T) {
 	require.Equal(t, beats, killed.Stats().Heartbeats)
 
 	// A live relay with a short ForgetAfter prunes it, and keeps its own.
-	live := b.relay(t, b.publisher(t), &ferry.RelayConfig{Heartbeat: 20 * time.Millisecond, ForgetAfter: 200 * time.Millisecond})
+	live := b.relay(t, b.publisher(t), &ferry.RelayConfig{Heartbeat: ferry.HeartbeatConfig{Interval: 20 * time.Millisecond, ForgetAfter: 200 * time.Millisecond}})
 	testsvc.WaitFor(t, 30*time.Second, func() bool { _, ok := relayRow(t, b, "killed"); return !ok },
 		func() string { return "the killed relay's row was never pruned" })
 	_, ok = relayRow(t, b, live.ID())
@@ -205,8 +207,11 @@ func TestRelayHeartbeatFailureDoesNotStopTheRelay(t *testing.T) {
 	_, err := b.st.DB.ExecContext(b.ctx, "DROP TABLE "+b.st.Driver.Table()+"_relay")
 	require.NoError(t, err)
 	logs := &testsvc.LogBuffer{}
-	r := b.relay(t, b.publisher(t), &ferry.RelayConfig{Heartbeat: 5 * time.Millisecond, PollInterval: 10 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	r := b.relay(t, b.publisher(t), &ferry.RelayConfig{
+		PollInterval: 10 * time.Millisecond,
+		Logger:       slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Heartbeat:    ferry.HeartbeatConfig{Interval: 5 * time.Millisecond},
+	})
 	b.enqueue(t, 20, func(i int) string { return fmt.Sprint(i) })
 	testsvc.WaitFor(t, 30*time.Second, func() bool { return r.Stats().HeartbeatErrors >= 10 },
 		func() string { return fmt.Sprintf("%+v", r.Stats()) })
@@ -221,7 +226,7 @@ func TestRelayHeartbeatFailureDoesNotStopTheRelay(t *testing.T) {
 	require.Len(t, warn, 1, "one line, not one per beat:\n%s", strings.Join(warn, "\n"))
 	require.Contains(t, warn[0], "run ferry migrate")
 
-	plain, err := ferry.NewRelay(hiddenRegistry{b.st.Driver}, b.publisher(t), &ferry.RelayConfig{Heartbeat: 5 * time.Millisecond})
+	plain, err := ferry.NewRelay(hiddenRegistry{b.st.Driver}, b.publisher(t), &ferry.RelayConfig{Heartbeat: ferry.HeartbeatConfig{Interval: 5 * time.Millisecond}})
 	require.NoError(t, err)
 	res, err := plain.Drain(b.ctx)
 	require.NoError(t, err)
@@ -238,14 +243,14 @@ func TestRelayHeartbeatConfig(t *testing.T) {
 		want string
 	}{
 		{ferry.RelayConfig{ID: strings.Repeat("x", ferrystore.MaxRelayIDLen+1)}, "RelayConfig.ID"},
-		{ferry.RelayConfig{Heartbeat: time.Second, ForgetAfter: 2 * time.Second}, "RelayConfig.ForgetAfter"},
+		{ferry.RelayConfig{Heartbeat: ferry.HeartbeatConfig{Interval: time.Second, ForgetAfter: 2 * time.Second}}, "RelayConfig.Heartbeat.ForgetAfter"},
 	} {
 		_, err := ferry.NewRelay(b.st.Driver, pub, &c.cfg)
 		require.ErrorIs(t, err, ferry.ErrInvalidConfig)
 		require.ErrorContains(t, err, c.want)
 	}
 	// Disabled, the ForgetAfter bound does not apply.
-	_, err := ferry.NewRelay(b.st.Driver, pub, &ferry.RelayConfig{Heartbeat: -1, ForgetAfter: time.Millisecond})
+	_, err := ferry.NewRelay(b.st.Driver, pub, &ferry.RelayConfig{Heartbeat: ferry.HeartbeatConfig{Interval: -1, ForgetAfter: time.Millisecond}})
 	require.NoError(t, err)
 
 	r, err := ferry.NewRelay(b.st.Driver, pub, nil)

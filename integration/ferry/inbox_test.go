@@ -24,6 +24,7 @@ import (
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
 	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 	"github.com/ferrydev/ferry/internal/fault"
 	"github.com/ferrydev/ferry/internal/testsvc"
@@ -87,6 +88,9 @@ func runPointsConsumer() int {
 	defer cancel()
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, "child:", err); return 1 }
 	crash, err := fault.Crash(env("CRASH_AT"))
+	// The inbox's crash point fires through the context the consumer
+	// starts with.
+	ctx = ferryfault.With(ctx, crash)
 	if err != nil {
 		return fail(err)
 	}
@@ -99,7 +103,7 @@ func runPointsConsumer() int {
 		return fail(err)
 	}
 	counts := &outcomeCounter{}
-	in, err := ferry.NewInbox(ib, &ferry.InboxConfig{Consumer: "points-award", Hooks: []ferry.Hook{counts}, FaultPoint: crash})
+	in, err := ferry.NewInbox(ib, &ferry.InboxConfig{Consumer: "points-award", Hooks: []ferry.Hook{counts}})
 	if err != nil {
 		return fail(err)
 	}
@@ -189,8 +193,8 @@ func runPointsConsumer() int {
 func TestConsumerKilledBetweenCommitAndAck(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ broker, point string }{
-		{"nats", ferrybroker.FaultConsumerAfterHandle}, {"nats", ferry.FaultInboxBeforeCommit},
-		{"amqp", ferrybroker.FaultConsumerAfterHandle}, {"amqp", ferry.FaultInboxBeforeCommit},
+		{"nats", ferrybroker.FaultConsumerAfterHandle}, {"nats", ferryfault.InboxBeforeCommit},
+		{"amqp", ferrybroker.FaultConsumerAfterHandle}, {"amqp", ferryfault.InboxBeforeCommit},
 	} {
 		point := tc.point
 		t.Run(tc.broker+"/"+point, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
@@ -70,19 +71,18 @@ func TestRelaySweptTransitionsAreCountedAndReported(t *testing.T) {
 	b := setupRelay(t, "sqlite")
 	id := b.enqueue(t, 1, func(int) string { return "1" })[0]
 	rec := &settleRecorder{}
-	r := b.relay(t, b.publisher(t), &ferry.RelayConfig{
+	r := b.relayFault(t, b.publisher(t), &ferry.RelayConfig{
 		PollInterval: 10 * time.Millisecond, Lease: 150 * time.Millisecond, PublishTimeout: 100 * time.Millisecond,
 		SweepInterval: 20 * time.Millisecond,
 		Retry:         ferry.ExponentialBackoff{Initial: time.Millisecond, MaxAttempts: 2},
 		Hooks:         []ferry.Hook{rec},
 		// Every claim is abandoned, as by a relay that crashed: only the
 		// sweeper ever settles the event.
-		FaultPoint: func(_ context.Context, point string) error {
-			if point == ferry.FaultAfterClaim {
-				return errors.New("abandon")
-			}
-			return nil
-		},
+	}, func(_ context.Context, point string) error {
+		if point == ferryfault.RelayAfterClaim {
+			return errors.New("abandon")
+		}
+		return nil
 	})
 	testsvc.WaitFor(t, 30*time.Second, func() bool { return r.Stats().Dead == 1 }, func() string { return fmt.Sprintf("%+v", r.Stats()) })
 	row, err := b.st.Driver.Get(b.ctx, id)

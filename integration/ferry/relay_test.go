@@ -19,6 +19,7 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrypg"
 	"github.com/ferrydev/ferry/ferrytype"
@@ -83,9 +84,15 @@ func (b *relayBundle) publisher(t testing.TB) *countingPublisher {
 
 func (b *relayBundle) relay(t testing.TB, pub ferrybroker.Publisher, cfg *ferry.RelayConfig) *ferry.Relay {
 	t.Helper()
+	return b.relayFault(t, pub, cfg, nil)
+}
+
+// relayFault starts a relay whose fault points call fault (ferryfault).
+func (b *relayBundle) relayFault(t testing.TB, pub ferrybroker.Publisher, cfg *ferry.RelayConfig, fault ferryfault.Func) *ferry.Relay {
+	t.Helper()
 	r, err := ferry.NewRelay(b.st.Driver, pub, cfg)
 	require.NoError(t, err)
-	require.NoError(t, r.Start(b.ctx))
+	require.NoError(t, r.Start(ferryfault.With(b.ctx, fault)))
 	t.Cleanup(func() { _ = r.Stop(context.Background()) })
 	return r
 }
@@ -233,14 +240,13 @@ func TestRelayLateMarkIsFenced(t *testing.T) {
 			// event; its stalled lane cannot claim it again.
 			paused, resume := make(chan struct{}), make(chan struct{})
 			var once sync.Once
-			relayA := b.relay(t, b.publisher(t), &ferry.RelayConfig{
+			relayA := b.relayFault(t, b.publisher(t), &ferry.RelayConfig{
 				Lanes: 1, Lease: 500 * time.Millisecond, PublishTimeout: 400 * time.Millisecond, SweepInterval: 20 * time.Millisecond,
-				FaultPoint: func(ctx context.Context, point string) error {
-					if point == ferry.FaultAfterPublish {
-						once.Do(func() { close(paused); <-resume })
-					}
-					return nil
-				},
+			}, func(ctx context.Context, point string) error {
+				if point == ferryfault.RelayAfterPublish {
+					once.Do(func() { close(paused); <-resume })
+				}
+				return nil
 			})
 			<-paused
 			// Relay B claims the swept event, publishes again and marks it.
@@ -276,9 +282,9 @@ func TestRelayCrashWindows(t *testing.T) {
 		hits      int64 // the point is reached once per batch or once per message
 		duplicate bool  // the broker got the event twice
 	}{
-		{ferry.FaultAfterClaim, 1, false},
-		{ferry.FaultAfterPublish, 1, true},
-		{ferry.FaultLoseConfirm, 10, true},
+		{ferryfault.RelayAfterClaim, 1, false},
+		{ferryfault.RelayAfterPublish, 1, true},
+		{ferryfault.RelayLoseConfirm, 10, true},
 	}
 	for _, kind := range testsvc.Kinds {
 		for _, c := range cases {
@@ -293,15 +299,14 @@ func TestRelayCrashWindows(t *testing.T) {
 				// leaves the good attempt seconds to publish and mark on a
 				// loaded machine: a lease that ran out under it would make
 				// a third attempt, and this test counts exactly two.
-				r := b.relay(t, pub, &ferry.RelayConfig{
+				r := b.relayFault(t, pub, &ferry.RelayConfig{
 					Lanes: 1, Lease: 3 * time.Second, PublishTimeout: time.Second,
 					SweepInterval: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond, Retry: fastRetry(),
-					FaultPoint: func(ctx context.Context, point string) error {
-						if point == c.point && hit.Add(1) <= c.hits {
-							return errors.New("injected crash")
-						}
-						return nil
-					},
+				}, func(ctx context.Context, point string) error {
+					if point == c.point && hit.Add(1) <= c.hits {
+						return errors.New("injected crash")
+					}
+					return nil
 				})
 				b.waitSettled(t, time.Minute)
 				require.NoError(t, r.Stop(b.ctx))
@@ -442,17 +447,15 @@ func TestRelayStopFinishesInFlightBatch(t *testing.T) {
 	b := setupRelay(t, "sqlite")
 	id := b.enqueue(t, 1, func(int) string { return "1" })[0]
 	claimed, stopCalled := make(chan struct{}), make(chan struct{})
-	r, err := ferry.NewRelay(b.st.Driver, b.publisher(t), &ferry.RelayConfig{
-		FaultPoint: func(ctx context.Context, point string) error {
-			if point == ferry.FaultAfterClaim {
-				close(claimed)
-				<-stopCalled
-			}
-			return nil
-		},
-	})
+	r, err := ferry.NewRelay(b.st.Driver, b.publisher(t), nil)
 	require.NoError(t, err)
-	require.NoError(t, r.Start(b.ctx))
+	require.NoError(t, r.Start(ferryfault.With(b.ctx, func(ctx context.Context, point string) error {
+		if point == ferryfault.RelayAfterClaim {
+			close(claimed)
+			<-stopCalled
+		}
+		return nil
+	})))
 	<-claimed
 	stopped := make(chan error)
 	go func() { stopped <- r.Stop(b.ctx) }()
@@ -625,14 +628,14 @@ func waitIdle(t *testing.T, cs *countingStore) {
 	}
 }
 
-// holdFirstBatch is a FaultPoint that holds the relay's first claimed
+// holdFirstBatch is a fault function (ferryfault) that holds the relay's first claimed
 // batch after its claim until release is closed; held is closed once it
 // holds it.
-func holdFirstBatch() (fault func(context.Context, string) error, held, release chan struct{}) {
+func holdFirstBatch() (fault ferryfault.Func, held, release chan struct{}) {
 	held, release = make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	return func(ctx context.Context, point string) error {
-		if point != ferry.FaultAfterClaim {
+		if point != ferryfault.RelayAfterClaim {
 			return nil
 		}
 		first := false
@@ -664,9 +667,9 @@ func TestRelayClaimsWhileABatchIsInFlight(t *testing.T) {
 					close(release)
 				}
 			}()
-			r, err := ferry.NewRelay(b.st.Driver, b.publisher(t), &ferry.RelayConfig{Lanes: 2, DisableListen: true, FaultPoint: fault})
+			r, err := ferry.NewRelay(b.st.Driver, b.publisher(t), &ferry.RelayConfig{Lanes: 2, DisableListen: true})
 			require.NoError(t, err)
-			require.NoError(t, r.Start(b.ctx))
+			require.NoError(t, r.Start(ferryfault.With(b.ctx, fault)))
 			t.Cleanup(func() { _ = r.Stop(context.Background()) })
 			first := b.enqueue(t, 1, func(int) string { return "a" })[0]
 			receive(t, held, 10*time.Second, "the first batch held")
@@ -710,9 +713,9 @@ func TestRelayOrderedProbeWaitsForTheBatchInFlight(t *testing.T) {
 	// held back, and no later claim came), and either way it is a claim
 	// held back by event 1.
 	ids := b.enqueue(t, 3, func(int) string { return "one" })
-	r, err := ferry.NewRelay(cs, b.publisher(t), &ferry.RelayConfig{Lanes: 2, Ordered: true, DisableListen: true, FaultPoint: fault})
+	r, err := ferry.NewRelay(cs, b.publisher(t), &ferry.RelayConfig{Lanes: 2, Ordered: true, DisableListen: true})
 	require.NoError(t, err)
-	require.NoError(t, r.Start(b.ctx))
+	require.NoError(t, r.Start(ferryfault.With(b.ctx, fault)))
 	t.Cleanup(func() { _ = r.Stop(context.Background()) })
 	receive(t, held, 10*time.Second, "the first batch held")
 	// One claim takes event 1 (an ordered claim takes one event of an
@@ -857,22 +860,21 @@ func TestRelayFencedFailureCountsNeitherDeadNorRetried(t *testing.T) {
 		return ferrytype.Unknown(errors.New("timeout")), true, true
 	}
 	var once sync.Once
-	r := b.relay(t, pub, &ferry.RelayConfig{
+	r := b.relayFault(t, pub, &ferry.RelayConfig{
 		PollInterval: 10 * time.Millisecond,
 		Lease:        time.Hour,
 		Retry:        deadOnReject{},
-		FaultPoint: func(ctx context.Context, point string) error {
-			if point == ferry.FaultAfterPublish {
-				// A person takes the doomed event from the relay's lease
-				// before its outcome is recorded.
-				once.Do(func() {
-					_, err := b.st.DB.ExecContext(ctx, `UPDATE "`+b.st.Driver.Table()+
-						`" SET lease_token = 'operator' WHERE event_id = ?`, doomed)
-					require.NoError(t, err)
-				})
-			}
-			return nil
-		},
+	}, func(ctx context.Context, point string) error {
+		if point == ferryfault.RelayAfterPublish {
+			// A person takes the doomed event from the relay's lease
+			// before its outcome is recorded.
+			once.Do(func() {
+				_, err := b.st.DB.ExecContext(ctx, `UPDATE "`+b.st.Driver.Table()+
+					`" SET lease_token = 'operator' WHERE event_id = ?`, doomed)
+				require.NoError(t, err)
+			})
+		}
+		return nil
 	})
 	testsvc.WaitFor(t, 30*time.Second, func() bool { return r.Stats().Fenced == 1 }, func() string { return fmt.Sprintf("%+v", r.Stats()) })
 	st := r.Stats()

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
@@ -107,21 +108,20 @@ func TestTasksExecuteEachKeyOnceAcrossCrashes(t *testing.T) {
 			}
 			var crashes atomic.Int64
 			w, err := ferry.NewTaskWorker(st.Driver, map[string]ferry.TaskHandler{"SendSMS": sendSMS(gw.srv.URL)}, &ferry.TaskWorkerConfig{
-				RelayConfig: ferry.RelayConfig{
+				Relay: ferry.RelayConfig{
 					BatchSize: 20, Lease: 500 * time.Millisecond, PublishTimeout: 400 * time.Millisecond,
 					SweepInterval: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond, Retry: fastRetry(),
-					// The worker "crashes" after executing its first three
-					// batches, before recording them.
-					FaultPoint: func(_ context.Context, point string) error {
-						if point == ferry.FaultAfterPublish && crashes.Add(1) <= 3 {
-							return errors.New("worker crashed")
-						}
-						return nil
-					},
 				},
 			})
 			require.NoError(t, err)
-			_, err = w.Drain(ctx)
+			// The worker "crashes" after executing its first three
+			// batches, before recording them.
+			_, err = w.Drain(ferryfault.With(ctx, func(_ context.Context, point string) error {
+				if point == ferryfault.RelayAfterPublish && crashes.Add(1) <= 3 {
+					return errors.New("worker crashed")
+				}
+				return nil
+			}))
 			require.NoError(t, err)
 
 			gw.mu.Lock()
@@ -152,7 +152,7 @@ func TestTaskWithoutHandlerIsDead(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit())
 	w, err := ferry.NewTaskWorker(st.Driver, map[string]ferry.TaskHandler{"SendSMS": func(context.Context, ferry.Task) error { return nil }},
-		&ferry.TaskWorkerConfig{RelayConfig: ferry.RelayConfig{PollInterval: 10 * time.Millisecond}})
+		&ferry.TaskWorkerConfig{Relay: ferry.RelayConfig{PollInterval: 10 * time.Millisecond}})
 	require.NoError(t, err)
 	_, err = w.Drain(ctx)
 	require.NoError(t, err)

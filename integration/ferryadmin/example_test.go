@@ -274,8 +274,10 @@ func ExampleRelays() {
 	store := openExample(ctx, dir)
 	defer store.Close()
 
-	relay, err := ferry.NewRelay(store, confirmAll{}, &ferry.RelayConfig{ID: "relay-1", Version: "v1.0.0",
-		Broker: "nats://mq:4222", Heartbeat: 50 * time.Millisecond})
+	relay, err := ferry.NewRelay(store, confirmAll{}, &ferry.RelayConfig{
+		ID:        "relay-1",
+		Heartbeat: ferry.HeartbeatConfig{Version: "v1.0.0", Broker: "nats://mq:4222", Interval: 50 * time.Millisecond},
+	})
 	if err != nil {
 		log.Fatal(err)
 	}

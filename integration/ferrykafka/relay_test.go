@@ -14,6 +14,7 @@ import (
 
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
@@ -108,22 +109,21 @@ func TestRelayCrashBetweenProduceAndMark(t *testing.T) {
 		// No heartbeat row: the relay that sweeps A's batch leads the
 		// table's maintenance at once, instead of three beats after A's
 		// row goes silent.
-		Heartbeat: -1,
-		FaultPoint: func(ctx context.Context, point string) error {
-			if crashed.Load() {
-				return errors.New("relay A is gone")
-			}
-			if b := pubA.published(); point == ferry.FaultAfterPublish && len(b) == 2 {
-				crashedIDs = b[1]
-				crashed.Store(true)
-				close(crash)
-				return errors.New("crash between produce and mark")
-			}
-			return nil
-		},
+		Heartbeat: ferry.HeartbeatConfig{Interval: -1},
 	})
 	require.NoError(t, err)
-	require.NoError(t, relayA.Start(ctx))
+	require.NoError(t, relayA.Start(ferryfault.With(ctx, func(ctx context.Context, point string) error {
+		if crashed.Load() {
+			return errors.New("relay A is gone")
+		}
+		if b := pubA.published(); point == ferryfault.RelayAfterPublish && len(b) == 2 {
+			crashedIDs = b[1]
+			crashed.Store(true)
+			close(crash)
+			return errors.New("crash between produce and mark")
+		}
+		return nil
+	})))
 	<-crash
 	require.NoError(t, relayA.Stop(ctx))
 	require.NotEmpty(t, crashedIDs)

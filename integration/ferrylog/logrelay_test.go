@@ -1,4 +1,4 @@
-// Package ferrylog_test tests the log relay (ferry.RelayConfig.Feed) end
+// Package ferrylog_test tests the log relay (ferry.RelayConfig.Log.Feed) end
 // to end: a MariaDB with a ROW binlog and a PostgreSQL with
 // wal_level=logical (scripts/services.sh), their feeds (ferrybinlog,
 // ferrypgoutput), and real brokers.
@@ -39,7 +39,7 @@ type countingStore struct {
 	ferrystore.Store
 	ferrystore.LogCheckpoints
 	byID, byScan atomic.Int64 // events claimed each way
-	claims       atomic.Int64 // calls of Claim
+	claims       atomic.Int64 // calls of Claim that returned
 	probes       atomic.Int64 // calls of Ready
 }
 
@@ -49,8 +49,11 @@ func (s *countingStore) Ready(ctx context.Context) (bool, error) {
 }
 
 func (s *countingStore) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype.Message, error) {
-	s.claims.Add(1)
 	msgs, err := s.Store.Claim(ctx, p)
+	// Counted once it returned: a test that waits for a claim and then
+	// commits events must not see a claim whose statement runs after
+	// that commit as one made before it.
+	defer s.claims.Add(1)
 	if len(p.IDs) > 0 {
 		s.byID.Add(int64(len(msgs)))
 	} else {
@@ -122,11 +125,11 @@ func (b *bundle) logger() *slog.Logger {
 // relay claims in a test comes from the log or from its start.
 func (b *bundle) relay(t *testing.T, pub ferrybroker.Publisher, cfg ferry.RelayConfig) *ferry.Relay {
 	t.Helper()
-	if cfg.Feed == nil {
-		cfg.Feed = b.feed(t)
+	if cfg.Log.Feed == nil {
+		cfg.Log.Feed = b.feed(t)
 	}
-	if cfg.LogPollInterval == 0 {
-		cfg.LogPollInterval = time.Minute
+	if cfg.Log.PollInterval == 0 {
+		cfg.Log.PollInterval = time.Minute
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = b.logger()
@@ -360,7 +363,7 @@ func TestLogRelayDrainsABacklogOfManyBatches(t *testing.T) {
 			b := setup(t, kind)
 			br := natsBroker(t)
 			backlog := b.enqueue(t, 40, 10, br.dest, func(i int) string { return fmt.Sprint(i) })
-			b.relay(t, br.pub, ferry.RelayConfig{BatchSize: 5, LogPollInterval: time.Hour})
+			b.relay(t, br.pub, ferry.RelayConfig{BatchSize: 5, Log: ferry.LogConfig{PollInterval: time.Hour}})
 			b.waitSent(t, backlog, time.Minute)
 			require.Equal(t, int64(len(backlog)), b.store.byScan.Load(), "the backlog, from the table")
 			require.Len(t, br.read(t, 40), 40)
@@ -385,14 +388,18 @@ func TestLogRelayStandbyTakesOverFromTheCheckpoint(t *testing.T) {
 			// A lease of 6 s, renewed every 2 s: no renewal of the first
 			// relay's lapses on a loaded machine, and the standby, which
 			// polls it every 2 s, takes over soon after a clean stop.
-			first := b.relay(t, br.pub, ferry.RelayConfig{Feed: feed, ID: "first", LogLease: 6 * time.Second})
+			first := b.relay(t, br.pub, ferry.RelayConfig{ID: "first", Log: ferry.LogConfig{Feed: feed, Lease: 6 * time.Second}})
 			testsvc.WaitFor(t, 30*time.Second, func() bool { return first.LogStats().Reading }, nil)
 			// The standby has a store of its own, to count its probes;
 			// its PollInterval would have it probe every 5 ms were it
 			// polling the table.
 			sbStore := &countingStore{Store: b.st.Driver, LogCheckpoints: b.store.LogCheckpoints}
-			standby, err := ferry.NewRelay(sbStore, br.pub, &ferry.RelayConfig{Feed: b.feed(t), ID: "standby",
-				LogLease: 6 * time.Second, PollInterval: 5 * time.Millisecond, LogPollInterval: time.Minute, Logger: b.logger()})
+			standby, err := ferry.NewRelay(sbStore, br.pub, &ferry.RelayConfig{
+				ID:           "standby",
+				PollInterval: 5 * time.Millisecond,
+				Logger:       b.logger(),
+				Log:          ferry.LogConfig{Feed: b.feed(t), Lease: 6 * time.Second, PollInterval: time.Minute},
+			})
 			require.NoError(t, err)
 			require.NoError(t, standby.Start(b.ctx))
 			t.Cleanup(func() { _ = standby.Stop(context.Background()) })
@@ -446,7 +453,7 @@ func TestLogRelayGapFallsBackToTheTable(t *testing.T) {
 			b := setup(t, kind)
 			br := natsBroker(t)
 			feed := b.feed(t)
-			r := b.relay(t, br.pub, ferry.RelayConfig{Feed: feed})
+			r := b.relay(t, br.pub, ferry.RelayConfig{Log: ferry.LogConfig{Feed: feed}})
 			testsvc.WaitFor(t, 30*time.Second, func() bool { return r.LogStats().Reading }, nil)
 			first := b.enqueue(t, 10, 2, br.dest, func(i int) string { return fmt.Sprint(i) })
 			b.waitSent(t, first, time.Minute)
@@ -476,7 +483,7 @@ func TestLogRelayGapFallsBackToTheTable(t *testing.T) {
 				}, nil)
 			}
 
-			again := b.relay(t, br.pub, ferry.RelayConfig{Feed: b.feed(t)})
+			again := b.relay(t, br.pub, ferry.RelayConfig{Log: ferry.LogConfig{Feed: b.feed(t)}})
 			b.waitSent(t, missed, time.Minute)
 			testsvc.WaitFor(t, 30*time.Second, func() bool { return again.LogStats().Gaps == 1 && again.LogStats().Reading },
 				func() string { return fmt.Sprintf("%+v\n%s", again.LogStats(), strings.Join(b.logs.Lines(), "\n")) })

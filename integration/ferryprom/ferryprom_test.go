@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferryprom"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrypg"
@@ -143,13 +144,19 @@ func (b *bundle) event(i int) ferry.Event {
 
 func (b *bundle) relay(t *testing.T, url string, cfg ferry.RelayConfig) *ferry.Relay {
 	t.Helper()
+	return b.relayFault(t, url, cfg, nil)
+}
+
+// relayFault starts a relay whose fault points call fault (ferryfault).
+func (b *bundle) relayFault(t *testing.T, url string, cfg ferry.RelayConfig, fault ferryfault.Func) *ferry.Relay {
+	t.Helper()
 	pub, err := ferrynats.Dial(b.ctx, url, &ferrynats.DialConfig{Config: ferrynats.Config{Stream: b.stream}})
 	require.NoError(t, err)
 	t.Cleanup(func() { pub.Close() })
 	cfg.Hooks = append(cfg.Hooks, b.m)
 	r, err := ferry.NewRelay(b.st.Driver, pub, &cfg)
 	require.NoError(t, err)
-	require.NoError(t, r.Start(b.ctx))
+	require.NoError(t, r.Start(ferryfault.With(b.ctx, fault)))
 	t.Cleanup(func() { _ = r.Stop(context.Background()) })
 	return r
 }
@@ -311,18 +318,17 @@ func TestMetricsCountEachOutcomeAndTransition(t *testing.T) {
 		paused, resume := make(chan struct{}), make(chan struct{})
 		var once, resumeOnce sync.Once
 		release := func() { resumeOnce.Do(func() { close(resume) }) }
-		b.relay(t, testsvc.URL(testsvc.EnvNATS), ferry.RelayConfig{
+		b.relayFault(t, testsvc.URL(testsvc.EnvNATS), ferry.RelayConfig{
 			// One lane: a second one would claim the swept event again
 			// and stall in the same fault point, a second expiry. This
 			// relay leads the table's maintenance (it started first): its
 			// sweeper returns the event its stalled lane holds.
 			Lanes: 1, Lease: 500 * time.Millisecond, PublishTimeout: 400 * time.Millisecond, SweepInterval: 20 * time.Millisecond,
-			FaultPoint: func(ctx context.Context, point string) error {
-				if point == ferry.FaultAfterPublish {
-					once.Do(func() { close(paused); <-resume })
-				}
-				return nil
-			},
+		}, func(ctx context.Context, point string) error {
+			if point == ferryfault.RelayAfterPublish {
+				once.Do(func() { close(paused); <-resume })
+			}
+			return nil
 		})
 		<-paused
 		t.Cleanup(release) // runs before the first relay's stop: a failure must not hang it

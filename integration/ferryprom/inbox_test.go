@@ -232,7 +232,7 @@ func TestConsumerMetricsCountTaskExecutions(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit())
 
-	worker, err := ferry.NewTaskWorker(st.Driver, handlers, &ferry.TaskWorkerConfig{RelayConfig: ferry.RelayConfig{
+	worker, err := ferry.NewTaskWorker(st.Driver, handlers, &ferry.TaskWorkerConfig{Relay: ferry.RelayConfig{
 		PollInterval: 10 * time.Millisecond, Hooks: []ferry.Hook{relayMetrics},
 		Retry: ferry.ExponentialBackoff{Initial: 10 * time.Millisecond, Jitter: -1}}})
 	require.NoError(t, err)

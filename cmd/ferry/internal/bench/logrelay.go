@@ -310,7 +310,7 @@ func inProcessStarter(t *Target, b *Broker, url string, log bool, lanes, batch i
 			if err != nil {
 				return nil, err
 			}
-			cfg.Feed = feed
+			cfg.Log.Feed = feed
 		}
 		pub, err := b.Publisher(ctx)
 		if err != nil {
