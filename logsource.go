@@ -99,6 +99,11 @@ var _ claimSource = (*logSource)(nil)
 func newLogSource(table *tableSource, ckpt ferrystore.LogCheckpoints, id string, cfg *RelayConfig, log *slog.Logger,
 	hooks *relayHooks) *logSource {
 	s := &logSource{table: table, feed: cfg.Log.Feed, ckpt: ckpt, id: id, cfg: cfg, wake: table.wake, log: log, hooks: hooks}
+	// While the log tells of new events, to this relay or to the one it
+	// stands by for, the table is probed only as a safety net (for a
+	// standby, also for the events of a reader that died, until its lease
+	// ends).
+	table.slowEvery = cfg.Log.PollInterval
 	s.stats.Source = s.feed.Source()
 	s.stats.RetainedBytes = -1
 	return s
@@ -203,7 +208,7 @@ func (s *logSource) update(fn func(st *LogStats)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fn(&s.stats)
-	s.table.safetyNet.Store(s.stats.Reading || s.stats.Standby)
+	s.table.slow.Store(s.stats.Reading || s.stats.Standby)
 	s.hooks.logState(s.stats) // under mu: the hooks see the states in order
 }
 

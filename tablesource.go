@@ -21,9 +21,8 @@ const wakeWindow = 500 * time.Millisecond
 // notifications (PostgreSQL LISTEN/NOTIFY), and shortly again after a
 // claim that found nothing right after a wake-up.
 //
-// A log relay runs one too, for the times its stream is down; while the
-// log tells of new events (to it, or to the reader it stands by for) the
-// table source only makes the log relay's safety-net probe (safetyNet).
+// Another source may run one below it, for the times it has nothing to
+// tell, and slow its probes down to one every slowEvery while it does.
 type tableSource struct {
 	store  ferrystore.Store
 	cfg    *RelayConfig
@@ -34,9 +33,11 @@ type tableSource struct {
 
 	lastRing  atomic.Int64 // unix nanos of the last wake-up signal
 	missDelay atomic.Int64 // next re-poll delay after a signalled miss
-	// safetyNet is set while the table is probed only every
-	// Log.PollInterval.
-	safetyNet atomic.Bool
+	// slow is set while the table is probed only every slowEvery: the
+	// lanes learn of new events another way, and the probe is a safety
+	// net.
+	slow      atomic.Bool
+	slowEvery time.Duration
 }
 
 var _ claimSource = (*tableSource)(nil)
@@ -107,7 +108,7 @@ func (s *tableSource) poller(run *runner.Runner) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	seen := s.state.claimed.Load()
-	lastProbe := time.Now() // a log relay's start looked at the table
+	lastProbe := time.Now() // the start looked at the table
 	for {
 		select {
 		case <-run.Stopping():
@@ -134,13 +135,9 @@ func (s *tableSource) poller(run *runner.Runner) {
 		if s.outage.down(run.Context()) {
 			continue // nothing could be published: no probe, no claim
 		}
-		if s.safetyNet.Load() {
-			// The log tells of new events, to this relay or to the one
-			// it stands by for: the table is probed only as a safety
-			// net (for a standby, also for the events of a reader that
-			// died, until its lease ends).
+		if s.slow.Load() {
 			t.Reset(s.cfg.PollInterval)
-			if time.Since(lastProbe) < s.cfg.Log.PollInterval {
+			if time.Since(lastProbe) < s.slowEvery {
 				continue
 			}
 		}
