@@ -1,7 +1,7 @@
 // Package ferrybroker defines the Publisher interface the relay publishes
 // through, the header names every broker adapter uses for an event's
 // metadata, and the consumer contract: the Consumer interface, Handler and
-// Delivery, ConsumerStats, RetryPolicy, the park headers and the consumer
+// Delivery, ConsumerStats, RedeliveryPolicy, the park headers and the consumer
 // hooks (HookDelivered, HookHandleStart, HookHandled, HookSettled) through
 // which ferryprom and ferryotel observe any broker's consumer. Adapters
 // live in ferryamqp, ferrynats and ferrykafka (a publisher only); each

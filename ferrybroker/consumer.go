@@ -36,7 +36,7 @@ type Delivery struct {
 // delivery. An error wrapping ferrytype.ErrPoison parks the delivery at
 // once with the error as its reason; any other error is transient: the
 // delivery is retried after a delay and parked only after the consumer's
-// delivery limit (see RetryPolicy). A handler must never return nil before
+// delivery limit (see RedeliveryPolicy). A handler must never return nil before
 // its effect is committed: the ack lets the broker forget the message.
 type Handler func(ctx context.Context, d *Delivery) error
 
@@ -73,11 +73,11 @@ func HandlerFunc(fn func(d *Delivery) error) Handler {
 //   - acked, only after the handler returned nil;
 //   - parked, when the handler returned an error wrapping
 //     ferrytype.ErrPoison, when the message is malformed, or when a
-//     transient error came on delivery RetryPolicy.MaxDeliveries: a copy
+//     transient error came on delivery RedeliveryPolicy.MaxDeliveries: a copy
 //     with the park headers (HeaderParkReason and the others) is stored
 //     where the consumer parks, and only then is the original settled;
 //   - retried, after a transient error: the broker delivers it again after
-//     RetryPolicy's delay;
+//     RedeliveryPolicy's delay;
 //   - left, when the consumer did not decide (it is stopping, the handler
 //     was cut off, a fault point fired, the ack could not be sent): the
 //     broker delivers it again.

@@ -49,14 +49,14 @@ type ConsumerConfig struct {
 	// queue configs do), or a held message holds back those prefetched
 	// behind it. Default 4.
 	Concurrency int
-	// Retry says when a failed delivery is retried and when it is parked
+	// Redelivery says when a failed delivery is retried and when it is parked
 	// (defaults: 10 deliveries, 200ms doubling up to 30s). Watermill keeps
 	// no delivery count: the Consumer counts deliveries of each message id
 	// itself, so the count starts again in a new process, and a message
 	// nacked after its delay may come back to another consumer, which
 	// counts from one. A delivery to retry is held for its delay and then
 	// nacked.
-	Retry ferrybroker.RetryPolicy
+	Redelivery ferrybroker.RedeliveryPolicy
 	// HandlerTimeout bounds one handler call through its context. Default
 	// 0: no bound.
 	HandlerTimeout time.Duration
@@ -127,7 +127,7 @@ func NewConsumer(sub message.Subscriber, handler ferrybroker.Handler, cfg *Consu
 	if c.Concurrency == 0 {
 		c.Concurrency = 4
 	}
-	c.Retry = c.Retry.WithDefaults()
+	c.Redelivery = c.Redelivery.WithDefaults()
 	if c.ParkTimeout == 0 {
 		c.ParkTimeout = 30 * time.Second
 	}
@@ -150,8 +150,8 @@ func NewConsumer(sub message.Subscriber, handler ferrybroker.Handler, cfg *Consu
 		return nil, fmt.Errorf("%w: ConsumerConfig.Park and ParkTopic are required: poison messages must go somewhere", ferrytype.ErrInvalidConfig)
 	case c.Concurrency < 1 || c.Concurrency > 1024:
 		return nil, fmt.Errorf("%w: ConsumerConfig.Concurrency %d must be within 1..1024", ferrytype.ErrInvalidConfig, c.Concurrency)
-	case c.Retry.Validate() != nil:
-		return nil, fmt.Errorf("ConsumerConfig.Retry: %w", c.Retry.Validate())
+	case c.Redelivery.Validate() != nil:
+		return nil, fmt.Errorf("ConsumerConfig.Redelivery: %w", c.Redelivery.Validate())
 	case c.HandlerTimeout < 0 || c.ParkTimeout < 0 || c.ShutdownTimeout < 0:
 		return nil, fmt.Errorf("%w: ConsumerConfig durations must not be negative", ferrytype.ErrInvalidConfig)
 	}
@@ -292,7 +292,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 // countKey is what deliveries of one message are counted by: its id, or
 // for a message without one, a hash of its payload (so that a message
-// without an id still reaches RetryPolicy.MaxDeliveries and is parked,
+// without an id still reaches RedeliveryPolicy.MaxDeliveries and is parked,
 // rather than retried for ever).
 func countKey(d *ferrybroker.Delivery) string {
 	if d.MessageID != "" {
@@ -363,8 +363,8 @@ func (c *Consumer) handle(msg *message.Message) *message.Message {
 	case c.ctx.Err() != nil:
 		// Stop gave up waiting: not a failure of the message.
 		c.leave(msg, d, err)
-	case c.cfg.Retry.ParkReason(err, d.DeliveryCount) != nil:
-		c.park(msg, d, c.cfg.Retry.ParkReason(err, d.DeliveryCount))
+	case c.cfg.Redelivery.ParkReason(err, d.DeliveryCount) != nil:
+		c.park(msg, d, c.cfg.Redelivery.ParkReason(err, d.DeliveryCount))
 	default:
 		c.retry(msg, d, err)
 	}
@@ -374,7 +374,7 @@ func (c *Consumer) handle(msg *message.Message) *message.Message {
 // retry holds msg for the policy's delay, then nacks it; a Stop ends the
 // hold at once.
 func (c *Consumer) retry(msg *message.Message, d *ferrybroker.Delivery, cause error) {
-	delay := c.cfg.Retry.Delay(d.DeliveryCount)
+	delay := c.cfg.Redelivery.Delay(d.DeliveryCount)
 	c.log.Debug("handler failed; delivering again later", "message_id", d.MessageID, "delivery_count", d.DeliveryCount,
 		"retry_in", delay, "error", cause)
 	t := time.NewTimer(delay)

@@ -234,7 +234,7 @@ func consume(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler) (fun
 		c, err := ferrynats.NewConsumer(js, h, &ferrynats.ConsumerConfig{
 			Stream: Stream, Durable: o.Role, FilterSubjects: []string{RoutePaid}, Declare: true,
 			ParkSubject: ParkSubject(o.Role), Concurrency: conc, AckWait: 5 * time.Second,
-			Retry:      ferrybroker.RetryPolicy{MaxDeliveries: 50, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
+			Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 50, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
 			FaultPoint: o.FaultPoint, Logger: EnvLogger(),
 		})
 		if err == nil {
@@ -256,7 +256,7 @@ func consume(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler) (fun
 		c, err := ferryamqp.DialConsumer(o.BrokerURL, o.Role, OnlyPaid(h), &ferryamqp.ConsumerConfig{
 			Concurrency: conc, Prefetch: conc, Declare: true, Topology: topo,
 			Queue:      ferryamqp.Queue{DeliveryLimit: amqpDeliveryLimit},
-			Retry:      ferrybroker.RetryPolicy{MaxDeliveries: 15, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
+			Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 15, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
 			Connection: ferryamqp.ConnectionConfig{Name: "shop-" + o.Role}, FaultPoint: o.FaultPoint, Logger: EnvLogger(),
 		})
 		if err == nil {
@@ -292,7 +292,7 @@ func consume(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler) (fun
 // crashing reaches the limit without ever failing, and the broker
 // dead-letters a good message. The limit is the backstop for a message
 // that kills its consumer; the consumer parks failing messages itself
-// after Retry.MaxDeliveries (15). Keep the limit far above that, and the
+// after Redelivery.MaxDeliveries (15). Keep the limit far above that, and the
 // prefetch small.
 const amqpDeliveryLimit = 200
 

@@ -216,7 +216,7 @@ type Queue struct {
 	// the parking queue by the broker. It is the backstop for messages
 	// that crash their consumer before it can park them; a Consumer parks
 	// failing messages itself, with their reason, after
-	// ConsumerConfig.Retry.MaxDeliveries. Default 20; negative: no limit.
+	// ConsumerConfig.Redelivery.MaxDeliveries. Default 20; negative: no limit.
 	// Classic queues have no delivery limit.
 	DeliveryLimit int
 	// Args are further queue arguments; they override ferry's.

@@ -34,13 +34,13 @@ type ConsumerConfig struct {
 	// small: on RabbitMQ 3.x every delivery returned to the queue, also by
 	// a clean stop, counts as a delivery attempt.
 	Prefetch int
-	// Retry says when a failed delivery is retried and when it is parked
+	// Redelivery says when a failed delivery is retried and when it is parked
 	// (defaults: 10 deliveries, 200ms doubling up to 30s). A delivery to
 	// retry waits its delay, keeping its prefetch slot, then goes back to
 	// the queue (basic.nack with requeue). Quorum queues count deliveries
 	// (x-delivery-count) across consumers and restarts; on classic queues
 	// the count is kept in memory, per message id, and lost on restart.
-	Retry ferrybroker.RetryPolicy
+	Redelivery ferrybroker.RedeliveryPolicy
 	// HandlerTimeout bounds one handler call through its context. Default
 	// 0: no bound.
 	HandlerTimeout time.Duration
@@ -168,7 +168,7 @@ func newConsumer(queue string, h ferrybroker.Handler, cfg *ConsumerConfig) (*Con
 	if c.Prefetch == 0 {
 		c.Prefetch = 4 * c.Concurrency
 	}
-	c.Retry = c.Retry.WithDefaults()
+	c.Redelivery = c.Redelivery.WithDefaults()
 	if c.Name == "" {
 		c.Name = queue
 	}
@@ -199,14 +199,14 @@ func newConsumer(queue string, h ferrybroker.Handler, cfg *ConsumerConfig) (*Con
 	case c.Prefetch < c.Concurrency || c.Prefetch > 65535:
 		return nil, fmt.Errorf("%w: ConsumerConfig.Prefetch %d must be within Concurrency (%d)..65535",
 			ferrytype.ErrInvalidConfig, c.Prefetch, c.Concurrency)
-	case c.Retry.Validate() != nil:
-		return nil, fmt.Errorf("ConsumerConfig.Retry: %w", c.Retry.Validate())
+	case c.Redelivery.Validate() != nil:
+		return nil, fmt.Errorf("ConsumerConfig.Redelivery: %w", c.Redelivery.Validate())
 	case c.HandlerTimeout < 0 || c.ParkTimeout < 0 || c.ShutdownTimeout < 0:
 		return nil, fmt.Errorf("%w: ConsumerConfig timeouts must not be negative", ferrytype.ErrInvalidConfig)
-	case c.Declare && q.Type == QueueQuorum && q.DeliveryLimit > 0 && c.Retry.MaxDeliveries > q.DeliveryLimit:
-		return nil, fmt.Errorf("%w: ConsumerConfig.Retry.MaxDeliveries %d exceeds the queue's DeliveryLimit %d: "+
+	case c.Declare && q.Type == QueueQuorum && q.DeliveryLimit > 0 && c.Redelivery.MaxDeliveries > q.DeliveryLimit:
+		return nil, fmt.Errorf("%w: ConsumerConfig.Redelivery.MaxDeliveries %d exceeds the queue's DeliveryLimit %d: "+
 			"RabbitMQ would dead-letter failing messages before the consumer parks them with their reason",
-			ferrytype.ErrInvalidConfig, c.Retry.MaxDeliveries, q.DeliveryLimit)
+			ferrytype.ErrInvalidConfig, c.Redelivery.MaxDeliveries, q.DeliveryLimit)
 	}
 	if err := q.validate(); err != nil {
 		return nil, err
@@ -497,8 +497,8 @@ func (c *Consumer) handle(s *consSession, d amqp.Delivery, fd *ferrybroker.Deliv
 	case c.hctx.Err() != nil:
 		// Stop gave up waiting: not a failure of the message.
 		c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: err})
-	case c.cfg.Retry.ParkReason(err, fd.DeliveryCount) != nil:
-		c.parkOrRetry(s, d, fd, c.cfg.Retry.ParkReason(err, fd.DeliveryCount))
+	case c.cfg.Redelivery.ParkReason(err, fd.DeliveryCount) != nil:
+		c.parkOrRetry(s, d, fd, c.cfg.Redelivery.ParkReason(err, fd.DeliveryCount))
 	default:
 		c.log.Debug("handler failed; requeueing after a delay", "message_id", fd.MessageID,
 			"delivery_count", fd.DeliveryCount, "error", err)
@@ -572,7 +572,7 @@ func (c *Consumer) requeueLater(s *consSession, d amqp.Delivery, fd *ferrybroker
 	if fd.MessageID != "" {
 		c.fails.inc(fd.MessageID)
 	}
-	delay := c.cfg.Retry.Delay(max(fd.DeliveryCount, 1))
+	delay := c.cfg.Redelivery.Delay(max(fd.DeliveryCount, 1))
 	c.mu.Lock()
 	if c.stopped {
 		c.mu.Unlock()

@@ -157,8 +157,8 @@ func TestConsumerAcksOnlyAfterCommit(t *testing.T) {
 		}
 	}
 	c := b.start(t, b.conn, handler, b.config(ConsumerConfig{Concurrency: 8, Prefetch: 32,
-		Retry: ferrybroker.RetryPolicy{MaxDeliveries: 20, RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond},
-		Hooks: []ferrybroker.Hook{ferrybroker.SettledFunc(onSettle)}}))
+		Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 20, RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond},
+		Hooks:      []ferrybroker.Hook{ferrybroker.SettledFunc(onSettle)}}))
 	waitUntil(t, 2*time.Minute, func() bool { return distinct.Load() == int64(len(msgs)) })
 	require.NoError(t, c.Stop(b.ctx))
 	j.mu.Lock()
@@ -284,7 +284,7 @@ func TestQuorumDeliveryLimitParksAMessageThatCrashesItsConsumer(t *testing.T) {
 	ferryamqptest.DeleteRabbitMQQueue(t, queue)
 	ferryamqptest.DeleteRabbitMQQueue(t, queue+".parking")
 	cfg := func() *ConsumerConfig {
-		return &ConsumerConfig{Declare: true, Retry: ferrybroker.RetryPolicy{MaxDeliveries: 2}, Queue: Queue{DeliveryLimit: 2},
+		return &ConsumerConfig{Declare: true, Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 2}, Queue: Queue{DeliveryLimit: 2},
 			Topology: Topology{Bindings: []Binding{{Queue: queue, Exchange: "amq.topic", RoutingKey: queue}}}}
 	}
 	// Declare it before publishing.
@@ -337,10 +337,10 @@ func TestConsumerConfigErrors(t *testing.T) {
 	require.ErrorContains(t, err, "handler is nil")
 	_, err = NewConsumer(conn, "q", h, &ConsumerConfig{Concurrency: 8, Prefetch: 4})
 	require.ErrorContains(t, err, "ConsumerConfig.Prefetch 4")
-	_, err = NewConsumer(conn, "q", h, &ConsumerConfig{Declare: true, Retry: ferrybroker.RetryPolicy{MaxDeliveries: 30}})
-	require.ErrorContains(t, err, "ConsumerConfig.Retry.MaxDeliveries 30 exceeds the queue's DeliveryLimit 20")
-	_, err = NewConsumer(conn, "q", h, &ConsumerConfig{Retry: ferrybroker.RetryPolicy{RetryDelay: time.Second, MaxRetryDelay: time.Millisecond}})
-	require.ErrorContains(t, err, "ConsumerConfig.Retry: ")
+	_, err = NewConsumer(conn, "q", h, &ConsumerConfig{Declare: true, Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 30}})
+	require.ErrorContains(t, err, "ConsumerConfig.Redelivery.MaxDeliveries 30 exceeds the queue's DeliveryLimit 20")
+	_, err = NewConsumer(conn, "q", h, &ConsumerConfig{Redelivery: ferrybroker.RedeliveryPolicy{RetryDelay: time.Second, MaxRetryDelay: time.Millisecond}})
+	require.ErrorContains(t, err, "ConsumerConfig.Redelivery: ")
 	c, err := NewConsumer(conn, testenv.Name("ferry_missing_"), h, nil)
 	require.NoError(t, err)
 	err = c.Start(context.Background())
@@ -368,7 +368,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 			return errors.New("transient") // some retry timers too
 		}
 		return nil
-	}, b.config(ConsumerConfig{Retry: ferrybroker.RetryPolicy{RetryDelay: time.Millisecond}}))
+	}, b.config(ConsumerConfig{Redelivery: ferrybroker.RedeliveryPolicy{RetryDelay: time.Millisecond}}))
 	require.NoError(t, err)
 	require.NoError(t, c.Start(b.ctx))
 	waitUntil(t, time.Minute, func() bool { return c.Stats().Acked == 100 })

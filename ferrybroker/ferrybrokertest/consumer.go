@@ -31,7 +31,7 @@ type RawMessage struct {
 // that suits a test (short timeouts, say).
 type ConsumerOptions struct {
 	Concurrency int
-	Retry       ferrybroker.RetryPolicy
+	Redelivery  ferrybroker.RedeliveryPolicy
 	Hooks       []ferrybroker.Hook
 	Validate    func(d *ferrybroker.Delivery) error
 	FaultPoint  func(ctx context.Context, point string) error
@@ -282,8 +282,8 @@ func parkedByID(got []Received) map[string]Received {
 	return out
 }
 
-func fastRetry() ferrybroker.RetryPolicy {
-	return ferrybroker.RetryPolicy{MaxDeliveries: 3, RetryDelay: time.Millisecond, MaxRetryDelay: 10 * time.Millisecond}
+func fastRetry() ferrybroker.RedeliveryPolicy {
+	return ferrybroker.RedeliveryPolicy{MaxDeliveries: 3, RetryDelay: time.Millisecond, MaxRetryDelay: 10 * time.Millisecond}
 }
 
 // ExerciseConsumer runs the consumer conformance suite: every broker's
@@ -297,7 +297,7 @@ func fastRetry() ferrybroker.RetryPolicy {
 //     Redelivered and DeliveryCount on a retry;
 //   - a poison error parks at once, with the park headers; a transient
 //     error (a panic is one) is retried and parked on the last delivery
-//     RetryPolicy allows, with its count;
+//     RedeliveryPolicy allows, with its count;
 //   - a malformed message (a payload that is not JSON, a header the
 //     consumer's Validate requires) is parked with its reason, without
 //     the handler, delivered once: no hot loop;
@@ -349,7 +349,7 @@ func ExerciseConsumer(t *testing.T, h ConsumerHarness) {
 				return errors.New("try again")
 			}
 			return nil
-		}, ConsumerOptions{Retry: fastRetry()})
+		}, ConsumerOptions{Redelivery: fastRetry()})
 		first := wait(t, got, time.Minute, "first delivery")
 		second := wait(t, got, time.Minute, "second delivery")
 		idle(t, c)
@@ -377,7 +377,7 @@ func ExerciseConsumer(t *testing.T, h ConsumerHarness) {
 				return ferrytype.Poison(errors.New("unknown currency XXX"))
 			}
 			return nil
-		}, ConsumerOptions{Retry: fastRetry()})
+		}, ConsumerOptions{Redelivery: fastRetry()})
 		waitFor(t, time.Minute, func() bool { s := c.Stats(); return s.Parked == 1 && s.Acked == 2 },
 			func() string { return fmt.Sprintf("%+v", c.Stats()) })
 		require.NoError(t, c.Stop(b.ctx))
@@ -410,7 +410,7 @@ func ExerciseConsumer(t *testing.T, h ConsumerHarness) {
 				return errors.New("points service unavailable")
 			}
 			return nil
-		}, ConsumerOptions{Retry: fastRetry()})
+		}, ConsumerOptions{Redelivery: fastRetry()})
 		waitFor(t, time.Minute, func() bool { s := c.Stats(); return s.Parked == 1 && s.Acked == 1 },
 			func() string { return fmt.Sprintf("%+v", c.Stats()) })
 		require.NoError(t, c.Stop(b.ctx))
@@ -430,7 +430,7 @@ func ExerciseConsumer(t *testing.T, h ConsumerHarness) {
 		id := b.publish(t, 1)[0]
 		c, rec := b.start(t, func(ctx context.Context, d *ferrybroker.Delivery) error {
 			panic("nil map")
-		}, ConsumerOptions{Retry: ferrybroker.RetryPolicy{MaxDeliveries: 2, RetryDelay: time.Millisecond}})
+		}, ConsumerOptions{Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 2, RetryDelay: time.Millisecond}})
 		waitFor(t, time.Minute, func() bool { return c.Stats().Parked == 1 }, func() string { return fmt.Sprintf("%+v", c.Stats()) })
 		require.NoError(t, c.Stop(b.ctx))
 		st := rec.agrees(t, c)
@@ -448,7 +448,7 @@ func ExerciseConsumer(t *testing.T, h ConsumerHarness) {
 		c, rec := b.start(t, func(ctx context.Context, d *ferrybroker.Delivery) error {
 			seen.add(d)
 			return nil
-		}, ConsumerOptions{Retry: fastRetry(), Validate: ferrybroker.RequireHeaders(ferrybroker.HeaderEventID, ferrybroker.HeaderEventType)})
+		}, ConsumerOptions{Redelivery: fastRetry(), Validate: ferrybroker.RequireHeaders(ferrybroker.HeaderEventID, ferrybroker.HeaderEventType)})
 		waitFor(t, time.Minute, func() bool { s := c.Stats(); return s.Parked == 2 && s.Acked == 1 },
 			func() string { return fmt.Sprintf("%+v", c.Stats()) })
 		require.NoError(t, c.Stop(b.ctx))
@@ -646,7 +646,7 @@ func ExerciseConsumer(t *testing.T, h ConsumerHarness) {
 			default:
 			}
 			return ferrytype.Poison(errors.New("unknown currency XXX"))
-		}, ConsumerOptions{Concurrency: 1, Retry: fastRetry()})
+		}, ConsumerOptions{Concurrency: 1, Redelivery: fastRetry()})
 		b.BreakParking(t)
 		b.publish(t, 1)
 		wait(t, handled, time.Minute, "the handler ran")

@@ -71,7 +71,7 @@ type ConsumerConfig struct {
 	// consumer starts.
 	Topics []string
 	// ParkTopic receives poison and malformed records, tombstones, and
-	// records whose last delivery allowed by Retry failed, with the park
+	// records whose last delivery allowed by Redelivery failed, with the park
 	// headers; only then does the partition move on. Required: a record
 	// is never skipped. It must exist when the consumer starts.
 	ParkTopic string
@@ -81,13 +81,13 @@ type ConsumerConfig struct {
 	// so a partition, are handled in the order they were published).
 	// Default 4.
 	Concurrency int
-	// Retry says when a failed record is retried and when it is parked
+	// Redelivery says when a failed record is retried and when it is parked
 	// (defaults: 10 deliveries, 200ms doubling up to 30s). Kafka has no
 	// redelivery: a record whose handler failed transiently is handed to
 	// the handler again in place after the delay, and its partition waits
 	// meanwhile. The delivery count is the consumer's own; a record that
 	// comes again after a rebalance or a restart starts counting at 1.
-	Retry ferrybroker.RetryPolicy
+	Redelivery ferrybroker.RedeliveryPolicy
 	// CommitInterval is how often the offsets of handled records are
 	// committed. Offsets are also committed when partitions are revoked
 	// and at Stop. Each commit waits at most 10s. Default 1s.
@@ -143,7 +143,7 @@ func (cfg *ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConsumerConcurrency
 	}
-	c.Retry = c.Retry.WithDefaults()
+	c.Redelivery = c.Redelivery.WithDefaults()
 	if c.CommitInterval == 0 {
 		c.CommitInterval = DefaultCommitInterval
 	}
@@ -172,8 +172,8 @@ func (cfg *ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 		return c, fmt.Errorf("%w: ConsumerConfig.ParkTopic is required: poison records must go somewhere", ferrytype.ErrInvalidConfig)
 	case c.Concurrency < 1 || c.Concurrency > 4096:
 		return c, fmt.Errorf("%w: ConsumerConfig.Concurrency %d must be within 1..4096", ferrytype.ErrInvalidConfig, c.Concurrency)
-	case c.Retry.Validate() != nil:
-		return c, fmt.Errorf("ConsumerConfig.Retry: %w", c.Retry.Validate())
+	case c.Redelivery.Validate() != nil:
+		return c, fmt.Errorf("ConsumerConfig.Redelivery: %w", c.Redelivery.Validate())
 	case c.CommitInterval < 10*time.Millisecond:
 		return c, fmt.Errorf("%w: ConsumerConfig.CommitInterval %s is below 10ms", ferrytype.ErrInvalidConfig, c.CommitInterval)
 	case c.RevokeTimeout < 0 || c.HandlerTimeout < 0 || c.ParkTimeout < 0 || c.ShutdownTimeout < 0:
@@ -207,7 +207,7 @@ type ConsumerStats = ferrybroker.ConsumerStats
 //     are committed every CommitInterval, when partitions are revoked and
 //     at Stop; a delivery is reported settled (HookSettled, Stats) when
 //     the commit that covers it succeeded.
-//   - A transient failure is retried in place after the RetryPolicy's
+//   - A transient failure is retried in place after the RedeliveryPolicy's
 //     delay; the partition waits.
 //   - A parked record is produced to ParkTopic, with the park headers,
 //     and only once the brokers acknowledged the copy does the partition
@@ -991,10 +991,10 @@ func (c *Consumer) deliver(p *part, rec *kgo.Record, count int) (delay time.Dura
 		// Stop gave up on it, or its partition was revoked or lost: not a
 		// failure of the record.
 		c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: err})
-	case c.cfg.Retry.ParkReason(err, count) != nil:
-		return c.park(p, rec, d, c.cfg.Retry.ParkReason(err, count))
+	case c.cfg.Redelivery.ParkReason(err, count) != nil:
+		return c.park(p, rec, d, c.cfg.Redelivery.ParkReason(err, count))
 	default:
-		delay = c.cfg.Retry.Delay(count)
+		delay = c.cfg.Redelivery.Delay(count)
 		c.log.Debug("handler failed; delivering again later", "message_id", d.MessageID, "delivery_count", count,
 			"retry_in", delay, "error", err)
 		c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionRetried, Err: err})
@@ -1080,7 +1080,7 @@ func (c *Consumer) park(p *part, rec *kgo.Record, d *ferrybroker.Delivery, reaso
 		return 0, false
 	}
 	c.obs.ParkFailed()
-	delay := c.cfg.Retry.Delay(d.DeliveryCount)
+	delay := c.cfg.Redelivery.Delay(d.DeliveryCount)
 	c.log.Error("park failed; the record will be delivered again", "message_id", d.MessageID,
 		"park_topic", c.cfg.ParkTopic, "reason", reason, "retry_in", delay, "error", err)
 	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionRetried, Err: reason})

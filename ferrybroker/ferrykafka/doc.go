@@ -142,12 +142,12 @@
 //     inbox reports as a duplicate. ferrybroker.FaultConsumerAfterHandle
 //     is that point.
 //   - Retries. Kafka never delivers a record again by itself: a transient
-//     failure is retried in place after the RetryPolicy's delay (200ms
+//     failure is retried in place after the RedeliveryPolicy's delay (200ms
 //     doubling up to 30s by default), and the partition waits meanwhile;
 //     the others go on. Delivery.DeliveryCount and Redelivered count
 //     those in-place deliveries. Kafka keeps no delivery count: a record
 //     read again after a rebalance or a restart starts counting at 1, so
-//     RetryPolicy.MaxDeliveries bounds the retries of one consumer's
+//     RedeliveryPolicy.MaxDeliveries bounds the retries of one consumer's
 //     turn, not of the record's life.
 //   - Parking. A poison record (an error wrapping ferrytype.ErrPoison), a
 //     malformed one (a payload that is not JSON, a failed

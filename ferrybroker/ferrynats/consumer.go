@@ -42,18 +42,18 @@ type ConsumerConfig struct {
 	// it must exist (with explicit acks).
 	Declare bool
 	// ParkSubject receives poison and malformed messages and messages
-	// whose last delivery allowed by Retry failed, with the park headers.
+	// whose last delivery allowed by Redelivery failed, with the park headers.
 	// Required: a message is never acked and forgotten. A stream must
 	// capture the subject, or parking fails and the message is retried
 	// instead.
 	ParkSubject string
 	// Concurrency is the number of handlers running at once. Default 4.
 	Concurrency int
-	// Retry says when a failed delivery is retried and when it is parked
+	// Redelivery says when a failed delivery is retried and when it is parked
 	// (defaults: 10 deliveries, 200ms doubling up to 30s). A delivery to
 	// retry is negatively acknowledged with its delay (NakWithDelay).
 	// JetStream counts deliveries across consumers and restarts.
-	Retry ferrybroker.RetryPolicy
+	Redelivery ferrybroker.RedeliveryPolicy
 	// AckWait is how long JetStream waits for an ack before redelivering.
 	// A handler running longer keeps its message with progress signals.
 	// Default 30s.
@@ -91,7 +91,7 @@ type ConsumerStats = ferrybroker.ConsumerStats
 // Consumer runs a handler on the messages of a durable JetStream consumer,
 // as ferrybroker.Consumer describes: the handler commits its effect, then
 // the message is acked (and the ack confirmed by the server). A transient
-// failure is negatively acknowledged with the delay of ConsumerConfig.Retry;
+// failure is negatively acknowledged with the delay of ConsumerConfig.Redelivery;
 // a poison message (an error wrapping ferrytype.ErrPoison), a malformed
 // one, or one whose last allowed delivery failed is copied to ParkSubject
 // with the park headers, and only once the copy is stored is the original
@@ -131,7 +131,7 @@ func NewConsumer(js jetstream.JetStream, handler ferrybroker.Handler, cfg *Consu
 	if c.Concurrency == 0 {
 		c.Concurrency = 4
 	}
-	c.Retry = c.Retry.WithDefaults()
+	c.Redelivery = c.Redelivery.WithDefaults()
 	if c.AckWait == 0 {
 		c.AckWait = 30 * time.Second
 	}
@@ -154,8 +154,8 @@ func NewConsumer(js jetstream.JetStream, handler ferrybroker.Handler, cfg *Consu
 		return nil, fmt.Errorf("%w: ConsumerConfig.ParkSubject is required: poison messages must go somewhere", ferrytype.ErrInvalidConfig)
 	case c.Concurrency < 1 || c.Concurrency > 4096:
 		return nil, fmt.Errorf("%w: ConsumerConfig.Concurrency %d must be within 1..4096", ferrytype.ErrInvalidConfig, c.Concurrency)
-	case c.Retry.Validate() != nil:
-		return nil, fmt.Errorf("ConsumerConfig.Retry: %w", c.Retry.Validate())
+	case c.Redelivery.Validate() != nil:
+		return nil, fmt.Errorf("ConsumerConfig.Redelivery: %w", c.Redelivery.Validate())
 	case c.AckWait < 0 || c.HandlerTimeout < 0 || c.ParkTimeout < 0 || c.ShutdownTimeout < 0:
 		return nil, fmt.Errorf("%w: ConsumerConfig durations must not be negative", ferrytype.ErrInvalidConfig)
 	}
@@ -364,8 +364,8 @@ func (c *Consumer) handle(msg jetstream.Msg) {
 	case c.ctx.Err() != nil:
 		// Stop gave up waiting: not a failure of the message.
 		c.leave(msg, d, err)
-	case c.cfg.Retry.ParkReason(err, d.DeliveryCount) != nil:
-		c.park(msg, d, meta, c.cfg.Retry.ParkReason(err, d.DeliveryCount))
+	case c.cfg.Redelivery.ParkReason(err, d.DeliveryCount) != nil:
+		c.park(msg, d, meta, c.cfg.Redelivery.ParkReason(err, d.DeliveryCount))
 	default:
 		c.retry(msg, d, err)
 	}
@@ -373,7 +373,7 @@ func (c *Consumer) handle(msg jetstream.Msg) {
 
 // retry negatively acknowledges msg with the policy's delay.
 func (c *Consumer) retry(msg jetstream.Msg, d *ferrybroker.Delivery, cause error) {
-	delay := c.cfg.Retry.Delay(max(d.DeliveryCount, 1))
+	delay := c.cfg.Redelivery.Delay(max(d.DeliveryCount, 1))
 	c.log.Debug("handler failed; delivering again later", "message_id", d.MessageID, "delivery_count", d.DeliveryCount,
 		"retry_in", delay, "error", cause)
 	if err := msg.NakWithDelay(delay); err != nil {

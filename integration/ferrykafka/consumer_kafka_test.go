@@ -69,8 +69,8 @@ func event(p int32, id, key string, payload string) *kgo.Record {
 func (b *kafkaConsumerBundle) consumer(t *testing.T, h ferrybroker.Handler, cfg ferrykafka.ConsumerConfig) *ferrykafka.Consumer {
 	t.Helper()
 	cfg.Group, cfg.Topics, cfg.ParkTopic = b.group, []string{b.topic}, b.park
-	if cfg.Retry.RetryDelay == 0 {
-		cfg.Retry = ferrybroker.RetryPolicy{MaxDeliveries: 50, RetryDelay: 5 * time.Millisecond, MaxRetryDelay: 50 * time.Millisecond}
+	if cfg.Redelivery.RetryDelay == 0 {
+		cfg.Redelivery = ferrybroker.RedeliveryPolicy{MaxDeliveries: 50, RetryDelay: 5 * time.Millisecond, MaxRetryDelay: 50 * time.Millisecond}
 	}
 	return newTestConsumer(t, b.k.Seeds, h, &cfg)
 }
@@ -646,8 +646,8 @@ func TestConsumerConfigIsChecked(t *testing.T) {
 		"ParkTopic":        {Group: "g", Topics: []string{"t"}},
 		"Concurrency":      {Group: "g", Topics: []string{"t"}, ParkTopic: "p", Concurrency: -1},
 		"is also consumed": {Group: "g", Topics: []string{"t"}, ParkTopic: "t"},
-		"RetryPolicy": {Group: "g", Topics: []string{"t"}, ParkTopic: "p",
-			Retry: ferrybroker.RetryPolicy{MaxDeliveries: -1}},
+		"RedeliveryPolicy": {Group: "g", Topics: []string{"t"}, ParkTopic: "p",
+			Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: -1}},
 	} {
 		_, err := ferrykafka.NewConsumer(conn, h, cfg)
 		require.ErrorIs(t, err, ferrytype.ErrInvalidConfig, name)
@@ -787,7 +787,7 @@ func TestConsumerWaitingPartitionDoesNotHoldTheOthers(t *testing.T) {
 			p1Done.Add(1)
 		}
 		return nil
-	}, ferrykafka.ConsumerConfig{Concurrency: 2, Retry: ferrybroker.RetryPolicy{MaxDeliveries: 1 << 20,
+	}, ferrykafka.ConsumerConfig{Concurrency: 2, Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 1 << 20,
 		RetryDelay: 2 * time.Millisecond, MaxRetryDelay: 20 * time.Millisecond}})
 	require.NoError(t, c.Start(b.ctx))
 	testsvc.WaitFor(t, time.Minute, func() bool { return p1Done.Load() == n }, func() string { return fmt.Sprintf("%+v", c.Stats()) })
@@ -934,7 +934,7 @@ func TestConsumerHandlerTimeout(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	}, ferrykafka.ConsumerConfig{HandlerTimeout: 20 * time.Millisecond,
-		Retry: ferrybroker.RetryPolicy{MaxDeliveries: 2, RetryDelay: time.Millisecond}})
+		Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 2, RetryDelay: time.Millisecond}})
 	require.NoError(t, c.Start(b.ctx))
 	waitStats(t, c, func(s ferrybroker.ConsumerStats) bool { return s.Parked == 1 })
 	require.NoError(t, c.Stop(b.ctx))

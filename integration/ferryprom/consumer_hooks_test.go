@@ -54,7 +54,7 @@ func TestConsumerMetricsFromConsumerHooks(t *testing.T) {
 		return nil
 	}, &ferrynats.ConsumerConfig{Stream: stream, Durable: "points", FilterSubjects: []string{prefix + ".orders"},
 		Declare: true, ParkSubject: prefix + ".parked", Name: "points-award", Hooks: []ferrybroker.Hook{m},
-		Retry: ferrybroker.RetryPolicy{RetryDelay: time.Millisecond}})
+		Redelivery: ferrybroker.RedeliveryPolicy{RetryDelay: time.Millisecond}})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(ctx))
 	testsvc.WaitFor(t, time.Minute, func() bool { s := c.Stats(); return s.Acked == 2 && s.Parked == 1 },

@@ -76,7 +76,7 @@ func TestConsumerConformanceRabbitMQ(t *testing.T) {
 				t.Cleanup(func() { _ = sub.Close() })
 				c, err := ferrywatermill.NewConsumer(sub, h, &ferrywatermill.ConsumerConfig{
 					Topic: queue, Park: parkPub, ParkTopic: park, ParkTimeout: 5 * time.Second,
-					Concurrency: o.Concurrency, Retry: o.Retry, Hooks: o.Hooks, Validate: o.Validate, FaultPoint: o.FaultPoint,
+					Concurrency: o.Concurrency, Redelivery: o.Redelivery, Hooks: o.Hooks, Validate: o.Validate, FaultPoint: o.FaultPoint,
 				})
 				require.NoError(t, err)
 				return c
