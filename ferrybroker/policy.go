@@ -12,7 +12,7 @@ import (
 )
 
 // RedeliveryPolicy says what a consumer does with a delivery its handler did
-// not finish. Every consumer's config holds one (ConsumerConfig.Redelivery);
+// not finish. Every consumer's config holds one (ConsumerOptions.Redelivery);
 // zero fields take the default named in their comment.
 //
 //   - nil: the delivery is acked.

@@ -27,55 +27,45 @@ const MetadataRedelivered = "_watermill_amqp_redelivered"
 // retried and not yet settled for good); past it the counts start again.
 const maxCounted = 100_000
 
+// maxConcurrency bounds ConsumerConfig.Concurrency: a Consumer subscribes
+// that many times.
+const maxConcurrency = 1024
+
 // ConsumerConfig configures a Consumer. Zero fields take the default named
 // in their comment.
+//
+// The embedded options are every consumer's (see
+// ferrybroker.ConsumerOptions), with what Watermill changes about them:
+//
+//   - Concurrency (at most 1024): the Consumer subscribes to Topic that
+//     many times, and each subscription hands over its next message once
+//     the last was acked or nacked. Set the subscriber to prefetch one
+//     message per subscription (watermill-amqp's queue configs do), or a
+//     held message holds back those prefetched behind it.
+//   - Redelivery: Watermill keeps no delivery count: the Consumer counts
+//     deliveries of each message id itself, so the count starts again in
+//     a new process, and a message nacked after its delay may come back
+//     to another consumer, which counts from one. A delivery to retry is
+//     held for its delay and then nacked.
+//   - Validate: a message with a JSON Content-Type metadata, or none, is
+//     always checked to hold valid JSON.
+//   - ParkTimeout bounds the publish of a parked copy; Name defaults to
+//     Topic.
 type ConsumerConfig struct {
+	ferrybroker.ConsumerOptions
 	// Topic is the Watermill topic consumed. Required.
 	Topic string
 	// Park and ParkTopic receive a copy, with the park headers, of poison
 	// and malformed messages and of messages whose last delivery allowed
-	// by Retry failed; only once Park.Publish returned nil is the original
-	// acked. Required: a message is never acked and forgotten. Park
-	// should be a publisher that stores before it returns (see Stored).
+	// by Redelivery failed; only once Park.Publish returned nil is the
+	// original acked. Required: a message is never acked and forgotten.
+	// Park should be a publisher that stores before it returns (see
+	// Stored).
 	Park      message.Publisher
 	ParkTopic string
 	// Source names what is consumed in the park header
 	// ferrybroker.HeaderParkSource. Default: Topic.
 	Source string
-	// Concurrency is the number of handlers running at once: the Consumer
-	// subscribes to Topic that many times, and each subscription hands
-	// over its next message once the last was acked or nacked. Set the
-	// subscriber to prefetch one message per subscription (watermill-amqp's
-	// queue configs do), or a held message holds back those prefetched
-	// behind it. Default 4.
-	Concurrency int
-	// Redelivery says when a failed delivery is retried and when it is parked
-	// (defaults: 10 deliveries, 200ms doubling up to 30s). Watermill keeps
-	// no delivery count: the Consumer counts deliveries of each message id
-	// itself, so the count starts again in a new process, and a message
-	// nacked after its delay may come back to another consumer, which
-	// counts from one. A delivery to retry is held for its delay and then
-	// nacked.
-	Redelivery ferrybroker.RedeliveryPolicy
-	// HandlerTimeout bounds one handler call through its context. Default
-	// 0: no bound.
-	HandlerTimeout time.Duration
-	// Validate, when set, checks each delivery before the handler runs; an
-	// error parks it as malformed (ferrybroker.RequireHeaders is one). A
-	// message with a JSON Content-Type metadata, or none, is always
-	// checked to hold valid JSON.
-	Validate func(d *ferrybroker.Delivery) error
-	// ParkTimeout bounds the publish of a parked copy. Default 30s.
-	ParkTimeout time.Duration
-	// ShutdownTimeout bounds the stop at the end of Run. Default 30s.
-	ShutdownTimeout time.Duration
-	// Name is the consumer's name given to the hooks. Default: Topic.
-	Name string
-	// Hooks observe the consumer (ferrybroker's consumer hooks, as
-	// ferryprom.ConsumerMetrics and ferryotel.Tracing implement them).
-	Hooks []ferrybroker.Hook
-	// Logger receives the consumer's logs. Default: slog.Default().
-	Logger *slog.Logger
 	// FaultPoint, when set, is called at ferrybroker.FaultConsumerAfterHandle;
 	// a non-nil error acts as a crash of the handler's worker there: the
 	// message is neither acked nor nacked until Stop, which nacks it. For
@@ -124,36 +114,19 @@ func NewConsumer(sub message.Subscriber, handler ferrybroker.Handler, cfg *Consu
 		return nil, fmt.Errorf("%w: ferrywatermill.NewConsumer needs a Watermill subscriber, a handler and a config", ferrytype.ErrInvalidConfig)
 	}
 	c := *cfg
-	if c.Concurrency == 0 {
-		c.Concurrency = 4
-	}
-	c.Redelivery = c.Redelivery.WithDefaults()
-	if c.ParkTimeout == 0 {
-		c.ParkTimeout = 30 * time.Second
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 30 * time.Second
-	}
-	if c.Name == "" {
-		c.Name = c.Topic
-	}
+	c.ConsumerOptions = c.ConsumerOptions.WithDefaults(c.Topic)
 	if c.Source == "" {
 		c.Source = c.Topic
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	switch {
 	case c.Topic == "":
 		return nil, fmt.Errorf("%w: ConsumerConfig.Topic is required", ferrytype.ErrInvalidConfig)
 	case nilness.Nil(c.Park) || c.ParkTopic == "":
 		return nil, fmt.Errorf("%w: ConsumerConfig.Park and ParkTopic are required: poison messages must go somewhere", ferrytype.ErrInvalidConfig)
-	case c.Concurrency < 1 || c.Concurrency > 1024:
-		return nil, fmt.Errorf("%w: ConsumerConfig.Concurrency %d must be within 1..1024", ferrytype.ErrInvalidConfig, c.Concurrency)
-	case c.Redelivery.Validate() != nil:
-		return nil, fmt.Errorf("ConsumerConfig.Redelivery: %w", c.Redelivery.Validate())
-	case c.HandlerTimeout < 0 || c.ParkTimeout < 0 || c.ShutdownTimeout < 0:
-		return nil, fmt.Errorf("%w: ConsumerConfig durations must not be negative", ferrytype.ErrInvalidConfig)
+	case c.Concurrency < 1 || c.Concurrency > maxConcurrency:
+		return nil, fmt.Errorf("%w: ConsumerConfig.Concurrency %d must be within 1..%d", ferrytype.ErrInvalidConfig, c.Concurrency, maxConcurrency)
+	case c.Check() != nil:
+		return nil, c.Check()
 	}
 	return &Consumer{sub: sub, handler: handler, cfg: c, log: c.Logger.With("topic", c.Topic),
 		obs: ferrybroker.NewConsumerObserver(c.Name, c.Hooks), counts: map[string]int{}}, nil

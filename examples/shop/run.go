@@ -233,9 +233,10 @@ func consume(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler) (fun
 		}
 		c, err := ferrynats.NewConsumer(js, h, &ferrynats.ConsumerConfig{
 			Stream: Stream, Durable: o.Role, FilterSubjects: []string{RoutePaid}, Declare: true,
-			ParkSubject: ParkSubject(o.Role), Concurrency: conc, AckWait: 5 * time.Second,
-			Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 50, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
-			FaultPoint: o.FaultPoint, Logger: EnvLogger(),
+			ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: conc, Logger: EnvLogger(),
+				Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 50, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second}},
+			ParkSubject: ParkSubject(o.Role), AckWait: 5 * time.Second,
+			FaultPoint: o.FaultPoint,
 		})
 		if err == nil {
 			err = c.Start(ctx)
@@ -254,10 +255,11 @@ func consume(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler) (fun
 	case strings.HasPrefix(o.BrokerURL, "amqp:") || strings.HasPrefix(o.BrokerURL, "amqps:"):
 		topo := AMQPTopology()
 		c, err := ferryamqp.DialConsumer(o.BrokerURL, o.Role, OnlyPaid(h), &ferryamqp.ConsumerConfig{
-			Concurrency: conc, Prefetch: conc, Declare: true, Topology: topo,
+			ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: conc, Logger: EnvLogger(),
+				Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 15, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second}},
+			Prefetch: conc, Declare: true, Topology: topo,
 			Queue:      ferryamqp.Queue{DeliveryLimit: amqpDeliveryLimit},
-			Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 15, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
-			Connection: ferryamqp.ConnectionConfig{Name: "shop-" + o.Role}, FaultPoint: o.FaultPoint, Logger: EnvLogger(),
+			Connection: ferryamqp.ConnectionConfig{Name: "shop-" + o.Role}, FaultPoint: o.FaultPoint,
 		})
 		if err == nil {
 			err = c.Start(ctx)

@@ -26,24 +26,22 @@ const HeaderParkExchange = "Ferry-Park-Exchange"
 
 // ConsumerConfig configures a Consumer. A nil config uses the defaults;
 // zero fields take the default named in their comment.
+//
+// The embedded options are every consumer's (see
+// ferrybroker.ConsumerOptions); on RabbitMQ, a delivery to retry after
+// Redelivery's delay waits that delay keeping its prefetch slot, then goes
+// back to the queue (basic.nack with requeue). Quorum queues count
+// deliveries (x-delivery-count) across consumers and restarts; on classic
+// queues the count is kept in memory, per message id, and lost on restart.
+// ParkTimeout bounds the publish and confirm of a parked copy; Name
+// defaults to the queue.
 type ConsumerConfig struct {
-	// Concurrency is the number of handlers running at once. Default 4.
-	Concurrency int
+	ferrybroker.ConsumerOptions
 	// Prefetch is how many unacked deliveries RabbitMQ sends ahead
 	// (basic.qos), at least Concurrency. Default 4×Concurrency. Keep it
 	// small: on RabbitMQ 3.x every delivery returned to the queue, also by
 	// a clean stop, counts as a delivery attempt.
 	Prefetch int
-	// Redelivery says when a failed delivery is retried and when it is parked
-	// (defaults: 10 deliveries, 200ms doubling up to 30s). A delivery to
-	// retry waits its delay, keeping its prefetch slot, then goes back to
-	// the queue (basic.nack with requeue). Quorum queues count deliveries
-	// (x-delivery-count) across consumers and restarts; on classic queues
-	// the count is kept in memory, per message id, and lost on restart.
-	Redelivery ferrybroker.RedeliveryPolicy
-	// HandlerTimeout bounds one handler call through its context. Default
-	// 0: no bound.
-	HandlerTimeout time.Duration
 	// Queue holds the settings of the consumed queue for Declare and names
 	// its parking queue, which must exist: a Consumer never acks a message
 	// it could not handle unless a confirmed copy sits in the parking
@@ -56,28 +54,10 @@ type ConsumerConfig struct {
 	// Topology lists further topology to declare or check (bindings of
 	// the queue, say).
 	Topology Topology
-	// Validate, when set, checks each delivery before the handler runs; an
-	// error parks the delivery as malformed (ferrybroker.RequireHeaders
-	// is one). A JSON content type (or none) is always checked to hold
-	// valid JSON (ferrybroker.CheckPayload).
-	Validate func(d *ferrybroker.Delivery) error
-	// ParkTimeout bounds the publish and confirm of a parked copy. Default
-	// 30s.
-	ParkTimeout time.Duration
-	// ShutdownTimeout bounds the stop at the end of Run. Default 30s.
-	ShutdownTimeout time.Duration
 	// Tag is the consumer tag prefix. Default "ferry".
 	Tag string
 	// Connection configures the connection DialConsumer opens.
 	Connection ConnectionConfig
-	// Name is the consumer's name given to the hooks. Default: the queue.
-	Name string
-	// Hooks observe the consumer: each value implements some of
-	// ferrybroker's consumer hook interfaces (ferrybroker.HookSettled, ...),
-	// as ferryprom.ConsumerMetrics and ferryotel.Tracing do.
-	Hooks []ferrybroker.Hook
-	// Logger receives the consumer's logs. Default: slog.Default().
-	Logger *slog.Logger
 	// FaultPoint, when set, is called at
 	// ferrybroker.FaultConsumerAfterHandle, after the handler committed and
 	// before the ack; a non-nil error acts as a crash there: the delivery
@@ -162,27 +142,12 @@ func newConsumer(queue string, h ferrybroker.Handler, cfg *ConsumerConfig) (*Con
 	if cfg != nil {
 		c = *cfg
 	}
-	if c.Concurrency == 0 {
-		c.Concurrency = 4
-	}
+	c.ConsumerOptions = c.ConsumerOptions.WithDefaults(queue)
 	if c.Prefetch == 0 {
 		c.Prefetch = 4 * c.Concurrency
 	}
-	c.Redelivery = c.Redelivery.WithDefaults()
-	if c.Name == "" {
-		c.Name = queue
-	}
-	if c.ParkTimeout == 0 {
-		c.ParkTimeout = 30 * time.Second
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 30 * time.Second
-	}
 	if c.Tag == "" {
 		c.Tag = "ferry"
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	c.Queue.Name = queue
 	c.Queue.NoParking = false
@@ -194,15 +159,11 @@ func newConsumer(queue string, h ferrybroker.Handler, cfg *ConsumerConfig) (*Con
 	switch {
 	case h == nil:
 		return nil, fmt.Errorf("%w: NewConsumer: handler is nil", ferrytype.ErrInvalidConfig)
-	case c.Concurrency < 1 || c.Concurrency > 4096:
-		return nil, fmt.Errorf("%w: ConsumerConfig.Concurrency %d must be within 1..4096", ferrytype.ErrInvalidConfig, c.Concurrency)
+	case c.Check() != nil:
+		return nil, c.Check()
 	case c.Prefetch < c.Concurrency || c.Prefetch > 65535:
 		return nil, fmt.Errorf("%w: ConsumerConfig.Prefetch %d must be within Concurrency (%d)..65535",
 			ferrytype.ErrInvalidConfig, c.Prefetch, c.Concurrency)
-	case c.Redelivery.Validate() != nil:
-		return nil, fmt.Errorf("ConsumerConfig.Redelivery: %w", c.Redelivery.Validate())
-	case c.HandlerTimeout < 0 || c.ParkTimeout < 0 || c.ShutdownTimeout < 0:
-		return nil, fmt.Errorf("%w: ConsumerConfig timeouts must not be negative", ferrytype.ErrInvalidConfig)
 	case c.Declare && q.Type == QueueQuorum && q.DeliveryLimit > 0 && c.Redelivery.MaxDeliveries > q.DeliveryLimit:
 		return nil, fmt.Errorf("%w: ConsumerConfig.Redelivery.MaxDeliveries %d exceeds the queue's DeliveryLimit %d: "+
 			"RabbitMQ would dead-letter failing messages before the consumer parks them with their reason",

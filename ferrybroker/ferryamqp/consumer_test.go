@@ -26,7 +26,7 @@ func consumerHarness(typ ferryamqp.QueueType) ferrybrokertest.ConsumerHarness {
 		ferryamqptest.DeleteRabbitMQQueue(t, queue+".parking")
 		config := func(o ferrybrokertest.ConsumerOptions) *ferryamqp.ConsumerConfig {
 			return &ferryamqp.ConsumerConfig{
-				Concurrency: o.Concurrency, Redelivery: o.Redelivery, Hooks: o.Hooks, Validate: o.Validate, FaultPoint: o.FaultPoint,
+				ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: o.Concurrency, Redelivery: o.Redelivery, Hooks: o.Hooks, Validate: o.Validate}, FaultPoint: o.FaultPoint,
 				Declare:  true,
 				Topology: ferryamqp.Topology{Bindings: []ferryamqp.Binding{{Queue: queue, Exchange: "amq.topic", RoutingKey: rk}}},
 			}

@@ -42,15 +42,13 @@ const (
 // Delivery's MessageID when the record has no Ferry-Event-Id.
 const HeaderDebeziumID = "id"
 
-// Defaults of ConsumerConfig.
+// Defaults of ConsumerConfig (those of its ConsumerOptions are
+// ferrybroker's: ferrybroker.DefaultConcurrency, ...).
 const (
-	DefaultConsumerConcurrency = 4
-	DefaultCommitInterval      = time.Second
-	DefaultRevokeTimeout       = 5 * time.Second
-	DefaultRebalanceTimeout    = 10 * time.Second
-	DefaultSessionTimeout      = 10 * time.Second
-	DefaultParkTimeout         = 30 * time.Second
-	DefaultShutdownTimeout     = 30 * time.Second
+	DefaultCommitInterval   = time.Second
+	DefaultRevokeTimeout    = 5 * time.Second
+	DefaultRebalanceTimeout = 10 * time.Second
+	DefaultSessionTimeout   = 10 * time.Second
 )
 
 // commitTimeout bounds one offset commit (periodic, on revoke, at stop).
@@ -64,30 +62,33 @@ const partitionBuffer = 256
 
 // ConsumerConfig configures a Consumer. Zero fields take the default named
 // in their comment.
+//
+// The embedded options are every consumer's (see
+// ferrybroker.ConsumerOptions), with what Kafka changes about them:
+//
+//   - Concurrency handlers run at once across partitions; within a
+//     partition records are handled one at a time, in offset order (so
+//     one aggregate's events, which share a key and so a partition, are
+//     handled in the order they were published).
+//   - Kafka has no redelivery: a record whose handler failed transiently
+//     is handed to the handler again in place after Redelivery's delay,
+//     and its partition waits meanwhile. The delivery count is the
+//     consumer's own; a record that comes again after a rebalance or a
+//     restart starts counting at 1.
+//   - ParkTimeout bounds the produce of a parked copy; Name defaults to
+//     Group.
 type ConsumerConfig struct {
+	ferrybroker.ConsumerOptions
 	// Group is the Kafka consumer group. Required.
 	Group string
 	// Topics are the topics consumed. Required; they must exist when the
 	// consumer starts.
 	Topics []string
 	// ParkTopic receives poison and malformed records, tombstones, and
-	// records whose last delivery allowed by Redelivery failed, with the park
-	// headers; only then does the partition move on. Required: a record
-	// is never skipped. It must exist when the consumer starts.
+	// records whose last delivery allowed by Redelivery failed, with the
+	// park headers; only then does the partition move on. Required: a
+	// record is never skipped. It must exist when the consumer starts.
 	ParkTopic string
-	// Concurrency is the number of handlers running at once, across
-	// partitions. Within a partition records are handled one at a time,
-	// in offset order (so one aggregate's events, which share a key and
-	// so a partition, are handled in the order they were published).
-	// Default 4.
-	Concurrency int
-	// Redelivery says when a failed record is retried and when it is parked
-	// (defaults: 10 deliveries, 200ms doubling up to 30s). Kafka has no
-	// redelivery: a record whose handler failed transiently is handed to
-	// the handler again in place after the delay, and its partition waits
-	// meanwhile. The delivery count is the consumer's own; a record that
-	// comes again after a rebalance or a restart starts counting at 1.
-	Redelivery ferrybroker.RedeliveryPolicy
 	// CommitInterval is how often the offsets of handled records are
 	// committed. Offsets are also committed when partitions are revoked
 	// and at Stop. Each commit waits at most 10s. Default 1s.
@@ -98,18 +99,6 @@ type ConsumerConfig struct {
 	// left to the partition's next owner. Keep it below the rebalance
 	// timeout (10s, see Dial). Default 5s.
 	RevokeTimeout time.Duration
-	// HandlerTimeout bounds one handler call through its context. Default
-	// 0: no bound.
-	HandlerTimeout time.Duration
-	// Validate, when set, checks each delivery before the handler runs; an
-	// error parks the record as malformed (ferrybroker.RequireHeaders is
-	// one). A record with a JSON Content-Type header, or none, is always
-	// checked to hold valid JSON (ferrybroker.CheckPayload).
-	Validate func(d *ferrybroker.Delivery) error
-	// ParkTimeout bounds the produce of a parked copy. Default 30s.
-	ParkTimeout time.Duration
-	// ShutdownTimeout bounds the stop at the end of Run. Default 30s.
-	ShutdownTimeout time.Duration
 	// ClientOpts are further franz-go options for the consumer's client,
 	// applied after ferry's defaults (client id ferry-consumer, a 10s
 	// session timeout and a 10s rebalance timeout) and the connection's,
@@ -118,14 +107,6 @@ type ConsumerConfig struct {
 	// kgo.ConsumeTopics, kgo.DisableAutoCommit, kgo.BlockRebalanceOnPoll
 	// and the OnPartitions callbacks.
 	ClientOpts []kgo.Opt
-	// Name is the consumer's name given to the hooks. Default: Group.
-	Name string
-	// Hooks observe the consumer: each value implements some of
-	// ferrybroker's consumer hook interfaces (ferrybroker.HookSettled, ...),
-	// as ferryprom.ConsumerMetrics and ferryotel.Tracing do.
-	Hooks []ferrybroker.Hook
-	// Logger receives the consumer's logs. Default: slog.Default().
-	Logger *slog.Logger
 	// FaultPoint, when set, is called at ferrybroker.FaultConsumerAfterHandle;
 	// a non-nil error acts as a crash of the record's partition there: the
 	// record's offset is not committed, nothing later in the partition is
@@ -140,27 +121,12 @@ func (cfg *ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 		return ConsumerConfig{}, fmt.Errorf("%w: ferrykafka: a ConsumerConfig is required (Group, Topics, ParkTopic)", ferrytype.ErrInvalidConfig)
 	}
 	c := *cfg
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConsumerConcurrency
-	}
-	c.Redelivery = c.Redelivery.WithDefaults()
+	c.ConsumerOptions = c.ConsumerOptions.WithDefaults(c.Group)
 	if c.CommitInterval == 0 {
 		c.CommitInterval = DefaultCommitInterval
 	}
 	if c.RevokeTimeout == 0 {
 		c.RevokeTimeout = DefaultRevokeTimeout
-	}
-	if c.ParkTimeout == 0 {
-		c.ParkTimeout = DefaultParkTimeout
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if c.Name == "" {
-		c.Name = c.Group
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	c.Topics = append([]string(nil), c.Topics...)
 	switch {
@@ -170,14 +136,12 @@ func (cfg *ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 		return c, fmt.Errorf("%w: ConsumerConfig.Topics is required", ferrytype.ErrInvalidConfig)
 	case c.ParkTopic == "":
 		return c, fmt.Errorf("%w: ConsumerConfig.ParkTopic is required: poison records must go somewhere", ferrytype.ErrInvalidConfig)
-	case c.Concurrency < 1 || c.Concurrency > 4096:
-		return c, fmt.Errorf("%w: ConsumerConfig.Concurrency %d must be within 1..4096", ferrytype.ErrInvalidConfig, c.Concurrency)
-	case c.Redelivery.Validate() != nil:
-		return c, fmt.Errorf("ConsumerConfig.Redelivery: %w", c.Redelivery.Validate())
+	case c.Check() != nil:
+		return c, c.Check()
 	case c.CommitInterval < 10*time.Millisecond:
 		return c, fmt.Errorf("%w: ConsumerConfig.CommitInterval %s is below 10ms", ferrytype.ErrInvalidConfig, c.CommitInterval)
-	case c.RevokeTimeout < 0 || c.HandlerTimeout < 0 || c.ParkTimeout < 0 || c.ShutdownTimeout < 0:
-		return c, fmt.Errorf("%w: ConsumerConfig durations must not be negative", ferrytype.ErrInvalidConfig)
+	case c.RevokeTimeout < 0:
+		return c, fmt.Errorf("%w: ConsumerConfig.RevokeTimeout %s must not be negative", ferrytype.ErrInvalidConfig, c.RevokeTimeout)
 	}
 	for _, t := range append([]string{c.ParkTopic}, c.Topics...) {
 		if err := validTopic(t); err != nil {

@@ -31,7 +31,15 @@ const (
 
 // ConsumerConfig configures a Consumer. Zero fields take the default named
 // in their comment.
+//
+// The embedded options are every consumer's (see
+// ferrybroker.ConsumerOptions); on JetStream, a delivery to retry after
+// Redelivery's delay is negatively acknowledged with that delay
+// (NakWithDelay), and JetStream counts deliveries across consumers and
+// restarts. ParkTimeout bounds the publish of a parked copy; Name defaults
+// to Durable.
 type ConsumerConfig struct {
+	ferrybroker.ConsumerOptions
 	// Stream and Durable name the JetStream stream and durable consumer.
 	// Required.
 	Stream, Durable string
@@ -42,42 +50,15 @@ type ConsumerConfig struct {
 	// it must exist (with explicit acks).
 	Declare bool
 	// ParkSubject receives poison and malformed messages and messages
-	// whose last delivery allowed by Redelivery failed, with the park headers.
-	// Required: a message is never acked and forgotten. A stream must
-	// capture the subject, or parking fails and the message is retried
-	// instead.
+	// whose last delivery allowed by Redelivery failed, with the park
+	// headers. Required: a message is never acked and forgotten. A stream
+	// must capture the subject, or parking fails and the message is
+	// retried instead.
 	ParkSubject string
-	// Concurrency is the number of handlers running at once. Default 4.
-	Concurrency int
-	// Redelivery says when a failed delivery is retried and when it is parked
-	// (defaults: 10 deliveries, 200ms doubling up to 30s). A delivery to
-	// retry is negatively acknowledged with its delay (NakWithDelay).
-	// JetStream counts deliveries across consumers and restarts.
-	Redelivery ferrybroker.RedeliveryPolicy
 	// AckWait is how long JetStream waits for an ack before redelivering.
 	// A handler running longer keeps its message with progress signals.
 	// Default 30s.
 	AckWait time.Duration
-	// HandlerTimeout bounds one handler call through its context. Default
-	// 0: no bound.
-	HandlerTimeout time.Duration
-	// Validate, when set, checks each delivery before the handler runs; an
-	// error parks the delivery as malformed (ferrybroker.RequireHeaders
-	// is one). A message with a JSON Content-Type header, or none, is
-	// always checked to hold valid JSON (ferrybroker.CheckPayload).
-	Validate func(d *ferrybroker.Delivery) error
-	// ParkTimeout bounds the publish of a parked copy. Default 30s.
-	ParkTimeout time.Duration
-	// ShutdownTimeout bounds the stop at the end of Run. Default 30s.
-	ShutdownTimeout time.Duration
-	// Name is the consumer's name given to the hooks. Default: Durable.
-	Name string
-	// Hooks observe the consumer: each value implements some of
-	// ferrybroker's consumer hook interfaces (ferrybroker.HookSettled, ...),
-	// as ferryprom.ConsumerMetrics and ferryotel.Tracing do.
-	Hooks []ferrybroker.Hook
-	// Logger receives the consumer's logs. Default: slog.Default().
-	Logger *slog.Logger
 	// FaultPoint, when set, is called at ferrybroker.FaultConsumerAfterHandle;
 	// a non-nil error acts as a crash there: the delivery is left unacked
 	// (not even negatively acknowledged), and JetStream delivers it again
@@ -128,36 +109,19 @@ func NewConsumer(js jetstream.JetStream, handler ferrybroker.Handler, cfg *Consu
 		return nil, fmt.Errorf("%w: ferrynats.NewConsumer needs JetStream, a handler and a config", ferrytype.ErrInvalidConfig)
 	}
 	c := *cfg
-	if c.Concurrency == 0 {
-		c.Concurrency = 4
-	}
-	c.Redelivery = c.Redelivery.WithDefaults()
+	c.ConsumerOptions = c.ConsumerOptions.WithDefaults(c.Durable)
 	if c.AckWait == 0 {
 		c.AckWait = 30 * time.Second
-	}
-	if c.ParkTimeout == 0 {
-		c.ParkTimeout = 30 * time.Second
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 30 * time.Second
-	}
-	if c.Name == "" {
-		c.Name = c.Durable
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	switch {
 	case c.Stream == "" || c.Durable == "":
 		return nil, fmt.Errorf("%w: ConsumerConfig.Stream and Durable are required", ferrytype.ErrInvalidConfig)
 	case c.ParkSubject == "":
 		return nil, fmt.Errorf("%w: ConsumerConfig.ParkSubject is required: poison messages must go somewhere", ferrytype.ErrInvalidConfig)
-	case c.Concurrency < 1 || c.Concurrency > 4096:
-		return nil, fmt.Errorf("%w: ConsumerConfig.Concurrency %d must be within 1..4096", ferrytype.ErrInvalidConfig, c.Concurrency)
-	case c.Redelivery.Validate() != nil:
-		return nil, fmt.Errorf("ConsumerConfig.Redelivery: %w", c.Redelivery.Validate())
-	case c.AckWait < 0 || c.HandlerTimeout < 0 || c.ParkTimeout < 0 || c.ShutdownTimeout < 0:
-		return nil, fmt.Errorf("%w: ConsumerConfig durations must not be negative", ferrytype.ErrInvalidConfig)
+	case c.Check() != nil:
+		return nil, c.Check()
+	case c.AckWait < 0:
+		return nil, fmt.Errorf("%w: ConsumerConfig.AckWait %s must not be negative", ferrytype.ErrInvalidConfig, c.AckWait)
 	}
 	return &Consumer{js: js, handler: handler, cfg: c, log: c.Logger.With("stream", c.Stream, "consumer", c.Durable),
 		obs: ferrybroker.NewConsumerObserver(c.Name, c.Hooks)}, nil

@@ -29,7 +29,7 @@ func TestConsumerConfigErrors(t *testing.T) {
 	require.ErrorIs(t, err, ferrytype.ErrInvalidConfig)
 	require.ErrorContains(t, err, "ParkSubject is required")
 	_, err = ferrynats.NewConsumer(js, h, &ferrynats.ConsumerConfig{Stream: "S", Durable: "d", ParkSubject: "p",
-		Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: -1}})
+		ConsumerOptions: ferrybroker.ConsumerOptions{Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: -1}}})
 	require.ErrorContains(t, err, "ConsumerConfig.Redelivery: ")
 	require.ErrorContains(t, err, "RedeliveryPolicy.MaxDeliveries -1 must be positive")
 }

@@ -112,7 +112,7 @@ func runPointsConsumer() int {
 	if queue := env("QUEUE"); queue != "" {
 		// RabbitMQ: a quorum queue the test declared.
 		c, err := ferryamqp.DialConsumer(testsvc.URL(testsvc.EnvAMQP), queue, handler, &ferryamqp.ConsumerConfig{
-			Concurrency: 4, Prefetch: 4, Redelivery: ferrybroker.RedeliveryPolicy{RetryDelay: 20 * time.Millisecond}, FaultPoint: crash})
+			ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 4, Redelivery: ferrybroker.RedeliveryPolicy{RetryDelay: 20 * time.Millisecond}}, Prefetch: 4, FaultPoint: crash})
 		if err != nil {
 			return fail(err)
 		}
@@ -143,7 +143,7 @@ func runPointsConsumer() int {
 		js, _ := jetstream.New(nc)
 		c, err := ferrynats.NewConsumer(js, handler, &ferrynats.ConsumerConfig{
 			Stream: env("STREAM"), Durable: "points", FilterSubjects: []string{env("SUBJECT")}, Declare: true,
-			ParkSubject: env("PARK"), Concurrency: 4, AckWait: 2 * time.Second, Redelivery: ferrybroker.RedeliveryPolicy{RetryDelay: 20 * time.Millisecond},
+			ParkSubject: env("PARK"), ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 4, Redelivery: ferrybroker.RedeliveryPolicy{RetryDelay: 20 * time.Millisecond}}, AckWait: 2 * time.Second,
 			FaultPoint: crash,
 		})
 		if err != nil {
