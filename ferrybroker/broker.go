@@ -1,12 +1,16 @@
 // Package ferrybroker defines the Publisher interface the relay publishes
 // through, the header names every broker adapter uses for an event's
 // metadata, and the consumer contract: the Consumer interface, Handler and
-// Delivery, ConsumerStats, RedeliveryPolicy, the park headers and the consumer
-// hooks (HookDelivered, HookHandleStart, HookHandled, HookSettled) through
-// which ferryprom and ferryotel observe any broker's consumer. Adapters
-// live in ferryamqp, ferrynats and ferrykafka (a publisher only); each
-// runs the conformance suites in ferrybrokertest (Exercise for
-// publishers, ExerciseConsumer for consumers).
+// Delivery, ConsumerStats, ConsumerOptions (the settings every consumer's
+// config embeds), RedeliveryPolicy, the park headers and the consumer hooks
+// (HookDelivered, HookHandleStart, HookHandled, HookSettled) through which
+// ferryprom and ferryotel observe any broker's consumer. Every broker's
+// consumer settles its deliveries through one Settler, which tells the
+// broker what it decided through the delivery's Acknowledger. Adapters
+// live in ferryamqp, ferrynats and ferrykafka (and ferrywatermill, for any
+// Watermill subscriber); each runs the conformance suites in
+// ferrybrokertest (Exercise for publishers, ExerciseConsumer for
+// consumers).
 package ferrybroker
 
 import (

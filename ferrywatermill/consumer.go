@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/nilness"
 )
@@ -89,7 +90,7 @@ type Consumer struct {
 	handler ferrybroker.Handler
 	cfg     ConsumerConfig
 	log     *slog.Logger
-	obs     *ferrybroker.ConsumerObserver
+	settler *ferrybroker.Settler
 
 	mu        sync.Mutex
 	started   bool
@@ -128,12 +129,13 @@ func NewConsumer(sub message.Subscriber, handler ferrybroker.Handler, cfg *Consu
 	case c.Check() != nil:
 		return nil, c.Check()
 	}
-	return &Consumer{sub: sub, handler: handler, cfg: c, log: c.Logger.With("topic", c.Topic),
-		obs: ferrybroker.NewConsumerObserver(c.Name, c.Hooks), counts: map[string]int{}}, nil
+	log := c.Logger.With("topic", c.Topic)
+	return &Consumer{sub: sub, handler: handler, cfg: c, log: log,
+		settler: ferrybroker.NewSettler(c.ConsumerOptions, log, slog.String("park_topic", c.ParkTopic)), counts: map[string]int{}}, nil
 }
 
 // Stats returns the consumer's counters.
-func (c *Consumer) Stats() ferrybroker.ConsumerStats { return c.obs.Stats() }
+func (c *Consumer) Stats() ferrybroker.ConsumerStats { return c.settler.Observer.Stats() }
 
 // Start subscribes to the topic Concurrency times and starts handling
 // messages; ctx bounds the start only.
@@ -161,6 +163,9 @@ func (c *Consumer) Start(ctx context.Context) error {
 			return fmt.Errorf("ferrywatermill: subscribe to %q: %w", c.cfg.Topic, err)
 		}
 		chans = append(chans, ch)
+	}
+	if c.cfg.FaultPoint != nil {
+		ctx = ferryfault.With(ctx, c.cfg.FaultPoint)
 	}
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	c.subCancel = subCancel
@@ -301,74 +306,69 @@ func (c *Consumer) forget(d *ferrybroker.Delivery) {
 func (c *Consumer) handle(msg *message.Message) *message.Message {
 	d, contentType, derr := delivery(c.cfg.Topic, msg)
 	c.count(d)
-	c.obs.Delivered(d)
+	c.settler.Observer.Delivered(d)
+	a := &acker{c: c, msg: msg, d: d}
 	select {
 	case <-c.stopping:
-		c.leave(msg, d, errors.New("consumer stopping"))
+		c.settler.Settle(c.ctx, d, a, ferrybroker.StepStopping, nil)
 		return nil
 	default:
 	}
 	if derr == nil {
 		derr = ferrybroker.CheckDelivery(contentType, d, c.cfg.Validate)
 	}
-	if derr != nil {
-		c.park(msg, d, derr)
-		return nil
-	}
-	err := c.obs.HandleWithin(c.ctx, c.handler, d, c.cfg.HandlerTimeout, c.log)
-	switch {
-	case err == nil:
-		if c.cfg.FaultPoint != nil {
-			if ferr := c.cfg.FaultPoint(c.ctx, ferrybroker.FaultConsumerAfterHandle); ferr != nil {
-				c.log.Warn("fault after handle: message left unsettled", "message_id", d.MessageID, "error", ferr)
-				c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: ferr})
-				return msg
-			}
-		}
-		// The effect is committed: only now may the broker forget it.
-		if !msg.Ack() {
-			c.log.Warn("ack refused (the message was nacked); it will come again", "message_id", d.MessageID)
-			c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: errors.New("ack refused")})
-			return nil
-		}
-		c.forget(d)
-		c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionAcked})
-	case c.ctx.Err() != nil:
-		// Stop gave up waiting: not a failure of the message.
-		c.leave(msg, d, err)
-	case c.cfg.Redelivery.ParkReason(err, d.DeliveryCount) != nil:
-		c.park(msg, d, c.cfg.Redelivery.ParkReason(err, d.DeliveryCount))
-	default:
-		c.retry(msg, d, err)
+	c.settler.Handle(c.ctx, d, a, c.handler, derr)
+	if a.held {
+		return msg
 	}
 	return nil
 }
 
-// retry holds msg for the policy's delay, then nacks it; a Stop ends the
+// acker settles one Watermill message (see ferrybroker.Acknowledger).
+type acker struct {
+	c    *Consumer
+	msg  *message.Message
+	d    *ferrybroker.Delivery
+	held bool // abandoned: the worker holds it until Stop
+}
+
+// errAckRefused is the cause of a delivery left because its message
+// refused the ack (it was nacked).
+var errAckRefused = errors.New("ack refused")
+
+// Ack acks the message. Watermill's Ack is not confirmed by the broker.
+func (a *acker) Ack() error {
+	if !a.msg.Ack() {
+		return errAckRefused
+	}
+	a.c.forget(a.d)
+	return nil
+}
+
+// Retry holds the message for the delay, then nacks it; a Stop ends the
 // hold at once.
-func (c *Consumer) retry(msg *message.Message, d *ferrybroker.Delivery, cause error) {
-	delay := c.cfg.Redelivery.Delay(d.DeliveryCount)
-	c.log.Debug("handler failed; delivering again later", "message_id", d.MessageID, "delivery_count", d.DeliveryCount,
-		"retry_in", delay, "error", cause)
+func (a *acker) Retry(delay time.Duration, _ error) error {
 	t := time.NewTimer(delay)
 	select {
 	case <-t.C:
-	case <-c.stopping:
+	case <-a.c.stopping:
 		t.Stop()
 	}
-	msg.Nack()
-	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionRetried, Err: cause})
+	a.msg.Nack()
+	return nil
 }
 
-// leave nacks msg without a decision: the broker delivers it again.
-func (c *Consumer) leave(msg *message.Message, d *ferrybroker.Delivery, cause error) {
-	msg.Nack()
-	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: cause})
-}
+// Leave nacks the message: the broker delivers it again.
+func (a *acker) Leave() { a.msg.Nack() }
 
-// park publishes a copy of msg to the park topic, then acks msg. If the
-// copy cannot be published, msg is retried instead.
-func (c *Consumer) park(msg *message.Message, d *ferrybroker.Delivery, reason error) {
+// Abandon leaves the message neither acked nor nacked, as after a crash of
+// its worker: the worker holds it until the consumer stops, then nacks it.
+func (a *acker) Abandon() { a.held = true }
+
+// Park publishes a copy of the message to the park topic, then acks the
+// message.
+func (a *acker) Park(reason error) error {
+	c, msg, d := a.c, a.msg, a.d
 	cp := parkCopy(msg, reason, c.cfg.Topic, c.cfg.Source, d.DeliveryCount)
 	pctx, cancel := context.WithTimeout(context.Background(), c.cfg.ParkTimeout)
 	defer cancel()
@@ -382,18 +382,13 @@ func (c *Consumer) park(msg *message.Message, d *ferrybroker.Delivery, reason er
 		err = fmt.Errorf("park publish not done within %s", c.cfg.ParkTimeout)
 	}
 	if err != nil {
-		c.obs.ParkFailed()
-		c.log.Error("park failed; the message will be delivered again", "message_id", d.MessageID,
-			"park_topic", c.cfg.ParkTopic, "reason", reason, "error", err)
-		c.retry(msg, d, reason)
-		return
+		return err
 	}
 	if !msg.Ack() {
 		c.log.Warn("ack after park refused; the message may be parked twice", "message_id", d.MessageID)
 	}
 	c.forget(d)
-	c.log.Warn("message parked", "message_id", d.MessageID, "park_topic", c.cfg.ParkTopic, "reason", reason)
-	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionParked, Err: reason})
+	return nil
 }
 
 // publishSafely publishes msg through pub, a panic being an error.

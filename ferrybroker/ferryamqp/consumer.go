@@ -15,6 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
@@ -94,7 +95,7 @@ type Consumer struct {
 	timers   map[uint64]*retryTimer
 	timerSeq uint64
 
-	obs *ferrybroker.ConsumerObserver
+	settler *ferrybroker.Settler
 }
 
 var _ ferrybroker.Consumer = (*Consumer)(nil)
@@ -175,15 +176,16 @@ func newConsumer(queue string, h ferrybroker.Handler, cfg *ConsumerConfig) (*Con
 	if err := c.Topology.validate(""); err != nil {
 		return nil, err
 	}
-	co := &Consumer{queue: queue, h: h, cfg: c, park: q.ParkingQueue, log: c.Logger.With("queue", queue),
+	log := c.Logger.With("queue", queue)
+	co := &Consumer{queue: queue, h: h, cfg: c, park: q.ParkingQueue, log: log,
 		sem: make(chan struct{}, c.Concurrency), fails: newFailCounts(10000), timers: map[uint64]*retryTimer{},
-		obs: ferrybroker.NewConsumerObserver(c.Name, c.Hooks)}
+		settler: ferrybroker.NewSettler(c.ConsumerOptions, log, slog.String("parking_queue", q.ParkingQueue))}
 	co.link = newLink(co.log, c.Connection, co.openSession)
 	return co, nil
 }
 
 // Stats returns the consumer's counters.
-func (c *Consumer) Stats() ConsumerStats { return c.obs.Stats() }
+func (c *Consumer) Stats() ConsumerStats { return c.settler.Observer.Stats() }
 
 // ParkingQueue returns the name of the queue the consumer parks messages
 // in.
@@ -321,6 +323,9 @@ func (c *Consumer) Start(ctx context.Context) error {
 	}
 	c.started = true
 	c.stopping = make(chan struct{})
+	if c.cfg.FaultPoint != nil {
+		ctx = ferryfault.With(ctx, c.cfg.FaultPoint)
+	}
 	c.hctx, c.hcancel = context.WithCancel(context.WithoutCancel(ctx))
 	c.mu.Unlock()
 	if err := c.link.start(ctx, c.conn, c.dial); err != nil {
@@ -354,13 +359,13 @@ func (c *Consumer) Stop(ctx context.Context) error {
 	c.mu.Unlock()
 	for _, rt := range timers {
 		if rt.t.Stop() {
-			c.settle(rt.fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: errors.New("consumer stopping")})
+			c.settler.Observer.Settled(rt.fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: ferrybroker.ErrStopping})
 		}
 	}
 	if s, err := c.link.current(ctx, -1); err == nil {
 		s.cancel(ctx)
 	}
-	c.log.Info("consumer cancelled; finishing the handlers in progress", "in_flight", c.obs.Stats().InFlight)
+	c.log.Info("consumer cancelled; finishing the handlers in progress", "in_flight", c.settler.Observer.Stats().InFlight)
 	done := make(chan struct{})
 	go func() {
 		c.inflight.Wait()
@@ -375,7 +380,7 @@ func (c *Consumer) Stop(ctx context.Context) error {
 	}
 	c.link.shutdown()
 	c.hcancel()
-	st := c.obs.Stats()
+	st := c.settler.Observer.Stats()
 	c.log.Info("consumer stopped", "acked", st.Acked, "parked", st.Parked)
 	return err
 }
@@ -410,60 +415,21 @@ func (c *Consumer) work(s *consSession) {
 			return
 		}
 		fd := c.delivery(&d)
-		c.obs.Delivered(fd)
+		c.settler.Observer.Delivered(fd)
+		a := &acker{c: c, s: s, d: d, fd: fd}
 		c.mu.Lock()
 		if c.stopped {
 			c.mu.Unlock()
 			<-c.sem
 			// Not started: it goes back to the queue with the channel.
-			c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: errors.New("consumer stopping")})
+			c.settler.Settle(c.hctx, fd, a, ferrybroker.StepStopping, nil)
 			return
 		}
 		c.inflight.Add(1)
 		c.mu.Unlock()
-		c.handle(s, d, fd)
+		c.settler.Handle(c.hctx, fd, a, c.h, c.validate(&d, fd))
 		c.inflight.Done()
 		<-c.sem
-	}
-}
-
-// handle runs the order of work of one delivery: validate, run the
-// handler (which commits), then ack; or park, or requeue after a delay.
-func (c *Consumer) handle(s *consSession, d amqp.Delivery, fd *ferrybroker.Delivery) {
-	if err := c.validate(&d, fd); err != nil {
-		c.parkOrRetry(s, d, fd, err)
-		return
-	}
-	ctx := c.hctx
-	err := c.obs.HandleWithin(ctx, c.h, fd, c.cfg.HandlerTimeout, c.log)
-	switch {
-	case err == nil:
-		if c.cfg.FaultPoint != nil {
-			if ferr := c.cfg.FaultPoint(ctx, ferrybroker.FaultConsumerAfterHandle); ferr != nil {
-				c.log.Warn("fault after handle: delivery left unacked", "message_id", fd.MessageID, "error", ferr)
-				c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: ferr})
-				return
-			}
-		}
-		// The effect is committed: only now may RabbitMQ forget the
-		// message. A single ack (multiple=false) on the delivery's own
-		// channel: it covers this delivery and nothing else.
-		if aerr := s.settle(func() error { return d.Ack(false) }); aerr != nil {
-			c.log.Warn("ack after commit failed; RabbitMQ will redeliver and the handler must find the effect done",
-				"message_id", fd.MessageID, "error", aerr)
-			c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: aerr})
-			return
-		}
-		c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionAcked})
-	case c.hctx.Err() != nil:
-		// Stop gave up waiting: not a failure of the message.
-		c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: err})
-	case c.cfg.Redelivery.ParkReason(err, fd.DeliveryCount) != nil:
-		c.parkOrRetry(s, d, fd, c.cfg.Redelivery.ParkReason(err, fd.DeliveryCount))
-	default:
-		c.log.Debug("handler failed; requeueing after a delay", "message_id", fd.MessageID,
-			"delivery_count", fd.DeliveryCount, "error", err)
-		c.requeueLater(s, d, fd, err)
 	}
 }
 
@@ -527,19 +493,39 @@ func intValue(v any) (int64, bool) {
 	return 0, false
 }
 
-// requeueLater returns d to the queue after a delay growing with its
-// delivery count.
-func (c *Consumer) requeueLater(s *consSession, d amqp.Delivery, fd *ferrybroker.Delivery, cause error) {
+// acker settles one delivery on the channel it came on (see
+// ferrybroker.Acknowledger).
+type acker struct {
+	c  *Consumer
+	s  *consSession
+	d  amqp.Delivery
+	fd *ferrybroker.Delivery
+}
+
+// Ack acks the delivery: a single ack (multiple=false) on the delivery's
+// own channel, which covers this delivery and nothing else.
+func (a *acker) Ack() error {
+	if err := a.s.settle(func() error { return a.d.Ack(false) }); err != nil {
+		return err
+	}
+	a.c.forget(a.fd)
+	return nil
+}
+
+// Retry returns the delivery to the queue (basic.nack with requeue) after
+// delay, keeping its prefetch slot meanwhile; it settles the delivery
+// itself, when the delay passed or the consumer stopped.
+func (a *acker) Retry(delay time.Duration, cause error) error {
+	c, fd := a.c, a.fd
 	if fd.MessageID != "" {
 		c.fails.inc(fd.MessageID)
 	}
-	delay := c.cfg.Redelivery.Delay(max(fd.DeliveryCount, 1))
 	c.mu.Lock()
 	if c.stopped {
 		c.mu.Unlock()
 		// The channel closes soon and returns it to the queue.
-		c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: cause})
-		return
+		c.settler.Observer.Settled(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: cause})
+		return ferrybroker.ErrSettlesItself
 	}
 	c.timerSeq++
 	id := c.timerSeq
@@ -550,37 +536,42 @@ func (c *Consumer) requeueLater(s *consSession, d amqp.Delivery, fd *ferrybroker
 		c.mu.Unlock()
 		if !mine {
 			// Stop took it as it fired: left for the channel close.
-			c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: errors.New("consumer stopping")})
+			c.settler.Observer.Settled(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: ferrybroker.ErrStopping})
 			return
 		}
-		if err := s.settle(func() error { return d.Nack(false, true) }); err != nil {
-			c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: err})
+		if err := a.s.settle(func() error { return a.d.Nack(false, true) }); err != nil {
+			c.settler.Observer.Settled(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: err})
 			return
 		}
-		c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionRetried, Err: cause})
+		c.settler.Observer.Settled(fd, ferrybroker.Settlement{Action: ferrybroker.ActionRetried, Err: cause})
 	})}
 	c.mu.Unlock()
+	return ferrybroker.ErrSettlesItself
 }
 
-// parkOrRetry parks d with reason; if parking fails, d is requeued after a
-// delay instead: it is never acked without a confirmed parked copy.
-func (c *Consumer) parkOrRetry(s *consSession, d amqp.Delivery, fd *ferrybroker.Delivery, reason error) {
-	if err := c.parkCopy(s, &d, fd, reason); err != nil {
-		c.obs.ParkFailed()
-		c.log.Error("could not park a message; it goes back to the queue", "message_id", fd.MessageID,
-			"parking_queue", c.park, "reason", reason, "error", err)
-		c.requeueLater(s, d, fd, reason)
-		return
+// Leave does nothing: the delivery goes back to the queue with its
+// channel's close.
+func (a *acker) Leave() {}
+
+// Abandon does nothing, as a crash would: the delivery stays unacked until
+// its channel closes.
+func (a *acker) Abandon() {}
+
+// Park publishes a copy to the parking queue, waits for RabbitMQ's
+// confirm, then acks the delivery. If that ack fails, the delivery is left
+// (settled here): the copy is parked, and the original comes back and is
+// parked again, a duplicate in the parking queue, nothing lost.
+func (a *acker) Park(reason error) error {
+	if err := a.c.parkCopy(a.s, &a.d, a.fd, reason); err != nil {
+		return err
 	}
-	if err := s.settle(func() error { return d.Ack(false) }); err != nil {
-		// The copy is parked; the original comes back and is parked
-		// again: a duplicate in the parking queue, nothing lost.
-		c.log.Warn("ack of a parked message failed; it will be delivered and parked again", "message_id", fd.MessageID, "error", err)
-		c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: err})
-		return
+	if err := a.s.settle(func() error { return a.d.Ack(false) }); err != nil {
+		a.c.log.Warn("ack of a parked message failed; it will be delivered and parked again", "message_id", a.fd.MessageID, "error", err)
+		a.c.settler.Observer.Settled(a.fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: err})
+		return ferrybroker.ErrSettlesItself
 	}
-	c.log.Warn("message parked", "message_id", fd.MessageID, "parking_queue", c.park, "reason", reason)
-	c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionParked, Err: reason})
+	a.c.forget(a.fd)
+	return nil
 }
 
 // parkCopy publishes a copy of d to the parking queue, with the reason in
@@ -630,11 +621,11 @@ func (c *Consumer) parkCopy(s *consSession, d *amqp.Delivery, fd *ferrybroker.De
 	return nil
 }
 
-func (c *Consumer) settle(fd *ferrybroker.Delivery, s ferrybroker.Settlement) {
-	if (s.Action == ferrybroker.ActionAcked || s.Action == ferrybroker.ActionParked) && fd.MessageID != "" {
+// forget drops the failure count of a delivery settled for good.
+func (c *Consumer) forget(fd *ferrybroker.Delivery) {
+	if fd.MessageID != "" {
 		c.fails.forget(fd.MessageID)
 	}
-	c.obs.Settled(fd, s)
 }
 
 // failCounts counts transient failures per message id, for queues that

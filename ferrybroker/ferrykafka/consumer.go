@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
@@ -185,7 +186,7 @@ type Consumer struct {
 	handler ferrybroker.Handler
 	cfg     ConsumerConfig
 	log     *slog.Logger
-	obs     *ferrybroker.ConsumerObserver
+	settler *ferrybroker.Settler
 	sem     chan struct{}
 
 	mu      sync.Mutex // Start and Stop
@@ -257,9 +258,10 @@ func NewConsumer(conn []kgo.Opt, handler ferrybroker.Handler, cfg *ConsumerConfi
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{conn: append([]kgo.Opt(nil), conn...), handler: handler, cfg: c,
-		log: c.Logger.With("group", c.Group), obs: ferrybroker.NewConsumerObserver(c.Name, c.Hooks),
-		sem: make(chan struct{}, c.Concurrency), parts: map[tp]*part{}}, nil
+	log := c.Logger.With("group", c.Group)
+	return &Consumer{conn: append([]kgo.Opt(nil), conn...), handler: handler, cfg: c, log: log,
+		settler: ferrybroker.NewSettler(c.ConsumerOptions, log, slog.String("park_topic", c.ParkTopic)),
+		sem:     make(chan struct{}, c.Concurrency), parts: map[tp]*part{}}, nil
 }
 
 // DialConsumer parses rawURL (see ParseURL), checks that a broker answers
@@ -365,7 +367,7 @@ func permanentStartErr(err error) bool {
 }
 
 // Stats returns the consumer's counters.
-func (c *Consumer) Stats() ConsumerStats { return c.obs.Stats() }
+func (c *Consumer) Stats() ConsumerStats { return c.settler.Observer.Stats() }
 
 // Start checks that the topics and the park topic exist, joins the
 // consumer group and starts handling records; ctx bounds the check only.
@@ -400,6 +402,9 @@ func (c *Consumer) Start(ctx context.Context) error {
 	}
 	if err != nil {
 		return err
+	}
+	if c.cfg.FaultPoint != nil {
+		ctx = ferryfault.With(ctx, c.cfg.FaultPoint)
 	}
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	c.stopping = make(chan struct{})
@@ -593,7 +598,7 @@ func (c *Consumer) rewound(dl *kgo.ErrDataLoss) {
 		p.mu.Unlock()
 	}
 	c.pmu.Unlock()
-	c.obs.Rewound(r)
+	c.settler.Observer.Rewound(r)
 	if r.Records() == 0 {
 		c.log.Warn("kafka: the brokers lost records of a partition; it resumed where it was, and records below "+
 			"may have been replaced without being read again", "topic", dl.Topic, "partition", dl.Partition,
@@ -700,7 +705,7 @@ func (c *Consumer) commit(ctx context.Context, parts []*part) {
 		}
 		p.mu.Unlock()
 		for _, s := range settled {
-			c.obs.Settled(s.d, s.s)
+			c.settler.Observer.Settled(s.d, s.s)
 		}
 	}
 }
@@ -715,7 +720,7 @@ func (c *Consumer) finalize(p *part, cause error) {
 	p.queue = nil
 	p.mu.Unlock()
 	for _, s := range pending {
-		c.obs.Settled(s.d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: cause})
+		c.settler.Observer.Settled(s.d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: cause})
 	}
 }
 
@@ -936,77 +941,52 @@ func (c *Consumer) process(p *part, rec *kgo.Record) {
 // transient failure, to be delivered again after delay.
 func (c *Consumer) deliver(p *part, rec *kgo.Record, count int) (delay time.Duration, again bool) {
 	d := delivery(rec, count)
-	c.obs.Delivered(d)
-	if err := c.validate(rec, d); err != nil {
-		return c.park(p, rec, d, err)
-	}
-	ctx := p.ctx
-	err := c.obs.HandleWithin(ctx, c.handler, d, c.cfg.HandlerTimeout, c.log)
-	switch {
-	case err == nil:
-		if c.cfg.FaultPoint != nil {
-			if ferr := c.cfg.FaultPoint(ctx, ferrybroker.FaultConsumerAfterHandle); ferr != nil {
-				c.halt(p, d, ferr)
-				return 0, false
-			}
-		}
-		c.mark(p, rec, d, ferrybroker.Settlement{Action: ferrybroker.ActionAcked})
-	case p.ctx.Err() != nil:
-		// Stop gave up on it, or its partition was revoked or lost: not a
-		// failure of the record.
-		c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: err})
-	case c.cfg.Redelivery.ParkReason(err, count) != nil:
-		return c.park(p, rec, d, c.cfg.Redelivery.ParkReason(err, count))
-	default:
-		delay = c.cfg.Redelivery.Delay(count)
-		c.log.Debug("handler failed; delivering again later", "message_id", d.MessageID, "delivery_count", count,
-			"retry_in", delay, "error", err)
-		c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionRetried, Err: err})
-		return delay, true
-	}
-	return 0, false
+	c.settler.Observer.Delivered(d)
+	a := &acker{c: c, p: p, rec: rec, d: d}
+	c.settler.Handle(p.ctx, d, a, c.handler, c.validate(rec, d))
+	return a.delay, a.again
 }
 
-// halt acts as a crash of p after its handler committed: d is left,
-// nothing later of p is handled or committed, and p is not fetched until
-// it is assigned again.
-func (c *Consumer) halt(p *part, d *ferrybroker.Delivery, cause error) {
-	c.log.Warn("fault after handle: offset not committed; partition halted until it is assigned again",
-		"message_id", d.MessageID, "topic", p.topic, "partition", p.partition, "error", cause)
-	p.mu.Lock()
-	p.halted = true
-	p.queue = nil
-	c.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.partition}})
-	p.mu.Unlock()
-	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: cause})
+// acker settles one delivery of a record (see ferrybroker.Acknowledger).
+// Kafka acks by committing an offset: an acked or parked record is
+// settled once a commit covers it (mark); a retry is made in place, by
+// the partition's worker.
+type acker struct {
+	c     *Consumer
+	p     *part
+	rec   *kgo.Record
+	d     *ferrybroker.Delivery
+	again bool
+	delay time.Duration
 }
 
-// mark moves p's offset to commit past rec, whose delivery d is settled as
-// s once a commit covers it.
-func (c *Consumer) mark(p *part, rec *kgo.Record, d *ferrybroker.Delivery, s ferrybroker.Settlement) {
-	p.mu.Lock()
-	if p.final {
-		p.mu.Unlock()
-		c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft,
-			Err: errors.New("partition revoked, lost or stopped before the offset was committed")})
-		return
-	}
-	p.next = kgo.EpochOffset{Epoch: rec.LeaderEpoch, Offset: rec.Offset + 1}
-	p.pending = append(p.pending, pendingSettle{offset: rec.Offset, d: d, s: s})
-	p.mu.Unlock()
+// Ack moves the partition's offset to commit past the record; the
+// delivery is settled when a commit covers it.
+func (a *acker) Ack() error {
+	a.c.mark(a.p, a.rec, a.d, ferrybroker.Settlement{Action: ferrybroker.ActionAcked})
+	return ferrybroker.ErrSettlesItself
 }
 
-func (c *Consumer) validate(rec *kgo.Record, d *ferrybroker.Delivery) error {
-	if rec.Value == nil {
-		return fmt.Errorf("%w: tombstone (a record with no value, key %q)", ferrybroker.ErrMalformed, rec.Key)
-	}
-	return ferrybroker.CheckDelivery(d.Headers["Content-Type"], d, c.cfg.Validate)
+// Retry has the partition's worker deliver the record again after delay;
+// the partition waits meanwhile.
+func (a *acker) Retry(delay time.Duration, _ error) error {
+	a.again, a.delay = true, delay
+	return nil
 }
 
-// park produces a copy of rec with the park headers to ParkTopic, then
-// moves the partition past rec. If the copy is not stored, rec is
-// delivered again after the retry delay.
-func (c *Consumer) park(p *part, rec *kgo.Record, d *ferrybroker.Delivery, reason error) (time.Duration, bool) {
+// Leave does nothing: the record's offset is not committed, and the group
+// reads it again from the last committed offset.
+func (a *acker) Leave() {}
+
+// Abandon acts as a crash of the partition after its handler committed:
+// nothing later of it is handled or committed, and it is not fetched
+// until it is assigned again.
+func (a *acker) Abandon() { a.c.halt(a.p) }
+
+// Park produces a copy of the record with the park headers to ParkTopic,
+// then moves the partition's offset to commit past the record.
+func (a *acker) Park(reason error) error {
+	c, rec := a.c, a.rec
 	text := reason.Error()
 	if len(text) > 4096 {
 		text = text[:4096] + "..."
@@ -1016,7 +996,7 @@ func (c *Consumer) park(p *part, rec *kgo.Record, d *ferrybroker.Delivery, reaso
 		ferrybroker.HeaderParkedAt:          time.Now().UTC().Format(time.RFC3339Nano),
 		ferrybroker.HeaderParkRoute:         rec.Topic,
 		ferrybroker.HeaderParkSource:        rec.Topic + "/" + strconv.Itoa(int(rec.Partition)),
-		ferrybroker.HeaderParkDeliveryCount: strconv.Itoa(d.DeliveryCount),
+		ferrybroker.HeaderParkDeliveryCount: strconv.Itoa(a.d.DeliveryCount),
 		HeaderParkPartition:                 strconv.Itoa(int(rec.Partition)),
 		HeaderParkOffset:                    strconv.FormatInt(rec.Offset, 10),
 		HeaderParkGroup:                     c.cfg.Group,
@@ -1031,24 +1011,46 @@ func (c *Consumer) park(p *part, rec *kgo.Record, d *ferrybroker.Delivery, reaso
 		ferrybroker.HeaderParkSource, ferrybroker.HeaderParkDeliveryCount, HeaderParkPartition, HeaderParkOffset, HeaderParkGroup} {
 		cp.Headers = append(cp.Headers, kgo.RecordHeader{Key: k, Value: []byte(park[k])})
 	}
-	pctx, cancel := context.WithTimeout(p.ctx, c.cfg.ParkTimeout)
-	err := c.cl.ProduceSync(pctx, cp).FirstErr()
-	cancel()
-	switch {
-	case err == nil:
-		c.log.Warn("record parked", "message_id", d.MessageID, "park_topic", c.cfg.ParkTopic, "reason", reason)
-		c.mark(p, rec, d, ferrybroker.Settlement{Action: ferrybroker.ActionParked, Err: reason})
-		return 0, false
-	case p.ctx.Err() != nil:
-		c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: reason})
-		return 0, false
+	ctx, cancel := context.WithTimeout(a.p.ctx, c.cfg.ParkTimeout)
+	defer cancel()
+	if err := c.cl.ProduceSync(ctx, cp).FirstErr(); err != nil {
+		return err
 	}
-	c.obs.ParkFailed()
-	delay := c.cfg.Redelivery.Delay(d.DeliveryCount)
-	c.log.Error("park failed; the record will be delivered again", "message_id", d.MessageID,
-		"park_topic", c.cfg.ParkTopic, "reason", reason, "retry_in", delay, "error", err)
-	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionRetried, Err: reason})
-	return delay, true
+	c.mark(a.p, rec, a.d, ferrybroker.Settlement{Action: ferrybroker.ActionParked, Err: reason})
+	return ferrybroker.ErrSettlesItself
+}
+
+// halt stops p after a fault point fired: nothing later of it is handled
+// or committed, and it is not fetched until it is assigned again.
+func (c *Consumer) halt(p *part) {
+	c.log.Debug("partition halted until it is assigned again", "topic", p.topic, "partition", p.partition)
+	p.mu.Lock()
+	p.halted = true
+	p.queue = nil
+	c.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.partition}})
+	p.mu.Unlock()
+}
+
+// mark moves p's offset to commit past rec, whose delivery d is settled as
+// s once a commit covers it.
+func (c *Consumer) mark(p *part, rec *kgo.Record, d *ferrybroker.Delivery, s ferrybroker.Settlement) {
+	p.mu.Lock()
+	if p.final {
+		p.mu.Unlock()
+		c.settler.Observer.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft,
+			Err: errors.New("partition revoked, lost or stopped before the offset was committed")})
+		return
+	}
+	p.next = kgo.EpochOffset{Epoch: rec.LeaderEpoch, Offset: rec.Offset + 1}
+	p.pending = append(p.pending, pendingSettle{offset: rec.Offset, d: d, s: s})
+	p.mu.Unlock()
+}
+
+func (c *Consumer) validate(rec *kgo.Record, d *ferrybroker.Delivery) error {
+	if rec.Value == nil {
+		return fmt.Errorf("%w: tombstone (a record with no value, key %q)", ferrybroker.ErrMalformed, rec.Key)
+	}
+	return ferrybroker.CheckDelivery(d.Headers["Content-Type"], d, c.cfg.Validate)
 }
 
 // delivery returns the Delivery of rec's delivery number count (1 for the

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/nilness"
 )
@@ -89,7 +90,7 @@ type Consumer struct {
 	handler ferrybroker.Handler
 	cfg     ConsumerConfig
 	log     *slog.Logger
-	obs     *ferrybroker.ConsumerObserver
+	settler *ferrybroker.Settler
 
 	mu       sync.Mutex
 	started  bool
@@ -123,12 +124,13 @@ func NewConsumer(js jetstream.JetStream, handler ferrybroker.Handler, cfg *Consu
 	case c.AckWait < 0:
 		return nil, fmt.Errorf("%w: ConsumerConfig.AckWait %s must not be negative", ferrytype.ErrInvalidConfig, c.AckWait)
 	}
-	return &Consumer{js: js, handler: handler, cfg: c, log: c.Logger.With("stream", c.Stream, "consumer", c.Durable),
-		obs: ferrybroker.NewConsumerObserver(c.Name, c.Hooks)}, nil
+	log := c.Logger.With("stream", c.Stream, "consumer", c.Durable)
+	return &Consumer{js: js, handler: handler, cfg: c, log: log,
+		settler: ferrybroker.NewSettler(c.ConsumerOptions, log, slog.String("park_subject", c.ParkSubject))}, nil
 }
 
 // Stats returns the consumer's counters.
-func (c *Consumer) Stats() ConsumerStats { return c.obs.Stats() }
+func (c *Consumer) Stats() ConsumerStats { return c.settler.Observer.Stats() }
 
 // Start binds to (or declares) the durable consumer and starts handling
 // messages; ctx bounds the start only.
@@ -169,6 +171,9 @@ func (c *Consumer) Start(ctx context.Context) error {
 		return fmt.Errorf("consumer %s: %w", c.cfg.Durable, err)
 	}
 	c.iter = iter
+	if c.cfg.FaultPoint != nil {
+		ctx = ferryfault.With(ctx, c.cfg.FaultPoint)
+	}
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	c.stopping = make(chan struct{})
 	c.started = true
@@ -270,103 +275,78 @@ func (c *Consumer) validate(d *ferrybroker.Delivery) error {
 
 func (c *Consumer) handle(msg jetstream.Msg) {
 	d, meta := c.delivery(msg)
-	c.obs.Delivered(d)
+	c.settler.Observer.Delivered(d)
+	a := &acker{c: c, msg: msg, d: d, meta: meta}
 	select {
 	case <-c.stopping:
 		// Received, not started: back to the stream at once.
-		c.leave(msg, d, errors.New("consumer stopping"))
+		c.settler.Settle(c.ctx, d, a, ferrybroker.StepStopping, nil)
 		return
 	default:
 	}
-	if err := c.validate(d); err != nil {
-		c.park(msg, d, meta, err)
-		return
-	}
-	ctx := c.ctx
-	// Keep the message while a long handler runs.
-	stopProgress := make(chan struct{})
-	go func() {
+	c.settler.Handle(c.ctx, d, a, func(ctx context.Context, d *ferrybroker.Delivery) error {
+		// Keep the message while a long handler runs.
 		t := time.NewTicker(c.cfg.AckWait / 2)
 		defer t.Stop()
-		for {
-			select {
-			case <-stopProgress:
-				return
-			case <-t.C:
-				_ = msg.InProgress()
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			for {
+				select {
+				case <-done:
+					return
+				case <-t.C:
+					_ = msg.InProgress()
+				}
 			}
-		}
-	}()
-	err := c.obs.HandleWithin(ctx, c.handler, d, c.cfg.HandlerTimeout, c.log)
-	close(stopProgress)
+		}()
+		return c.handler(ctx, d)
+	}, c.validate(d))
+}
 
-	switch {
-	case err == nil:
-		if c.cfg.FaultPoint != nil {
-			if ferr := c.cfg.FaultPoint(ctx, ferrybroker.FaultConsumerAfterHandle); ferr != nil {
-				// As a crash would: no nak, JetStream redelivers it after
-				// the ack wait.
-				c.log.Warn("fault after handle: delivery left unacked", "message_id", d.MessageID, "error", ferr)
-				c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: ferr})
-				return
-			}
-		}
-		// The effect is committed: only now may JetStream forget the
-		// message. The ack covers this message only (AckExplicit), and
-		// counts once the server confirmed it; past AckWait the server
-		// redelivers anyway.
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.AckWait)
-		aerr := msg.DoubleAck(actx)
-		cancel()
-		if aerr != nil {
-			// The effect is committed; the redelivery will be a duplicate.
-			c.log.Warn("ack failed; the message will come again", "message_id", d.MessageID, "error", aerr)
-			c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: aerr})
-			return
-		}
-		c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionAcked})
-	case c.ctx.Err() != nil:
-		// Stop gave up waiting: not a failure of the message.
-		c.leave(msg, d, err)
-	case c.cfg.Redelivery.ParkReason(err, d.DeliveryCount) != nil:
-		c.park(msg, d, meta, c.cfg.Redelivery.ParkReason(err, d.DeliveryCount))
-	default:
-		c.retry(msg, d, err)
+// acker settles one message on JetStream (see ferrybroker.Acknowledger).
+type acker struct {
+	c    *Consumer
+	msg  jetstream.Msg
+	d    *ferrybroker.Delivery
+	meta *jetstream.MsgMetadata
+}
+
+// Ack acks the message, and returns once the server confirmed the ack. It
+// covers this message only (AckExplicit); past AckWait the server
+// redelivers anyway.
+func (a *acker) Ack() error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.c.ctx), a.c.cfg.AckWait)
+	defer cancel()
+	return a.msg.DoubleAck(ctx)
+}
+
+// Retry negatively acknowledges the message with the delay.
+func (a *acker) Retry(delay time.Duration, _ error) error { return a.msg.NakWithDelay(delay) }
+
+// Leave negatively acknowledges the message without delay: JetStream
+// delivers it again at once (or after the ack wait, if even the nak fails).
+func (a *acker) Leave() {
+	if err := a.msg.Nak(); err != nil {
+		a.c.log.Debug("nak failed; the message comes back after the ack wait", "message_id", a.d.MessageID, "error", err)
 	}
 }
 
-// retry negatively acknowledges msg with the policy's delay.
-func (c *Consumer) retry(msg jetstream.Msg, d *ferrybroker.Delivery, cause error) {
-	delay := c.cfg.Redelivery.Delay(max(d.DeliveryCount, 1))
-	c.log.Debug("handler failed; delivering again later", "message_id", d.MessageID, "delivery_count", d.DeliveryCount,
-		"retry_in", delay, "error", cause)
-	if err := msg.NakWithDelay(delay); err != nil {
-		c.log.Warn("nak failed; the message comes back after the ack wait", "message_id", d.MessageID, "error", err)
-		c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: err})
-		return
-	}
-	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionRetried, Err: cause})
-}
+// Abandon does nothing, as a crash would: no nak, JetStream delivers the
+// message again after the ack wait.
+func (a *acker) Abandon() {}
 
-// leave hands msg back without a decision: JetStream delivers it again at
-// once (or after the ack wait, if even the nak fails).
-func (c *Consumer) leave(msg jetstream.Msg, d *ferrybroker.Delivery, cause error) {
-	if err := msg.Nak(); err != nil {
-		c.log.Debug("nak failed; the message comes back after the ack wait", "message_id", d.MessageID, "error", err)
-	}
-	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: cause})
-}
-
-// park stores a copy of msg on the park subject, then terminates msg. If
-// the copy cannot be stored, msg is delivered again later instead.
-func (c *Consumer) park(msg jetstream.Msg, d *ferrybroker.Delivery, meta *jetstream.MsgMetadata, reason error) {
+// Park stores a copy of the message on the park subject, then terminates
+// the message.
+func (a *acker) Park(reason error) error {
+	c, msg := a.c, a.msg
 	h := nats.Header{}
 	for k, v := range msg.Headers() {
 		h[k] = v
 	}
 	var seq uint64
-	if meta != nil {
-		seq = meta.Sequence.Stream
+	if a.meta != nil {
+		seq = a.meta.Sequence.Stream
 	}
 	text := reason.Error()
 	if len(text) > 4096 {
@@ -376,25 +356,20 @@ func (c *Consumer) park(msg jetstream.Msg, d *ferrybroker.Delivery, meta *jetstr
 	h.Set(ferrybroker.HeaderParkedAt, time.Now().UTC().Format(time.RFC3339Nano))
 	h.Set(ferrybroker.HeaderParkRoute, msg.Subject())
 	h.Set(ferrybroker.HeaderParkSource, c.cfg.Stream)
-	h.Set(ferrybroker.HeaderParkDeliveryCount, strconv.Itoa(d.DeliveryCount))
+	h.Set(ferrybroker.HeaderParkDeliveryCount, strconv.Itoa(a.d.DeliveryCount))
 	h.Set(HeaderParkStreamSeq, strconv.FormatUint(seq, 10))
 	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
 		h.Set(HeaderParkMsgID, id)
 	}
 	// The parked copy's id makes a repeated park a JetStream duplicate.
 	h.Set(jetstream.MsgIDHeader, fmt.Sprintf("park:%s:%s:%d", c.cfg.Stream, c.cfg.Durable, seq))
-	pctx, cancel := context.WithTimeout(context.Background(), c.cfg.ParkTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ParkTimeout)
 	defer cancel()
-	if _, err := c.js.PublishMsg(pctx, &nats.Msg{Subject: c.cfg.ParkSubject, Data: msg.Data(), Header: h}); err != nil {
-		c.obs.ParkFailed()
-		c.log.Error("park failed; the message will be delivered again", "message_id", d.MessageID,
-			"park_subject", c.cfg.ParkSubject, "reason", reason, "error", err)
-		c.retry(msg, d, reason)
-		return
+	if _, err := c.js.PublishMsg(ctx, &nats.Msg{Subject: c.cfg.ParkSubject, Data: msg.Data(), Header: h}); err != nil {
+		return err
 	}
 	if err := msg.Term(); err != nil {
-		c.log.Warn("terminate after park failed; the message may be parked twice", "message_id", d.MessageID, "error", err)
+		c.log.Warn("terminate after park failed; the message may be parked twice", "message_id", a.d.MessageID, "error", err)
 	}
-	c.log.Warn("message parked", "message_id", d.MessageID, "park_subject", c.cfg.ParkSubject, "reason", reason)
-	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionParked, Err: reason})
+	return nil
 }
