@@ -17,6 +17,7 @@ import (
 	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/nilness"
+	"github.com/ferrydev/ferry/internal/runner"
 )
 
 // MetadataRedelivered is the metadata key through which watermill-amqp
@@ -92,16 +93,12 @@ type Consumer struct {
 	log     *slog.Logger
 	settler *ferrybroker.Settler
 
-	mu        sync.Mutex
-	started   bool
-	stopped   bool
-	stopping  chan struct{}
-	cancelled chan struct{}   // closed once the subscriptions are cancelled
-	ctx       context.Context // the handlers' context
-	cancel    context.CancelFunc
+	run       runner.Runner
 	subCancel context.CancelFunc
-	handlers  sync.WaitGroup // handlers, holds and parks in flight
-	workers   sync.WaitGroup // one per subscription, until its channel closes
+	// busy counts the workers until each settled its last message: the
+	// subscriptions are cancelled after, so that no ack races their end.
+	busy      sync.WaitGroup
+	cancelled chan struct{} // closed once the subscriptions are cancelled
 
 	countMu sync.Mutex
 	counts  map[string]int
@@ -138,44 +135,37 @@ func NewConsumer(sub message.Subscriber, handler ferrybroker.Handler, cfg *Consu
 func (c *Consumer) Stats() ferrybroker.ConsumerStats { return c.settler.Observer.Stats() }
 
 // Start subscribes to the topic Concurrency times and starts handling
-// messages; ctx bounds the start only.
+// messages; ctx bounds the start only. The handlers' contexts keep ctx's
+// values.
 func (c *Consumer) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stopped {
-		return ferrytype.ErrClosed
-	}
-	if c.started {
-		return errors.New("ferrywatermill: consumer already started")
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	subCtx, subCancel := context.WithCancel(context.WithoutCancel(ctx))
-	chans := make([]<-chan *message.Message, 0, c.cfg.Concurrency)
-	for range c.cfg.Concurrency {
-		ch, err := c.sub.Subscribe(subCtx, c.cfg.Topic)
-		if err != nil {
-			subCancel()
-			for _, ch := range chans {
-				go drainNack(ch)
-			}
-			return fmt.Errorf("ferrywatermill: subscribe to %q: %w", c.cfg.Topic, err)
-		}
-		chans = append(chans, ch)
-	}
 	if c.cfg.FaultPoint != nil {
 		ctx = ferryfault.With(ctx, c.cfg.FaultPoint)
 	}
-	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	c.subCancel = subCancel
-	c.stopping, c.cancelled = make(chan struct{}), make(chan struct{})
-	c.started = true
-	for _, ch := range chans {
-		c.workers.Add(1)
-		go c.work(ch)
+	err := c.run.Start(ctx, func(work context.Context) error {
+		subCtx, subCancel := context.WithCancel(context.WithoutCancel(ctx))
+		chans := make([]<-chan *message.Message, 0, c.cfg.Concurrency)
+		for range c.cfg.Concurrency {
+			ch, err := c.sub.Subscribe(subCtx, c.cfg.Topic)
+			if err != nil {
+				subCancel()
+				for _, ch := range chans {
+					go drainNack(ch)
+				}
+				return fmt.Errorf("ferrywatermill: subscribe to %q: %w", c.cfg.Topic, err)
+			}
+			chans = append(chans, ch)
+		}
+		c.subCancel, c.cancelled = subCancel, make(chan struct{})
+		c.busy.Add(len(chans))
+		for _, ch := range chans {
+			c.run.Go(func() { c.work(work, ch) })
+		}
+		return nil
+	})
+	if errors.Is(err, runner.ErrStarted) {
+		return fmt.Errorf("ferrywatermill: consumer %w", err)
 	}
-	return nil
+	return err
 }
 
 // drainNack nacks every message of ch until it closes.
@@ -185,14 +175,16 @@ func drainNack(ch <-chan *message.Message) {
 	}
 }
 
-// work handles the messages of one subscription until Stop; then, once
-// the subscriptions are cancelled, nacks what it still hands over until
-// its channel closes.
-func (c *Consumer) work(ch <-chan *message.Message) {
-	defer c.workers.Done()
+// work handles the messages of one subscription, with the handlers'
+// context ctx, until Stop; then, once the subscriptions are cancelled,
+// nacks what it still hands over until its channel closes.
+func (c *Consumer) work(ctx context.Context, ch <-chan *message.Message) {
+	idle := sync.OnceFunc(c.busy.Done)
+	defer idle()
 	for {
 		select {
-		case <-c.stopping:
+		case <-c.run.Stopping():
+			idle()
 			<-c.cancelled
 			drainNack(ch)
 			return
@@ -201,24 +193,14 @@ func (c *Consumer) work(ch <-chan *message.Message) {
 				c.log.Warn("the Watermill subscription closed its channel; this worker stops")
 				return
 			}
-			// Counted under the lock Stop sets stopped under, so that no
-			// handler starts unseen by Stop's wait; one that comes after
-			// Stop is left (handle sees stopping).
-			c.mu.Lock()
-			counted := !c.stopped
-			if counted {
-				c.handlers.Add(1)
-			}
-			c.mu.Unlock()
-			held := c.handle(msg)
-			if counted {
-				c.handlers.Done()
-			}
-			if held != nil {
+			// A message handed over after Stop is left (handle sees
+			// Stopping).
+			if held := c.handle(ctx, msg); held != nil {
 				// A fault point fired: as after a crash of this worker,
 				// the message stays unsettled until the consumer stops.
-				<-c.stopping
+				<-c.run.Stopping()
 				held.Nack()
+				idle()
 				<-c.cancelled
 				drainNack(ch)
 				return
@@ -233,33 +215,17 @@ func (c *Consumer) work(ch <-chan *message.Message) {
 // context is cancelled, their messages are nacked, and Stop returns
 // ctx's error without waiting further. Stopping twice is safe.
 func (c *Consumer) Stop(ctx context.Context) error {
-	c.mu.Lock()
-	if !c.started || c.stopped {
-		c.stopped = true
-		c.mu.Unlock()
-		return nil
+	_, err := c.run.Stop(ctx, func() {
+		go func() {
+			c.busy.Wait()
+			c.subCancel()
+			close(c.cancelled)
+		}()
+	})
+	if err != nil {
+		return fmt.Errorf("stop: handlers still running: %w", err)
 	}
-	c.stopped = true
-	close(c.stopping)
-	c.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		// Cancel the subscriptions only once every handler settled its
-		// message, so that no ack races the subscription's end.
-		c.handlers.Wait()
-		c.subCancel()
-		close(c.cancelled)
-		c.workers.Wait()
-		close(done)
-	}()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = fmt.Errorf("stop: handlers still running: %w", ctx.Err())
-	}
-	c.cancel()
-	return err
+	return nil
 }
 
 // Run starts the consumer and runs it until ctx ends, then stops it,
@@ -303,21 +269,21 @@ func (c *Consumer) forget(d *ferrybroker.Delivery) {
 
 // handle runs the handler on msg and settles it; it returns msg when a
 // fault point left it unsettled.
-func (c *Consumer) handle(msg *message.Message) *message.Message {
+func (c *Consumer) handle(ctx context.Context, msg *message.Message) *message.Message {
 	d, contentType, derr := delivery(c.cfg.Topic, msg)
 	c.count(d)
 	c.settler.Observer.Delivered(d)
 	a := &acker{c: c, msg: msg, d: d}
 	select {
-	case <-c.stopping:
-		c.settler.Settle(c.ctx, d, a, ferrybroker.StepStopping, nil)
+	case <-c.run.Stopping():
+		c.settler.Settle(ctx, d, a, ferrybroker.StepStopping, nil)
 		return nil
 	default:
 	}
 	if derr == nil {
 		derr = ferrybroker.CheckDelivery(contentType, d, c.cfg.Validate)
 	}
-	c.settler.Handle(c.ctx, d, a, c.handler, derr)
+	c.settler.Handle(ctx, d, a, c.handler, derr)
 	if a.held {
 		return msg
 	}
@@ -351,7 +317,7 @@ func (a *acker) Retry(delay time.Duration, _ error) error {
 	t := time.NewTimer(delay)
 	select {
 	case <-t.C:
-	case <-a.c.stopping:
+	case <-a.c.run.Stopping():
 		t.Stop()
 	}
 	a.msg.Nack()

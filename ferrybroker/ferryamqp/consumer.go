@@ -17,6 +17,7 @@ import (
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/runner"
 )
 
 // HeaderParkExchange is the exchange the original of a parked copy was
@@ -82,16 +83,10 @@ type Consumer struct {
 	link  *link[*consSession]
 	conn  *amqp.Connection                 // borrowed
 	dial  func() (*amqp.Connection, error) // owned
-	sem   chan struct{}
 	fails *failCounts
+	run   runner.Runner
 
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	stopping chan struct{}
-	hctx     context.Context
-	hcancel  context.CancelFunc
-	inflight sync.WaitGroup
+	mu       sync.Mutex // the retry timers
 	timers   map[uint64]*retryTimer
 	timerSeq uint64
 
@@ -178,7 +173,7 @@ func newConsumer(queue string, h ferrybroker.Handler, cfg *ConsumerConfig) (*Con
 	}
 	log := c.Logger.With("queue", queue)
 	co := &Consumer{queue: queue, h: h, cfg: c, park: q.ParkingQueue, log: log,
-		sem: make(chan struct{}, c.Concurrency), fails: newFailCounts(10000), timers: map[uint64]*retryTimer{},
+		fails: newFailCounts(10000), timers: map[uint64]*retryTimer{},
 		settler: ferrybroker.NewSettler(c.ConsumerOptions, log, slog.String("parking_queue", q.ParkingQueue))}
 	co.link = newLink(co.log, c.Connection, co.openSession)
 	return co, nil
@@ -263,9 +258,6 @@ func (c *Consumer) openSession(ctx context.Context, conn *amqp.Connection) (*con
 		}
 		close(s.dead)
 	}()
-	for i := 0; i < c.cfg.Concurrency; i++ {
-		go c.work(s)
-	}
 	c.log.Info("consuming", "consumer_tag", s.tag, "prefetch", c.cfg.Prefetch, "concurrency", c.cfg.Concurrency)
 	return s, nil
 }
@@ -310,32 +302,25 @@ func (s *consSession) close() {
 }
 
 // Start connects (DialConsumer), declares or checks the queues and starts
-// consuming; ctx bounds the start only. A consumer runs until Stop.
+// consuming; ctx bounds the start only. A consumer runs until Stop. The
+// handlers' contexts keep ctx's values.
 func (c *Consumer) Start(ctx context.Context) error {
-	c.mu.Lock()
-	switch {
-	case c.stopped:
-		c.mu.Unlock()
-		return ferrytype.ErrClosed
-	case c.started:
-		c.mu.Unlock()
-		return errors.New("ferryamqp: consumer already started")
-	}
-	c.started = true
-	c.stopping = make(chan struct{})
 	if c.cfg.FaultPoint != nil {
 		ctx = ferryfault.With(ctx, c.cfg.FaultPoint)
 	}
-	c.hctx, c.hcancel = context.WithCancel(context.WithoutCancel(ctx))
-	c.mu.Unlock()
-	if err := c.link.start(ctx, c.conn, c.dial); err != nil {
-		c.mu.Lock()
-		c.stopped = true
-		c.mu.Unlock()
-		c.hcancel()
-		return err
+	err := c.run.Start(ctx, func(work context.Context) error {
+		if err := c.link.start(ctx, c.conn, c.dial); err != nil {
+			return err
+		}
+		for range c.cfg.Concurrency {
+			c.run.Go(func() { c.work(work) })
+		}
+		return nil
+	})
+	if errors.Is(err, runner.ErrStarted) {
+		return fmt.Errorf("ferryamqp: consumer %w", err)
 	}
-	return nil
+	return err
 }
 
 // Stop stops taking deliveries (basic.cancel), lets the handlers in
@@ -346,40 +331,28 @@ func (c *Consumer) Start(ctx context.Context) error {
 // closed at once; a handler that ignores its context may still run when
 // Stop returns, and its ack fails. Stopping twice is safe.
 func (c *Consumer) Stop(ctx context.Context) error {
-	c.mu.Lock()
-	if !c.started || c.stopped {
-		c.stopped = true
+	first, err := c.run.Stop(ctx, func() {
+		c.mu.Lock()
+		timers := c.timers
+		c.timers = map[uint64]*retryTimer{}
 		c.mu.Unlock()
+		for _, rt := range timers {
+			if rt.t.Stop() {
+				c.settler.Observer.Settled(rt.fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: ferrybroker.ErrStopping})
+			}
+		}
+		if s, err := c.link.current(ctx, -1); err == nil {
+			s.cancel(ctx)
+		}
+		c.log.Info("consumer cancelled; finishing the handlers in progress", "in_flight", c.settler.Observer.Stats().InFlight)
+	})
+	if !first {
 		return nil
 	}
-	c.stopped = true
-	close(c.stopping)
-	timers := c.timers
-	c.timers = map[uint64]*retryTimer{}
-	c.mu.Unlock()
-	for _, rt := range timers {
-		if rt.t.Stop() {
-			c.settler.Observer.Settled(rt.fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: ferrybroker.ErrStopping})
-		}
-	}
-	if s, err := c.link.current(ctx, -1); err == nil {
-		s.cancel(ctx)
-	}
-	c.log.Info("consumer cancelled; finishing the handlers in progress", "in_flight", c.settler.Observer.Stats().InFlight)
-	done := make(chan struct{})
-	go func() {
-		c.inflight.Wait()
-		close(done)
-	}()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = fmt.Errorf("stop: handlers still running: %w", ctx.Err())
-		c.hcancel()
+	if err != nil {
+		err = fmt.Errorf("stop: handlers still running: %w", err)
 	}
 	c.link.shutdown()
-	c.hcancel()
 	st := c.settler.Observer.Stats()
 	c.log.Info("consumer stopped", "acked", st.Acked, "parked", st.Parked)
 	return err
@@ -391,45 +364,55 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return ferrybroker.RunUntilDone(ctx, c.Start, c.Stop, c.cfg.ShutdownTimeout)
 }
 
-// work takes deliveries of session s while a handler slot is free.
-func (c *Consumer) work(s *consSession) {
+// work is one of the Concurrency handler slots: it takes deliveries of the
+// live session, one at a time, with the handlers' context ctx, until
+// Stop; after a reconnect, of the new session.
+func (c *Consumer) work(ctx context.Context) {
+	var s *consSession
 	for {
-		select {
-		case c.sem <- struct{}{}:
-		case <-c.stopping:
-			return
-		case <-s.dead:
+		var ok bool
+		if s, ok = c.link.next(c.run.Stopping(), s); !ok {
 			return
 		}
+		c.consume(ctx, s)
+	}
+}
+
+// consume takes deliveries of session s until it ends or the consumer
+// stops.
+func (c *Consumer) consume(ctx context.Context, s *consSession) {
+	for {
 		var (
 			d  amqp.Delivery
 			ok bool
 		)
 		select {
 		case d, ok = <-s.deliveries:
-		case <-c.stopping:
+		case <-c.run.Stopping():
 		case <-s.dead:
 		}
 		if !ok {
-			<-c.sem
 			return
 		}
 		fd := c.delivery(&d)
 		c.settler.Observer.Delivered(fd)
 		a := &acker{c: c, s: s, d: d, fd: fd}
-		c.mu.Lock()
-		if c.stopped {
-			c.mu.Unlock()
-			<-c.sem
+		if c.stopping() {
 			// Not started: it goes back to the queue with the channel.
-			c.settler.Settle(c.hctx, fd, a, ferrybroker.StepStopping, nil)
+			c.settler.Settle(ctx, fd, a, ferrybroker.StepStopping, nil)
 			return
 		}
-		c.inflight.Add(1)
-		c.mu.Unlock()
-		c.settler.Handle(c.hctx, fd, a, c.h, c.validate(&d, fd))
-		c.inflight.Done()
-		<-c.sem
+		c.settler.Handle(ctx, fd, a, c.h, c.validate(&d, fd))
+	}
+}
+
+// stopping reports whether Stop began.
+func (c *Consumer) stopping() bool {
+	select {
+	case <-c.run.Stopping():
+		return true
+	default:
+		return false
 	}
 }
 
@@ -521,7 +504,7 @@ func (a *acker) Retry(delay time.Duration, cause error) error {
 		c.fails.inc(fd.MessageID)
 	}
 	c.mu.Lock()
-	if c.stopped {
+	if c.stopping() {
 		c.mu.Unlock()
 		// The channel closes soon and returns it to the queue.
 		c.settler.Observer.Settled(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: cause})

@@ -23,6 +23,7 @@ import (
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/runner"
 )
 
 // Headers of a parked copy that only Kafka has, next to the park headers
@@ -189,19 +190,16 @@ type Consumer struct {
 	settler *ferrybroker.Settler
 	sem     chan struct{}
 
-	mu      sync.Mutex // Start and Stop
-	started bool
-	stopped bool
-	// unstart ends a Start still waiting for the brokers (Stop calls it).
-	unstart  context.CancelFunc
-	stopping chan struct{}
+	// run's goroutines are the poll loop, the committer and one worker
+	// per assigned partition; its context is the handlers'.
+	run runner.Runner
+	// unstart ends a Start still waiting for the brokers (Stop calls it
+	// with ferrytype.ErrClosed).
+	startMu  sync.Mutex
+	unstart  context.CancelCauseFunc
 	closing  atomic.Bool // Stop committed for the last time: callbacks only finalize
 	cl       *kgo.Client
-	ctx      context.Context // the handlers'; cancelled when Stop gives up
-	cancel   context.CancelFunc
-	bgCancel context.CancelFunc
-	bg       sync.WaitGroup // the poll loop and the committer
-	workers  sync.WaitGroup // one per assigned partition
+	bgCancel context.CancelFunc // ends the poll loop and the committer
 
 	pmu      sync.Mutex // parts, draining
 	parts    map[tp]*part
@@ -380,62 +378,59 @@ func (c *Consumer) Stats() ConsumerStats { return c.settler.Observer.Stats() }
 // reverse. A Stop meanwhile ends the wait. Starting a stopped consumer
 // returns ferrytype.ErrClosed.
 func (c *Consumer) Start(ctx context.Context) error {
-	c.mu.Lock()
-	if c.stopped {
-		c.mu.Unlock()
-		return ferrytype.ErrClosed
+	c.startMu.Lock()
+	if c.unstart != nil {
+		c.startMu.Unlock()
+		return fmt.Errorf("ferrykafka: consumer %w", runner.ErrStarted)
 	}
-	if c.started || c.unstart != nil {
-		c.mu.Unlock()
-		return errors.New("ferrykafka: consumer already started")
-	}
-	sctx, unstart := context.WithCancel(ctx)
+	sctx, unstart := context.WithCancelCause(ctx)
 	c.unstart = unstart
-	c.mu.Unlock()
-	err := untilReachable(sctx, c.log, "consumer start", c.checkTopics)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	unstart()
-	c.unstart = nil
-	if c.stopped {
-		return ferrytype.ErrClosed
-	}
-	if err != nil {
-		return err
-	}
+	c.startMu.Unlock()
+	defer func() {
+		c.startMu.Lock()
+		c.unstart = nil
+		c.startMu.Unlock()
+		unstart(nil)
+	}()
 	if c.cfg.FaultPoint != nil {
 		ctx = ferryfault.With(ctx, c.cfg.FaultPoint)
 	}
-	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	c.stopping = make(chan struct{})
-	opts := append([]kgo.Opt{
-		kgo.ClientID("ferry-consumer"),
-		kgo.SessionTimeout(DefaultSessionTimeout),
-		kgo.RebalanceTimeout(DefaultRebalanceTimeout),
-	}, c.conn...)
-	opts = append(opts, c.cfg.ClientOpts...)
-	opts = append(opts,
-		kgo.ConsumerGroup(c.cfg.Group),
-		kgo.ConsumeTopics(c.cfg.Topics...),
-		kgo.DisableAutoCommit(),
-		kgo.BlockRebalanceOnPoll(),
-		kgo.OnPartitionsAssigned(c.assigned),
-		kgo.OnPartitionsRevoked(c.revoked),
-		kgo.OnPartitionsLost(c.lost),
-	)
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		c.cancel()
-		return fmt.Errorf("ferrykafka: consumer client: %w", err)
+	err := c.run.Start(ctx, func(context.Context) error {
+		err := untilReachable(sctx, c.log, "consumer start", c.checkTopics)
+		if errors.Is(context.Cause(sctx), ferrytype.ErrClosed) {
+			return ferrytype.ErrClosed
+		}
+		if err != nil {
+			return err
+		}
+		opts := append([]kgo.Opt{
+			kgo.ClientID("ferry-consumer"),
+			kgo.SessionTimeout(DefaultSessionTimeout),
+			kgo.RebalanceTimeout(DefaultRebalanceTimeout),
+		}, c.conn...)
+		opts = append(opts, c.cfg.ClientOpts...)
+		opts = append(opts,
+			kgo.ConsumerGroup(c.cfg.Group),
+			kgo.ConsumeTopics(c.cfg.Topics...),
+			kgo.DisableAutoCommit(),
+			kgo.BlockRebalanceOnPoll(),
+			kgo.OnPartitionsAssigned(c.assigned),
+			kgo.OnPartitionsRevoked(c.revoked),
+			kgo.OnPartitionsLost(c.lost),
+		)
+		if c.cl, err = kgo.NewClient(opts...); err != nil {
+			return fmt.Errorf("ferrykafka: consumer client: %w", err)
+		}
+		bg, cancel := context.WithCancel(context.Background())
+		c.bgCancel = cancel
+		c.run.Go(func() { c.poll(bg) })
+		c.run.Go(func() { c.commitLoop(bg) })
+		return nil
+	})
+	if errors.Is(err, runner.ErrStarted) {
+		return fmt.Errorf("ferrykafka: consumer %w", err)
 	}
-	c.cl = cl
-	c.started = true
-	bgCtx, bgCancel := context.WithCancel(context.Background())
-	c.bgCancel = bgCancel
-	c.bg.Add(2)
-	go func() { defer c.bg.Done(); c.poll(bgCtx) }()
-	go func() { defer c.bg.Done(); c.commitLoop(bgCtx) }()
-	return nil
+	return err
 }
 
 // checkTopics asks the brokers whether the topics and the park topic
@@ -472,30 +467,22 @@ func (c *Consumer) checkTopics(ctx context.Context) error {
 // left; the offsets of what finished are still committed, and Stop returns
 // ctx's error. Stopping twice, or before Start, is safe.
 func (c *Consumer) Stop(ctx context.Context) error {
-	c.mu.Lock()
+	c.startMu.Lock()
 	if c.unstart != nil {
-		c.unstart() // a Start waiting for the brokers returns ErrClosed
+		c.unstart(ferrytype.ErrClosed) // a Start waiting for the brokers returns ErrClosed
 	}
-	defer c.mu.Unlock()
-	if !c.started || c.stopped {
-		c.stopped = true
+	c.startMu.Unlock()
+	first, err := c.run.Stop(ctx, func() {
+		c.pmu.Lock()
+		c.draining = true
+		c.pmu.Unlock()
+		c.bgCancel()
+	})
+	if !first {
 		return nil
 	}
-	c.stopped = true
-	close(c.stopping)
-	c.bgCancel()
-	c.bg.Wait()
-	c.pmu.Lock()
-	c.draining = true
-	c.pmu.Unlock()
-	done := make(chan struct{})
-	go func() { c.workers.Wait(); close(done) }()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = fmt.Errorf("stop: handlers still running: %w", ctx.Err())
-		c.cancel()
+	if err != nil {
+		err = fmt.Errorf("stop: handlers still running: %w", err)
 	}
 	parts := c.snapshot()
 	cctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
@@ -513,7 +500,6 @@ func (c *Consumer) Stop(ctx context.Context) error {
 	}
 	cancel()
 	c.cl.Close()
-	c.cancel()
 	return err
 }
 
@@ -737,16 +723,18 @@ func (c *Consumer) assigned(_ context.Context, _ *kgo.Client, assigned map[strin
 			if c.parts[key] != nil {
 				continue
 			}
-			ctx, cancel := context.WithCancel(c.ctx)
+			ctx, cancel := context.WithCancel(c.run.Context())
 			p := &part{tp: key, ctx: ctx, cancel: cancel, quit: make(chan struct{}), wake: make(chan struct{}, 1),
 				done: make(chan struct{}), next: kgo.EpochOffset{Epoch: -1, Offset: -1}, committed: -1}
 			c.parts[key] = p
-			c.workers.Add(1)
-			go func() {
-				defer c.workers.Done()
+			// On the client's goroutine, yet safe to add to the runner:
+			// the poll loop, a goroutine of the runner, runs until Stop
+			// set draining (under pmu), so the runner's count is above
+			// zero at each Go, and no Go follows Stop's wait.
+			c.run.Go(func() {
 				defer close(p.done)
 				c.work(p)
-			}()
+			})
 		}
 	}
 	c.log.Debug("partitions assigned", "partitions", fmt.Sprint(assigned))
@@ -892,7 +880,7 @@ func (c *Consumer) next(p *part) *kgo.Record {
 		case <-p.wake:
 		case <-p.quit:
 			return nil
-		case <-c.stopping:
+		case <-c.run.Stopping():
 			return nil
 		}
 	}
@@ -907,14 +895,14 @@ func (c *Consumer) process(p *part, rec *kgo.Record) {
 		case c.sem <- struct{}{}:
 		case <-p.quit:
 			return
-		case <-c.stopping:
+		case <-c.run.Stopping():
 			return
 		}
 		select {
 		case <-p.quit:
 			<-c.sem
 			return
-		case <-c.stopping:
+		case <-c.run.Stopping():
 			<-c.sem
 			return
 		default:
@@ -930,7 +918,7 @@ func (c *Consumer) process(p *part, rec *kgo.Record) {
 		case <-p.quit:
 			t.Stop()
 			return
-		case <-c.stopping:
+		case <-c.run.Stopping():
 			t.Stop()
 			return
 		}

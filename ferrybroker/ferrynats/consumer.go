@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -16,6 +15,7 @@ import (
 	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/nilness"
+	"github.com/ferrydev/ferry/internal/runner"
 )
 
 // Headers of a parked copy that only JetStream has, next to the park
@@ -92,14 +92,8 @@ type Consumer struct {
 	log     *slog.Logger
 	settler *ferrybroker.Settler
 
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	stopping chan struct{}
-	iter     jetstream.MessagesContext
-	ctx      context.Context
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	run  runner.Runner
+	iter jetstream.MessagesContext
 }
 
 var _ ferrybroker.Consumer = (*Consumer)(nil)
@@ -133,88 +127,78 @@ func NewConsumer(js jetstream.JetStream, handler ferrybroker.Handler, cfg *Consu
 func (c *Consumer) Stats() ConsumerStats { return c.settler.Observer.Stats() }
 
 // Start binds to (or declares) the durable consumer and starts handling
-// messages; ctx bounds the start only.
+// messages; ctx bounds the start only. The handlers' contexts keep ctx's
+// values.
 func (c *Consumer) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stopped {
-		return ferrytype.ErrClosed
-	}
-	if c.started {
-		return errors.New("ferrynats: consumer already started")
-	}
-	var (
-		cons jetstream.Consumer
-		err  error
-	)
-	if c.cfg.Declare {
-		cc := jetstream.ConsumerConfig{
-			Durable: c.cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: c.cfg.AckWait,
-			// Parking is this consumer's job: the server never gives up on
-			// a message by itself.
-			MaxDeliver: -1, MaxAckPending: max(c.cfg.Concurrency*4, 64),
-		}
-		if len(c.cfg.FilterSubjects) == 1 {
-			cc.FilterSubject = c.cfg.FilterSubjects[0]
-		} else {
-			cc.FilterSubjects = c.cfg.FilterSubjects
-		}
-		cons, err = c.js.CreateOrUpdateConsumer(ctx, c.cfg.Stream, cc)
-	} else {
-		cons, err = c.js.Consumer(ctx, c.cfg.Stream, c.cfg.Durable)
-	}
-	if err != nil {
-		return fmt.Errorf("consumer %s on stream %s: %w", c.cfg.Durable, c.cfg.Stream, err)
-	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(c.cfg.Concurrency))
-	if err != nil {
-		return fmt.Errorf("consumer %s: %w", c.cfg.Durable, err)
-	}
-	c.iter = iter
 	if c.cfg.FaultPoint != nil {
 		ctx = ferryfault.With(ctx, c.cfg.FaultPoint)
 	}
-	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	c.stopping = make(chan struct{})
-	c.started = true
-	work := make(chan jetstream.Msg)
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		defer close(work)
-		for {
-			msg, err := iter.Next()
-			switch {
-			case err == nil:
-				work <- msg
-				continue
-			case errors.Is(err, jetstream.ErrMsgIteratorClosed):
-				// Stop, or a terminal error (the consumer was deleted),
-				// which Next reported before.
-				return
+	err := c.run.Start(ctx, func(work context.Context) error {
+		var (
+			cons jetstream.Consumer
+			err  error
+		)
+		if c.cfg.Declare {
+			cc := jetstream.ConsumerConfig{
+				Durable: c.cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: c.cfg.AckWait,
+				// Parking is this consumer's job: the server never gives
+				// up on a message by itself.
+				MaxDeliver: -1, MaxAckPending: max(c.cfg.Concurrency*4, 64),
 			}
-			// The iterator goes on after other errors: wait a moment, so
-			// that a repeating one is no hot loop.
-			c.log.Error("receive failed; receiving again", "error", err)
-			pause := time.NewTimer(100 * time.Millisecond)
-			select {
-			case <-pause.C:
-			case <-c.stopping:
-				pause.Stop()
-				return
+			if len(c.cfg.FilterSubjects) == 1 {
+				cc.FilterSubject = c.cfg.FilterSubjects[0]
+			} else {
+				cc.FilterSubjects = c.cfg.FilterSubjects
 			}
+			cons, err = c.js.CreateOrUpdateConsumer(ctx, c.cfg.Stream, cc)
+		} else {
+			cons, err = c.js.Consumer(ctx, c.cfg.Stream, c.cfg.Durable)
 		}
-	}()
-	for i := 0; i < c.cfg.Concurrency; i++ {
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			for msg := range work {
-				c.handle(msg)
-			}
-		}()
+		if err != nil {
+			return fmt.Errorf("consumer %s on stream %s: %w", c.cfg.Durable, c.cfg.Stream, err)
+		}
+		if c.iter, err = cons.Messages(jetstream.PullMaxMessages(c.cfg.Concurrency)); err != nil {
+			return fmt.Errorf("consumer %s: %w", c.cfg.Durable, err)
+		}
+		msgs := make(chan jetstream.Msg)
+		c.run.Go(func() { c.receive(msgs) })
+		for range c.cfg.Concurrency {
+			c.run.Go(func() {
+				for msg := range msgs {
+					c.handle(work, msg)
+				}
+			})
+		}
+		return nil
+	})
+	if errors.Is(err, runner.ErrStarted) {
+		return fmt.Errorf("ferrynats: consumer %w", err)
 	}
-	return nil
+	return err
+}
+
+// receive hands the iterator's messages to the handlers until it is
+// closed (Stop drains it), then closes msgs.
+func (c *Consumer) receive(msgs chan<- jetstream.Msg) {
+	defer close(msgs)
+	for {
+		msg, err := c.iter.Next()
+		switch {
+		case err == nil:
+			msgs <- msg
+			continue
+		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
+			// Stop, or a terminal error (the consumer was deleted), which
+			// Next reported before.
+			return
+		}
+		// The iterator goes on after other errors: wait a moment, so that
+		// a repeating one is no hot loop.
+		c.log.Error("receive failed; receiving again", "error", err)
+		if !c.run.Sleep(100 * time.Millisecond) {
+			return
+		}
+	}
 }
 
 // Stop stops fetching and lets the handlers in flight finish, acking those
@@ -223,26 +207,10 @@ func (c *Consumer) Start(ctx context.Context) error {
 // first, the handlers' context is cancelled, their messages are left, and
 // Stop returns without waiting further. Stopping twice is safe.
 func (c *Consumer) Stop(ctx context.Context) error {
-	c.mu.Lock()
-	if !c.started || c.stopped {
-		c.stopped = true
-		c.mu.Unlock()
-		return nil
+	if _, err := c.run.Stop(ctx, func() { c.iter.Drain() }); err != nil {
+		return fmt.Errorf("stop: handlers still running: %w", err)
 	}
-	c.stopped = true
-	close(c.stopping)
-	c.mu.Unlock()
-	c.iter.Drain()
-	done := make(chan struct{})
-	go func() { c.wg.Wait(); close(done) }()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = fmt.Errorf("stop: handlers still running: %w", ctx.Err())
-	}
-	c.cancel()
-	return err
+	return nil
 }
 
 // Run starts the consumer and runs it until ctx ends, then stops it,
@@ -273,18 +241,19 @@ func (c *Consumer) validate(d *ferrybroker.Delivery) error {
 	return ferrybroker.CheckDelivery(d.Headers["Content-Type"], d, c.cfg.Validate)
 }
 
-func (c *Consumer) handle(msg jetstream.Msg) {
+// handle runs the order of work on msg with the handlers' context ctx.
+func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
 	d, meta := c.delivery(msg)
 	c.settler.Observer.Delivered(d)
-	a := &acker{c: c, msg: msg, d: d, meta: meta}
+	a := &acker{ctx: ctx, msg: msg, d: d, meta: meta, c: c}
 	select {
-	case <-c.stopping:
+	case <-c.run.Stopping():
 		// Received, not started: back to the stream at once.
-		c.settler.Settle(c.ctx, d, a, ferrybroker.StepStopping, nil)
+		c.settler.Settle(ctx, d, a, ferrybroker.StepStopping, nil)
 		return
 	default:
 	}
-	c.settler.Handle(c.ctx, d, a, func(ctx context.Context, d *ferrybroker.Delivery) error {
+	c.settler.Handle(ctx, d, a, func(ctx context.Context, d *ferrybroker.Delivery) error {
 		// Keep the message while a long handler runs.
 		t := time.NewTicker(c.cfg.AckWait / 2)
 		defer t.Stop()
@@ -307,6 +276,7 @@ func (c *Consumer) handle(msg jetstream.Msg) {
 // acker settles one message on JetStream (see ferrybroker.Acknowledger).
 type acker struct {
 	c    *Consumer
+	ctx  context.Context // the handlers'
 	msg  jetstream.Msg
 	d    *ferrybroker.Delivery
 	meta *jetstream.MsgMetadata
@@ -316,7 +286,7 @@ type acker struct {
 // covers this message only (AckExplicit); past AckWait the server
 // redelivers anyway.
 func (a *acker) Ack() error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.c.ctx), a.c.cfg.AckWait)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), a.c.cfg.AckWait)
 	defer cancel()
 	return a.msg.DoubleAck(ctx)
 }
