@@ -69,13 +69,6 @@ const (
 	HeaderCreatedAt     = "Ferry-Created-At"
 )
 
-// FaultPublishBeforeConfirm is the publishers' named fault point: reached
-// after a batch was written to the broker and before its confirms are
-// awaited. A crash there leaves messages the broker may have stored and the
-// relay never heard about: they are published again, with the same ids,
-// after their leases expire.
-const FaultPublishBeforeConfirm = "publish.before-confirm"
-
 // MetadataHeaders returns the ferry headers for m. Adapters add them after
 // the event's own headers, so an event cannot spoof them.
 func MetadataHeaders(m *ferrytype.Message) [][2]string {

@@ -134,15 +134,6 @@ type ConsumerStats struct {
 	Rewinds, Rewound int64
 }
 
-// Named fault points of consumers (see the consumers' FaultPoint configs).
-const (
-	// FaultConsumerAfterHandle is reached after the handler returned nil —
-	// its transaction committed — and before the delivery is acked. A
-	// crash here leaves a committed effect whose delivery comes again: the
-	// inbox must report it as a duplicate.
-	FaultConsumerAfterHandle = "consumer.after-handle"
-)
-
 // Headers a consumer sets on the parked copy of a message, next to the
 // original's own headers (which are kept). Values are strings.
 const (

@@ -14,7 +14,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/ferrydev/ferry/ferrybroker"
-	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/nilness"
 	"github.com/ferrydev/ferry/internal/runner"
@@ -68,11 +67,6 @@ type ConsumerConfig struct {
 	// Source names what is consumed in the park header
 	// ferrybroker.HeaderParkSource. Default: Topic.
 	Source string
-	// FaultPoint, when set, is called at ferrybroker.FaultConsumerAfterHandle;
-	// a non-nil error acts as a crash of the handler's worker there: the
-	// message is neither acked nor nacked until Stop, which nacks it. For
-	// fault-injection tests only.
-	FaultPoint func(ctx context.Context, point string) error
 }
 
 // Consumer runs a ferry handler on the messages of any Watermill
@@ -82,7 +76,10 @@ type ConsumerConfig struct {
 // for the retry delay and nacked; a poison message, a malformed one, or
 // one whose last allowed delivery failed is published to ParkTopic with
 // the park headers, and only then acked. A delivery the consumer does not
-// decide (stopping, a handler cut off) is nacked.
+// decide (stopping, a handler cut off) is nacked. An error at the fault
+// point ferryfault.ConsumerAfterHandle (set in the context given to Start)
+// acts as a crash of the handler's worker there: the message is neither
+// acked nor nacked until Stop, which nacks it.
 //
 // Watermill's Ack is not confirmed by the broker: an ack lost on the way
 // means one more delivery, which the inbox reports as a duplicate.
@@ -138,9 +135,6 @@ func (c *Consumer) Stats() ferrybroker.ConsumerStats { return c.settler.Observer
 // messages; ctx bounds the start only. The handlers' contexts keep ctx's
 // values.
 func (c *Consumer) Start(ctx context.Context) error {
-	if c.cfg.FaultPoint != nil {
-		ctx = ferryfault.With(ctx, c.cfg.FaultPoint)
-	}
 	err := c.run.Start(ctx, func(work context.Context) error {
 		subCtx, subCancel := context.WithCancel(context.WithoutCancel(ctx))
 		chans := make([]<-chan *message.Message, 0, c.cfg.Concurrency)

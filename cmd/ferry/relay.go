@@ -17,6 +17,7 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
 	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/open"
@@ -337,9 +338,9 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 	if err := awaitSchema(ctx, store, wait == foreverWait, deps, log); err != nil {
 		return stoppedOr(ctx, f.drain, err)
 	}
-	bc.NATS.FaultPoint = g.faultPoint
-	bc.AMQP.FaultPoint = g.faultPoint
-	bc.Kafka.FaultPoint = g.faultPoint
+	// The publisher reaches its fault point (ferryfault.PublishBeforeConfirm)
+	// with the context the relay starts with, whose values it keeps.
+	ctx = ferryfault.With(ctx, g.faultPoint)
 	pub, err := openRelayPublisher(ctx, f.brokerURL, bc, wait, deps, log)
 	if err != nil {
 		return stoppedOr(ctx, f.drain, err)

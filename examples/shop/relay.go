@@ -14,6 +14,7 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/internal/fault"
 	"github.com/ferrydev/ferry/internal/open"
@@ -153,11 +154,11 @@ func RunRelay(ctx context.Context, o RelayOptions) error {
 		}
 	}
 	bc := &open.BrokerConfig{
-		NATS: open.NATSConfig{Stream: o.Stream, FaultPoint: faults},
-		AMQP: open.AMQPConfig{ExchangeKind: "topic", Window: o.ConfirmWindow, Logger: log, FaultPoint: faults},
+		NATS: open.NATSConfig{Stream: o.Stream},
+		AMQP: open.AMQPConfig{ExchangeKind: "topic", Window: o.ConfirmWindow, Logger: log},
 		Kafka: open.KafkaConfig{TopicFrom: ferrykafka.TopicFrom(o.TopicFrom), TopicPrefix: o.TopicPrefix, Topics: topics,
 			Declare: o.Declare, Partitions: int32(o.Partitions), ReplicationFactor: int16(o.ReplicationFactor),
-			Logger: log, FaultPoint: faults},
+			Logger: log},
 	}
 	var store ferrystore.Store
 	if err := retryStart(ctx, func() (err error) {
@@ -200,7 +201,11 @@ func RunRelay(ctx context.Context, o RelayOptions) error {
 	}
 	// The log relay checks the database's log at start: during an outage
 	// that fails as an unreachable database does.
-	if err := retryStart(ctx, func() error { return relay.Start(ctx) }); err != nil {
+	// The relay's work keeps the values of the context it starts with:
+	// the publisher's fault point (ferryfault.PublishBeforeConfirm) is
+	// reached with the faults set there.
+	runCtx := ferryfault.With(ctx, faults)
+	if err := retryStart(ctx, func() error { return relay.Start(runCtx) }); err != nil {
 		return err
 	}
 	statsCtx, stopStats := context.WithCancel(context.Background())

@@ -18,6 +18,7 @@ import (
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
 	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
+	"github.com/ferrydev/ferry/ferryfault"
 )
 
 // Stream is the JetStream stream of the shop's events (subjects shop.>).
@@ -107,12 +108,19 @@ type ConsumerOptions struct {
 	GatewayURL string // sms only
 	// Concurrency of handlers. Default 4.
 	Concurrency int
-	FaultPoint  func(ctx context.Context, point string) error
-	Out         io.Writer // STATS lines
+	// FaultPoint, when set, is reached at the fault points of the inbox,
+	// the SMS task worker and, set in the context the broker consumer
+	// starts with, of the consumer (ferryfault.ConsumerAfterHandle).
+	FaultPoint func(ctx context.Context, point string) error
+	Out        io.Writer // STATS lines
 }
 
 // RunConsumer runs a points or SMS consumer until ctx ends.
 func RunConsumer(ctx context.Context, o ConsumerOptions) error {
+	// The parts started with ctx keep its values: the broker consumer
+	// reaches its fault point (ferryfault.ConsumerAfterHandle) with
+	// o.FaultPoint.
+	ctx = ferryfault.With(ctx, o.FaultPoint)
 	// A consumer restarted during an outage waits for its database and
 	// broker, as a supervised service would, rather than exit.
 	var db *DB
@@ -236,7 +244,6 @@ func consume(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler) (fun
 			ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: conc, Logger: EnvLogger(),
 				Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 50, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second}},
 			ParkSubject: ParkSubject(o.Role), AckWait: 5 * time.Second,
-			FaultPoint: o.FaultPoint,
 		})
 		if err == nil {
 			err = c.Start(ctx)
@@ -259,7 +266,7 @@ func consume(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler) (fun
 				Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 15, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second}},
 			Prefetch: conc, Declare: true, Topology: topo,
 			Queue:      ferryamqp.Queue{DeliveryLimit: amqpDeliveryLimit},
-			Connection: ferryamqp.ConnectionConfig{Name: "shop-" + o.Role}, FaultPoint: o.FaultPoint,
+			Connection: ferryamqp.ConnectionConfig{Name: "shop-" + o.Role},
 		})
 		if err == nil {
 			err = c.Start(ctx)

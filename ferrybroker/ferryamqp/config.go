@@ -1,7 +1,6 @@
 package ferryamqp
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
@@ -53,12 +52,6 @@ type Config struct {
 	Connection ConnectionConfig
 	// Logger receives the publisher's logs. Default: slog.Default().
 	Logger *slog.Logger
-	// FaultPoint, when set, is called at
-	// ferrybroker.FaultPublishBeforeConfirm, once a batch was written and
-	// before its confirms are awaited; a non-nil error makes every message
-	// not yet confirmed an unknown outcome, as a crash there would. For
-	// fault-injection tests only.
-	FaultPoint func(ctx context.Context, point string) error
 
 	// testAfterPublish, when set, is called after each basic.publish
 	// with the number of publishes so far (tests only).

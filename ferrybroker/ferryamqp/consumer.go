@@ -15,7 +15,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/ferrydev/ferry/ferrybroker"
-	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/runner"
 )
@@ -60,11 +59,6 @@ type ConsumerConfig struct {
 	Tag string
 	// Connection configures the connection DialConsumer opens.
 	Connection ConnectionConfig
-	// FaultPoint, when set, is called at
-	// ferrybroker.FaultConsumerAfterHandle, after the handler committed and
-	// before the ack; a non-nil error acts as a crash there: the delivery
-	// is left unacked. For fault-injection tests only.
-	FaultPoint func(ctx context.Context, point string) error
 }
 
 // ConsumerStats counts what a consumer did (see ferrybroker.ConsumerStats).
@@ -73,7 +67,9 @@ type ConsumerStats = ferrybroker.ConsumerStats
 // Consumer consumes one queue with manual acks and runs a Handler for each
 // delivery, acking only after the handler returned nil, on the channel the
 // delivery came on. See the package documentation for the order of work,
-// retries and parking.
+// retries and parking. An error at the fault point
+// ferryfault.ConsumerAfterHandle (set in the context given to Start) acts
+// as a crash there: the delivery is left unacked until its channel closes.
 type Consumer struct {
 	queue string
 	h     ferrybroker.Handler
@@ -305,9 +301,6 @@ func (s *consSession) close() {
 // consuming; ctx bounds the start only. A consumer runs until Stop. The
 // handlers' contexts keep ctx's values.
 func (c *Consumer) Start(ctx context.Context) error {
-	if c.cfg.FaultPoint != nil {
-		ctx = ferryfault.With(ctx, c.cfg.FaultPoint)
-	}
 	err := c.run.Start(ctx, func(work context.Context) error {
 		if err := c.link.start(ctx, c.conn, c.dial); err != nil {
 			return err

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/testenv"
 )
@@ -34,7 +35,6 @@ type ConsumerOptions struct {
 	Redelivery  ferrybroker.RedeliveryPolicy
 	Hooks       []ferrybroker.Hook
 	Validate    func(d *ferrybroker.Delivery) error
-	FaultPoint  func(ctx context.Context, point string) error
 }
 
 // ConsumerSetup is a fresh queue or stream, with where its consumers park.
@@ -207,13 +207,20 @@ func (b *consumerBundle) unsettled(t *testing.T, want int) {
 // when t ends.
 func (b *consumerBundle) start(t *testing.T, h ferrybroker.Handler, o ConsumerOptions) (ferrybroker.Consumer, *recorder) {
 	t.Helper()
+	return b.startWith(t, b.ctx, h, o)
+}
+
+// startWith is start with the start context ctx, whose values (a fault
+// Func) the consumer keeps.
+func (b *consumerBundle) startWith(t *testing.T, ctx context.Context, h ferrybroker.Handler, o ConsumerOptions) (ferrybroker.Consumer, *recorder) {
+	t.Helper()
 	r := newRecorder()
 	o.Hooks = append(o.Hooks, r)
 	if o.Concurrency == 0 {
 		o.Concurrency = 4
 	}
 	c := b.NewConsumer(t, h, o)
-	require.NoError(t, c.Start(b.ctx))
+	require.NoError(t, c.Start(ctx))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -307,7 +314,8 @@ func fastRetry() ferrybroker.RedeliveryPolicy {
 //     what was not handled comes back to the next consumer, nothing twice;
 //   - Concurrency handlers run at once, and while one is held, the acks
 //     of the others do not settle it;
-//   - the fault point after the handler leaves the delivery unacked;
+//   - the fault point after the handler (ferryfault.ConsumerAfterHandle,
+//     set in the context Start is given) leaves the delivery unacked;
 //   - a delivery whose park fails is retried, never acked (when the
 //     harness can break parking);
 //   - a consumer started while the broker is unreachable waits it out
@@ -601,18 +609,19 @@ func ExerciseConsumer(t *testing.T, h ConsumerHarness) {
 		b := setup(t)
 		ids := b.publish(t, 3)
 		handled := make(chan struct{}, 3)
-		c, rec := b.start(t, func(ctx context.Context, d *ferrybroker.Delivery) error {
+		crash := ferryfault.With(b.ctx, func(_ context.Context, point string) error {
+			if point == ferryfault.ConsumerAfterHandle {
+				return errors.New("crash")
+			}
+			return nil
+		})
+		c, rec := b.startWith(t, crash, func(ctx context.Context, d *ferrybroker.Delivery) error {
 			select {
 			case handled <- struct{}{}:
 			default:
 			}
 			return nil
-		}, ConsumerOptions{Concurrency: 1, FaultPoint: func(_ context.Context, point string) error {
-			if point == ferrybroker.FaultConsumerAfterHandle {
-				return errors.New("crash")
-			}
-			return nil
-		}})
+		}, ConsumerOptions{Concurrency: 1})
 		wait(t, handled, time.Minute, "a handler committed")
 		require.NoError(t, c.Stop(b.ctx))
 		idle(t, c)

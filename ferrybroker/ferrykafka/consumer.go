@@ -21,7 +21,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferrydev/ferry/ferrybroker"
-	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/runner"
 )
@@ -109,13 +108,6 @@ type ConsumerConfig struct {
 	// kgo.ConsumeTopics, kgo.DisableAutoCommit, kgo.BlockRebalanceOnPoll
 	// and the OnPartitions callbacks.
 	ClientOpts []kgo.Opt
-	// FaultPoint, when set, is called at ferrybroker.FaultConsumerAfterHandle;
-	// a non-nil error acts as a crash of the record's partition there: the
-	// record's offset is not committed, nothing later in the partition is
-	// handled or committed, and the consumer stops fetching the partition
-	// until it is assigned again (after a rebalance or a restart), when
-	// the record comes again. For fault-injection tests only.
-	FaultPoint func(ctx context.Context, point string) error
 }
 
 func (cfg *ConsumerConfig) withDefaults() (ConsumerConfig, error) {
@@ -392,9 +384,6 @@ func (c *Consumer) Start(ctx context.Context) error {
 		c.startMu.Unlock()
 		unstart(nil)
 	}()
-	if c.cfg.FaultPoint != nil {
-		ctx = ferryfault.With(ctx, c.cfg.FaultPoint)
-	}
 	err := c.run.Start(ctx, func(context.Context) error {
 		err := untilReachable(sctx, c.log, "consumer start", c.checkTopics)
 		if errors.Is(context.Cause(sctx), ferrytype.ErrClosed) {

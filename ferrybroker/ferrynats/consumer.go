@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ferrydev/ferry/ferrybroker"
-	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/nilness"
 	"github.com/ferrydev/ferry/internal/runner"
@@ -60,11 +59,6 @@ type ConsumerConfig struct {
 	// A handler running longer keeps its message with progress signals.
 	// Default 30s.
 	AckWait time.Duration
-	// FaultPoint, when set, is called at ferrybroker.FaultConsumerAfterHandle;
-	// a non-nil error acts as a crash there: the delivery is left unacked
-	// (not even negatively acknowledged), and JetStream delivers it again
-	// after AckWait. For fault-injection tests only.
-	FaultPoint func(ctx context.Context, point string) error
 }
 
 // ConsumerStats counts what a consumer did (see ferrybroker.ConsumerStats).
@@ -73,13 +67,16 @@ type ConsumerStats = ferrybroker.ConsumerStats
 // Consumer runs a handler on the messages of a durable JetStream consumer,
 // as ferrybroker.Consumer describes: the handler commits its effect, then
 // the message is acked (and the ack confirmed by the server). A transient
-// failure is negatively acknowledged with the delay of ConsumerConfig.Redelivery;
-// a poison message (an error wrapping ferrytype.ErrPoison), a malformed
-// one, or one whose last allowed delivery failed is copied to ParkSubject
-// with the park headers, and only once the copy is stored is the original
-// terminated. A delivery left by the consumer (stopping, a handler cut off)
-// is negatively acknowledged without delay: JetStream delivers it again at
-// once.
+// failure is negatively acknowledged with the delay of
+// ConsumerConfig.Redelivery; a poison message (an error wrapping
+// ferrytype.ErrPoison), a malformed one, or one whose last allowed
+// delivery failed is copied to ParkSubject with the park headers, and only
+// once the copy is stored is the original terminated. A delivery left by
+// the consumer (stopping, a handler cut off) is negatively acknowledged
+// without delay: JetStream delivers it again at once. An error at the
+// fault point ferryfault.ConsumerAfterHandle (set in the context given to
+// Start) acts as a crash there: the message is left unacked, not even
+// negatively acknowledged, and JetStream delivers it again after AckWait.
 //
 // Delivery counts come from JetStream, which counts across consumers and
 // restarts, but takes back a delivery it made to a consumer no longer
@@ -130,9 +127,6 @@ func (c *Consumer) Stats() ConsumerStats { return c.settler.Observer.Stats() }
 // messages; ctx bounds the start only. The handlers' contexts keep ctx's
 // values.
 func (c *Consumer) Start(ctx context.Context) error {
-	if c.cfg.FaultPoint != nil {
-		ctx = ferryfault.With(ctx, c.cfg.FaultPoint)
-	}
 	err := c.run.Start(ctx, func(work context.Context) error {
 		var (
 			cons jetstream.Consumer

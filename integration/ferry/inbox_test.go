@@ -24,6 +24,7 @@ import (
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
 	"github.com/ferrydev/ferry/ferrybroker/ferrynats"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 	"github.com/ferrydev/ferry/internal/fault"
 	"github.com/ferrydev/ferry/internal/testsvc"
@@ -112,11 +113,13 @@ func runPointsConsumer() int {
 	if queue := env("QUEUE"); queue != "" {
 		// RabbitMQ: a quorum queue the test declared.
 		c, err := ferryamqp.DialConsumer(testsvc.URL(testsvc.EnvAMQP), queue, handler, &ferryamqp.ConsumerConfig{
-			ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 4, Redelivery: ferrybroker.RedeliveryPolicy{RetryDelay: 20 * time.Millisecond}}, Prefetch: 4, FaultPoint: crash})
+			ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 4,
+				Redelivery: ferrybroker.RedeliveryPolicy{RetryDelay: 20 * time.Millisecond}},
+			Prefetch: 4})
 		if err != nil {
 			return fail(err)
 		}
-		if err := c.Start(ctx); err != nil {
+		if err := c.Start(ferryfault.With(ctx, crash)); err != nil {
 			return fail(err)
 		}
 		conn, err := amqp.Dial(testsvc.URL(testsvc.EnvAMQP))
@@ -143,13 +146,14 @@ func runPointsConsumer() int {
 		js, _ := jetstream.New(nc)
 		c, err := ferrynats.NewConsumer(js, handler, &ferrynats.ConsumerConfig{
 			Stream: env("STREAM"), Durable: "points", FilterSubjects: []string{env("SUBJECT")}, Declare: true,
-			ParkSubject: env("PARK"), ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 4, Redelivery: ferrybroker.RedeliveryPolicy{RetryDelay: 20 * time.Millisecond}}, AckWait: 2 * time.Second,
-			FaultPoint: crash,
+			ParkSubject: env("PARK"), AckWait: 2 * time.Second,
+			ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 4,
+				Redelivery: ferrybroker.RedeliveryPolicy{RetryDelay: 20 * time.Millisecond}},
 		})
 		if err != nil {
 			return fail(err)
 		}
-		if err := c.Start(ctx); err != nil {
+		if err := c.Start(ferryfault.With(ctx, crash)); err != nil {
 			return fail(err)
 		}
 		stop, parked = c.Stop, func() int64 { return c.Stats().Parked }
@@ -189,8 +193,8 @@ func runPointsConsumer() int {
 func TestConsumerKilledBetweenCommitAndAck(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ broker, point string }{
-		{"nats", ferrybroker.FaultConsumerAfterHandle}, {"nats", ferry.FaultInboxBeforeCommit},
-		{"amqp", ferrybroker.FaultConsumerAfterHandle}, {"amqp", ferry.FaultInboxBeforeCommit},
+		{"nats", ferryfault.ConsumerAfterHandle}, {"nats", ferry.FaultInboxBeforeCommit},
+		{"amqp", ferryfault.ConsumerAfterHandle}, {"amqp", ferry.FaultInboxBeforeCommit},
 	} {
 		point := tc.point
 		t.Run(tc.broker+"/"+point, func(t *testing.T) {
@@ -275,7 +279,7 @@ func TestConsumerKilledBetweenCommitAndAck(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, int64(orders), n)
 			require.Zero(t, conflict+parked)
-			if point == ferrybroker.FaultConsumerAfterHandle {
+			if point == ferryfault.ConsumerAfterHandle {
 				require.GreaterOrEqual(t, dup, 1, "the message committed before the kill came back as a duplicate")
 			}
 			// Killed inside the transaction, the operation rolled back: its

@@ -24,6 +24,7 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrystore/ferrysqlite"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/testsvc"
@@ -304,14 +305,13 @@ func TestConsumerCrashAfterHandleIsAnInboxDuplicate(t *testing.T) {
 		b.produce(t, event(0, id, "order-1", `{"amount":10}`))
 	}
 	var calls atomic.Int64
-	a := b.consumer(t, ib.handler(), ferrykafka.ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 1},
-		FaultPoint: func(_ context.Context, point string) error {
-			if point == ferrybroker.FaultConsumerAfterHandle && calls.Add(1) == 3 {
-				return errors.New("crash after the inbox committed evt-3")
-			}
-			return nil
-		}})
-	require.NoError(t, a.Start(b.ctx))
+	a := b.consumer(t, ib.handler(), ferrykafka.ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 1}})
+	require.NoError(t, a.Start(ferryfault.With(b.ctx, func(_ context.Context, point string) error {
+		if point == ferryfault.ConsumerAfterHandle && calls.Add(1) == 3 {
+			return errors.New("crash after the inbox committed evt-3")
+		}
+		return nil
+	})))
 	waitStats(t, a, func(s ferrybroker.ConsumerStats) bool { return s.Acked == 2 && s.Left == 1 })
 	b.waitUnsettled(t, 3) // evt-3's offset was never committed, nor anything after it
 	require.NoError(t, a.Stop(b.ctx))

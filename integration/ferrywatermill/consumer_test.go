@@ -76,7 +76,6 @@ func TestConsumerConformanceRabbitMQ(t *testing.T) {
 				t.Cleanup(func() { _ = sub.Close() })
 				c, err := ferrywatermill.NewConsumer(sub, h, &ferrywatermill.ConsumerConfig{
 					Topic: queue, Park: parkPub, ParkTopic: park, ConsumerOptions: ferrybroker.ConsumerOptions{ParkTimeout: 5 * time.Second, Concurrency: o.Concurrency, Redelivery: o.Redelivery, Hooks: o.Hooks, Validate: o.Validate},
-					FaultPoint: o.FaultPoint,
 				})
 				require.NoError(t, err)
 				return c

@@ -126,7 +126,7 @@ func ConsumerHarness(connect func(t testing.TB) *nats.Conn) ferrybrokertest.Cons
 						// Warnings and errors on stderr, which go test
 						// shows when the package fails.
 						Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))},
-					FaultPoint: o.FaultPoint,
+
 					// Short, so that a delivery left by a fault comes
 					// back soon; handlers in flight keep theirs with
 					// progress signals.
