@@ -3,6 +3,7 @@ package ferrybroker
 import (
 	"context"
 	"strconv"
+	"time"
 )
 
 // Delivery is one message a consumer received from a broker.
@@ -153,6 +154,30 @@ const (
 	// decimal (0: unknown).
 	HeaderParkDeliveryCount = "Ferry-Park-Delivery-Count"
 )
+
+// maxParkReason bounds the bytes of HeaderParkReason: a longer reason is
+// cut and ends with "...".
+const maxParkReason = 4096
+
+// ParkHeaders returns the park headers, in this order, of the copy of
+// delivery d parked for reason: HeaderParkReason, HeaderParkedAt (now),
+// HeaderParkRoute (route, where the original was published to),
+// HeaderParkSource (source, what it was consumed from) and
+// HeaderParkDeliveryCount. Every consumer's Acknowledger sets them, next
+// to the original's headers and its broker's own.
+func ParkHeaders(reason error, d *Delivery, route, source string) [][2]string {
+	text := reason.Error()
+	if len(text) > maxParkReason {
+		text = text[:maxParkReason] + "..."
+	}
+	return [][2]string{
+		{HeaderParkReason, text},
+		{HeaderParkedAt, time.Now().UTC().Format(time.RFC3339Nano)},
+		{HeaderParkRoute, route},
+		{HeaderParkSource, source},
+		{HeaderParkDeliveryCount, strconv.Itoa(d.DeliveryCount)},
+	}
+}
 
 // Headers a replay tool (ferryamqp.ReplayParked) sets on a parked message
 // it puts back into the queue it was parked from, next to the message's own

@@ -139,3 +139,28 @@ func TestSettlerDecides(t *testing.T) {
 		})
 	}
 }
+
+// The park headers every consumer sets, in their order; a long reason is
+// cut.
+func TestParkHeaders(t *testing.T) {
+	d := &ferrybroker.Delivery{DeliveryCount: 3}
+	h := ferrybroker.ParkHeaders(errors.New(strings.Repeat("x", 5000)), d, "orders.paid", "points")
+	keys := make([]string, len(h))
+	for i, kv := range h {
+		keys[i] = kv[0]
+	}
+	want := []string{ferrybroker.HeaderParkReason, ferrybroker.HeaderParkedAt, ferrybroker.HeaderParkRoute,
+		ferrybroker.HeaderParkSource, ferrybroker.HeaderParkDeliveryCount}
+	if strings.Join(keys, ",") != strings.Join(want, ",") {
+		t.Fatalf("keys %v, want %v", keys, want)
+	}
+	if len(h[0][1]) != 4096+3 || !strings.HasSuffix(h[0][1], "...") {
+		t.Fatalf("reason not cut: %d bytes", len(h[0][1]))
+	}
+	if _, err := time.Parse(time.RFC3339Nano, h[1][1]); err != nil {
+		t.Fatal(err)
+	}
+	if h[2][1] != "orders.paid" || h[3][1] != "points" || h[4][1] != "3" {
+		t.Fatalf("headers %v", h[2:])
+	}
+}

@@ -329,7 +329,7 @@ func (a *acker) Abandon() { a.held = true }
 // message.
 func (a *acker) Park(reason error) error {
 	c, msg, d := a.c, a.msg, a.d
-	cp := parkCopy(msg, reason, c.cfg.Topic, c.cfg.Source, d.DeliveryCount)
+	cp := parkCopy(msg, reason, d, c.cfg.Topic, c.cfg.Source)
 	pctx, cancel := context.WithTimeout(context.Background(), c.cfg.ParkTimeout)
 	defer cancel()
 	cp.SetContext(pctx)
@@ -363,21 +363,15 @@ func publishSafely(pub message.Publisher, topic string, msg *message.Message) (e
 
 // parkCopy returns the copy of msg to park: its UUID, payload and metadata
 // with the park headers.
-func parkCopy(msg *message.Message, reason error, route, source string, deliveryCount int) *message.Message {
-	text := reason.Error()
-	if len(text) > 4096 {
-		text = text[:4096] + "..."
-	}
+func parkCopy(msg *message.Message, reason error, d *ferrybroker.Delivery, route, source string) *message.Message {
 	cp := message.NewMessage(msg.UUID, msg.Payload)
 	cp.Metadata = maps.Clone(msg.Metadata)
 	if cp.Metadata == nil {
 		cp.Metadata = message.Metadata{}
 	}
 	delete(cp.Metadata, MetadataRedelivered)
-	cp.Metadata.Set(ferrybroker.HeaderParkReason, text)
-	cp.Metadata.Set(ferrybroker.HeaderParkedAt, time.Now().UTC().Format(time.RFC3339Nano))
-	cp.Metadata.Set(ferrybroker.HeaderParkRoute, route)
-	cp.Metadata.Set(ferrybroker.HeaderParkSource, source)
-	cp.Metadata.Set(ferrybroker.HeaderParkDeliveryCount, strconv.Itoa(deliveryCount))
+	for _, kv := range ferrybroker.ParkHeaders(reason, d, route, source) {
+		cp.Metadata.Set(kv[0], kv[1])
+	}
 	return cp
 }

@@ -152,7 +152,7 @@ func (r *RouterHandler) wait(ctx context.Context, d time.Duration) bool {
 // published, the publish error otherwise (the router then nacks, and the
 // delivery comes again).
 func (r *RouterHandler) park(msg *message.Message, d *ferrybroker.Delivery, reason error) error {
-	cp := parkCopy(msg, reason, r.cfg.Topic, r.cfg.Name, d.DeliveryCount)
+	cp := parkCopy(msg, reason, d, r.cfg.Topic, r.cfg.Name)
 	cp.SetContext(msg.Context())
 	if err := publishSafely(r.cfg.Park, r.cfg.ParkTopic, cp); err != nil {
 		r.obs.ParkFailed()

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strconv"
 	"sync"
 	"time"
 
@@ -558,20 +557,14 @@ func (c *Consumer) parkCopy(s *consSession, d *amqp.Delivery, fd *ferrybroker.De
 		h[k] = v
 	}
 	delete(h, "x-delivery-count")
-	msg := reason.Error()
-	if len(msg) > 4096 {
-		msg = msg[:4096] + "..."
-	}
-	h[ferrybroker.HeaderParkReason] = msg
-	h[ferrybroker.HeaderParkedAt] = time.Now().UTC().Format(time.RFC3339Nano)
 	exchange, key := d.Exchange, d.RoutingKey
 	if ex, k, ok := replayedRoute(d, c.queue); ok {
 		exchange, key = ex, k // where it came from before its replay
 	}
+	for _, kv := range ferrybroker.ParkHeaders(reason, fd, key, c.queue) {
+		h[kv[0]] = kv[1]
+	}
 	h[HeaderParkExchange] = exchange
-	h[ferrybroker.HeaderParkRoute] = key
-	h[ferrybroker.HeaderParkSource] = c.queue
-	h[ferrybroker.HeaderParkDeliveryCount] = strconv.Itoa(fd.DeliveryCount)
 	pub := amqp.Publishing{
 		Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding, DeliveryMode: amqp.Persistent,
 		Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo, MessageId: d.MessageId,

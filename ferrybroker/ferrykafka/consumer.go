@@ -964,29 +964,18 @@ func (a *acker) Abandon() { a.c.halt(a.p) }
 // then moves the partition's offset to commit past the record.
 func (a *acker) Park(reason error) error {
 	c, rec := a.c, a.rec
-	text := reason.Error()
-	if len(text) > 4096 {
-		text = text[:4096] + "..."
-	}
-	park := map[string]string{
-		ferrybroker.HeaderParkReason:        text,
-		ferrybroker.HeaderParkedAt:          time.Now().UTC().Format(time.RFC3339Nano),
-		ferrybroker.HeaderParkRoute:         rec.Topic,
-		ferrybroker.HeaderParkSource:        rec.Topic + "/" + strconv.Itoa(int(rec.Partition)),
-		ferrybroker.HeaderParkDeliveryCount: strconv.Itoa(a.d.DeliveryCount),
-		HeaderParkPartition:                 strconv.Itoa(int(rec.Partition)),
-		HeaderParkOffset:                    strconv.FormatInt(rec.Offset, 10),
-		HeaderParkGroup:                     c.cfg.Group,
-	}
+	park := append(ferrybroker.ParkHeaders(reason, a.d, rec.Topic, rec.Topic+"/"+strconv.Itoa(int(rec.Partition))),
+		[2]string{HeaderParkPartition, strconv.Itoa(int(rec.Partition))},
+		[2]string{HeaderParkOffset, strconv.FormatInt(rec.Offset, 10)},
+		[2]string{HeaderParkGroup, c.cfg.Group})
 	cp := &kgo.Record{Topic: c.cfg.ParkTopic, Key: rec.Key, Value: rec.Value}
 	for _, h := range rec.Headers {
-		if _, replaced := park[h.Key]; !replaced {
+		if !slices.ContainsFunc(park, func(kv [2]string) bool { return kv[0] == h.Key }) {
 			cp.Headers = append(cp.Headers, h)
 		}
 	}
-	for _, k := range []string{ferrybroker.HeaderParkReason, ferrybroker.HeaderParkedAt, ferrybroker.HeaderParkRoute,
-		ferrybroker.HeaderParkSource, ferrybroker.HeaderParkDeliveryCount, HeaderParkPartition, HeaderParkOffset, HeaderParkGroup} {
-		cp.Headers = append(cp.Headers, kgo.RecordHeader{Key: k, Value: []byte(park[k])})
+	for _, kv := range park {
+		cp.Headers = append(cp.Headers, kgo.RecordHeader{Key: kv[0], Value: []byte(kv[1])})
 	}
 	ctx, cancel := context.WithTimeout(a.p.ctx, c.cfg.ParkTimeout)
 	defer cancel()

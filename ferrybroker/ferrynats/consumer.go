@@ -312,15 +312,9 @@ func (a *acker) Park(reason error) error {
 	if a.meta != nil {
 		seq = a.meta.Sequence.Stream
 	}
-	text := reason.Error()
-	if len(text) > 4096 {
-		text = text[:4096] + "..."
+	for _, kv := range ferrybroker.ParkHeaders(reason, a.d, msg.Subject(), c.cfg.Stream) {
+		h.Set(kv[0], kv[1])
 	}
-	h.Set(ferrybroker.HeaderParkReason, text)
-	h.Set(ferrybroker.HeaderParkedAt, time.Now().UTC().Format(time.RFC3339Nano))
-	h.Set(ferrybroker.HeaderParkRoute, msg.Subject())
-	h.Set(ferrybroker.HeaderParkSource, c.cfg.Stream)
-	h.Set(ferrybroker.HeaderParkDeliveryCount, strconv.Itoa(a.d.DeliveryCount))
 	h.Set(HeaderParkStreamSeq, strconv.FormatUint(seq, 10))
 	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
 		h.Set(HeaderParkMsgID, id)
