@@ -225,12 +225,17 @@ type Binding struct {
 	RoutingKey string
 }
 
+// ParkingSuffix names a queue's parking queue by default: the queue's name
+// with it appended (points: points.parking). See Queue.ParkingQueue and
+// ReplayOptions.ParkingQueue.
+const ParkingSuffix = ".parking"
+
 func (q Queue) withDefaults() Queue {
 	if q.Type == "" {
 		q.Type = QueueQuorum
 	}
 	if q.ParkingQueue == "" && !q.NoParking {
-		q.ParkingQueue = q.Name + ".parking"
+		q.ParkingQueue = q.Name + ParkingSuffix
 	}
 	if q.NoParking {
 		q.ParkingQueue = ""
