@@ -296,7 +296,7 @@ func (in *Inbox[TTx]) process(ctx context.Context, op Operation, fn func(ctx con
 // unmigrated returns err, classified, and when it says that one of the
 // inbox's own tables does not exist, wraps it in ferrytype.ErrSchemaOutdated
 // with the fix: consumers retry such an error and never park the message
-// for it (ferrybroker.RetryPolicy.ParkReason).
+// for it (ferrybroker.RedeliveryPolicy.ParkReason).
 func (in *Inbox[TTx]) unmigrated(err error, what string) error {
 	err = in.driver.Classify(err)
 	if !errors.Is(err, ferrytype.ErrUndefinedTable) {

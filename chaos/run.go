@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/ferrydev/ferry/examples/shop"
-	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferryfault"
-	"github.com/ferrydev/ferry/ferryhttp"
 )
 
 // Counters are what a run absorbed: the evidence that its faults bit.
@@ -83,8 +81,8 @@ func Run(ctx context.Context, o Options, sc *Scenario) (*Result, error) {
 	// events, without a redelivery the inbox absorbs.
 	baseline := map[string][]string{
 		"relay-1":    crashAt(ferryfault.RelayAfterPublish, 3+o.Orders/400),
-		"points-1":   crashAt(ferrybroker.FaultConsumerAfterHandle, 10+o.Orders/20),
-		"payments-1": crashAt(ferryhttp.FaultAfterCommit, 5+o.Orders/100),
+		"points-1":   crashAt(ferryfault.ConsumerAfterHandle, 10+o.Orders/20),
+		"payments-1": crashAt(ferryfault.HTTPAfterCommit, 5+o.Orders/100),
 	}
 	if sc.setup != nil {
 		if err := sc.setup(s); err != nil {

@@ -20,7 +20,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
 	"github.com/ferrydev/ferry/examples/shop"
-	"github.com/ferrydev/ferry/ferryhttp"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 )
 
@@ -329,7 +329,7 @@ func (s *system) byPrefix(prefix string) []*shop.Proc {
 // crashPoints are the named points each role can be killed at.
 var crashPoints = map[string][]string{
 	"orders":   {shop.FaultOrderAfterCommit},
-	"payments": {ferryhttp.FaultAfterCommit, shop.FaultPaymentInHandler},
+	"payments": {ferryfault.HTTPAfterCommit, shop.FaultPaymentInHandler},
 	"relay":    {"relay.after-claim", "publish.before-confirm", "relay.after-publish"},
 	"points":   {"consumer.after-handle", "inbox.before-commit"},
 	"sms":      {"consumer.after-handle", "inbox.before-commit", "relay.after-claim", "relay.after-publish"},
@@ -361,7 +361,7 @@ func (s *system) paymentCrash(p *shop.Proc) []string {
 	s.mu.Unlock()
 	point := shop.FaultPaymentInHandler
 	if n%2 == 0 {
-		point = ferryhttp.FaultAfterCommit
+		point = ferryfault.HTTPAfterCommit
 	}
 	return crashAt(point, 3+rand.IntN(20))
 }

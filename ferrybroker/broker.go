@@ -1,12 +1,16 @@
 // Package ferrybroker defines the Publisher interface the relay publishes
 // through, the header names every broker adapter uses for an event's
 // metadata, and the consumer contract: the Consumer interface, Handler and
-// Delivery, ConsumerStats, RetryPolicy, the park headers and the consumer
-// hooks (HookDelivered, HookHandleStart, HookHandled, HookSettled) through
-// which ferryprom and ferryotel observe any broker's consumer. Adapters
-// live in ferryamqp, ferrynats and ferrykafka (a publisher only); each
-// runs the conformance suites in ferrybrokertest (Exercise for
-// publishers, ExerciseConsumer for consumers).
+// Delivery, ConsumerStats, ConsumerOptions (the settings every consumer's
+// config embeds), RedeliveryPolicy, the park headers and the consumer hooks
+// (HookDelivered, HookHandleStart, HookHandled, HookSettled) through which
+// ferryprom and ferryotel observe any broker's consumer. Every broker's
+// consumer settles its deliveries through one Settler, which tells the
+// broker what it decided through the delivery's Acknowledger. Adapters
+// live in ferryamqp, ferrynats and ferrykafka (and ferrywatermill, for any
+// Watermill subscriber); each runs the conformance suites in
+// ferrybrokertest (Exercise for publishers, ExerciseConsumer for
+// consumers).
 package ferrybroker
 
 import (
@@ -64,13 +68,6 @@ const (
 	HeaderSequence      = "Ferry-Aggregate-Seq"
 	HeaderCreatedAt     = "Ferry-Created-At"
 )
-
-// FaultPublishBeforeConfirm is the publishers' named fault point: reached
-// after a batch was written to the broker and before its confirms are
-// awaited. A crash there leaves messages the broker may have stored and the
-// relay never heard about: they are published again, with the same ids,
-// after their leases expire.
-const FaultPublishBeforeConfirm = "publish.before-confirm"
 
 // MetadataHeaders returns the ferry headers for m. Adapters add them after
 // the event's own headers, so an event cannot spoof them.

@@ -3,6 +3,7 @@ package ferrybroker
 import (
 	"context"
 	"strconv"
+	"time"
 )
 
 // Delivery is one message a consumer received from a broker.
@@ -36,7 +37,7 @@ type Delivery struct {
 // delivery. An error wrapping ferrytype.ErrPoison parks the delivery at
 // once with the error as its reason; any other error is transient: the
 // delivery is retried after a delay and parked only after the consumer's
-// delivery limit (see RetryPolicy). A handler must never return nil before
+// delivery limit (see RedeliveryPolicy). A handler must never return nil before
 // its effect is committed: the ack lets the broker forget the message.
 type Handler func(ctx context.Context, d *Delivery) error
 
@@ -73,11 +74,11 @@ func HandlerFunc(fn func(d *Delivery) error) Handler {
 //   - acked, only after the handler returned nil;
 //   - parked, when the handler returned an error wrapping
 //     ferrytype.ErrPoison, when the message is malformed, or when a
-//     transient error came on delivery RetryPolicy.MaxDeliveries: a copy
+//     transient error came on delivery RedeliveryPolicy.MaxDeliveries: a copy
 //     with the park headers (HeaderParkReason and the others) is stored
 //     where the consumer parks, and only then is the original settled;
 //   - retried, after a transient error: the broker delivers it again after
-//     RetryPolicy's delay;
+//     RedeliveryPolicy's delay;
 //   - left, when the consumer did not decide (it is stopping, the handler
 //     was cut off, a fault point fired, the ack could not be sent): the
 //     broker delivers it again.
@@ -134,15 +135,6 @@ type ConsumerStats struct {
 	Rewinds, Rewound int64
 }
 
-// Named fault points of consumers (see the consumers' FaultPoint configs).
-const (
-	// FaultConsumerAfterHandle is reached after the handler returned nil —
-	// its transaction committed — and before the delivery is acked. A
-	// crash here leaves a committed effect whose delivery comes again: the
-	// inbox must report it as a duplicate.
-	FaultConsumerAfterHandle = "consumer.after-handle"
-)
-
 // Headers a consumer sets on the parked copy of a message, next to the
 // original's own headers (which are kept). Values are strings.
 const (
@@ -162,6 +154,30 @@ const (
 	// decimal (0: unknown).
 	HeaderParkDeliveryCount = "Ferry-Park-Delivery-Count"
 )
+
+// maxParkReason bounds the bytes of HeaderParkReason: a longer reason is
+// cut and ends with "...".
+const maxParkReason = 4096
+
+// ParkHeaders returns the park headers, in this order, of the copy of
+// delivery d parked for reason: HeaderParkReason, HeaderParkedAt (now),
+// HeaderParkRoute (route, where the original was published to),
+// HeaderParkSource (source, what it was consumed from) and
+// HeaderParkDeliveryCount. Every consumer's Acknowledger sets them, next
+// to the original's headers and its broker's own.
+func ParkHeaders(reason error, d *Delivery, route, source string) [][2]string {
+	text := reason.Error()
+	if len(text) > maxParkReason {
+		text = text[:maxParkReason] + "..."
+	}
+	return [][2]string{
+		{HeaderParkReason, text},
+		{HeaderParkedAt, time.Now().UTC().Format(time.RFC3339Nano)},
+		{HeaderParkRoute, route},
+		{HeaderParkSource, source},
+		{HeaderParkDeliveryCount, strconv.Itoa(d.DeliveryCount)},
+	}
+}
 
 // Headers a replay tool (ferryamqp.ReplayParked) sets on a parked message
 // it puts back into the queue it was parked from, next to the message's own

@@ -12,8 +12,8 @@ import (
 // What a consumer does with a handler's error, by delivery count: a
 // poison error parks at once, a transient one is retried until the last
 // allowed delivery.
-func ExampleRetryPolicy() {
-	p := ferrybroker.RetryPolicy{MaxDeliveries: 3, RetryDelay: 100 * time.Millisecond}.WithDefaults()
+func ExampleRedeliveryPolicy() {
+	p := ferrybroker.RedeliveryPolicy{MaxDeliveries: 3, RetryDelay: 100 * time.Millisecond}.WithDefaults()
 	fmt.Println("max retry delay:", p.MaxRetryDelay)
 	transient := errors.New("database unavailable")
 	poison := ferrytype.Poison(errors.New("unknown currency XXX"))

@@ -47,16 +47,16 @@ func FuzzCheckDelivery(f *testing.F) {
 	})
 }
 
-// FuzzRetryPolicyDelay checks that a delivery count from a header (a
+// FuzzRedeliveryPolicyDelay checks that a delivery count from a header (a
 // publisher can set x-delivery-count on a classic queue) cannot make the
 // retry delay hang, overflow or leave its bounds.
-func FuzzRetryPolicyDelay(f *testing.F) {
+func FuzzRedeliveryPolicyDelay(f *testing.F) {
 	f.Add(int64(time.Second), int64(time.Minute), 3)
 	f.Add(int64(0), int64(time.Minute), 1<<62)
 	f.Add(int64(1), int64(1<<62), -5)
 	f.Add(int64(1<<61), int64(1<<62), 1<<40)
 	f.Fuzz(func(t *testing.T, retry, max int64, count int) {
-		p := ferrybroker.RetryPolicy{MaxDeliveries: 5, RetryDelay: time.Duration(retry), MaxRetryDelay: time.Duration(max)}
+		p := ferrybroker.RedeliveryPolicy{MaxDeliveries: 5, RetryDelay: time.Duration(retry), MaxRetryDelay: time.Duration(max)}
 		if p.Validate() != nil {
 			return
 		}

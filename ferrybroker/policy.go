@@ -11,8 +11,8 @@ import (
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
-// RetryPolicy says what a consumer does with a delivery its handler did
-// not finish. Every consumer's config holds one (ConsumerConfig.Retry);
+// RedeliveryPolicy says what a consumer does with a delivery its handler did
+// not finish. Every consumer's config holds one (ConsumerOptions.Redelivery);
 // zero fields take the default named in their comment.
 //
 //   - nil: the delivery is acked.
@@ -26,7 +26,7 @@ import (
 //     error.
 //   - A handler cut off by the consumer's Stop: left to the broker,
 //     neither a failure nor counted towards parking by the consumer.
-type RetryPolicy struct {
+type RedeliveryPolicy struct {
 	// MaxDeliveries parks a delivery whose handler failed with a transient
 	// error once its delivery count reached this. Default 10.
 	MaxDeliveries int
@@ -36,7 +36,7 @@ type RetryPolicy struct {
 	RetryDelay, MaxRetryDelay time.Duration
 }
 
-// Default values of RetryPolicy.
+// Default values of RedeliveryPolicy.
 const (
 	DefaultMaxDeliveries = 10
 	DefaultRetryDelay    = 200 * time.Millisecond
@@ -44,7 +44,7 @@ const (
 )
 
 // WithDefaults returns p with its zero fields set to their defaults.
-func (p RetryPolicy) WithDefaults() RetryPolicy {
+func (p RedeliveryPolicy) WithDefaults() RedeliveryPolicy {
 	if p.MaxDeliveries == 0 {
 		p.MaxDeliveries = DefaultMaxDeliveries
 	}
@@ -58,12 +58,12 @@ func (p RetryPolicy) WithDefaults() RetryPolicy {
 }
 
 // Validate reports a field out of range, naming it.
-func (p RetryPolicy) Validate() error {
+func (p RedeliveryPolicy) Validate() error {
 	switch {
 	case p.MaxDeliveries < 1:
-		return fmt.Errorf("%w: RetryPolicy.MaxDeliveries %d must be positive", ferrytype.ErrInvalidConfig, p.MaxDeliveries)
+		return fmt.Errorf("%w: RedeliveryPolicy.MaxDeliveries %d must be positive", ferrytype.ErrInvalidConfig, p.MaxDeliveries)
 	case p.RetryDelay < 0 || p.MaxRetryDelay < p.RetryDelay:
-		return fmt.Errorf("%w: RetryPolicy.RetryDelay %s must be within 0..MaxRetryDelay (%s)",
+		return fmt.Errorf("%w: RedeliveryPolicy.RetryDelay %s must be within 0..MaxRetryDelay (%s)",
 			ferrytype.ErrInvalidConfig, p.RetryDelay, p.MaxRetryDelay)
 	}
 	return nil
@@ -72,7 +72,7 @@ func (p RetryPolicy) Validate() error {
 // Delay returns how long a delivery that failed on delivery deliveryCount
 // (1 for the first) waits before it comes again: RetryDelay doubled per
 // earlier delivery, at most MaxRetryDelay, ±20% jitter.
-func (p RetryPolicy) Delay(deliveryCount int) time.Duration {
+func (p RedeliveryPolicy) Delay(deliveryCount int) time.Duration {
 	d := p.RetryDelay
 	// At most 63 doublings, none past MaxRetryDelay: the count can come
 	// from a header a publisher set (x-delivery-count on a classic queue).
@@ -89,7 +89,7 @@ func (p RetryPolicy) Delay(deliveryCount int) time.Duration {
 
 // ParkReason returns why a delivery whose handler failed with err on
 // delivery deliveryCount must be parked, or nil if it is to be retried.
-func (p RetryPolicy) ParkReason(err error, deliveryCount int) error {
+func (p RedeliveryPolicy) ParkReason(err error, deliveryCount int) error {
 	switch {
 	case err == nil:
 		return nil

@@ -12,7 +12,7 @@ import (
 // until someone migrates. A transient error is parked at the limit, and
 // poison at once.
 func TestParkReasonNeverParksAnUnmigratedDatabase(t *testing.T) {
-	p := RetryPolicy{MaxDeliveries: 3}.WithDefaults()
+	p := RedeliveryPolicy{MaxDeliveries: 3}.WithDefaults()
 	missing := ferrytype.Classed(errors.New("relation \"inbox_marker\" does not exist"), ferrytype.ErrUndefinedTable)
 	outdated := ferrytype.Classed(errors.New("inbox points: run ferry migrate --inbox"), ferrytype.ErrSchemaOutdated)
 	for _, n := range []int{1, 3, 100, 1 << 30} {

@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/nilness"
@@ -42,12 +43,6 @@ const (
 	// retry (Stripe's name for it).
 	HeaderReplayed = "Idempotent-Replayed"
 )
-
-// FaultAfterCommit is reached after a request's transaction committed and
-// before its response is written: a crash there leaves the business change,
-// its events and the stored response committed and the client without an
-// answer. Its retry gets the stored response.
-const FaultAfterCommit = "idempotency.after-commit"
 
 // Defaults.
 const (
@@ -195,9 +190,6 @@ type Config struct {
 	Hooks []Hook
 	// Logger receives the middleware's logs. Default: slog.Default().
 	Logger *slog.Logger
-	// FaultPoint, when set, is called at FaultAfterCommit; a non-nil error
-	// acts as a crash there. For fault-injection tests only.
-	FaultPoint func(ctx context.Context, point string) error
 }
 
 // Keys runs requests idempotently on one database. It is safe for
@@ -318,6 +310,11 @@ type Result struct {
 // fn's context ends when the claim's lease does. fn may run again (with a
 // new transaction) after a deadlock or a serialization failure, up to
 // Config.MaxRetries times.
+//
+// Once the transaction committed, Do reaches the fault point
+// ferryfault.HTTPAfterCommit of ctx (the middleware's: the request's
+// context): an error there acts as a crash between the commit and the
+// response, which the client's retry with the same key must survive.
 func (k *Keys[TTx]) Do(ctx context.Context, req Request, fn func(ctx context.Context, tx TTx) (Response, error)) (Result, error) {
 	start := time.Now()
 	res, err := k.do(ctx, req, fn)
@@ -455,10 +452,8 @@ func (k *Keys[TTx]) execute(ctx context.Context, claim ferrystore.KeyClaim, fn f
 				return Result{Outcome: NotStored}, err
 			}
 			release = false
-			if k.cfg.FaultPoint != nil {
-				if ferr := k.cfg.FaultPoint(ctx, FaultAfterCommit); ferr != nil {
-					return Result{}, ferr
-				}
+			if ferr := ferryfault.At(ctx, ferryfault.HTTPAfterCommit); ferr != nil {
+				return Result{}, ferr
 			}
 			return Result{Outcome: Executed, Response: resp}, nil
 		}

@@ -2,6 +2,7 @@ package ferryprom
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/nilness"
+	"github.com/ferrydev/ferry/internal/runner"
 )
 
 // ConflictConfig configures a ConflictCollector. A nil config uses the
@@ -60,10 +62,8 @@ type ConflictCollector struct {
 	errors float64
 	counts map[string]int64
 
-	runMu   sync.Mutex
-	started bool
-	stop    chan struct{}
-	done    chan struct{}
+	run    runner.Runner
+	cancel context.CancelFunc // of a poll in progress, at Stop
 }
 
 // NewConflictCollector returns a collector of store's open conflicts and
@@ -170,60 +170,30 @@ func (k *ConflictCollector) Poll(ctx context.Context) error {
 // Start polls at once and then every Interval, until Stop. ctx bounds
 // nothing but the start.
 func (k *ConflictCollector) Start(ctx context.Context) error {
-	k.runMu.Lock()
-	defer k.runMu.Unlock()
-	if k.started {
-		return fmt.Errorf("ferryprom: conflict collector already started")
+	err := k.run.Start(ctx, func(ctx context.Context) error {
+		ctx, k.cancel = context.WithCancel(ctx)
+		k.run.Go(func() {
+			poll := func() {
+				if err := k.Poll(ctx); err != nil && ctx.Err() == nil {
+					k.cfg.Logger.Warn("conflict metrics: poll failed; ferry_inbox_open_conflicts is absent until a poll succeeds",
+						"error", err)
+				}
+			}
+			poll()
+			k.run.Every(k.cfg.Interval, poll)
+		})
+		return nil
+	})
+	if errors.Is(err, runner.ErrStarted) {
+		return fmt.Errorf("ferryprom: conflict collector %w", err)
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	k.started = true
-	k.stop, k.done = make(chan struct{}), make(chan struct{})
-	go k.loop(context.WithoutCancel(ctx), k.stop, k.done)
-	return nil
+	return err
 }
 
-func (k *ConflictCollector) loop(ctx context.Context, stop, done chan struct{}) {
-	defer close(done)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	t := time.NewTicker(k.cfg.Interval)
-	defer t.Stop()
-	for {
-		if err := k.Poll(ctx); err != nil && ctx.Err() == nil {
-			k.cfg.Logger.Warn("conflict metrics: poll failed; ferry_inbox_open_conflicts is absent until a poll succeeds",
-				"error", err)
-		}
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// Stop ends the polling and waits for a poll in progress, or for ctx.
-// Stopping twice, or a collector never started, is safe.
+// Stop ends the polling, cancelling a poll in progress, and waits for it,
+// or for ctx. Stopping twice, or a collector never started, is safe; a
+// stopped collector does not start again (ferrytype.ErrClosed).
 func (k *ConflictCollector) Stop(ctx context.Context) error {
-	k.runMu.Lock()
-	defer k.runMu.Unlock()
-	if !k.started {
-		return nil
-	}
-	k.started = false
-	close(k.stop)
-	select {
-	case <-k.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	_, err := k.run.Stop(ctx, func() { k.cancel() })
+	return err
 }

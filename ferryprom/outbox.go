@@ -13,6 +13,7 @@ import (
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/nilness"
+	"github.com/ferrydev/ferry/internal/runner"
 )
 
 // OutboxConfig configures an OutboxCollector. A nil config uses the
@@ -65,10 +66,8 @@ type OutboxCollector struct {
 	mu    sync.Mutex
 	snaps []snapshot // by store index
 
-	runMu   sync.Mutex
-	started bool
-	stop    chan struct{}
-	done    chan struct{}
+	run    runner.Runner
+	cancel context.CancelFunc // of a poll in progress, at Stop
 }
 
 type snapshot struct {
@@ -232,60 +231,30 @@ func (o *OutboxCollector) pollOne(ctx context.Context, i int, s ferrystore.Store
 // Start polls every table at once and then every Interval, until Stop.
 // ctx bounds nothing but the start.
 func (o *OutboxCollector) Start(ctx context.Context) error {
-	o.runMu.Lock()
-	defer o.runMu.Unlock()
-	if o.started {
-		return fmt.Errorf("ferryprom: outbox collector already started")
+	err := o.run.Start(ctx, func(ctx context.Context) error {
+		ctx, o.cancel = context.WithCancel(ctx)
+		o.run.Go(func() {
+			poll := func() {
+				if err := o.Poll(ctx); err != nil && ctx.Err() == nil {
+					o.log.Warn("outbox metrics: poll failed; the table's gauges are absent until a poll succeeds",
+						"error", err)
+				}
+			}
+			poll()
+			o.run.Every(o.cfg.Interval, poll)
+		})
+		return nil
+	})
+	if errors.Is(err, runner.ErrStarted) {
+		return fmt.Errorf("ferryprom: outbox collector %w", err)
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	o.started = true
-	o.stop, o.done = make(chan struct{}), make(chan struct{})
-	go o.loop(context.WithoutCancel(ctx))
-	return nil
+	return err
 }
 
-func (o *OutboxCollector) loop(ctx context.Context) {
-	defer close(o.done)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-o.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	t := time.NewTicker(o.cfg.Interval)
-	defer t.Stop()
-	for {
-		if err := o.Poll(ctx); err != nil && ctx.Err() == nil {
-			o.log.Warn("outbox metrics: poll failed; the table's gauges are absent until a poll succeeds",
-				"error", err)
-		}
-		select {
-		case <-o.stop:
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// Stop ends the polling and waits for a poll in progress, or for ctx.
-// Stopping twice, or a collector never started, is safe.
+// Stop ends the polling, cancelling a poll in progress, and waits for it,
+// or for ctx. Stopping twice, or a collector never started, is safe; a
+// stopped collector does not start again (ferrytype.ErrClosed).
 func (o *OutboxCollector) Stop(ctx context.Context) error {
-	o.runMu.Lock()
-	defer o.runMu.Unlock()
-	if !o.started {
-		return nil
-	}
-	o.started = false
-	close(o.stop)
-	select {
-	case <-o.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	_, err := o.run.Stop(ctx, func() { o.cancel() })
+	return err
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/nilness"
+	"github.com/ferrydev/ferry/internal/runner"
 )
 
 // MetadataRedelivered is the metadata key through which watermill-amqp
@@ -27,60 +28,45 @@ const MetadataRedelivered = "_watermill_amqp_redelivered"
 // retried and not yet settled for good); past it the counts start again.
 const maxCounted = 100_000
 
+// maxConcurrency bounds ConsumerConfig.Concurrency: a Consumer subscribes
+// that many times.
+const maxConcurrency = 1024
+
 // ConsumerConfig configures a Consumer. Zero fields take the default named
 // in their comment.
+//
+// The embedded options are every consumer's (see
+// ferrybroker.ConsumerOptions), with what Watermill changes about them:
+//
+//   - Concurrency (at most 1024): the Consumer subscribes to Topic that
+//     many times, and each subscription hands over its next message once
+//     the last was acked or nacked. Set the subscriber to prefetch one
+//     message per subscription (watermill-amqp's queue configs do), or a
+//     held message holds back those prefetched behind it.
+//   - Redelivery: Watermill keeps no delivery count: the Consumer counts
+//     deliveries of each message id itself, so the count starts again in
+//     a new process, and a message nacked after its delay may come back
+//     to another consumer, which counts from one. A delivery to retry is
+//     held for its delay and then nacked.
+//   - Validate: a message with a JSON Content-Type metadata, or none, is
+//     always checked to hold valid JSON.
+//   - ParkTimeout bounds the publish of a parked copy; Name defaults to
+//     Topic.
 type ConsumerConfig struct {
+	ferrybroker.ConsumerOptions
 	// Topic is the Watermill topic consumed. Required.
 	Topic string
 	// Park and ParkTopic receive a copy, with the park headers, of poison
 	// and malformed messages and of messages whose last delivery allowed
-	// by Retry failed; only once Park.Publish returned nil is the original
-	// acked. Required: a message is never acked and forgotten. Park
-	// should be a publisher that stores before it returns (see Stored).
+	// by Redelivery failed; only once Park.Publish returned nil is the
+	// original acked. Required: a message is never acked and forgotten.
+	// Park should be a publisher that stores before it returns (see
+	// Stored).
 	Park      message.Publisher
 	ParkTopic string
 	// Source names what is consumed in the park header
 	// ferrybroker.HeaderParkSource. Default: Topic.
 	Source string
-	// Concurrency is the number of handlers running at once: the Consumer
-	// subscribes to Topic that many times, and each subscription hands
-	// over its next message once the last was acked or nacked. Set the
-	// subscriber to prefetch one message per subscription (watermill-amqp's
-	// queue configs do), or a held message holds back those prefetched
-	// behind it. Default 4.
-	Concurrency int
-	// Retry says when a failed delivery is retried and when it is parked
-	// (defaults: 10 deliveries, 200ms doubling up to 30s). Watermill keeps
-	// no delivery count: the Consumer counts deliveries of each message id
-	// itself, so the count starts again in a new process, and a message
-	// nacked after its delay may come back to another consumer, which
-	// counts from one. A delivery to retry is held for its delay and then
-	// nacked.
-	Retry ferrybroker.RetryPolicy
-	// HandlerTimeout bounds one handler call through its context. Default
-	// 0: no bound.
-	HandlerTimeout time.Duration
-	// Validate, when set, checks each delivery before the handler runs; an
-	// error parks it as malformed (ferrybroker.RequireHeaders is one). A
-	// message with a JSON Content-Type metadata, or none, is always
-	// checked to hold valid JSON.
-	Validate func(d *ferrybroker.Delivery) error
-	// ParkTimeout bounds the publish of a parked copy. Default 30s.
-	ParkTimeout time.Duration
-	// ShutdownTimeout bounds the stop at the end of Run. Default 30s.
-	ShutdownTimeout time.Duration
-	// Name is the consumer's name given to the hooks. Default: Topic.
-	Name string
-	// Hooks observe the consumer (ferrybroker's consumer hooks, as
-	// ferryprom.ConsumerMetrics and ferryotel.Tracing implement them).
-	Hooks []ferrybroker.Hook
-	// Logger receives the consumer's logs. Default: slog.Default().
-	Logger *slog.Logger
-	// FaultPoint, when set, is called at ferrybroker.FaultConsumerAfterHandle;
-	// a non-nil error acts as a crash of the handler's worker there: the
-	// message is neither acked nor nacked until Stop, which nacks it. For
-	// fault-injection tests only.
-	FaultPoint func(ctx context.Context, point string) error
 }
 
 // Consumer runs a ferry handler on the messages of any Watermill
@@ -90,7 +76,10 @@ type ConsumerConfig struct {
 // for the retry delay and nacked; a poison message, a malformed one, or
 // one whose last allowed delivery failed is published to ParkTopic with
 // the park headers, and only then acked. A delivery the consumer does not
-// decide (stopping, a handler cut off) is nacked.
+// decide (stopping, a handler cut off) is nacked. An error at the fault
+// point ferryfault.ConsumerAfterHandle (set in the context given to Start)
+// acts as a crash of the handler's worker there: the message is neither
+// acked nor nacked until Stop, which nacks it.
 //
 // Watermill's Ack is not confirmed by the broker: an ack lost on the way
 // means one more delivery, which the inbox reports as a duplicate.
@@ -99,18 +88,14 @@ type Consumer struct {
 	handler ferrybroker.Handler
 	cfg     ConsumerConfig
 	log     *slog.Logger
-	obs     *ferrybroker.ConsumerObserver
+	settler *ferrybroker.Settler
 
-	mu        sync.Mutex
-	started   bool
-	stopped   bool
-	stopping  chan struct{}
-	cancelled chan struct{}   // closed once the subscriptions are cancelled
-	ctx       context.Context // the handlers' context
-	cancel    context.CancelFunc
+	run       runner.Runner
 	subCancel context.CancelFunc
-	handlers  sync.WaitGroup // handlers, holds and parks in flight
-	workers   sync.WaitGroup // one per subscription, until its channel closes
+	// busy counts the workers until each settled its last message: the
+	// subscriptions are cancelled after, so that no ack races their end.
+	busy      sync.WaitGroup
+	cancelled chan struct{} // closed once the subscriptions are cancelled
 
 	countMu sync.Mutex
 	counts  map[string]int
@@ -124,80 +109,57 @@ func NewConsumer(sub message.Subscriber, handler ferrybroker.Handler, cfg *Consu
 		return nil, fmt.Errorf("%w: ferrywatermill.NewConsumer needs a Watermill subscriber, a handler and a config", ferrytype.ErrInvalidConfig)
 	}
 	c := *cfg
-	if c.Concurrency == 0 {
-		c.Concurrency = 4
-	}
-	c.Retry = c.Retry.WithDefaults()
-	if c.ParkTimeout == 0 {
-		c.ParkTimeout = 30 * time.Second
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 30 * time.Second
-	}
-	if c.Name == "" {
-		c.Name = c.Topic
-	}
+	c.ConsumerOptions = c.ConsumerOptions.WithDefaults(c.Topic)
 	if c.Source == "" {
 		c.Source = c.Topic
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	switch {
 	case c.Topic == "":
 		return nil, fmt.Errorf("%w: ConsumerConfig.Topic is required", ferrytype.ErrInvalidConfig)
 	case nilness.Nil(c.Park) || c.ParkTopic == "":
 		return nil, fmt.Errorf("%w: ConsumerConfig.Park and ParkTopic are required: poison messages must go somewhere", ferrytype.ErrInvalidConfig)
-	case c.Concurrency < 1 || c.Concurrency > 1024:
-		return nil, fmt.Errorf("%w: ConsumerConfig.Concurrency %d must be within 1..1024", ferrytype.ErrInvalidConfig, c.Concurrency)
-	case c.Retry.Validate() != nil:
-		return nil, fmt.Errorf("ConsumerConfig.Retry: %w", c.Retry.Validate())
-	case c.HandlerTimeout < 0 || c.ParkTimeout < 0 || c.ShutdownTimeout < 0:
-		return nil, fmt.Errorf("%w: ConsumerConfig durations must not be negative", ferrytype.ErrInvalidConfig)
+	case c.Concurrency < 1 || c.Concurrency > maxConcurrency:
+		return nil, fmt.Errorf("%w: ConsumerConfig.Concurrency %d must be within 1..%d", ferrytype.ErrInvalidConfig, c.Concurrency, maxConcurrency)
+	case c.Check() != nil:
+		return nil, c.Check()
 	}
-	return &Consumer{sub: sub, handler: handler, cfg: c, log: c.Logger.With("topic", c.Topic),
-		obs: ferrybroker.NewConsumerObserver(c.Name, c.Hooks), counts: map[string]int{}}, nil
+	log := c.Logger.With("topic", c.Topic)
+	return &Consumer{sub: sub, handler: handler, cfg: c, log: log,
+		settler: ferrybroker.NewSettler(c.ConsumerOptions, log, slog.String("park_topic", c.ParkTopic)), counts: map[string]int{}}, nil
 }
 
 // Stats returns the consumer's counters.
-func (c *Consumer) Stats() ferrybroker.ConsumerStats { return c.obs.Stats() }
+func (c *Consumer) Stats() ferrybroker.ConsumerStats { return c.settler.Observer.Stats() }
 
 // Start subscribes to the topic Concurrency times and starts handling
-// messages; ctx bounds the start only.
+// messages; ctx bounds the start only. The handlers' contexts keep ctx's
+// values.
 func (c *Consumer) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stopped {
-		return ferrytype.ErrClosed
-	}
-	if c.started {
-		return errors.New("ferrywatermill: consumer already started")
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	subCtx, subCancel := context.WithCancel(context.WithoutCancel(ctx))
-	chans := make([]<-chan *message.Message, 0, c.cfg.Concurrency)
-	for range c.cfg.Concurrency {
-		ch, err := c.sub.Subscribe(subCtx, c.cfg.Topic)
-		if err != nil {
-			subCancel()
-			for _, ch := range chans {
-				go drainNack(ch)
+	err := c.run.Start(ctx, func(work context.Context) error {
+		subCtx, subCancel := context.WithCancel(context.WithoutCancel(ctx))
+		chans := make([]<-chan *message.Message, 0, c.cfg.Concurrency)
+		for range c.cfg.Concurrency {
+			ch, err := c.sub.Subscribe(subCtx, c.cfg.Topic)
+			if err != nil {
+				subCancel()
+				for _, ch := range chans {
+					go drainNack(ch)
+				}
+				return fmt.Errorf("ferrywatermill: subscribe to %q: %w", c.cfg.Topic, err)
 			}
-			return fmt.Errorf("ferrywatermill: subscribe to %q: %w", c.cfg.Topic, err)
+			chans = append(chans, ch)
 		}
-		chans = append(chans, ch)
+		c.subCancel, c.cancelled = subCancel, make(chan struct{})
+		c.busy.Add(len(chans))
+		for _, ch := range chans {
+			c.run.Go(func() { c.work(work, ch) })
+		}
+		return nil
+	})
+	if errors.Is(err, runner.ErrStarted) {
+		return fmt.Errorf("ferrywatermill: consumer %w", err)
 	}
-	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	c.subCancel = subCancel
-	c.stopping, c.cancelled = make(chan struct{}), make(chan struct{})
-	c.started = true
-	for _, ch := range chans {
-		c.workers.Add(1)
-		go c.work(ch)
-	}
-	return nil
+	return err
 }
 
 // drainNack nacks every message of ch until it closes.
@@ -207,14 +169,16 @@ func drainNack(ch <-chan *message.Message) {
 	}
 }
 
-// work handles the messages of one subscription until Stop; then, once
-// the subscriptions are cancelled, nacks what it still hands over until
-// its channel closes.
-func (c *Consumer) work(ch <-chan *message.Message) {
-	defer c.workers.Done()
+// work handles the messages of one subscription, with the handlers'
+// context ctx, until Stop; then, once the subscriptions are cancelled,
+// nacks what it still hands over until its channel closes.
+func (c *Consumer) work(ctx context.Context, ch <-chan *message.Message) {
+	idle := sync.OnceFunc(c.busy.Done)
+	defer idle()
 	for {
 		select {
-		case <-c.stopping:
+		case <-c.run.Stopping():
+			idle()
 			<-c.cancelled
 			drainNack(ch)
 			return
@@ -223,24 +187,14 @@ func (c *Consumer) work(ch <-chan *message.Message) {
 				c.log.Warn("the Watermill subscription closed its channel; this worker stops")
 				return
 			}
-			// Counted under the lock Stop sets stopped under, so that no
-			// handler starts unseen by Stop's wait; one that comes after
-			// Stop is left (handle sees stopping).
-			c.mu.Lock()
-			counted := !c.stopped
-			if counted {
-				c.handlers.Add(1)
-			}
-			c.mu.Unlock()
-			held := c.handle(msg)
-			if counted {
-				c.handlers.Done()
-			}
-			if held != nil {
+			// A message handed over after Stop is left (handle sees
+			// Stopping).
+			if held := c.handle(ctx, msg); held != nil {
 				// A fault point fired: as after a crash of this worker,
 				// the message stays unsettled until the consumer stops.
-				<-c.stopping
+				<-c.run.Stopping()
 				held.Nack()
+				idle()
 				<-c.cancelled
 				drainNack(ch)
 				return
@@ -255,33 +209,17 @@ func (c *Consumer) work(ch <-chan *message.Message) {
 // context is cancelled, their messages are nacked, and Stop returns
 // ctx's error without waiting further. Stopping twice is safe.
 func (c *Consumer) Stop(ctx context.Context) error {
-	c.mu.Lock()
-	if !c.started || c.stopped {
-		c.stopped = true
-		c.mu.Unlock()
-		return nil
+	_, err := c.run.Stop(ctx, func() {
+		go func() {
+			c.busy.Wait()
+			c.subCancel()
+			close(c.cancelled)
+		}()
+	})
+	if err != nil {
+		return fmt.Errorf("stop: handlers still running: %w", err)
 	}
-	c.stopped = true
-	close(c.stopping)
-	c.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		// Cancel the subscriptions only once every handler settled its
-		// message, so that no ack races the subscription's end.
-		c.handlers.Wait()
-		c.subCancel()
-		close(c.cancelled)
-		c.workers.Wait()
-		close(done)
-	}()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = fmt.Errorf("stop: handlers still running: %w", ctx.Err())
-	}
-	c.cancel()
-	return err
+	return nil
 }
 
 // Run starts the consumer and runs it until ctx ends, then stops it,
@@ -292,7 +230,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 // countKey is what deliveries of one message are counted by: its id, or
 // for a message without one, a hash of its payload (so that a message
-// without an id still reaches RetryPolicy.MaxDeliveries and is parked,
+// without an id still reaches RedeliveryPolicy.MaxDeliveries and is parked,
 // rather than retried for ever).
 func countKey(d *ferrybroker.Delivery) string {
 	if d.MessageID != "" {
@@ -325,78 +263,73 @@ func (c *Consumer) forget(d *ferrybroker.Delivery) {
 
 // handle runs the handler on msg and settles it; it returns msg when a
 // fault point left it unsettled.
-func (c *Consumer) handle(msg *message.Message) *message.Message {
+func (c *Consumer) handle(ctx context.Context, msg *message.Message) *message.Message {
 	d, contentType, derr := delivery(c.cfg.Topic, msg)
 	c.count(d)
-	c.obs.Delivered(d)
+	c.settler.Observer.Delivered(d)
+	a := &acker{c: c, msg: msg, d: d}
 	select {
-	case <-c.stopping:
-		c.leave(msg, d, errors.New("consumer stopping"))
+	case <-c.run.Stopping():
+		c.settler.Settle(ctx, d, a, ferrybroker.StepStopping, nil)
 		return nil
 	default:
 	}
 	if derr == nil {
 		derr = ferrybroker.CheckDelivery(contentType, d, c.cfg.Validate)
 	}
-	if derr != nil {
-		c.park(msg, d, derr)
-		return nil
-	}
-	err := c.obs.HandleWithin(c.ctx, c.handler, d, c.cfg.HandlerTimeout, c.log)
-	switch {
-	case err == nil:
-		if c.cfg.FaultPoint != nil {
-			if ferr := c.cfg.FaultPoint(c.ctx, ferrybroker.FaultConsumerAfterHandle); ferr != nil {
-				c.log.Warn("fault after handle: message left unsettled", "message_id", d.MessageID, "error", ferr)
-				c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: ferr})
-				return msg
-			}
-		}
-		// The effect is committed: only now may the broker forget it.
-		if !msg.Ack() {
-			c.log.Warn("ack refused (the message was nacked); it will come again", "message_id", d.MessageID)
-			c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: errors.New("ack refused")})
-			return nil
-		}
-		c.forget(d)
-		c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionAcked})
-	case c.ctx.Err() != nil:
-		// Stop gave up waiting: not a failure of the message.
-		c.leave(msg, d, err)
-	case c.cfg.Retry.ParkReason(err, d.DeliveryCount) != nil:
-		c.park(msg, d, c.cfg.Retry.ParkReason(err, d.DeliveryCount))
-	default:
-		c.retry(msg, d, err)
+	c.settler.Handle(ctx, d, a, c.handler, derr)
+	if a.held {
+		return msg
 	}
 	return nil
 }
 
-// retry holds msg for the policy's delay, then nacks it; a Stop ends the
+// acker settles one Watermill message (see ferrybroker.Acknowledger).
+type acker struct {
+	c    *Consumer
+	msg  *message.Message
+	d    *ferrybroker.Delivery
+	held bool // abandoned: the worker holds it until Stop
+}
+
+// errAckRefused is the cause of a delivery left because its message
+// refused the ack (it was nacked).
+var errAckRefused = errors.New("ack refused")
+
+// Ack acks the message. Watermill's Ack is not confirmed by the broker.
+func (a *acker) Ack() error {
+	if !a.msg.Ack() {
+		return errAckRefused
+	}
+	a.c.forget(a.d)
+	return nil
+}
+
+// Retry holds the message for the delay, then nacks it; a Stop ends the
 // hold at once.
-func (c *Consumer) retry(msg *message.Message, d *ferrybroker.Delivery, cause error) {
-	delay := c.cfg.Retry.Delay(d.DeliveryCount)
-	c.log.Debug("handler failed; delivering again later", "message_id", d.MessageID, "delivery_count", d.DeliveryCount,
-		"retry_in", delay, "error", cause)
+func (a *acker) Retry(delay time.Duration, _ error) error {
 	t := time.NewTimer(delay)
 	select {
 	case <-t.C:
-	case <-c.stopping:
+	case <-a.c.run.Stopping():
 		t.Stop()
 	}
-	msg.Nack()
-	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionRetried, Err: cause})
+	a.msg.Nack()
+	return nil
 }
 
-// leave nacks msg without a decision: the broker delivers it again.
-func (c *Consumer) leave(msg *message.Message, d *ferrybroker.Delivery, cause error) {
-	msg.Nack()
-	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: cause})
-}
+// Leave nacks the message: the broker delivers it again.
+func (a *acker) Leave() { a.msg.Nack() }
 
-// park publishes a copy of msg to the park topic, then acks msg. If the
-// copy cannot be published, msg is retried instead.
-func (c *Consumer) park(msg *message.Message, d *ferrybroker.Delivery, reason error) {
-	cp := parkCopy(msg, reason, c.cfg.Topic, c.cfg.Source, d.DeliveryCount)
+// Abandon leaves the message neither acked nor nacked, as after a crash of
+// its worker: the worker holds it until the consumer stops, then nacks it.
+func (a *acker) Abandon() { a.held = true }
+
+// Park publishes a copy of the message to the park topic, then acks the
+// message.
+func (a *acker) Park(reason error) error {
+	c, msg, d := a.c, a.msg, a.d
+	cp := parkCopy(msg, reason, d, c.cfg.Topic, c.cfg.Source)
 	pctx, cancel := context.WithTimeout(context.Background(), c.cfg.ParkTimeout)
 	defer cancel()
 	cp.SetContext(pctx)
@@ -409,18 +342,13 @@ func (c *Consumer) park(msg *message.Message, d *ferrybroker.Delivery, reason er
 		err = fmt.Errorf("park publish not done within %s", c.cfg.ParkTimeout)
 	}
 	if err != nil {
-		c.obs.ParkFailed()
-		c.log.Error("park failed; the message will be delivered again", "message_id", d.MessageID,
-			"park_topic", c.cfg.ParkTopic, "reason", reason, "error", err)
-		c.retry(msg, d, reason)
-		return
+		return err
 	}
 	if !msg.Ack() {
 		c.log.Warn("ack after park refused; the message may be parked twice", "message_id", d.MessageID)
 	}
 	c.forget(d)
-	c.log.Warn("message parked", "message_id", d.MessageID, "park_topic", c.cfg.ParkTopic, "reason", reason)
-	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionParked, Err: reason})
+	return nil
 }
 
 // publishSafely publishes msg through pub, a panic being an error.
@@ -435,21 +363,15 @@ func publishSafely(pub message.Publisher, topic string, msg *message.Message) (e
 
 // parkCopy returns the copy of msg to park: its UUID, payload and metadata
 // with the park headers.
-func parkCopy(msg *message.Message, reason error, route, source string, deliveryCount int) *message.Message {
-	text := reason.Error()
-	if len(text) > 4096 {
-		text = text[:4096] + "..."
-	}
+func parkCopy(msg *message.Message, reason error, d *ferrybroker.Delivery, route, source string) *message.Message {
 	cp := message.NewMessage(msg.UUID, msg.Payload)
 	cp.Metadata = maps.Clone(msg.Metadata)
 	if cp.Metadata == nil {
 		cp.Metadata = message.Metadata{}
 	}
 	delete(cp.Metadata, MetadataRedelivered)
-	cp.Metadata.Set(ferrybroker.HeaderParkReason, text)
-	cp.Metadata.Set(ferrybroker.HeaderParkedAt, time.Now().UTC().Format(time.RFC3339Nano))
-	cp.Metadata.Set(ferrybroker.HeaderParkRoute, route)
-	cp.Metadata.Set(ferrybroker.HeaderParkSource, source)
-	cp.Metadata.Set(ferrybroker.HeaderParkDeliveryCount, strconv.Itoa(deliveryCount))
+	for _, kv := range ferrybroker.ParkHeaders(reason, d, route, source) {
+		cp.Metadata.Set(kv[0], kv[1])
+	}
 	return cp
 }

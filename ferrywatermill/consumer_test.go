@@ -29,8 +29,7 @@ func TestConsumerCountsMessagesWithoutAnID(t *testing.T) {
 	c, err := ferrywatermill.NewConsumer(pubsub, func(_ context.Context, d *ferrybroker.Delivery) error {
 		counts <- d.DeliveryCount
 		return errors.New("points service down")
-	}, &ferrywatermill.ConsumerConfig{Topic: "orders", Park: pubsub, ParkTopic: "parked", Concurrency: 1, Logger: quiet(),
-		Retry: ferrybroker.RetryPolicy{MaxDeliveries: 3, RetryDelay: time.Millisecond, MaxRetryDelay: time.Millisecond}})
+	}, &ferrywatermill.ConsumerConfig{Topic: "orders", Park: pubsub, ParkTopic: "parked", ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 1, Logger: quiet(), Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 3, RetryDelay: time.Millisecond, MaxRetryDelay: time.Millisecond}}})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(context.Background()))
 	defer c.Stop(context.Background())

@@ -21,17 +21,17 @@ type RouterConfig struct {
 	Topic string
 	// Park and ParkTopic receive a copy, with the park headers, of poison
 	// and malformed messages and of messages whose last attempt allowed by
-	// Retry failed; the handler returns nil (the router acks) only once
+	// Redelivery failed; the handler returns nil (the router acks) only once
 	// Park.Publish returned nil. Required.
 	Park      message.Publisher
 	ParkTopic string
-	// Retry bounds the attempts of a transient failure: the handler runs
-	// again in place after RetryPolicy's delay, up to MaxDeliveries runs,
+	// Redelivery bounds the attempts of a transient failure: the handler runs
+	// again in place after RedeliveryPolicy's delay, up to MaxDeliveries runs,
 	// then the message is parked. An error wrapping ErrSchemaOutdated
 	// (the consumer's tables are not migrated) waits MaxRetryDelay and
 	// nacks, however often: the message is not at fault. Defaults: 10
 	// runs, 200ms doubling up to 30s.
-	Retry ferrybroker.RetryPolicy
+	Redelivery ferrybroker.RedeliveryPolicy
 	// Validate, when set, checks each delivery before the handler runs;
 	// an error parks it as malformed. A message with a JSON Content-Type
 	// metadata, or none, is always checked to hold valid JSON.
@@ -65,7 +65,7 @@ type RouterHandler struct {
 //     ParkTopic, then Func returns nil; if the park fails, Func returns
 //     the error and the router nacks;
 //   - a transient error: h runs again in place after the retry delay,
-//     and the message is parked after Retry.MaxDeliveries runs;
+//     and the message is parked after Redelivery.MaxDeliveries runs;
 //   - the router stopping (the message's context ends): Func returns the
 //     error, the router nacks, the broker delivers the message again.
 //
@@ -76,7 +76,7 @@ func NewRouterHandler(h ferrybroker.Handler, cfg *RouterConfig) (*RouterHandler,
 		return nil, fmt.Errorf("%w: ferrywatermill.NewRouterHandler needs a handler and a config", ferrytype.ErrInvalidConfig)
 	}
 	c := *cfg
-	c.Retry = c.Retry.WithDefaults()
+	c.Redelivery = c.Redelivery.WithDefaults()
 	if c.Name == "" {
 		c.Name = c.Topic
 	}
@@ -88,8 +88,8 @@ func NewRouterHandler(h ferrybroker.Handler, cfg *RouterConfig) (*RouterHandler,
 		return nil, fmt.Errorf("%w: RouterConfig.Topic is required", ferrytype.ErrInvalidConfig)
 	case nilness.Nil(c.Park) || c.ParkTopic == "":
 		return nil, fmt.Errorf("%w: RouterConfig.Park and ParkTopic are required: poison messages must go somewhere", ferrytype.ErrInvalidConfig)
-	case c.Retry.Validate() != nil:
-		return nil, fmt.Errorf("RouterConfig.Retry: %w", c.Retry.Validate())
+	case c.Redelivery.Validate() != nil:
+		return nil, fmt.Errorf("RouterConfig.Redelivery: %w", c.Redelivery.Validate())
 	}
 	return &RouterHandler{h: h, cfg: c, log: c.Logger.With("topic", c.Topic), obs: ferrybroker.NewConsumerObserver(c.Name, c.Hooks)}, nil
 }
@@ -122,15 +122,15 @@ func (r *RouterHandler) Func(msg *message.Message) error {
 			return err
 		case errors.Is(err, ferrytype.ErrSchemaOutdated), errors.Is(err, ferrytype.ErrUndefinedTable):
 			r.log.Error("the consumer's tables are not migrated; the message waits", "message_id", d.MessageID, "error", err)
-			r.wait(ctx, r.cfg.Retry.MaxRetryDelay)
+			r.wait(ctx, r.cfg.Redelivery.MaxRetryDelay)
 			r.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionRetried, Err: err})
 			return err
 		}
-		if reason := r.cfg.Retry.ParkReason(err, attempt); reason != nil {
+		if reason := r.cfg.Redelivery.ParkReason(err, attempt); reason != nil {
 			return r.park(msg, d, reason)
 		}
 		r.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionRetried, Err: err})
-		if !r.wait(ctx, r.cfg.Retry.Delay(attempt)) {
+		if !r.wait(ctx, r.cfg.Redelivery.Delay(attempt)) {
 			return fmt.Errorf("retry of message %s cut off: %w (last error: %w)", d.MessageID, ctx.Err(), err)
 		}
 	}
@@ -152,7 +152,7 @@ func (r *RouterHandler) wait(ctx context.Context, d time.Duration) bool {
 // published, the publish error otherwise (the router then nacks, and the
 // delivery comes again).
 func (r *RouterHandler) park(msg *message.Message, d *ferrybroker.Delivery, reason error) error {
-	cp := parkCopy(msg, reason, r.cfg.Topic, r.cfg.Name, d.DeliveryCount)
+	cp := parkCopy(msg, reason, d, r.cfg.Topic, r.cfg.Name)
 	cp.SetContext(msg.Context())
 	if err := publishSafely(r.cfg.Park, r.cfg.ParkTopic, cp); err != nil {
 		r.obs.ParkFailed()
@@ -160,7 +160,7 @@ func (r *RouterHandler) park(msg *message.Message, d *ferrybroker.Delivery, reas
 			"park_topic", r.cfg.ParkTopic, "reason", reason, "error", err)
 		r.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionRetried, Err: reason})
 		// Not at once: the router nacks what Func returns.
-		r.wait(msg.Context(), r.cfg.Retry.Delay(d.DeliveryCount))
+		r.wait(msg.Context(), r.cfg.Redelivery.Delay(d.DeliveryCount))
 		return fmt.Errorf("park message %s: %w", d.MessageID, err)
 	}
 	r.log.Warn("message parked", "message_id", d.MessageID, "park_topic", r.cfg.ParkTopic, "reason", reason)

@@ -28,7 +28,7 @@ func (f *parkedFlags) flags(fl *pflag.FlagSet) {
 	fl.StringVar(&f.brokerURL, "broker-url", "", "RabbitMQ URL: amqp://user:pass@host:5672/vhost (amqps:// for TLS)")
 	bindShared(fl, "broker-url", "FERRY_BROKER_URL", "relay.broker_url")
 	fl.StringVar(&f.queue, "queue", "", "the consumer's queue: the one the messages were parked from")
-	fl.StringVar(&f.parking, "parking-queue", "", "the parking queue (default: --queue with .parking appended)")
+	fl.StringVar(&f.parking, "parking-queue", "", "the parking queue (default: --queue with "+ferryamqp.ParkingSuffix+" appended)")
 }
 
 // parkingQueue returns the parking queue the flags name.
@@ -36,7 +36,7 @@ func (f *parkedFlags) parkingQueue() string {
 	if f.parking != "" {
 		return f.parking
 	}
-	return f.queue + ".parking"
+	return f.queue + ferryamqp.ParkingSuffix
 }
 
 // connect checks the flags and connects to RabbitMQ.

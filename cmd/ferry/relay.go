@@ -256,9 +256,9 @@ func relayGC() {
 }
 
 func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
-	// The fault points of the relay and its publisher fire through the
-	// context they start with (a test's crash points; never set in
-	// production).
+	// The fault points of the relay and its publisher
+	// (ferryfault.PublishBeforeConfirm) fire through the context they
+	// start with (a test's crash points; never set in production).
 	ctx := ferryfault.With(cmd.Context(), g.faultPoint)
 	relayGC()
 	log, err := g.logger(cmd.ErrOrStderr())
@@ -341,9 +341,6 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 	if err := awaitSchema(ctx, store, wait == foreverWait, deps, log); err != nil {
 		return stoppedOr(ctx, f.drain, err)
 	}
-	bc.NATS.FaultPoint = g.faultPoint
-	bc.AMQP.FaultPoint = g.faultPoint
-	bc.Kafka.FaultPoint = g.faultPoint
 	pub, err := openRelayPublisher(ctx, f.brokerURL, bc, wait, deps, log)
 	if err != nil {
 		return stoppedOr(ctx, f.drain, err)

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
 	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
@@ -155,7 +154,7 @@ func RunDemo(ctx context.Context, out io.Writer, o DemoOptions) (err error) {
 	crashes := map[string]string{
 		"orders": FaultOrderAfterCommit + ":" + strconv.Itoa(o.Orders/3),
 		"relay":  ferryfault.RelayAfterPublish + ":3",
-		"points": ferrybroker.FaultConsumerAfterHandle + ":" + strconv.Itoa(o.Orders/4),
+		"points": ferryfault.ConsumerAfterHandle + ":" + strconv.Itoa(o.Orders/4),
 		"sms":    ferryfault.InboxBeforeCommit + ":" + strconv.Itoa(o.Orders/5),
 	}
 	if open.IsAMQP(o.BrokerURL) {
@@ -165,7 +164,7 @@ func RunDemo(ctx context.Context, out io.Writer, o DemoOptions) (err error) {
 		// The consumers swap crash points: the one killed between its
 		// commit and its ack is always killed after a paid order's.
 		crashes["points"], crashes["sms"] = ferryfault.InboxBeforeCommit+":"+strconv.Itoa(o.Orders/5),
-			ferrybroker.FaultConsumerAfterHandle+":"+strconv.Itoa(o.Orders/4)
+			ferryfault.ConsumerAfterHandle+":"+strconv.Itoa(o.Orders/4)
 	}
 	for _, p := range procs {
 		p.Bin, p.Log = bin, logw

@@ -217,9 +217,10 @@ func KafkaParked(ctx context.Context, url string, since KafkaParkOffsets) (map[s
 // role's group, parking to the group's park topic.
 func consumeKafka(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler, conc int) (*ferrykafka.Consumer, error) {
 	c, err := ferrykafka.DialConsumer(ctx, o.BrokerURL, OnlyPaid(h), &ferrykafka.ConsumerConfig{
-		Group: o.Role, Topics: []string{RoutePaid}, ParkTopic: ParkTopic(o.Role), Concurrency: conc,
-		Retry:         ferrybroker.RetryPolicy{MaxDeliveries: 15, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
-		RevokeTimeout: kafkaRevokeTimeout, FaultPoint: o.FaultPoint, Logger: EnvLogger(),
+		ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: conc, Logger: EnvLogger(),
+			Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 15, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second}},
+		Group: o.Role, Topics: []string{RoutePaid}, ParkTopic: ParkTopic(o.Role),
+		RevokeTimeout: kafkaRevokeTimeout,
 		ClientOpts: []kgo.Opt{kgo.ClientID("shop-" + o.Role), kgo.SessionTimeout(kafkaSessionTimeout),
 			kgo.RebalanceTimeout(kafkaRebalanceTimeout), kgo.HeartbeatInterval(kafkaHeartbeat),
 			kgo.FetchMaxWait(200 * time.Millisecond)},

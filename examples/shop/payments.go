@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferryhttp"
 )
 
@@ -57,8 +58,8 @@ type PaymentsOptions struct {
 	// SlowPct of the payments take 200 to 400 ms more inside their
 	// transaction, so that clients time out and retry while they run.
 	SlowPct int
-	// FaultPoint is called at FaultPaymentInHandler and at
-	// ferryhttp.FaultAfterCommit.
+	// FaultPoint is called at FaultPaymentInHandler and, set in each
+	// request's context, at ferryhttp's ferryfault.HTTPAfterCommit.
 	FaultPoint func(ctx context.Context, point string) error
 }
 
@@ -81,7 +82,7 @@ func PaymentsHandler(db *DB, o PaymentsOptions) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys, err := ferryhttp.New(ib, &ferryhttp.Config{Lease: o.Lease, FaultPoint: o.FaultPoint, Logger: EnvLogger()})
+	keys, err := ferryhttp.New(ib, &ferryhttp.Config{Lease: o.Lease, Logger: EnvLogger()})
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +135,12 @@ func PaymentsHandler(db *DB, o PaymentsOptions) (http.Handler, error) {
 		w.WriteHeader(http.StatusCreated)
 		_ = json.NewEncoder(w).Encode(PaymentReply{PaymentID: payID, OrderID: id, Amount: req.Amount})
 	})))
-	return mux, nil
+	if o.FaultPoint == nil {
+		return mux, nil
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mux.ServeHTTP(w, r.WithContext(ferryfault.With(r.Context(), o.FaultPoint)))
+	}), nil
 }
 
 // pay marks the order paid and announces it, in tx.

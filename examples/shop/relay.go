@@ -154,11 +154,11 @@ func RunRelay(ctx context.Context, o RelayOptions) error {
 		}
 	}
 	bc := &open.BrokerConfig{
-		NATS: open.NATSConfig{Stream: o.Stream, FaultPoint: faults},
-		AMQP: open.AMQPConfig{ExchangeKind: "topic", Window: o.ConfirmWindow, Logger: log, FaultPoint: faults},
+		NATS: open.NATSConfig{Stream: o.Stream},
+		AMQP: open.AMQPConfig{ExchangeKind: "topic", Window: o.ConfirmWindow, Logger: log},
 		Kafka: open.KafkaConfig{TopicFrom: ferrykafka.TopicFrom(o.TopicFrom), TopicPrefix: o.TopicPrefix, Topics: topics,
 			Declare: o.Declare, Partitions: int32(o.Partitions), ReplicationFactor: int16(o.ReplicationFactor),
-			Logger: log, FaultPoint: faults},
+			Logger: log},
 	}
 	var store ferrystore.Store
 	if err := retryStart(ctx, func() (err error) {
@@ -202,7 +202,8 @@ func RunRelay(ctx context.Context, o RelayOptions) error {
 	}
 	// The log relay checks the database's log at start: during an outage
 	// that fails as an unreachable database does. The faults reach the
-	// relay and its publisher through the context it starts with.
+	// relay and its publisher (ferryfault.PublishBeforeConfirm) through
+	// the context it starts with.
 	runCtx := ferryfault.With(ctx, faults)
 	if err := retryStart(ctx, func() error { return relay.Start(runCtx) }); err != nil {
 		return err

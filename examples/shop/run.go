@@ -108,8 +108,11 @@ type ConsumerOptions struct {
 	GatewayURL string // sms only
 	// Concurrency of handlers. Default 4.
 	Concurrency int
-	FaultPoint  func(ctx context.Context, point string) error
-	Out         io.Writer // STATS lines
+	// FaultPoint, when set, is reached at the fault points of the inbox,
+	// the SMS task worker and the consumer (ferryfault), through the
+	// context each starts with.
+	FaultPoint func(ctx context.Context, point string) error
+	Out        io.Writer // STATS lines
 }
 
 // RunConsumer runs a points or SMS consumer until ctx ends.
@@ -236,9 +239,9 @@ func consume(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler) (fun
 		}
 		c, err := ferrynats.NewConsumer(js, h, &ferrynats.ConsumerConfig{
 			Stream: Stream, Durable: o.Role, FilterSubjects: []string{RoutePaid}, Declare: true,
-			ParkSubject: ParkSubject(o.Role), Concurrency: conc, AckWait: 5 * time.Second,
-			Retry:      ferrybroker.RetryPolicy{MaxDeliveries: 50, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
-			FaultPoint: o.FaultPoint, Logger: EnvLogger(),
+			ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: conc, Logger: EnvLogger(),
+				Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 50, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second}},
+			ParkSubject: ParkSubject(o.Role), AckWait: 5 * time.Second,
 		})
 		if err == nil {
 			err = c.Start(ctx)
@@ -257,10 +260,11 @@ func consume(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler) (fun
 	case strings.HasPrefix(o.BrokerURL, "amqp:") || strings.HasPrefix(o.BrokerURL, "amqps:"):
 		topo := AMQPTopology()
 		c, err := ferryamqp.DialConsumer(o.BrokerURL, o.Role, OnlyPaid(h), &ferryamqp.ConsumerConfig{
-			Concurrency: conc, Prefetch: conc, Declare: true, Topology: topo,
+			ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: conc, Logger: EnvLogger(),
+				Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 15, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second}},
+			Prefetch: conc, Declare: true, Topology: topo,
 			Queue:      ferryamqp.Queue{DeliveryLimit: amqpDeliveryLimit},
-			Retry:      ferrybroker.RetryPolicy{MaxDeliveries: 15, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
-			Connection: ferryamqp.ConnectionConfig{Name: "shop-" + o.Role}, FaultPoint: o.FaultPoint, Logger: EnvLogger(),
+			Connection: ferryamqp.ConnectionConfig{Name: "shop-" + o.Role},
 		})
 		if err == nil {
 			err = c.Start(ctx)
@@ -295,7 +299,7 @@ func consume(ctx context.Context, o ConsumerOptions, h ferrybroker.Handler) (fun
 // crashing reaches the limit without ever failing, and the broker
 // dead-letters a good message. The limit is the backstop for a message
 // that kills its consumer; the consumer parks failing messages itself
-// after Retry.MaxDeliveries (15). Keep the limit far above that, and the
+// after Redelivery.MaxDeliveries (15). Keep the limit far above that, and the
 // prefetch small.
 const amqpDeliveryLimit = 200
 

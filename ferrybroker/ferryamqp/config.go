@@ -1,7 +1,6 @@
 package ferryamqp
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
@@ -53,12 +52,6 @@ type Config struct {
 	Connection ConnectionConfig
 	// Logger receives the publisher's logs. Default: slog.Default().
 	Logger *slog.Logger
-	// FaultPoint, when set, is called at
-	// ferrybroker.FaultPublishBeforeConfirm, once a batch was written and
-	// before its confirms are awaited; a non-nil error makes every message
-	// not yet confirmed an unknown outcome, as a crash there would. For
-	// fault-injection tests only.
-	FaultPoint func(ctx context.Context, point string) error
 
 	// testAfterPublish, when set, is called after each basic.publish
 	// with the number of publishes so far (tests only).
@@ -216,7 +209,7 @@ type Queue struct {
 	// the parking queue by the broker. It is the backstop for messages
 	// that crash their consumer before it can park them; a Consumer parks
 	// failing messages itself, with their reason, after
-	// ConsumerConfig.Retry.MaxDeliveries. Default 20; negative: no limit.
+	// ConsumerConfig.Redelivery.MaxDeliveries. Default 20; negative: no limit.
 	// Classic queues have no delivery limit.
 	DeliveryLimit int
 	// Args are further queue arguments; they override ferry's.
@@ -232,12 +225,17 @@ type Binding struct {
 	RoutingKey string
 }
 
+// ParkingSuffix names a queue's parking queue by default: the queue's name
+// with it appended (points: points.parking). See Queue.ParkingQueue and
+// ReplayOptions.ParkingQueue.
+const ParkingSuffix = ".parking"
+
 func (q Queue) withDefaults() Queue {
 	if q.Type == "" {
 		q.Type = QueueQuorum
 	}
 	if q.ParkingQueue == "" && !q.NoParking {
-		q.ParkingQueue = q.Name + ".parking"
+		q.ParkingQueue = q.Name + ParkingSuffix
 	}
 	if q.NoParking {
 		q.ParkingQueue = ""

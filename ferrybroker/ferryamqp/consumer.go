@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strconv"
 	"sync"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/runner"
 )
 
 // HeaderParkExchange is the exchange the original of a parked copy was
@@ -26,24 +26,22 @@ const HeaderParkExchange = "Ferry-Park-Exchange"
 
 // ConsumerConfig configures a Consumer. A nil config uses the defaults;
 // zero fields take the default named in their comment.
+//
+// The embedded options are every consumer's (see
+// ferrybroker.ConsumerOptions); on RabbitMQ, a delivery to retry after
+// Redelivery's delay waits that delay keeping its prefetch slot, then goes
+// back to the queue (basic.nack with requeue). Quorum queues count
+// deliveries (x-delivery-count) across consumers and restarts; on classic
+// queues the count is kept in memory, per message id, and lost on restart.
+// ParkTimeout bounds the publish and confirm of a parked copy; Name
+// defaults to the queue.
 type ConsumerConfig struct {
-	// Concurrency is the number of handlers running at once. Default 4.
-	Concurrency int
+	ferrybroker.ConsumerOptions
 	// Prefetch is how many unacked deliveries RabbitMQ sends ahead
 	// (basic.qos), at least Concurrency. Default 4×Concurrency. Keep it
 	// small: on RabbitMQ 3.x every delivery returned to the queue, also by
 	// a clean stop, counts as a delivery attempt.
 	Prefetch int
-	// Retry says when a failed delivery is retried and when it is parked
-	// (defaults: 10 deliveries, 200ms doubling up to 30s). A delivery to
-	// retry waits its delay, keeping its prefetch slot, then goes back to
-	// the queue (basic.nack with requeue). Quorum queues count deliveries
-	// (x-delivery-count) across consumers and restarts; on classic queues
-	// the count is kept in memory, per message id, and lost on restart.
-	Retry ferrybroker.RetryPolicy
-	// HandlerTimeout bounds one handler call through its context. Default
-	// 0: no bound.
-	HandlerTimeout time.Duration
 	// Queue holds the settings of the consumed queue for Declare and names
 	// its parking queue, which must exist: a Consumer never acks a message
 	// it could not handle unless a confirmed copy sits in the parking
@@ -56,33 +54,10 @@ type ConsumerConfig struct {
 	// Topology lists further topology to declare or check (bindings of
 	// the queue, say).
 	Topology Topology
-	// Validate, when set, checks each delivery before the handler runs; an
-	// error parks the delivery as malformed (ferrybroker.RequireHeaders
-	// is one). A JSON content type (or none) is always checked to hold
-	// valid JSON (ferrybroker.CheckPayload).
-	Validate func(d *ferrybroker.Delivery) error
-	// ParkTimeout bounds the publish and confirm of a parked copy. Default
-	// 30s.
-	ParkTimeout time.Duration
-	// ShutdownTimeout bounds the stop at the end of Run. Default 30s.
-	ShutdownTimeout time.Duration
 	// Tag is the consumer tag prefix. Default "ferry".
 	Tag string
 	// Connection configures the connection DialConsumer opens.
 	Connection ConnectionConfig
-	// Name is the consumer's name given to the hooks. Default: the queue.
-	Name string
-	// Hooks observe the consumer: each value implements some of
-	// ferrybroker's consumer hook interfaces (ferrybroker.HookSettled, ...),
-	// as ferryprom.ConsumerMetrics and ferryotel.Tracing do.
-	Hooks []ferrybroker.Hook
-	// Logger receives the consumer's logs. Default: slog.Default().
-	Logger *slog.Logger
-	// FaultPoint, when set, is called at
-	// ferrybroker.FaultConsumerAfterHandle, after the handler committed and
-	// before the ack; a non-nil error acts as a crash there: the delivery
-	// is left unacked. For fault-injection tests only.
-	FaultPoint func(ctx context.Context, point string) error
 }
 
 // ConsumerStats counts what a consumer did (see ferrybroker.ConsumerStats).
@@ -91,7 +66,9 @@ type ConsumerStats = ferrybroker.ConsumerStats
 // Consumer consumes one queue with manual acks and runs a Handler for each
 // delivery, acking only after the handler returned nil, on the channel the
 // delivery came on. See the package documentation for the order of work,
-// retries and parking.
+// retries and parking. An error at the fault point
+// ferryfault.ConsumerAfterHandle (set in the context given to Start) acts
+// as a crash there: the delivery is left unacked until its channel closes.
 type Consumer struct {
 	queue string
 	h     ferrybroker.Handler
@@ -101,20 +78,14 @@ type Consumer struct {
 	link  *link[*consSession]
 	conn  *amqp.Connection                 // borrowed
 	dial  func() (*amqp.Connection, error) // owned
-	sem   chan struct{}
 	fails *failCounts
+	run   runner.Runner
 
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	stopping chan struct{}
-	hctx     context.Context
-	hcancel  context.CancelFunc
-	inflight sync.WaitGroup
+	mu       sync.Mutex // the retry timers
 	timers   map[uint64]*retryTimer
 	timerSeq uint64
 
-	obs *ferrybroker.ConsumerObserver
+	settler *ferrybroker.Settler
 }
 
 var _ ferrybroker.Consumer = (*Consumer)(nil)
@@ -162,27 +133,12 @@ func newConsumer(queue string, h ferrybroker.Handler, cfg *ConsumerConfig) (*Con
 	if cfg != nil {
 		c = *cfg
 	}
-	if c.Concurrency == 0 {
-		c.Concurrency = 4
-	}
+	c.ConsumerOptions = c.ConsumerOptions.WithDefaults(queue)
 	if c.Prefetch == 0 {
 		c.Prefetch = 4 * c.Concurrency
 	}
-	c.Retry = c.Retry.WithDefaults()
-	if c.Name == "" {
-		c.Name = queue
-	}
-	if c.ParkTimeout == 0 {
-		c.ParkTimeout = 30 * time.Second
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 30 * time.Second
-	}
 	if c.Tag == "" {
 		c.Tag = "ferry"
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	c.Queue.Name = queue
 	c.Queue.NoParking = false
@@ -194,19 +150,15 @@ func newConsumer(queue string, h ferrybroker.Handler, cfg *ConsumerConfig) (*Con
 	switch {
 	case h == nil:
 		return nil, fmt.Errorf("%w: NewConsumer: handler is nil", ferrytype.ErrInvalidConfig)
-	case c.Concurrency < 1 || c.Concurrency > 4096:
-		return nil, fmt.Errorf("%w: ConsumerConfig.Concurrency %d must be within 1..4096", ferrytype.ErrInvalidConfig, c.Concurrency)
+	case c.Check() != nil:
+		return nil, c.Check()
 	case c.Prefetch < c.Concurrency || c.Prefetch > 65535:
 		return nil, fmt.Errorf("%w: ConsumerConfig.Prefetch %d must be within Concurrency (%d)..65535",
 			ferrytype.ErrInvalidConfig, c.Prefetch, c.Concurrency)
-	case c.Retry.Validate() != nil:
-		return nil, fmt.Errorf("ConsumerConfig.Retry: %w", c.Retry.Validate())
-	case c.HandlerTimeout < 0 || c.ParkTimeout < 0 || c.ShutdownTimeout < 0:
-		return nil, fmt.Errorf("%w: ConsumerConfig timeouts must not be negative", ferrytype.ErrInvalidConfig)
-	case c.Declare && q.Type == QueueQuorum && q.DeliveryLimit > 0 && c.Retry.MaxDeliveries > q.DeliveryLimit:
-		return nil, fmt.Errorf("%w: ConsumerConfig.Retry.MaxDeliveries %d exceeds the queue's DeliveryLimit %d: "+
+	case c.Declare && q.Type == QueueQuorum && q.DeliveryLimit > 0 && c.Redelivery.MaxDeliveries > q.DeliveryLimit:
+		return nil, fmt.Errorf("%w: ConsumerConfig.Redelivery.MaxDeliveries %d exceeds the queue's DeliveryLimit %d: "+
 			"RabbitMQ would dead-letter failing messages before the consumer parks them with their reason",
-			ferrytype.ErrInvalidConfig, c.Retry.MaxDeliveries, q.DeliveryLimit)
+			ferrytype.ErrInvalidConfig, c.Redelivery.MaxDeliveries, q.DeliveryLimit)
 	}
 	if err := q.validate(); err != nil {
 		return nil, err
@@ -214,15 +166,16 @@ func newConsumer(queue string, h ferrybroker.Handler, cfg *ConsumerConfig) (*Con
 	if err := c.Topology.validate(""); err != nil {
 		return nil, err
 	}
-	co := &Consumer{queue: queue, h: h, cfg: c, park: q.ParkingQueue, log: c.Logger.With("queue", queue),
-		sem: make(chan struct{}, c.Concurrency), fails: newFailCounts(10000), timers: map[uint64]*retryTimer{},
-		obs: ferrybroker.NewConsumerObserver(c.Name, c.Hooks)}
+	log := c.Logger.With("queue", queue)
+	co := &Consumer{queue: queue, h: h, cfg: c, park: q.ParkingQueue, log: log,
+		fails: newFailCounts(10000), timers: map[uint64]*retryTimer{},
+		settler: ferrybroker.NewSettler(c.ConsumerOptions, log, slog.String("parking_queue", q.ParkingQueue))}
 	co.link = newLink(co.log, c.Connection, co.openSession)
 	return co, nil
 }
 
 // Stats returns the consumer's counters.
-func (c *Consumer) Stats() ConsumerStats { return c.obs.Stats() }
+func (c *Consumer) Stats() ConsumerStats { return c.settler.Observer.Stats() }
 
 // ParkingQueue returns the name of the queue the consumer parks messages
 // in.
@@ -300,9 +253,6 @@ func (c *Consumer) openSession(ctx context.Context, conn *amqp.Connection) (*con
 		}
 		close(s.dead)
 	}()
-	for i := 0; i < c.cfg.Concurrency; i++ {
-		go c.work(s)
-	}
 	c.log.Info("consuming", "consumer_tag", s.tag, "prefetch", c.cfg.Prefetch, "concurrency", c.cfg.Concurrency)
 	return s, nil
 }
@@ -347,29 +297,22 @@ func (s *consSession) close() {
 }
 
 // Start connects (DialConsumer), declares or checks the queues and starts
-// consuming; ctx bounds the start only. A consumer runs until Stop.
+// consuming; ctx bounds the start only. A consumer runs until Stop. The
+// handlers' contexts keep ctx's values.
 func (c *Consumer) Start(ctx context.Context) error {
-	c.mu.Lock()
-	switch {
-	case c.stopped:
-		c.mu.Unlock()
-		return ferrytype.ErrClosed
-	case c.started:
-		c.mu.Unlock()
-		return errors.New("ferryamqp: consumer already started")
+	err := c.run.Start(ctx, func(work context.Context) error {
+		if err := c.link.start(ctx, c.conn, c.dial); err != nil {
+			return err
+		}
+		for range c.cfg.Concurrency {
+			c.run.Go(func() { c.work(work) })
+		}
+		return nil
+	})
+	if errors.Is(err, runner.ErrStarted) {
+		return fmt.Errorf("ferryamqp: consumer %w", err)
 	}
-	c.started = true
-	c.stopping = make(chan struct{})
-	c.hctx, c.hcancel = context.WithCancel(context.WithoutCancel(ctx))
-	c.mu.Unlock()
-	if err := c.link.start(ctx, c.conn, c.dial); err != nil {
-		c.mu.Lock()
-		c.stopped = true
-		c.mu.Unlock()
-		c.hcancel()
-		return err
-	}
-	return nil
+	return err
 }
 
 // Stop stops taking deliveries (basic.cancel), lets the handlers in
@@ -380,41 +323,29 @@ func (c *Consumer) Start(ctx context.Context) error {
 // closed at once; a handler that ignores its context may still run when
 // Stop returns, and its ack fails. Stopping twice is safe.
 func (c *Consumer) Stop(ctx context.Context) error {
-	c.mu.Lock()
-	if !c.started || c.stopped {
-		c.stopped = true
+	first, err := c.run.Stop(ctx, func() {
+		c.mu.Lock()
+		timers := c.timers
+		c.timers = map[uint64]*retryTimer{}
 		c.mu.Unlock()
+		for _, rt := range timers {
+			if rt.t.Stop() {
+				c.settler.Observer.Settled(rt.fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: ferrybroker.ErrStopping})
+			}
+		}
+		if s, err := c.link.current(ctx, -1); err == nil {
+			s.cancel(ctx)
+		}
+		c.log.Info("consumer cancelled; finishing the handlers in progress", "in_flight", c.settler.Observer.Stats().InFlight)
+	})
+	if !first {
 		return nil
 	}
-	c.stopped = true
-	close(c.stopping)
-	timers := c.timers
-	c.timers = map[uint64]*retryTimer{}
-	c.mu.Unlock()
-	for _, rt := range timers {
-		if rt.t.Stop() {
-			c.settle(rt.fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: errors.New("consumer stopping")})
-		}
-	}
-	if s, err := c.link.current(ctx, -1); err == nil {
-		s.cancel(ctx)
-	}
-	c.log.Info("consumer cancelled; finishing the handlers in progress", "in_flight", c.obs.Stats().InFlight)
-	done := make(chan struct{})
-	go func() {
-		c.inflight.Wait()
-		close(done)
-	}()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = fmt.Errorf("stop: handlers still running: %w", ctx.Err())
-		c.hcancel()
+	if err != nil {
+		err = fmt.Errorf("stop: handlers still running: %w", err)
 	}
 	c.link.shutdown()
-	c.hcancel()
-	st := c.obs.Stats()
+	st := c.settler.Observer.Stats()
 	c.log.Info("consumer stopped", "acked", st.Acked, "parked", st.Parked)
 	return err
 }
@@ -425,84 +356,55 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return ferrybroker.RunUntilDone(ctx, c.Start, c.Stop, c.cfg.ShutdownTimeout)
 }
 
-// work takes deliveries of session s while a handler slot is free.
-func (c *Consumer) work(s *consSession) {
+// work is one of the Concurrency handler slots: it takes deliveries of the
+// live session, one at a time, with the handlers' context ctx, until
+// Stop; after a reconnect, of the new session.
+func (c *Consumer) work(ctx context.Context) {
+	var s *consSession
 	for {
-		select {
-		case c.sem <- struct{}{}:
-		case <-c.stopping:
-			return
-		case <-s.dead:
+		var ok bool
+		if s, ok = c.link.next(c.run.Stopping(), s); !ok {
 			return
 		}
+		c.consume(ctx, s)
+	}
+}
+
+// consume takes deliveries of session s until it ends or the consumer
+// stops.
+func (c *Consumer) consume(ctx context.Context, s *consSession) {
+	for {
 		var (
 			d  amqp.Delivery
 			ok bool
 		)
 		select {
 		case d, ok = <-s.deliveries:
-		case <-c.stopping:
+		case <-c.run.Stopping():
 		case <-s.dead:
 		}
 		if !ok {
-			<-c.sem
 			return
 		}
 		fd := c.delivery(&d)
-		c.obs.Delivered(fd)
-		c.mu.Lock()
-		if c.stopped {
-			c.mu.Unlock()
-			<-c.sem
+		c.settler.Observer.Delivered(fd)
+		a := &acker{c: c, s: s, d: d, fd: fd}
+		if c.stopping() {
 			// Not started: it goes back to the queue with the channel.
-			c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: errors.New("consumer stopping")})
+			c.settler.Settle(ctx, fd, a, ferrybroker.StepStopping, nil)
 			return
 		}
-		c.inflight.Add(1)
-		c.mu.Unlock()
-		c.handle(s, d, fd)
-		c.inflight.Done()
-		<-c.sem
+		c.settler.Handle(ctx, fd, a, c.h, c.validate(&d, fd))
 	}
 }
 
-// handle runs the order of work of one delivery: validate, run the
-// handler (which commits), then ack; or park, or requeue after a delay.
-func (c *Consumer) handle(s *consSession, d amqp.Delivery, fd *ferrybroker.Delivery) {
-	if err := c.validate(&d, fd); err != nil {
-		c.parkOrRetry(s, d, fd, err)
-		return
-	}
-	ctx := c.hctx
-	err := c.obs.HandleWithin(ctx, c.h, fd, c.cfg.HandlerTimeout, c.log)
-	switch {
-	case err == nil:
-		if c.cfg.FaultPoint != nil {
-			if ferr := c.cfg.FaultPoint(ctx, ferrybroker.FaultConsumerAfterHandle); ferr != nil {
-				c.log.Warn("fault after handle: delivery left unacked", "message_id", fd.MessageID, "error", ferr)
-				c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: ferr})
-				return
-			}
-		}
-		// The effect is committed: only now may RabbitMQ forget the
-		// message. A single ack (multiple=false) on the delivery's own
-		// channel: it covers this delivery and nothing else.
-		if aerr := s.settle(func() error { return d.Ack(false) }); aerr != nil {
-			c.log.Warn("ack after commit failed; RabbitMQ will redeliver and the handler must find the effect done",
-				"message_id", fd.MessageID, "error", aerr)
-			c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: aerr})
-			return
-		}
-		c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionAcked})
-	case c.hctx.Err() != nil:
-		// Stop gave up waiting: not a failure of the message.
-		c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: err})
-	case c.cfg.Retry.ParkReason(err, fd.DeliveryCount) != nil:
-		c.parkOrRetry(s, d, fd, c.cfg.Retry.ParkReason(err, fd.DeliveryCount))
+// stopping reports whether Stop began.
+func (c *Consumer) stopping() bool {
+	select {
+	case <-c.run.Stopping():
+		return true
 	default:
-		c.log.Debug("handler failed; requeueing after a delay", "message_id", fd.MessageID,
-			"delivery_count", fd.DeliveryCount, "error", err)
-		c.requeueLater(s, d, fd, err)
+		return false
 	}
 }
 
@@ -566,19 +468,39 @@ func intValue(v any) (int64, bool) {
 	return 0, false
 }
 
-// requeueLater returns d to the queue after a delay growing with its
-// delivery count.
-func (c *Consumer) requeueLater(s *consSession, d amqp.Delivery, fd *ferrybroker.Delivery, cause error) {
+// acker settles one delivery on the channel it came on (see
+// ferrybroker.Acknowledger).
+type acker struct {
+	c  *Consumer
+	s  *consSession
+	d  amqp.Delivery
+	fd *ferrybroker.Delivery
+}
+
+// Ack acks the delivery: a single ack (multiple=false) on the delivery's
+// own channel, which covers this delivery and nothing else.
+func (a *acker) Ack() error {
+	if err := a.s.settle(func() error { return a.d.Ack(false) }); err != nil {
+		return err
+	}
+	a.c.forget(a.fd)
+	return nil
+}
+
+// Retry returns the delivery to the queue (basic.nack with requeue) after
+// delay, keeping its prefetch slot meanwhile; it settles the delivery
+// itself, when the delay passed or the consumer stopped.
+func (a *acker) Retry(delay time.Duration, cause error) error {
+	c, fd := a.c, a.fd
 	if fd.MessageID != "" {
 		c.fails.inc(fd.MessageID)
 	}
-	delay := c.cfg.Retry.Delay(max(fd.DeliveryCount, 1))
 	c.mu.Lock()
-	if c.stopped {
+	if c.stopping() {
 		c.mu.Unlock()
 		// The channel closes soon and returns it to the queue.
-		c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: cause})
-		return
+		c.settler.Observer.Settled(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: cause})
+		return ferrybroker.ErrSettlesItself
 	}
 	c.timerSeq++
 	id := c.timerSeq
@@ -589,37 +511,42 @@ func (c *Consumer) requeueLater(s *consSession, d amqp.Delivery, fd *ferrybroker
 		c.mu.Unlock()
 		if !mine {
 			// Stop took it as it fired: left for the channel close.
-			c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: errors.New("consumer stopping")})
+			c.settler.Observer.Settled(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: ferrybroker.ErrStopping})
 			return
 		}
-		if err := s.settle(func() error { return d.Nack(false, true) }); err != nil {
-			c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: err})
+		if err := a.s.settle(func() error { return a.d.Nack(false, true) }); err != nil {
+			c.settler.Observer.Settled(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: err})
 			return
 		}
-		c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionRetried, Err: cause})
+		c.settler.Observer.Settled(fd, ferrybroker.Settlement{Action: ferrybroker.ActionRetried, Err: cause})
 	})}
 	c.mu.Unlock()
+	return ferrybroker.ErrSettlesItself
 }
 
-// parkOrRetry parks d with reason; if parking fails, d is requeued after a
-// delay instead: it is never acked without a confirmed parked copy.
-func (c *Consumer) parkOrRetry(s *consSession, d amqp.Delivery, fd *ferrybroker.Delivery, reason error) {
-	if err := c.parkCopy(s, &d, fd, reason); err != nil {
-		c.obs.ParkFailed()
-		c.log.Error("could not park a message; it goes back to the queue", "message_id", fd.MessageID,
-			"parking_queue", c.park, "reason", reason, "error", err)
-		c.requeueLater(s, d, fd, reason)
-		return
+// Leave does nothing: the delivery goes back to the queue with its
+// channel's close.
+func (a *acker) Leave() {}
+
+// Abandon does nothing, as a crash would: the delivery stays unacked until
+// its channel closes.
+func (a *acker) Abandon() {}
+
+// Park publishes a copy to the parking queue, waits for RabbitMQ's
+// confirm, then acks the delivery. If that ack fails, the delivery is left
+// (settled here): the copy is parked, and the original comes back and is
+// parked again, a duplicate in the parking queue, nothing lost.
+func (a *acker) Park(reason error) error {
+	if err := a.c.parkCopy(a.s, &a.d, a.fd, reason); err != nil {
+		return err
 	}
-	if err := s.settle(func() error { return d.Ack(false) }); err != nil {
-		// The copy is parked; the original comes back and is parked
-		// again: a duplicate in the parking queue, nothing lost.
-		c.log.Warn("ack of a parked message failed; it will be delivered and parked again", "message_id", fd.MessageID, "error", err)
-		c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: err})
-		return
+	if err := a.s.settle(func() error { return a.d.Ack(false) }); err != nil {
+		a.c.log.Warn("ack of a parked message failed; it will be delivered and parked again", "message_id", a.fd.MessageID, "error", err)
+		a.c.settler.Observer.Settled(a.fd, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: err})
+		return ferrybroker.ErrSettlesItself
 	}
-	c.log.Warn("message parked", "message_id", fd.MessageID, "parking_queue", c.park, "reason", reason)
-	c.settle(fd, ferrybroker.Settlement{Action: ferrybroker.ActionParked, Err: reason})
+	a.c.forget(a.fd)
+	return nil
 }
 
 // parkCopy publishes a copy of d to the parking queue, with the reason in
@@ -630,20 +557,14 @@ func (c *Consumer) parkCopy(s *consSession, d *amqp.Delivery, fd *ferrybroker.De
 		h[k] = v
 	}
 	delete(h, "x-delivery-count")
-	msg := reason.Error()
-	if len(msg) > 4096 {
-		msg = msg[:4096] + "..."
-	}
-	h[ferrybroker.HeaderParkReason] = msg
-	h[ferrybroker.HeaderParkedAt] = time.Now().UTC().Format(time.RFC3339Nano)
 	exchange, key := d.Exchange, d.RoutingKey
 	if ex, k, ok := replayedRoute(d, c.queue); ok {
 		exchange, key = ex, k // where it came from before its replay
 	}
+	for _, kv := range ferrybroker.ParkHeaders(reason, fd, key, c.queue) {
+		h[kv[0]] = kv[1]
+	}
 	h[HeaderParkExchange] = exchange
-	h[ferrybroker.HeaderParkRoute] = key
-	h[ferrybroker.HeaderParkSource] = c.queue
-	h[ferrybroker.HeaderParkDeliveryCount] = strconv.Itoa(fd.DeliveryCount)
 	pub := amqp.Publishing{
 		Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding, DeliveryMode: amqp.Persistent,
 		Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo, MessageId: d.MessageId,
@@ -669,11 +590,11 @@ func (c *Consumer) parkCopy(s *consSession, d *amqp.Delivery, fd *ferrybroker.De
 	return nil
 }
 
-func (c *Consumer) settle(fd *ferrybroker.Delivery, s ferrybroker.Settlement) {
-	if (s.Action == ferrybroker.ActionAcked || s.Action == ferrybroker.ActionParked) && fd.MessageID != "" {
+// forget drops the failure count of a delivery settled for good.
+func (c *Consumer) forget(fd *ferrybroker.Delivery) {
+	if fd.MessageID != "" {
 		c.fails.forget(fd.MessageID)
 	}
-	c.obs.Settled(fd, s)
 }
 
 // failCounts counts transient failures per message id, for queues that

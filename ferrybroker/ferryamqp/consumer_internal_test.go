@@ -156,9 +156,7 @@ func TestConsumerAcksOnlyAfterCommit(t *testing.T) {
 			violations = append(violations, fmt.Sprintf("%s: unexpected %s (%v)", d.MessageID, s.Action, s.Err))
 		}
 	}
-	c := b.start(t, b.conn, handler, b.config(ConsumerConfig{Concurrency: 8, Prefetch: 32,
-		Retry: ferrybroker.RetryPolicy{MaxDeliveries: 20, RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond},
-		Hooks: []ferrybroker.Hook{ferrybroker.SettledFunc(onSettle)}}))
+	c := b.start(t, b.conn, handler, b.config(ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 8, Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 20, RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond}, Hooks: []ferrybroker.Hook{ferrybroker.SettledFunc(onSettle)}}, Prefetch: 32}))
 	waitUntil(t, 2*time.Minute, func() bool { return distinct.Load() == int64(len(msgs)) })
 	require.NoError(t, c.Stop(b.ctx))
 	j.mu.Lock()
@@ -208,14 +206,14 @@ func TestConsumerKilledMidBatchRedeliversEveryUnacked(t *testing.T) {
 		done1.Add(1)
 		return nil
 	}
-	c1 := b.start(t, rc.Connection, h1, b.config(ConsumerConfig{Concurrency: 8, Prefetch: 50,
-		Hooks: []ferrybroker.Hook{ferrybroker.SettledFunc(func(_ string, d *ferrybroker.Delivery, s ferrybroker.Settlement) {
-			if s.Action == ferrybroker.ActionAcked {
-				mu.Lock()
-				acked1[d.MessageID] = true
-				mu.Unlock()
-			}
-		})}}))
+	c1 := b.start(t, rc.Connection, h1, b.config(ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 8, Hooks: []ferrybroker.Hook{ferrybroker.SettledFunc(func(_ string, d *ferrybroker.Delivery, s ferrybroker.Settlement) {
+		if s.Action == ferrybroker.ActionAcked {
+			mu.Lock()
+			acked1[d.MessageID] = true
+			mu.Unlock()
+		}
+	})}}, Prefetch: 50,
+	}))
 	waitUntil(t, time.Minute, func() bool { return done1.Load() >= 100 && inFlight.Load() >= stuck })
 	rc.cut()
 	release()
@@ -231,7 +229,7 @@ func TestConsumerKilledMidBatchRedeliversEveryUnacked(t *testing.T) {
 		got2[d.MessageID] = d
 		mu2.Unlock()
 		return nil
-	}, b.config(ConsumerConfig{Concurrency: 8}))
+	}, b.config(ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 8}}))
 	mu.Lock()
 	unacked := 0
 	for _, m := range msgs {
@@ -284,7 +282,7 @@ func TestQuorumDeliveryLimitParksAMessageThatCrashesItsConsumer(t *testing.T) {
 	ferryamqptest.DeleteRabbitMQQueue(t, queue)
 	ferryamqptest.DeleteRabbitMQQueue(t, queue+".parking")
 	cfg := func() *ConsumerConfig {
-		return &ConsumerConfig{Declare: true, Retry: ferrybroker.RetryPolicy{MaxDeliveries: 2}, Queue: Queue{DeliveryLimit: 2},
+		return &ConsumerConfig{Declare: true, ConsumerOptions: ferrybroker.ConsumerOptions{Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 2}}, Queue: Queue{DeliveryLimit: 2},
 			Topology: Topology{Bindings: []Binding{{Queue: queue, Exchange: "amq.topic", RoutingKey: queue}}}}
 	}
 	// Declare it before publishing.
@@ -335,12 +333,12 @@ func TestConsumerConfigErrors(t *testing.T) {
 	h := func(context.Context, *ferrybroker.Delivery) error { return nil }
 	_, err := NewConsumer(conn, "q", nil, nil)
 	require.ErrorContains(t, err, "handler is nil")
-	_, err = NewConsumer(conn, "q", h, &ConsumerConfig{Concurrency: 8, Prefetch: 4})
+	_, err = NewConsumer(conn, "q", h, &ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 8}, Prefetch: 4})
 	require.ErrorContains(t, err, "ConsumerConfig.Prefetch 4")
-	_, err = NewConsumer(conn, "q", h, &ConsumerConfig{Declare: true, Retry: ferrybroker.RetryPolicy{MaxDeliveries: 30}})
-	require.ErrorContains(t, err, "ConsumerConfig.Retry.MaxDeliveries 30 exceeds the queue's DeliveryLimit 20")
-	_, err = NewConsumer(conn, "q", h, &ConsumerConfig{Retry: ferrybroker.RetryPolicy{RetryDelay: time.Second, MaxRetryDelay: time.Millisecond}})
-	require.ErrorContains(t, err, "ConsumerConfig.Retry: ")
+	_, err = NewConsumer(conn, "q", h, &ConsumerConfig{Declare: true, ConsumerOptions: ferrybroker.ConsumerOptions{Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 30}}})
+	require.ErrorContains(t, err, "ConsumerConfig.Redelivery.MaxDeliveries 30 exceeds the queue's DeliveryLimit 20")
+	_, err = NewConsumer(conn, "q", h, &ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Redelivery: ferrybroker.RedeliveryPolicy{RetryDelay: time.Second, MaxRetryDelay: time.Millisecond}}})
+	require.ErrorContains(t, err, "ConsumerConfig.Redelivery: ")
 	c, err := NewConsumer(conn, testenv.Name("ferry_missing_"), h, nil)
 	require.NoError(t, err)
 	err = c.Start(context.Background())
@@ -368,7 +366,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 			return errors.New("transient") // some retry timers too
 		}
 		return nil
-	}, b.config(ConsumerConfig{Retry: ferrybroker.RetryPolicy{RetryDelay: time.Millisecond}}))
+	}, b.config(ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Redelivery: ferrybroker.RedeliveryPolicy{RetryDelay: time.Millisecond}}}))
 	require.NoError(t, err)
 	require.NoError(t, c.Start(b.ctx))
 	waitUntil(t, time.Minute, func() bool { return c.Stats().Acked == 100 })

@@ -26,9 +26,9 @@ func consumerHarness(typ ferryamqp.QueueType) ferrybrokertest.ConsumerHarness {
 		ferryamqptest.DeleteRabbitMQQueue(t, queue+".parking")
 		config := func(o ferrybrokertest.ConsumerOptions) *ferryamqp.ConsumerConfig {
 			return &ferryamqp.ConsumerConfig{
-				Concurrency: o.Concurrency, Retry: o.Retry, Hooks: o.Hooks, Validate: o.Validate, FaultPoint: o.FaultPoint,
-				Declare:  true,
-				Topology: ferryamqp.Topology{Bindings: []ferryamqp.Binding{{Queue: queue, Exchange: "amq.topic", RoutingKey: rk}}},
+				ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: o.Concurrency, Redelivery: o.Redelivery, Hooks: o.Hooks, Validate: o.Validate},
+				Declare:         true,
+				Topology:        ferryamqp.Topology{Bindings: []ferryamqp.Binding{{Queue: queue, Exchange: "amq.topic", RoutingKey: rk}}},
 			}
 		}
 		// Declare the queue now, as consumers will, so that publishes

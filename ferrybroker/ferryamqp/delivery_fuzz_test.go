@@ -88,7 +88,7 @@ func FuzzDelivery(f *testing.F) {
 				}
 			}
 		}
-		policy := ferrybroker.RetryPolicy{MaxDeliveries: 5, RetryDelay: time.Millisecond, MaxRetryDelay: time.Second}
+		policy := ferrybroker.RedeliveryPolicy{MaxDeliveries: 5, RetryDelay: time.Millisecond, MaxRetryDelay: time.Second}
 		if delay := policy.Delay(fd.DeliveryCount); delay < 0 || delay > 2*time.Second {
 			t.Fatalf("retry delay %s for delivery count %d", delay, fd.DeliveryCount)
 		}

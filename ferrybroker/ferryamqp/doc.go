@@ -143,14 +143,16 @@
 //
 // # Failures and parking
 //
-// ConsumerConfig.Retry, a ferrybroker.RetryPolicy, decides. A handler
-// error is transient unless it wraps ferrytype.ErrPoison: the delivery
-// waits Retry.RetryDelay, doubling with its delivery count up to
-// Retry.MaxRetryDelay, then goes back to the queue (basic.nack with
-// requeue): no hot loop, and the delivery keeps its prefetch slot while it
-// waits. A poison error, a malformed message, or a transient failure on
-// delivery Retry.MaxDeliveries parks the message: a copy carrying the park
-// headers (ferrybroker.HeaderParkReason, HeaderParkedAt, HeaderParkRoute,
+// ConsumerConfig.Redelivery, a ferrybroker.RedeliveryPolicy, decides,
+// through the settle policy every broker's consumer shares
+// (ferrybroker.Settler). A handler error is transient unless it wraps
+// ferrytype.ErrPoison: the delivery waits Redelivery.RetryDelay, doubling
+// with its delivery count up to Redelivery.MaxRetryDelay, then goes back
+// to the queue (basic.nack with requeue): no hot loop, and the delivery
+// keeps its prefetch slot while it waits. A poison error, a malformed
+// message, or a transient failure on delivery Redelivery.MaxDeliveries
+// parks the message: a copy carrying the park headers
+// (ferrybroker.HeaderParkReason, HeaderParkedAt, HeaderParkRoute,
 // HeaderParkSource, HeaderParkDeliveryCount, and HeaderParkExchange) is
 // published with a confirm to the parking queue, and only then is the
 // original acked. If parking fails, the message is requeued: it is never
@@ -163,9 +165,9 @@
 // handler returns ErrPoison. The queue's x-delivery-limit is a backstop for
 // a message that kills its consumer before it can park it: past the limit
 // RabbitMQ dead-letters it to the parking queue itself, with the reason
-// delivery_limit in x-death. Keep Retry.MaxDeliveries (default 10) at or below
-// the queue's delivery limit (default 20), so that the consumer parks first,
-// with the real reason.
+// delivery_limit in x-death. Keep Redelivery.MaxDeliveries (default 10)
+// at or below the queue's delivery limit (default 20), so that the
+// consumer parks first, with the real reason.
 //
 // # Replaying parked messages
 //

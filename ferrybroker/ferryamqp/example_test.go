@@ -54,12 +54,14 @@ func ExampleNewConsumer() {
 	}
 	var metrics ferrybroker.Hook // e.g. a *ferryprom.ConsumerMetrics
 	c, err := ferryamqp.DialConsumer("amqp://ferry:secret@127.0.0.1:5672/", "points", handler, &ferryamqp.ConsumerConfig{
-		Concurrency: 8,
-		// Park after the 5th failed delivery; retry after 500ms, 1s, 2s, ...
-		Retry:    ferrybroker.RetryPolicy{MaxDeliveries: 5, RetryDelay: 500 * time.Millisecond},
-		Validate: ferrybroker.RequireHeaders(ferrybroker.HeaderEventID, ferrybroker.HeaderEventType),
-		Name:     "points-award",
-		Hooks:    []ferrybroker.Hook{metrics},
+		ConsumerOptions: ferrybroker.ConsumerOptions{
+			Concurrency: 8,
+			// Park after the 5th failed delivery; retry after 500ms, 1s, 2s, ...
+			Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 5, RetryDelay: 500 * time.Millisecond},
+			Validate:   ferrybroker.RequireHeaders(ferrybroker.HeaderEventID, ferrybroker.HeaderEventType),
+			Name:       "points-award",
+			Hooks:      []ferrybroker.Hook{metrics},
+		},
 		Declare:  true,
 		Topology: ferryamqp.Topology{Bindings: []ferryamqp.Binding{{Queue: "points", Exchange: "amq.topic", RoutingKey: "orders.*.paid"}}},
 	})

@@ -154,6 +154,34 @@ func (l *link[S]) current(ctx context.Context, wait time.Duration) (S, error) {
 	}
 }
 
+// next returns the live session when it is not prev, waiting while the
+// link is down or still on prev (a session that ended and is not replaced
+// yet); false once stop is closed or the link ended.
+func (l *link[S]) next(stop <-chan struct{}, prev S) (S, bool) {
+	var zero S
+	for {
+		l.mu.Lock()
+		s, up, ended, changed := l.cur, l.up, l.ended, l.changed
+		l.mu.Unlock()
+		select {
+		case <-stop:
+			return zero, false
+		default:
+		}
+		switch {
+		case up && any(s) != any(prev):
+			return s, true
+		case ended:
+			return zero, false
+		}
+		select {
+		case <-changed:
+		case <-stop:
+			return zero, false
+		}
+	}
+}
+
 func (l *link[S]) downErr(lastErr error) error {
 	if lastErr == nil {
 		return ErrNotConnected

@@ -165,7 +165,7 @@ func TestDialConsumerReconnectsAndLosesNothing(t *testing.T) {
 		committed[d.MessageID]++
 		mu.Unlock()
 		return nil
-	}, b.config(ConsumerConfig{Concurrency: 4, Connection: ConnectionConfig{ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond}}))
+	}, b.config(ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 4}, Connection: ConnectionConfig{ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond}}))
 	require.NoError(t, err)
 	require.NoError(t, c.Start(b.ctx))
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })

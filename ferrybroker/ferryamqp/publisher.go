@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
@@ -250,6 +251,11 @@ func (s *pubSession) exchangeExists(ctx context.Context, name string) (bool, err
 //   - unknown and not sent (ferrytype.ErrNotSent): the message never left
 //     the process: the connection was down or blocked, or the context
 //     ended or the channel closed before it was written.
+//
+// Once the batch is written, and before its confirms are awaited, Publish
+// reaches the fault point ferryfault.PublishBeforeConfirm of ctx: an error
+// there makes every message not yet confirmed unknown, as a crash there
+// would.
 func (p *Publisher) Publish(ctx context.Context, msgs []ferrytype.Message) []ferrytype.PublishResult {
 	if len(msgs) == 0 {
 		return []ferrytype.PublishResult{}
@@ -289,15 +295,13 @@ func (p *Publisher) Publish(ctx context.Context, msgs []ferrytype.Message) []fer
 		j.out[i] = outgoing{exchange: ex, key: m.Route(), pub: publishing(m)}
 	}
 	p.dispatch(s, j)
-	if p.cfg.FaultPoint != nil {
-		select {
-		case <-j.written:
-		case <-j.done:
-		case <-ctx.Done():
-		}
-		if err := p.cfg.FaultPoint(ctx, ferrybroker.FaultPublishBeforeConfirm); err != nil {
-			return j.finish(fmt.Errorf("fault before confirm: %w", err))
-		}
+	select {
+	case <-j.written:
+	case <-j.done:
+	case <-ctx.Done():
+	}
+	if err := ferryfault.At(ctx, ferryfault.PublishBeforeConfirm); err != nil {
+		return j.finish(fmt.Errorf("fault before confirm: %w", err))
 	}
 	select {
 	case <-j.done:

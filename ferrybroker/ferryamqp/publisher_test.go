@@ -11,10 +11,10 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp/ferryamqptest"
 	"github.com/ferrydev/ferry/ferrybroker/ferrybrokertest"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/testenv"
 )
@@ -105,15 +105,14 @@ func TestFaultBeforeConfirmIsUnknownAndStored(t *testing.T) {
 	reader := ferryamqptest.RabbitMQ(t)
 	q := ferryamqptest.RabbitMQQueue(t, reader, "quorum", nil)
 	var hit atomic.Int64
-	p, err := ferryamqp.New(testenv.Context(t, 10*time.Second), dial(t), &ferryamqp.Config{
-		FaultPoint: func(_ context.Context, point string) error {
-			if point == ferrybroker.FaultPublishBeforeConfirm {
-				hit.Add(1)
-				return errors.New("crash")
-			}
-			return nil
-		},
-	})
+	crash := func(_ context.Context, point string) error {
+		if point == ferryfault.PublishBeforeConfirm {
+			hit.Add(1)
+			return errors.New("crash")
+		}
+		return nil
+	}
+	p, err := ferryamqp.New(testenv.Context(t, 10*time.Second), dial(t), nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { p.Close() })
 	// Confirms of the first messages may come back while the last are
@@ -128,7 +127,7 @@ func TestFaultBeforeConfirmIsUnknownAndStored(t *testing.T) {
 			msgs[i] = ferrytype.Message{ID: fmt.Sprintf("fault-%d-%d", round, i), Type: "T", Payload: []byte(`{}`),
 				Destination: q.RoutingKey}
 		}
-		for i, r := range p.Publish(testenv.Context(t, 10*time.Second), msgs) {
+		for i, r := range p.Publish(ferryfault.With(testenv.Context(t, 10*time.Second), crash), msgs) {
 			if r.Outcome == ferrytype.OutcomeConfirmed {
 				continue
 			}

@@ -46,7 +46,7 @@ type ReplayOptions struct {
 
 func (o ReplayOptions) withDefaults() (ReplayOptions, error) {
 	if o.ParkingQueue == "" {
-		o.ParkingQueue = o.Queue + ".parking"
+		o.ParkingQueue = o.Queue + ParkingSuffix
 	}
 	if o.Batch == 0 {
 		o.Batch = 100

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/testenv"
 )
@@ -31,10 +32,9 @@ type RawMessage struct {
 // that suits a test (short timeouts, say).
 type ConsumerOptions struct {
 	Concurrency int
-	Retry       ferrybroker.RetryPolicy
+	Redelivery  ferrybroker.RedeliveryPolicy
 	Hooks       []ferrybroker.Hook
 	Validate    func(d *ferrybroker.Delivery) error
-	FaultPoint  func(ctx context.Context, point string) error
 }
 
 // ConsumerSetup is a fresh queue or stream, with where its consumers park.
@@ -207,13 +207,20 @@ func (b *consumerBundle) unsettled(t *testing.T, want int) {
 // when t ends.
 func (b *consumerBundle) start(t *testing.T, h ferrybroker.Handler, o ConsumerOptions) (ferrybroker.Consumer, *recorder) {
 	t.Helper()
+	return b.startWith(t, b.ctx, h, o)
+}
+
+// startWith is start with the start context ctx, whose values (a fault
+// Func) the consumer keeps.
+func (b *consumerBundle) startWith(t *testing.T, ctx context.Context, h ferrybroker.Handler, o ConsumerOptions) (ferrybroker.Consumer, *recorder) {
+	t.Helper()
 	r := newRecorder()
 	o.Hooks = append(o.Hooks, r)
 	if o.Concurrency == 0 {
 		o.Concurrency = 4
 	}
 	c := b.NewConsumer(t, h, o)
-	require.NoError(t, c.Start(b.ctx))
+	require.NoError(t, c.Start(ctx))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -282,8 +289,8 @@ func parkedByID(got []Received) map[string]Received {
 	return out
 }
 
-func fastRetry() ferrybroker.RetryPolicy {
-	return ferrybroker.RetryPolicy{MaxDeliveries: 3, RetryDelay: time.Millisecond, MaxRetryDelay: 10 * time.Millisecond}
+func fastRetry() ferrybroker.RedeliveryPolicy {
+	return ferrybroker.RedeliveryPolicy{MaxDeliveries: 3, RetryDelay: time.Millisecond, MaxRetryDelay: 10 * time.Millisecond}
 }
 
 // ExerciseConsumer runs the consumer conformance suite: every broker's
@@ -297,7 +304,7 @@ func fastRetry() ferrybroker.RetryPolicy {
 //     Redelivered and DeliveryCount on a retry;
 //   - a poison error parks at once, with the park headers; a transient
 //     error (a panic is one) is retried and parked on the last delivery
-//     RetryPolicy allows, with its count;
+//     RedeliveryPolicy allows, with its count;
 //   - a malformed message (a payload that is not JSON, a header the
 //     consumer's Validate requires) is parked with its reason, without
 //     the handler, delivered once: no hot loop;
@@ -307,7 +314,8 @@ func fastRetry() ferrybroker.RetryPolicy {
 //     what was not handled comes back to the next consumer, nothing twice;
 //   - Concurrency handlers run at once, and while one is held, the acks
 //     of the others do not settle it;
-//   - the fault point after the handler leaves the delivery unacked;
+//   - the fault point after the handler (ferryfault.ConsumerAfterHandle,
+//     set in the context Start is given) leaves the delivery unacked;
 //   - a delivery whose park fails is retried, never acked (when the
 //     harness can break parking);
 //   - a consumer started while the broker is unreachable waits it out
@@ -349,7 +357,7 @@ func ExerciseConsumer(t *testing.T, h ConsumerHarness) {
 				return errors.New("try again")
 			}
 			return nil
-		}, ConsumerOptions{Retry: fastRetry()})
+		}, ConsumerOptions{Redelivery: fastRetry()})
 		first := wait(t, got, time.Minute, "first delivery")
 		second := wait(t, got, time.Minute, "second delivery")
 		idle(t, c)
@@ -377,7 +385,7 @@ func ExerciseConsumer(t *testing.T, h ConsumerHarness) {
 				return ferrytype.Poison(errors.New("unknown currency XXX"))
 			}
 			return nil
-		}, ConsumerOptions{Retry: fastRetry()})
+		}, ConsumerOptions{Redelivery: fastRetry()})
 		waitFor(t, time.Minute, func() bool { s := c.Stats(); return s.Parked == 1 && s.Acked == 2 },
 			func() string { return fmt.Sprintf("%+v", c.Stats()) })
 		require.NoError(t, c.Stop(b.ctx))
@@ -410,7 +418,7 @@ func ExerciseConsumer(t *testing.T, h ConsumerHarness) {
 				return errors.New("points service unavailable")
 			}
 			return nil
-		}, ConsumerOptions{Retry: fastRetry()})
+		}, ConsumerOptions{Redelivery: fastRetry()})
 		waitFor(t, time.Minute, func() bool { s := c.Stats(); return s.Parked == 1 && s.Acked == 1 },
 			func() string { return fmt.Sprintf("%+v", c.Stats()) })
 		require.NoError(t, c.Stop(b.ctx))
@@ -430,7 +438,7 @@ func ExerciseConsumer(t *testing.T, h ConsumerHarness) {
 		id := b.publish(t, 1)[0]
 		c, rec := b.start(t, func(ctx context.Context, d *ferrybroker.Delivery) error {
 			panic("nil map")
-		}, ConsumerOptions{Retry: ferrybroker.RetryPolicy{MaxDeliveries: 2, RetryDelay: time.Millisecond}})
+		}, ConsumerOptions{Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 2, RetryDelay: time.Millisecond}})
 		waitFor(t, time.Minute, func() bool { return c.Stats().Parked == 1 }, func() string { return fmt.Sprintf("%+v", c.Stats()) })
 		require.NoError(t, c.Stop(b.ctx))
 		st := rec.agrees(t, c)
@@ -448,7 +456,7 @@ func ExerciseConsumer(t *testing.T, h ConsumerHarness) {
 		c, rec := b.start(t, func(ctx context.Context, d *ferrybroker.Delivery) error {
 			seen.add(d)
 			return nil
-		}, ConsumerOptions{Retry: fastRetry(), Validate: ferrybroker.RequireHeaders(ferrybroker.HeaderEventID, ferrybroker.HeaderEventType)})
+		}, ConsumerOptions{Redelivery: fastRetry(), Validate: ferrybroker.RequireHeaders(ferrybroker.HeaderEventID, ferrybroker.HeaderEventType)})
 		waitFor(t, time.Minute, func() bool { s := c.Stats(); return s.Parked == 2 && s.Acked == 1 },
 			func() string { return fmt.Sprintf("%+v", c.Stats()) })
 		require.NoError(t, c.Stop(b.ctx))
@@ -601,18 +609,19 @@ func ExerciseConsumer(t *testing.T, h ConsumerHarness) {
 		b := setup(t)
 		ids := b.publish(t, 3)
 		handled := make(chan struct{}, 3)
-		c, rec := b.start(t, func(ctx context.Context, d *ferrybroker.Delivery) error {
+		crash := ferryfault.With(b.ctx, func(_ context.Context, point string) error {
+			if point == ferryfault.ConsumerAfterHandle {
+				return errors.New("crash")
+			}
+			return nil
+		})
+		c, rec := b.startWith(t, crash, func(ctx context.Context, d *ferrybroker.Delivery) error {
 			select {
 			case handled <- struct{}{}:
 			default:
 			}
 			return nil
-		}, ConsumerOptions{Concurrency: 1, FaultPoint: func(_ context.Context, point string) error {
-			if point == ferrybroker.FaultConsumerAfterHandle {
-				return errors.New("crash")
-			}
-			return nil
-		}})
+		}, ConsumerOptions{Concurrency: 1})
 		wait(t, handled, time.Minute, "a handler committed")
 		require.NoError(t, c.Stop(b.ctx))
 		idle(t, c)
@@ -646,7 +655,7 @@ func ExerciseConsumer(t *testing.T, h ConsumerHarness) {
 			default:
 			}
 			return ferrytype.Poison(errors.New("unknown currency XXX"))
-		}, ConsumerOptions{Concurrency: 1, Retry: fastRetry()})
+		}, ConsumerOptions{Concurrency: 1, Redelivery: fastRetry()})
 		b.BreakParking(t)
 		b.publish(t, 1)
 		wait(t, handled, time.Minute, "the handler ran")

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/runner"
 )
 
 // Headers of a parked copy that only Kafka has, next to the park headers
@@ -42,15 +43,13 @@ const (
 // Delivery's MessageID when the record has no Ferry-Event-Id.
 const HeaderDebeziumID = "id"
 
-// Defaults of ConsumerConfig.
+// Defaults of ConsumerConfig (those of its ConsumerOptions are
+// ferrybroker's: ferrybroker.DefaultConcurrency, ...).
 const (
-	DefaultConsumerConcurrency = 4
-	DefaultCommitInterval      = time.Second
-	DefaultRevokeTimeout       = 5 * time.Second
-	DefaultRebalanceTimeout    = 10 * time.Second
-	DefaultSessionTimeout      = 10 * time.Second
-	DefaultParkTimeout         = 30 * time.Second
-	DefaultShutdownTimeout     = 30 * time.Second
+	DefaultCommitInterval   = time.Second
+	DefaultRevokeTimeout    = 5 * time.Second
+	DefaultRebalanceTimeout = 10 * time.Second
+	DefaultSessionTimeout   = 10 * time.Second
 )
 
 // commitTimeout bounds one offset commit (periodic, on revoke, at stop).
@@ -64,30 +63,33 @@ const partitionBuffer = 256
 
 // ConsumerConfig configures a Consumer. Zero fields take the default named
 // in their comment.
+//
+// The embedded options are every consumer's (see
+// ferrybroker.ConsumerOptions), with what Kafka changes about them:
+//
+//   - Concurrency handlers run at once across partitions; within a
+//     partition records are handled one at a time, in offset order (so
+//     one aggregate's events, which share a key and so a partition, are
+//     handled in the order they were published).
+//   - Kafka has no redelivery: a record whose handler failed transiently
+//     is handed to the handler again in place after Redelivery's delay,
+//     and its partition waits meanwhile. The delivery count is the
+//     consumer's own; a record that comes again after a rebalance or a
+//     restart starts counting at 1.
+//   - ParkTimeout bounds the produce of a parked copy; Name defaults to
+//     Group.
 type ConsumerConfig struct {
+	ferrybroker.ConsumerOptions
 	// Group is the Kafka consumer group. Required.
 	Group string
 	// Topics are the topics consumed. Required; they must exist when the
 	// consumer starts.
 	Topics []string
 	// ParkTopic receives poison and malformed records, tombstones, and
-	// records whose last delivery allowed by Retry failed, with the park
-	// headers; only then does the partition move on. Required: a record
-	// is never skipped. It must exist when the consumer starts.
+	// records whose last delivery allowed by Redelivery failed, with the
+	// park headers; only then does the partition move on. Required: a
+	// record is never skipped. It must exist when the consumer starts.
 	ParkTopic string
-	// Concurrency is the number of handlers running at once, across
-	// partitions. Within a partition records are handled one at a time,
-	// in offset order (so one aggregate's events, which share a key and
-	// so a partition, are handled in the order they were published).
-	// Default 4.
-	Concurrency int
-	// Retry says when a failed record is retried and when it is parked
-	// (defaults: 10 deliveries, 200ms doubling up to 30s). Kafka has no
-	// redelivery: a record whose handler failed transiently is handed to
-	// the handler again in place after the delay, and its partition waits
-	// meanwhile. The delivery count is the consumer's own; a record that
-	// comes again after a rebalance or a restart starts counting at 1.
-	Retry ferrybroker.RetryPolicy
 	// CommitInterval is how often the offsets of handled records are
 	// committed. Offsets are also committed when partitions are revoked
 	// and at Stop. Each commit waits at most 10s. Default 1s.
@@ -98,18 +100,6 @@ type ConsumerConfig struct {
 	// left to the partition's next owner. Keep it below the rebalance
 	// timeout (10s, see Dial). Default 5s.
 	RevokeTimeout time.Duration
-	// HandlerTimeout bounds one handler call through its context. Default
-	// 0: no bound.
-	HandlerTimeout time.Duration
-	// Validate, when set, checks each delivery before the handler runs; an
-	// error parks the record as malformed (ferrybroker.RequireHeaders is
-	// one). A record with a JSON Content-Type header, or none, is always
-	// checked to hold valid JSON (ferrybroker.CheckPayload).
-	Validate func(d *ferrybroker.Delivery) error
-	// ParkTimeout bounds the produce of a parked copy. Default 30s.
-	ParkTimeout time.Duration
-	// ShutdownTimeout bounds the stop at the end of Run. Default 30s.
-	ShutdownTimeout time.Duration
 	// ClientOpts are further franz-go options for the consumer's client,
 	// applied after ferry's defaults (client id ferry-consumer, a 10s
 	// session timeout and a 10s rebalance timeout) and the connection's,
@@ -118,21 +108,6 @@ type ConsumerConfig struct {
 	// kgo.ConsumeTopics, kgo.DisableAutoCommit, kgo.BlockRebalanceOnPoll
 	// and the OnPartitions callbacks.
 	ClientOpts []kgo.Opt
-	// Name is the consumer's name given to the hooks. Default: Group.
-	Name string
-	// Hooks observe the consumer: each value implements some of
-	// ferrybroker's consumer hook interfaces (ferrybroker.HookSettled, ...),
-	// as ferryprom.ConsumerMetrics and ferryotel.Tracing do.
-	Hooks []ferrybroker.Hook
-	// Logger receives the consumer's logs. Default: slog.Default().
-	Logger *slog.Logger
-	// FaultPoint, when set, is called at ferrybroker.FaultConsumerAfterHandle;
-	// a non-nil error acts as a crash of the record's partition there: the
-	// record's offset is not committed, nothing later in the partition is
-	// handled or committed, and the consumer stops fetching the partition
-	// until it is assigned again (after a rebalance or a restart), when
-	// the record comes again. For fault-injection tests only.
-	FaultPoint func(ctx context.Context, point string) error
 }
 
 func (cfg *ConsumerConfig) withDefaults() (ConsumerConfig, error) {
@@ -140,27 +115,12 @@ func (cfg *ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 		return ConsumerConfig{}, fmt.Errorf("%w: ferrykafka: a ConsumerConfig is required (Group, Topics, ParkTopic)", ferrytype.ErrInvalidConfig)
 	}
 	c := *cfg
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConsumerConcurrency
-	}
-	c.Retry = c.Retry.WithDefaults()
+	c.ConsumerOptions = c.ConsumerOptions.WithDefaults(c.Group)
 	if c.CommitInterval == 0 {
 		c.CommitInterval = DefaultCommitInterval
 	}
 	if c.RevokeTimeout == 0 {
 		c.RevokeTimeout = DefaultRevokeTimeout
-	}
-	if c.ParkTimeout == 0 {
-		c.ParkTimeout = DefaultParkTimeout
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if c.Name == "" {
-		c.Name = c.Group
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	c.Topics = append([]string(nil), c.Topics...)
 	switch {
@@ -170,14 +130,12 @@ func (cfg *ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 		return c, fmt.Errorf("%w: ConsumerConfig.Topics is required", ferrytype.ErrInvalidConfig)
 	case c.ParkTopic == "":
 		return c, fmt.Errorf("%w: ConsumerConfig.ParkTopic is required: poison records must go somewhere", ferrytype.ErrInvalidConfig)
-	case c.Concurrency < 1 || c.Concurrency > 4096:
-		return c, fmt.Errorf("%w: ConsumerConfig.Concurrency %d must be within 1..4096", ferrytype.ErrInvalidConfig, c.Concurrency)
-	case c.Retry.Validate() != nil:
-		return c, fmt.Errorf("ConsumerConfig.Retry: %w", c.Retry.Validate())
+	case c.Check() != nil:
+		return c, c.Check()
 	case c.CommitInterval < 10*time.Millisecond:
 		return c, fmt.Errorf("%w: ConsumerConfig.CommitInterval %s is below 10ms", ferrytype.ErrInvalidConfig, c.CommitInterval)
-	case c.RevokeTimeout < 0 || c.HandlerTimeout < 0 || c.ParkTimeout < 0 || c.ShutdownTimeout < 0:
-		return c, fmt.Errorf("%w: ConsumerConfig durations must not be negative", ferrytype.ErrInvalidConfig)
+	case c.RevokeTimeout < 0:
+		return c, fmt.Errorf("%w: ConsumerConfig.RevokeTimeout %s must not be negative", ferrytype.ErrInvalidConfig, c.RevokeTimeout)
 	}
 	for _, t := range append([]string{c.ParkTopic}, c.Topics...) {
 		if err := validTopic(t); err != nil {
@@ -207,7 +165,7 @@ type ConsumerStats = ferrybroker.ConsumerStats
 //     are committed every CommitInterval, when partitions are revoked and
 //     at Stop; a delivery is reported settled (HookSettled, Stats) when
 //     the commit that covers it succeeded.
-//   - A transient failure is retried in place after the RetryPolicy's
+//   - A transient failure is retried in place after the RedeliveryPolicy's
 //     delay; the partition waits.
 //   - A parked record is produced to ParkTopic, with the park headers,
 //     and only once the brokers acknowledged the copy does the partition
@@ -221,22 +179,19 @@ type Consumer struct {
 	handler ferrybroker.Handler
 	cfg     ConsumerConfig
 	log     *slog.Logger
-	obs     *ferrybroker.ConsumerObserver
+	settler *ferrybroker.Settler
 	sem     chan struct{}
 
-	mu      sync.Mutex // Start and Stop
-	started bool
-	stopped bool
-	// unstart ends a Start still waiting for the brokers (Stop calls it).
-	unstart  context.CancelFunc
-	stopping chan struct{}
+	// run's goroutines are the poll loop, the committer and one worker
+	// per assigned partition; its context is the handlers'.
+	run runner.Runner
+	// unstart ends a Start still waiting for the brokers (Stop calls it
+	// with ferrytype.ErrClosed).
+	startMu  sync.Mutex
+	unstart  context.CancelCauseFunc
 	closing  atomic.Bool // Stop committed for the last time: callbacks only finalize
 	cl       *kgo.Client
-	ctx      context.Context // the handlers'; cancelled when Stop gives up
-	cancel   context.CancelFunc
-	bgCancel context.CancelFunc
-	bg       sync.WaitGroup // the poll loop and the committer
-	workers  sync.WaitGroup // one per assigned partition
+	bgCancel context.CancelFunc // ends the poll loop and the committer
 
 	pmu      sync.Mutex // parts, draining
 	parts    map[tp]*part
@@ -293,9 +248,10 @@ func NewConsumer(conn []kgo.Opt, handler ferrybroker.Handler, cfg *ConsumerConfi
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{conn: append([]kgo.Opt(nil), conn...), handler: handler, cfg: c,
-		log: c.Logger.With("group", c.Group), obs: ferrybroker.NewConsumerObserver(c.Name, c.Hooks),
-		sem: make(chan struct{}, c.Concurrency), parts: map[tp]*part{}}, nil
+	log := c.Logger.With("group", c.Group)
+	return &Consumer{conn: append([]kgo.Opt(nil), conn...), handler: handler, cfg: c, log: log,
+		settler: ferrybroker.NewSettler(c.ConsumerOptions, log, slog.String("park_topic", c.ParkTopic)),
+		sem:     make(chan struct{}, c.Concurrency), parts: map[tp]*part{}}, nil
 }
 
 // DialConsumer parses rawURL (see ParseURL), checks that a broker answers
@@ -401,7 +357,7 @@ func permanentStartErr(err error) bool {
 }
 
 // Stats returns the consumer's counters.
-func (c *Consumer) Stats() ConsumerStats { return c.obs.Stats() }
+func (c *Consumer) Stats() ConsumerStats { return c.settler.Observer.Stats() }
 
 // Start checks that the topics and the park topic exist, joins the
 // consumer group and starts handling records; ctx bounds the check only.
@@ -414,59 +370,56 @@ func (c *Consumer) Stats() ConsumerStats { return c.obs.Stats() }
 // reverse. A Stop meanwhile ends the wait. Starting a stopped consumer
 // returns ferrytype.ErrClosed.
 func (c *Consumer) Start(ctx context.Context) error {
-	c.mu.Lock()
-	if c.stopped {
-		c.mu.Unlock()
-		return ferrytype.ErrClosed
+	c.startMu.Lock()
+	if c.unstart != nil {
+		c.startMu.Unlock()
+		return fmt.Errorf("ferrykafka: consumer %w", runner.ErrStarted)
 	}
-	if c.started || c.unstart != nil {
-		c.mu.Unlock()
-		return errors.New("ferrykafka: consumer already started")
-	}
-	sctx, unstart := context.WithCancel(ctx)
+	sctx, unstart := context.WithCancelCause(ctx)
 	c.unstart = unstart
-	c.mu.Unlock()
-	err := untilReachable(sctx, c.log, "consumer start", c.checkTopics)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	unstart()
-	c.unstart = nil
-	if c.stopped {
-		return ferrytype.ErrClosed
+	c.startMu.Unlock()
+	defer func() {
+		c.startMu.Lock()
+		c.unstart = nil
+		c.startMu.Unlock()
+		unstart(nil)
+	}()
+	err := c.run.Start(ctx, func(context.Context) error {
+		err := untilReachable(sctx, c.log, "consumer start", c.checkTopics)
+		if errors.Is(context.Cause(sctx), ferrytype.ErrClosed) {
+			return ferrytype.ErrClosed
+		}
+		if err != nil {
+			return err
+		}
+		opts := append([]kgo.Opt{
+			kgo.ClientID("ferry-consumer"),
+			kgo.SessionTimeout(DefaultSessionTimeout),
+			kgo.RebalanceTimeout(DefaultRebalanceTimeout),
+		}, c.conn...)
+		opts = append(opts, c.cfg.ClientOpts...)
+		opts = append(opts,
+			kgo.ConsumerGroup(c.cfg.Group),
+			kgo.ConsumeTopics(c.cfg.Topics...),
+			kgo.DisableAutoCommit(),
+			kgo.BlockRebalanceOnPoll(),
+			kgo.OnPartitionsAssigned(c.assigned),
+			kgo.OnPartitionsRevoked(c.revoked),
+			kgo.OnPartitionsLost(c.lost),
+		)
+		if c.cl, err = kgo.NewClient(opts...); err != nil {
+			return fmt.Errorf("ferrykafka: consumer client: %w", err)
+		}
+		bg, cancel := context.WithCancel(context.Background())
+		c.bgCancel = cancel
+		c.run.Go(func() { c.poll(bg) })
+		c.run.Go(func() { c.commitLoop(bg) })
+		return nil
+	})
+	if errors.Is(err, runner.ErrStarted) {
+		return fmt.Errorf("ferrykafka: consumer %w", err)
 	}
-	if err != nil {
-		return err
-	}
-	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	c.stopping = make(chan struct{})
-	opts := append([]kgo.Opt{
-		kgo.ClientID("ferry-consumer"),
-		kgo.SessionTimeout(DefaultSessionTimeout),
-		kgo.RebalanceTimeout(DefaultRebalanceTimeout),
-	}, c.conn...)
-	opts = append(opts, c.cfg.ClientOpts...)
-	opts = append(opts,
-		kgo.ConsumerGroup(c.cfg.Group),
-		kgo.ConsumeTopics(c.cfg.Topics...),
-		kgo.DisableAutoCommit(),
-		kgo.BlockRebalanceOnPoll(),
-		kgo.OnPartitionsAssigned(c.assigned),
-		kgo.OnPartitionsRevoked(c.revoked),
-		kgo.OnPartitionsLost(c.lost),
-	)
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		c.cancel()
-		return fmt.Errorf("ferrykafka: consumer client: %w", err)
-	}
-	c.cl = cl
-	c.started = true
-	bgCtx, bgCancel := context.WithCancel(context.Background())
-	c.bgCancel = bgCancel
-	c.bg.Add(2)
-	go func() { defer c.bg.Done(); c.poll(bgCtx) }()
-	go func() { defer c.bg.Done(); c.commitLoop(bgCtx) }()
-	return nil
+	return err
 }
 
 // checkTopics asks the brokers whether the topics and the park topic
@@ -503,30 +456,22 @@ func (c *Consumer) checkTopics(ctx context.Context) error {
 // left; the offsets of what finished are still committed, and Stop returns
 // ctx's error. Stopping twice, or before Start, is safe.
 func (c *Consumer) Stop(ctx context.Context) error {
-	c.mu.Lock()
+	c.startMu.Lock()
 	if c.unstart != nil {
-		c.unstart() // a Start waiting for the brokers returns ErrClosed
+		c.unstart(ferrytype.ErrClosed) // a Start waiting for the brokers returns ErrClosed
 	}
-	defer c.mu.Unlock()
-	if !c.started || c.stopped {
-		c.stopped = true
+	c.startMu.Unlock()
+	first, err := c.run.Stop(ctx, func() {
+		c.pmu.Lock()
+		c.draining = true
+		c.pmu.Unlock()
+		c.bgCancel()
+	})
+	if !first {
 		return nil
 	}
-	c.stopped = true
-	close(c.stopping)
-	c.bgCancel()
-	c.bg.Wait()
-	c.pmu.Lock()
-	c.draining = true
-	c.pmu.Unlock()
-	done := make(chan struct{})
-	go func() { c.workers.Wait(); close(done) }()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = fmt.Errorf("stop: handlers still running: %w", ctx.Err())
-		c.cancel()
+	if err != nil {
+		err = fmt.Errorf("stop: handlers still running: %w", err)
 	}
 	parts := c.snapshot()
 	cctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
@@ -544,7 +489,6 @@ func (c *Consumer) Stop(ctx context.Context) error {
 	}
 	cancel()
 	c.cl.Close()
-	c.cancel()
 	return err
 }
 
@@ -629,7 +573,7 @@ func (c *Consumer) rewound(dl *kgo.ErrDataLoss) {
 		p.mu.Unlock()
 	}
 	c.pmu.Unlock()
-	c.obs.Rewound(r)
+	c.settler.Observer.Rewound(r)
 	if r.Records() == 0 {
 		c.log.Warn("kafka: the brokers lost records of a partition; it resumed where it was, and records below "+
 			"may have been replaced without being read again", "topic", dl.Topic, "partition", dl.Partition,
@@ -736,7 +680,7 @@ func (c *Consumer) commit(ctx context.Context, parts []*part) {
 		}
 		p.mu.Unlock()
 		for _, s := range settled {
-			c.obs.Settled(s.d, s.s)
+			c.settler.Observer.Settled(s.d, s.s)
 		}
 	}
 }
@@ -751,7 +695,7 @@ func (c *Consumer) finalize(p *part, cause error) {
 	p.queue = nil
 	p.mu.Unlock()
 	for _, s := range pending {
-		c.obs.Settled(s.d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: cause})
+		c.settler.Observer.Settled(s.d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: cause})
 	}
 }
 
@@ -768,16 +712,18 @@ func (c *Consumer) assigned(_ context.Context, _ *kgo.Client, assigned map[strin
 			if c.parts[key] != nil {
 				continue
 			}
-			ctx, cancel := context.WithCancel(c.ctx)
+			ctx, cancel := context.WithCancel(c.run.Context())
 			p := &part{tp: key, ctx: ctx, cancel: cancel, quit: make(chan struct{}), wake: make(chan struct{}, 1),
 				done: make(chan struct{}), next: kgo.EpochOffset{Epoch: -1, Offset: -1}, committed: -1}
 			c.parts[key] = p
-			c.workers.Add(1)
-			go func() {
-				defer c.workers.Done()
+			// On the client's goroutine, yet safe to add to the runner:
+			// the poll loop, a goroutine of the runner, runs until Stop
+			// set draining (under pmu), so the runner's count is above
+			// zero at each Go, and no Go follows Stop's wait.
+			c.run.Go(func() {
 				defer close(p.done)
 				c.work(p)
-			}()
+			})
 		}
 	}
 	c.log.Debug("partitions assigned", "partitions", fmt.Sprint(assigned))
@@ -923,7 +869,7 @@ func (c *Consumer) next(p *part) *kgo.Record {
 		case <-p.wake:
 		case <-p.quit:
 			return nil
-		case <-c.stopping:
+		case <-c.run.Stopping():
 			return nil
 		}
 	}
@@ -938,14 +884,14 @@ func (c *Consumer) process(p *part, rec *kgo.Record) {
 		case c.sem <- struct{}{}:
 		case <-p.quit:
 			return
-		case <-c.stopping:
+		case <-c.run.Stopping():
 			return
 		}
 		select {
 		case <-p.quit:
 			<-c.sem
 			return
-		case <-c.stopping:
+		case <-c.run.Stopping():
 			<-c.sem
 			return
 		default:
@@ -961,7 +907,7 @@ func (c *Consumer) process(p *part, rec *kgo.Record) {
 		case <-p.quit:
 			t.Stop()
 			return
-		case <-c.stopping:
+		case <-c.run.Stopping():
 			t.Stop()
 			return
 		}
@@ -972,49 +918,83 @@ func (c *Consumer) process(p *part, rec *kgo.Record) {
 // transient failure, to be delivered again after delay.
 func (c *Consumer) deliver(p *part, rec *kgo.Record, count int) (delay time.Duration, again bool) {
 	d := delivery(rec, count)
-	c.obs.Delivered(d)
-	if err := c.validate(rec, d); err != nil {
-		return c.park(p, rec, d, err)
-	}
-	ctx := p.ctx
-	err := c.obs.HandleWithin(ctx, c.handler, d, c.cfg.HandlerTimeout, c.log)
-	switch {
-	case err == nil:
-		if c.cfg.FaultPoint != nil {
-			if ferr := c.cfg.FaultPoint(ctx, ferrybroker.FaultConsumerAfterHandle); ferr != nil {
-				c.halt(p, d, ferr)
-				return 0, false
-			}
-		}
-		c.mark(p, rec, d, ferrybroker.Settlement{Action: ferrybroker.ActionAcked})
-	case p.ctx.Err() != nil:
-		// Stop gave up on it, or its partition was revoked or lost: not a
-		// failure of the record.
-		c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: err})
-	case c.cfg.Retry.ParkReason(err, count) != nil:
-		return c.park(p, rec, d, c.cfg.Retry.ParkReason(err, count))
-	default:
-		delay = c.cfg.Retry.Delay(count)
-		c.log.Debug("handler failed; delivering again later", "message_id", d.MessageID, "delivery_count", count,
-			"retry_in", delay, "error", err)
-		c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionRetried, Err: err})
-		return delay, true
-	}
-	return 0, false
+	c.settler.Observer.Delivered(d)
+	a := &acker{c: c, p: p, rec: rec, d: d}
+	c.settler.Handle(p.ctx, d, a, c.handler, c.validate(rec, d))
+	return a.delay, a.again
 }
 
-// halt acts as a crash of p after its handler committed: d is left,
-// nothing later of p is handled or committed, and p is not fetched until
-// it is assigned again.
-func (c *Consumer) halt(p *part, d *ferrybroker.Delivery, cause error) {
-	c.log.Warn("fault after handle: offset not committed; partition halted until it is assigned again",
-		"message_id", d.MessageID, "topic", p.topic, "partition", p.partition, "error", cause)
+// acker settles one delivery of a record (see ferrybroker.Acknowledger).
+// Kafka acks by committing an offset: an acked or parked record is
+// settled once a commit covers it (mark); a retry is made in place, by
+// the partition's worker.
+type acker struct {
+	c     *Consumer
+	p     *part
+	rec   *kgo.Record
+	d     *ferrybroker.Delivery
+	again bool
+	delay time.Duration
+}
+
+// Ack moves the partition's offset to commit past the record; the
+// delivery is settled when a commit covers it.
+func (a *acker) Ack() error {
+	a.c.mark(a.p, a.rec, a.d, ferrybroker.Settlement{Action: ferrybroker.ActionAcked})
+	return ferrybroker.ErrSettlesItself
+}
+
+// Retry has the partition's worker deliver the record again after delay;
+// the partition waits meanwhile.
+func (a *acker) Retry(delay time.Duration, _ error) error {
+	a.again, a.delay = true, delay
+	return nil
+}
+
+// Leave does nothing: the record's offset is not committed, and the group
+// reads it again from the last committed offset.
+func (a *acker) Leave() {}
+
+// Abandon acts as a crash of the partition after its handler committed:
+// nothing later of it is handled or committed, and it is not fetched
+// until it is assigned again.
+func (a *acker) Abandon() { a.c.halt(a.p) }
+
+// Park produces a copy of the record with the park headers to ParkTopic,
+// then moves the partition's offset to commit past the record.
+func (a *acker) Park(reason error) error {
+	c, rec := a.c, a.rec
+	park := append(ferrybroker.ParkHeaders(reason, a.d, rec.Topic, rec.Topic+"/"+strconv.Itoa(int(rec.Partition))),
+		[2]string{HeaderParkPartition, strconv.Itoa(int(rec.Partition))},
+		[2]string{HeaderParkOffset, strconv.FormatInt(rec.Offset, 10)},
+		[2]string{HeaderParkGroup, c.cfg.Group})
+	cp := &kgo.Record{Topic: c.cfg.ParkTopic, Key: rec.Key, Value: rec.Value}
+	for _, h := range rec.Headers {
+		if !slices.ContainsFunc(park, func(kv [2]string) bool { return kv[0] == h.Key }) {
+			cp.Headers = append(cp.Headers, h)
+		}
+	}
+	for _, kv := range park {
+		cp.Headers = append(cp.Headers, kgo.RecordHeader{Key: kv[0], Value: []byte(kv[1])})
+	}
+	ctx, cancel := context.WithTimeout(a.p.ctx, c.cfg.ParkTimeout)
+	defer cancel()
+	if err := c.cl.ProduceSync(ctx, cp).FirstErr(); err != nil {
+		return err
+	}
+	c.mark(a.p, rec, a.d, ferrybroker.Settlement{Action: ferrybroker.ActionParked, Err: reason})
+	return ferrybroker.ErrSettlesItself
+}
+
+// halt stops p after a fault point fired: nothing later of it is handled
+// or committed, and it is not fetched until it is assigned again.
+func (c *Consumer) halt(p *part) {
+	c.log.Debug("partition halted until it is assigned again", "topic", p.topic, "partition", p.partition)
 	p.mu.Lock()
 	p.halted = true
 	p.queue = nil
 	c.cl.PauseFetchPartitions(map[string][]int32{p.topic: {p.partition}})
 	p.mu.Unlock()
-	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: cause})
 }
 
 // mark moves p's offset to commit past rec, whose delivery d is settled as
@@ -1023,7 +1003,7 @@ func (c *Consumer) mark(p *part, rec *kgo.Record, d *ferrybroker.Delivery, s fer
 	p.mu.Lock()
 	if p.final {
 		p.mu.Unlock()
-		c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft,
+		c.settler.Observer.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft,
 			Err: errors.New("partition revoked, lost or stopped before the offset was committed")})
 		return
 	}
@@ -1037,54 +1017,6 @@ func (c *Consumer) validate(rec *kgo.Record, d *ferrybroker.Delivery) error {
 		return fmt.Errorf("%w: tombstone (a record with no value, key %q)", ferrybroker.ErrMalformed, rec.Key)
 	}
 	return ferrybroker.CheckDelivery(d.Headers["Content-Type"], d, c.cfg.Validate)
-}
-
-// park produces a copy of rec with the park headers to ParkTopic, then
-// moves the partition past rec. If the copy is not stored, rec is
-// delivered again after the retry delay.
-func (c *Consumer) park(p *part, rec *kgo.Record, d *ferrybroker.Delivery, reason error) (time.Duration, bool) {
-	text := reason.Error()
-	if len(text) > 4096 {
-		text = text[:4096] + "..."
-	}
-	park := map[string]string{
-		ferrybroker.HeaderParkReason:        text,
-		ferrybroker.HeaderParkedAt:          time.Now().UTC().Format(time.RFC3339Nano),
-		ferrybroker.HeaderParkRoute:         rec.Topic,
-		ferrybroker.HeaderParkSource:        rec.Topic + "/" + strconv.Itoa(int(rec.Partition)),
-		ferrybroker.HeaderParkDeliveryCount: strconv.Itoa(d.DeliveryCount),
-		HeaderParkPartition:                 strconv.Itoa(int(rec.Partition)),
-		HeaderParkOffset:                    strconv.FormatInt(rec.Offset, 10),
-		HeaderParkGroup:                     c.cfg.Group,
-	}
-	cp := &kgo.Record{Topic: c.cfg.ParkTopic, Key: rec.Key, Value: rec.Value}
-	for _, h := range rec.Headers {
-		if _, replaced := park[h.Key]; !replaced {
-			cp.Headers = append(cp.Headers, h)
-		}
-	}
-	for _, k := range []string{ferrybroker.HeaderParkReason, ferrybroker.HeaderParkedAt, ferrybroker.HeaderParkRoute,
-		ferrybroker.HeaderParkSource, ferrybroker.HeaderParkDeliveryCount, HeaderParkPartition, HeaderParkOffset, HeaderParkGroup} {
-		cp.Headers = append(cp.Headers, kgo.RecordHeader{Key: k, Value: []byte(park[k])})
-	}
-	pctx, cancel := context.WithTimeout(p.ctx, c.cfg.ParkTimeout)
-	err := c.cl.ProduceSync(pctx, cp).FirstErr()
-	cancel()
-	switch {
-	case err == nil:
-		c.log.Warn("record parked", "message_id", d.MessageID, "park_topic", c.cfg.ParkTopic, "reason", reason)
-		c.mark(p, rec, d, ferrybroker.Settlement{Action: ferrybroker.ActionParked, Err: reason})
-		return 0, false
-	case p.ctx.Err() != nil:
-		c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: reason})
-		return 0, false
-	}
-	c.obs.ParkFailed()
-	delay := c.cfg.Retry.Delay(d.DeliveryCount)
-	c.log.Error("park failed; the record will be delivered again", "message_id", d.MessageID,
-		"park_topic", c.cfg.ParkTopic, "reason", reason, "retry_in", delay, "error", err)
-	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionRetried, Err: reason})
-	return delay, true
 }
 
 // delivery returns the Delivery of rec's delivery number count (1 for the

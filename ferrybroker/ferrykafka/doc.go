@@ -139,16 +139,20 @@
 //     rebalance revokes partitions, and at Stop. A delivery is reported
 //     acked (Stats, ferrybroker.HookSettled) when the commit that covers
 //     it succeeded; a crash before that delivers it again, which the
-//     inbox reports as a duplicate. ferrybroker.FaultConsumerAfterHandle
-//     is that point.
+//     inbox reports as a duplicate. The fault point
+//     ferryfault.ConsumerAfterHandle (set in the context given to Start)
+//     is that point: an error there acts as a crash of the record's
+//     partition, whose offset is not committed, nothing later in it is
+//     handled or committed, and it is not fetched until it is assigned
+//     again (after a rebalance or a restart), when the record comes again.
 //   - Retries. Kafka never delivers a record again by itself: a transient
-//     failure is retried in place after the RetryPolicy's delay (200ms
-//     doubling up to 30s by default), and the partition waits meanwhile;
-//     the others go on. Delivery.DeliveryCount and Redelivered count
-//     those in-place deliveries. Kafka keeps no delivery count: a record
-//     read again after a rebalance or a restart starts counting at 1, so
-//     RetryPolicy.MaxDeliveries bounds the retries of one consumer's
-//     turn, not of the record's life.
+//     failure is retried in place after the RedeliveryPolicy's delay
+//     (200ms doubling up to 30s by default), and the partition waits
+//     meanwhile; the others go on. Delivery.DeliveryCount and Redelivered
+//     count those in-place deliveries. Kafka keeps no delivery count: a
+//     record read again after a rebalance or a restart starts counting at
+//     1, so RedeliveryPolicy.MaxDeliveries bounds the retries of one
+//     consumer's turn, not of the record's life.
 //   - Parking. A poison record (an error wrapping ferrytype.ErrPoison), a
 //     malformed one (a payload that is not JSON, a failed
 //     ConsumerConfig.Validate), a tombstone (a record with no value), or

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
@@ -81,12 +82,6 @@ type Config struct {
 	// connection, a client rebuilt after a fatal producer error. Default:
 	// slog.Default().
 	Logger *slog.Logger
-	// FaultPoint, when set, is called at
-	// ferrybroker.FaultPublishBeforeConfirm, once a batch's records were
-	// handed to the client and before their acks are awaited; a non-nil
-	// error makes every message not yet acknowledged an unknown outcome,
-	// as a crash there would. For fault-injection tests only.
-	FaultPoint func(ctx context.Context, point string) error
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -435,7 +430,10 @@ func (p *Publisher) renew() {
 // hands nothing over: every message is not sent (ferrytype.ErrNotSent).
 // Errors name what happened: franz-go's guess at the cause of a broker
 // closing a new connection ("is TLS missing?") is replaced by the fact
-// (see stated).
+// (see stated). Once the records are handed over, and before their acks
+// are awaited, Publish reaches the fault point
+// ferryfault.PublishBeforeConfirm of ctx: an error there makes every
+// record not yet acknowledged unknown, as a crash there would.
 func (p *Publisher) Publish(ctx context.Context, msgs []ferrytype.Message) []ferrytype.PublishResult {
 	res := make([]ferrytype.PublishResult, len(msgs))
 	if len(msgs) == 0 {
@@ -494,10 +492,8 @@ func (p *Publisher) Publish(ctx context.Context, msgs []ferrytype.Message) []fer
 	}
 	w.seal()
 	var waitErr error
-	if p.cfg.FaultPoint != nil {
-		if err := p.cfg.FaultPoint(ctx, ferrybroker.FaultPublishBeforeConfirm); err != nil {
-			waitErr = fmt.Errorf("fault before the acks: %w", err)
-		}
+	if err := ferryfault.At(ctx, ferryfault.PublishBeforeConfirm); err != nil {
+		waitErr = fmt.Errorf("fault before the acks: %w", err)
 	}
 	if waitErr == nil {
 		select {

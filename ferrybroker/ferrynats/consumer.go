@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -15,6 +14,7 @@ import (
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/nilness"
+	"github.com/ferrydev/ferry/internal/runner"
 )
 
 // Headers of a parked copy that only JetStream has, next to the park
@@ -31,7 +31,15 @@ const (
 
 // ConsumerConfig configures a Consumer. Zero fields take the default named
 // in their comment.
+//
+// The embedded options are every consumer's (see
+// ferrybroker.ConsumerOptions); on JetStream, a delivery to retry after
+// Redelivery's delay is negatively acknowledged with that delay
+// (NakWithDelay), and JetStream counts deliveries across consumers and
+// restarts. ParkTimeout bounds the publish of a parked copy; Name defaults
+// to Durable.
 type ConsumerConfig struct {
+	ferrybroker.ConsumerOptions
 	// Stream and Durable name the JetStream stream and durable consumer.
 	// Required.
 	Stream, Durable string
@@ -42,47 +50,15 @@ type ConsumerConfig struct {
 	// it must exist (with explicit acks).
 	Declare bool
 	// ParkSubject receives poison and malformed messages and messages
-	// whose last delivery allowed by Retry failed, with the park headers.
-	// Required: a message is never acked and forgotten. A stream must
-	// capture the subject, or parking fails and the message is retried
-	// instead.
+	// whose last delivery allowed by Redelivery failed, with the park
+	// headers. Required: a message is never acked and forgotten. A stream
+	// must capture the subject, or parking fails and the message is
+	// retried instead.
 	ParkSubject string
-	// Concurrency is the number of handlers running at once. Default 4.
-	Concurrency int
-	// Retry says when a failed delivery is retried and when it is parked
-	// (defaults: 10 deliveries, 200ms doubling up to 30s). A delivery to
-	// retry is negatively acknowledged with its delay (NakWithDelay).
-	// JetStream counts deliveries across consumers and restarts.
-	Retry ferrybroker.RetryPolicy
 	// AckWait is how long JetStream waits for an ack before redelivering.
 	// A handler running longer keeps its message with progress signals.
 	// Default 30s.
 	AckWait time.Duration
-	// HandlerTimeout bounds one handler call through its context. Default
-	// 0: no bound.
-	HandlerTimeout time.Duration
-	// Validate, when set, checks each delivery before the handler runs; an
-	// error parks the delivery as malformed (ferrybroker.RequireHeaders
-	// is one). A message with a JSON Content-Type header, or none, is
-	// always checked to hold valid JSON (ferrybroker.CheckPayload).
-	Validate func(d *ferrybroker.Delivery) error
-	// ParkTimeout bounds the publish of a parked copy. Default 30s.
-	ParkTimeout time.Duration
-	// ShutdownTimeout bounds the stop at the end of Run. Default 30s.
-	ShutdownTimeout time.Duration
-	// Name is the consumer's name given to the hooks. Default: Durable.
-	Name string
-	// Hooks observe the consumer: each value implements some of
-	// ferrybroker's consumer hook interfaces (ferrybroker.HookSettled, ...),
-	// as ferryprom.ConsumerMetrics and ferryotel.Tracing do.
-	Hooks []ferrybroker.Hook
-	// Logger receives the consumer's logs. Default: slog.Default().
-	Logger *slog.Logger
-	// FaultPoint, when set, is called at ferrybroker.FaultConsumerAfterHandle;
-	// a non-nil error acts as a crash there: the delivery is left unacked
-	// (not even negatively acknowledged), and JetStream delivers it again
-	// after AckWait. For fault-injection tests only.
-	FaultPoint func(ctx context.Context, point string) error
 }
 
 // ConsumerStats counts what a consumer did (see ferrybroker.ConsumerStats).
@@ -91,13 +67,16 @@ type ConsumerStats = ferrybroker.ConsumerStats
 // Consumer runs a handler on the messages of a durable JetStream consumer,
 // as ferrybroker.Consumer describes: the handler commits its effect, then
 // the message is acked (and the ack confirmed by the server). A transient
-// failure is negatively acknowledged with the delay of ConsumerConfig.Retry;
-// a poison message (an error wrapping ferrytype.ErrPoison), a malformed
-// one, or one whose last allowed delivery failed is copied to ParkSubject
-// with the park headers, and only once the copy is stored is the original
-// terminated. A delivery left by the consumer (stopping, a handler cut off)
-// is negatively acknowledged without delay: JetStream delivers it again at
-// once.
+// failure is negatively acknowledged with the delay of
+// ConsumerConfig.Redelivery; a poison message (an error wrapping
+// ferrytype.ErrPoison), a malformed one, or one whose last allowed
+// delivery failed is copied to ParkSubject with the park headers, and only
+// once the copy is stored is the original terminated. A delivery left by
+// the consumer (stopping, a handler cut off) is negatively acknowledged
+// without delay: JetStream delivers it again at once. An error at the
+// fault point ferryfault.ConsumerAfterHandle (set in the context given to
+// Start) acts as a crash there: the message is left unacked, not even
+// negatively acknowledged, and JetStream delivers it again after AckWait.
 //
 // Delivery counts come from JetStream, which counts across consumers and
 // restarts, but takes back a delivery it made to a consumer no longer
@@ -108,16 +87,10 @@ type Consumer struct {
 	handler ferrybroker.Handler
 	cfg     ConsumerConfig
 	log     *slog.Logger
-	obs     *ferrybroker.ConsumerObserver
+	settler *ferrybroker.Settler
 
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	stopping chan struct{}
-	iter     jetstream.MessagesContext
-	ctx      context.Context
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	run  runner.Runner
+	iter jetstream.MessagesContext
 }
 
 var _ ferrybroker.Consumer = (*Consumer)(nil)
@@ -128,124 +101,98 @@ func NewConsumer(js jetstream.JetStream, handler ferrybroker.Handler, cfg *Consu
 		return nil, fmt.Errorf("%w: ferrynats.NewConsumer needs JetStream, a handler and a config", ferrytype.ErrInvalidConfig)
 	}
 	c := *cfg
-	if c.Concurrency == 0 {
-		c.Concurrency = 4
-	}
-	c.Retry = c.Retry.WithDefaults()
+	c.ConsumerOptions = c.ConsumerOptions.WithDefaults(c.Durable)
 	if c.AckWait == 0 {
 		c.AckWait = 30 * time.Second
-	}
-	if c.ParkTimeout == 0 {
-		c.ParkTimeout = 30 * time.Second
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 30 * time.Second
-	}
-	if c.Name == "" {
-		c.Name = c.Durable
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	switch {
 	case c.Stream == "" || c.Durable == "":
 		return nil, fmt.Errorf("%w: ConsumerConfig.Stream and Durable are required", ferrytype.ErrInvalidConfig)
 	case c.ParkSubject == "":
 		return nil, fmt.Errorf("%w: ConsumerConfig.ParkSubject is required: poison messages must go somewhere", ferrytype.ErrInvalidConfig)
-	case c.Concurrency < 1 || c.Concurrency > 4096:
-		return nil, fmt.Errorf("%w: ConsumerConfig.Concurrency %d must be within 1..4096", ferrytype.ErrInvalidConfig, c.Concurrency)
-	case c.Retry.Validate() != nil:
-		return nil, fmt.Errorf("ConsumerConfig.Retry: %w", c.Retry.Validate())
-	case c.AckWait < 0 || c.HandlerTimeout < 0 || c.ParkTimeout < 0 || c.ShutdownTimeout < 0:
-		return nil, fmt.Errorf("%w: ConsumerConfig durations must not be negative", ferrytype.ErrInvalidConfig)
+	case c.Check() != nil:
+		return nil, c.Check()
+	case c.AckWait < 0:
+		return nil, fmt.Errorf("%w: ConsumerConfig.AckWait %s must not be negative", ferrytype.ErrInvalidConfig, c.AckWait)
 	}
-	return &Consumer{js: js, handler: handler, cfg: c, log: c.Logger.With("stream", c.Stream, "consumer", c.Durable),
-		obs: ferrybroker.NewConsumerObserver(c.Name, c.Hooks)}, nil
+	log := c.Logger.With("stream", c.Stream, "consumer", c.Durable)
+	return &Consumer{js: js, handler: handler, cfg: c, log: log,
+		settler: ferrybroker.NewSettler(c.ConsumerOptions, log, slog.String("park_subject", c.ParkSubject))}, nil
 }
 
 // Stats returns the consumer's counters.
-func (c *Consumer) Stats() ConsumerStats { return c.obs.Stats() }
+func (c *Consumer) Stats() ConsumerStats { return c.settler.Observer.Stats() }
 
 // Start binds to (or declares) the durable consumer and starts handling
-// messages; ctx bounds the start only.
+// messages; ctx bounds the start only. The handlers' contexts keep ctx's
+// values.
 func (c *Consumer) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stopped {
-		return ferrytype.ErrClosed
-	}
-	if c.started {
-		return errors.New("ferrynats: consumer already started")
-	}
-	var (
-		cons jetstream.Consumer
-		err  error
-	)
-	if c.cfg.Declare {
-		cc := jetstream.ConsumerConfig{
-			Durable: c.cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: c.cfg.AckWait,
-			// Parking is this consumer's job: the server never gives up on
-			// a message by itself.
-			MaxDeliver: -1, MaxAckPending: max(c.cfg.Concurrency*4, 64),
-		}
-		if len(c.cfg.FilterSubjects) == 1 {
-			cc.FilterSubject = c.cfg.FilterSubjects[0]
+	err := c.run.Start(ctx, func(work context.Context) error {
+		var (
+			cons jetstream.Consumer
+			err  error
+		)
+		if c.cfg.Declare {
+			cc := jetstream.ConsumerConfig{
+				Durable: c.cfg.Durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: c.cfg.AckWait,
+				// Parking is this consumer's job: the server never gives
+				// up on a message by itself.
+				MaxDeliver: -1, MaxAckPending: max(c.cfg.Concurrency*4, 64),
+			}
+			if len(c.cfg.FilterSubjects) == 1 {
+				cc.FilterSubject = c.cfg.FilterSubjects[0]
+			} else {
+				cc.FilterSubjects = c.cfg.FilterSubjects
+			}
+			cons, err = c.js.CreateOrUpdateConsumer(ctx, c.cfg.Stream, cc)
 		} else {
-			cc.FilterSubjects = c.cfg.FilterSubjects
+			cons, err = c.js.Consumer(ctx, c.cfg.Stream, c.cfg.Durable)
 		}
-		cons, err = c.js.CreateOrUpdateConsumer(ctx, c.cfg.Stream, cc)
-	} else {
-		cons, err = c.js.Consumer(ctx, c.cfg.Stream, c.cfg.Durable)
-	}
-	if err != nil {
-		return fmt.Errorf("consumer %s on stream %s: %w", c.cfg.Durable, c.cfg.Stream, err)
-	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(c.cfg.Concurrency))
-	if err != nil {
-		return fmt.Errorf("consumer %s: %w", c.cfg.Durable, err)
-	}
-	c.iter = iter
-	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	c.stopping = make(chan struct{})
-	c.started = true
-	work := make(chan jetstream.Msg)
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		defer close(work)
-		for {
-			msg, err := iter.Next()
-			switch {
-			case err == nil:
-				work <- msg
-				continue
-			case errors.Is(err, jetstream.ErrMsgIteratorClosed):
-				// Stop, or a terminal error (the consumer was deleted),
-				// which Next reported before.
-				return
-			}
-			// The iterator goes on after other errors: wait a moment, so
-			// that a repeating one is no hot loop.
-			c.log.Error("receive failed; receiving again", "error", err)
-			pause := time.NewTimer(100 * time.Millisecond)
-			select {
-			case <-pause.C:
-			case <-c.stopping:
-				pause.Stop()
-				return
-			}
+		if err != nil {
+			return fmt.Errorf("consumer %s on stream %s: %w", c.cfg.Durable, c.cfg.Stream, err)
 		}
-	}()
-	for i := 0; i < c.cfg.Concurrency; i++ {
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			for msg := range work {
-				c.handle(msg)
-			}
-		}()
+		if c.iter, err = cons.Messages(jetstream.PullMaxMessages(c.cfg.Concurrency)); err != nil {
+			return fmt.Errorf("consumer %s: %w", c.cfg.Durable, err)
+		}
+		msgs := make(chan jetstream.Msg)
+		c.run.Go(func() { c.receive(msgs) })
+		for range c.cfg.Concurrency {
+			c.run.Go(func() {
+				for msg := range msgs {
+					c.handle(work, msg)
+				}
+			})
+		}
+		return nil
+	})
+	if errors.Is(err, runner.ErrStarted) {
+		return fmt.Errorf("ferrynats: consumer %w", err)
 	}
-	return nil
+	return err
+}
+
+// receive hands the iterator's messages to the handlers until it is
+// closed (Stop drains it), then closes msgs.
+func (c *Consumer) receive(msgs chan<- jetstream.Msg) {
+	defer close(msgs)
+	for {
+		msg, err := c.iter.Next()
+		switch {
+		case err == nil:
+			msgs <- msg
+			continue
+		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
+			// Stop, or a terminal error (the consumer was deleted), which
+			// Next reported before.
+			return
+		}
+		// The iterator goes on after other errors: wait a moment, so that
+		// a repeating one is no hot loop.
+		c.log.Error("receive failed; receiving again", "error", err)
+		if !c.run.Sleep(100 * time.Millisecond) {
+			return
+		}
+	}
 }
 
 // Stop stops fetching and lets the handlers in flight finish, acking those
@@ -254,26 +201,10 @@ func (c *Consumer) Start(ctx context.Context) error {
 // first, the handlers' context is cancelled, their messages are left, and
 // Stop returns without waiting further. Stopping twice is safe.
 func (c *Consumer) Stop(ctx context.Context) error {
-	c.mu.Lock()
-	if !c.started || c.stopped {
-		c.stopped = true
-		c.mu.Unlock()
-		return nil
+	if _, err := c.run.Stop(ctx, func() { c.iter.Drain() }); err != nil {
+		return fmt.Errorf("stop: handlers still running: %w", err)
 	}
-	c.stopped = true
-	close(c.stopping)
-	c.mu.Unlock()
-	c.iter.Drain()
-	done := make(chan struct{})
-	go func() { c.wg.Wait(); close(done) }()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = fmt.Errorf("stop: handlers still running: %w", ctx.Err())
-	}
-	c.cancel()
-	return err
+	return nil
 }
 
 // Run starts the consumer and runs it until ctx ends, then stops it,
@@ -304,133 +235,99 @@ func (c *Consumer) validate(d *ferrybroker.Delivery) error {
 	return ferrybroker.CheckDelivery(d.Headers["Content-Type"], d, c.cfg.Validate)
 }
 
-func (c *Consumer) handle(msg jetstream.Msg) {
+// handle runs the order of work on msg with the handlers' context ctx.
+func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
 	d, meta := c.delivery(msg)
-	c.obs.Delivered(d)
+	c.settler.Observer.Delivered(d)
+	a := &acker{ctx: ctx, msg: msg, d: d, meta: meta, c: c}
 	select {
-	case <-c.stopping:
+	case <-c.run.Stopping():
 		// Received, not started: back to the stream at once.
-		c.leave(msg, d, errors.New("consumer stopping"))
+		c.settler.Settle(ctx, d, a, ferrybroker.StepStopping, nil)
 		return
 	default:
 	}
-	if err := c.validate(d); err != nil {
-		c.park(msg, d, meta, err)
-		return
-	}
-	ctx := c.ctx
-	// Keep the message while a long handler runs.
-	stopProgress := make(chan struct{})
-	go func() {
+	c.settler.Handle(ctx, d, a, func(ctx context.Context, d *ferrybroker.Delivery) error {
+		// Keep the message while a long handler runs.
 		t := time.NewTicker(c.cfg.AckWait / 2)
 		defer t.Stop()
-		for {
-			select {
-			case <-stopProgress:
-				return
-			case <-t.C:
-				_ = msg.InProgress()
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			for {
+				select {
+				case <-done:
+					return
+				case <-t.C:
+					_ = msg.InProgress()
+				}
 			}
-		}
-	}()
-	err := c.obs.HandleWithin(ctx, c.handler, d, c.cfg.HandlerTimeout, c.log)
-	close(stopProgress)
+		}()
+		return c.handler(ctx, d)
+	}, c.validate(d))
+}
 
-	switch {
-	case err == nil:
-		if c.cfg.FaultPoint != nil {
-			if ferr := c.cfg.FaultPoint(ctx, ferrybroker.FaultConsumerAfterHandle); ferr != nil {
-				// As a crash would: no nak, JetStream redelivers it after
-				// the ack wait.
-				c.log.Warn("fault after handle: delivery left unacked", "message_id", d.MessageID, "error", ferr)
-				c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: ferr})
-				return
-			}
-		}
-		// The effect is committed: only now may JetStream forget the
-		// message. The ack covers this message only (AckExplicit), and
-		// counts once the server confirmed it; past AckWait the server
-		// redelivers anyway.
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.AckWait)
-		aerr := msg.DoubleAck(actx)
-		cancel()
-		if aerr != nil {
-			// The effect is committed; the redelivery will be a duplicate.
-			c.log.Warn("ack failed; the message will come again", "message_id", d.MessageID, "error", aerr)
-			c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: aerr})
-			return
-		}
-		c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionAcked})
-	case c.ctx.Err() != nil:
-		// Stop gave up waiting: not a failure of the message.
-		c.leave(msg, d, err)
-	case c.cfg.Retry.ParkReason(err, d.DeliveryCount) != nil:
-		c.park(msg, d, meta, c.cfg.Retry.ParkReason(err, d.DeliveryCount))
-	default:
-		c.retry(msg, d, err)
+// acker settles one message on JetStream (see ferrybroker.Acknowledger).
+type acker struct {
+	c    *Consumer
+	ctx  context.Context // the handlers'
+	msg  jetstream.Msg
+	d    *ferrybroker.Delivery
+	meta *jetstream.MsgMetadata
+}
+
+// Ack acks the message, and returns once the server confirmed the ack. It
+// covers this message only (AckExplicit); past AckWait the server
+// redelivers anyway.
+func (a *acker) Ack() error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), a.c.cfg.AckWait)
+	defer cancel()
+	return a.msg.DoubleAck(ctx)
+}
+
+// Retry negatively acknowledges the message with the delay.
+func (a *acker) Retry(delay time.Duration, _ error) error { return a.msg.NakWithDelay(delay) }
+
+// Leave negatively acknowledges the message without delay: JetStream
+// delivers it again at once (or after the ack wait, if even the nak fails).
+func (a *acker) Leave() {
+	if err := a.msg.Nak(); err != nil {
+		a.c.log.Debug("nak failed; the message comes back after the ack wait", "message_id", a.d.MessageID, "error", err)
 	}
 }
 
-// retry negatively acknowledges msg with the policy's delay.
-func (c *Consumer) retry(msg jetstream.Msg, d *ferrybroker.Delivery, cause error) {
-	delay := c.cfg.Retry.Delay(max(d.DeliveryCount, 1))
-	c.log.Debug("handler failed; delivering again later", "message_id", d.MessageID, "delivery_count", d.DeliveryCount,
-		"retry_in", delay, "error", cause)
-	if err := msg.NakWithDelay(delay); err != nil {
-		c.log.Warn("nak failed; the message comes back after the ack wait", "message_id", d.MessageID, "error", err)
-		c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: err})
-		return
-	}
-	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionRetried, Err: cause})
-}
+// Abandon does nothing, as a crash would: no nak, JetStream delivers the
+// message again after the ack wait.
+func (a *acker) Abandon() {}
 
-// leave hands msg back without a decision: JetStream delivers it again at
-// once (or after the ack wait, if even the nak fails).
-func (c *Consumer) leave(msg jetstream.Msg, d *ferrybroker.Delivery, cause error) {
-	if err := msg.Nak(); err != nil {
-		c.log.Debug("nak failed; the message comes back after the ack wait", "message_id", d.MessageID, "error", err)
-	}
-	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionLeft, Err: cause})
-}
-
-// park stores a copy of msg on the park subject, then terminates msg. If
-// the copy cannot be stored, msg is delivered again later instead.
-func (c *Consumer) park(msg jetstream.Msg, d *ferrybroker.Delivery, meta *jetstream.MsgMetadata, reason error) {
+// Park stores a copy of the message on the park subject, then terminates
+// the message.
+func (a *acker) Park(reason error) error {
+	c, msg := a.c, a.msg
 	h := nats.Header{}
 	for k, v := range msg.Headers() {
 		h[k] = v
 	}
 	var seq uint64
-	if meta != nil {
-		seq = meta.Sequence.Stream
+	if a.meta != nil {
+		seq = a.meta.Sequence.Stream
 	}
-	text := reason.Error()
-	if len(text) > 4096 {
-		text = text[:4096] + "..."
+	for _, kv := range ferrybroker.ParkHeaders(reason, a.d, msg.Subject(), c.cfg.Stream) {
+		h.Set(kv[0], kv[1])
 	}
-	h.Set(ferrybroker.HeaderParkReason, text)
-	h.Set(ferrybroker.HeaderParkedAt, time.Now().UTC().Format(time.RFC3339Nano))
-	h.Set(ferrybroker.HeaderParkRoute, msg.Subject())
-	h.Set(ferrybroker.HeaderParkSource, c.cfg.Stream)
-	h.Set(ferrybroker.HeaderParkDeliveryCount, strconv.Itoa(d.DeliveryCount))
 	h.Set(HeaderParkStreamSeq, strconv.FormatUint(seq, 10))
 	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
 		h.Set(HeaderParkMsgID, id)
 	}
 	// The parked copy's id makes a repeated park a JetStream duplicate.
 	h.Set(jetstream.MsgIDHeader, fmt.Sprintf("park:%s:%s:%d", c.cfg.Stream, c.cfg.Durable, seq))
-	pctx, cancel := context.WithTimeout(context.Background(), c.cfg.ParkTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ParkTimeout)
 	defer cancel()
-	if _, err := c.js.PublishMsg(pctx, &nats.Msg{Subject: c.cfg.ParkSubject, Data: msg.Data(), Header: h}); err != nil {
-		c.obs.ParkFailed()
-		c.log.Error("park failed; the message will be delivered again", "message_id", d.MessageID,
-			"park_subject", c.cfg.ParkSubject, "reason", reason, "error", err)
-		c.retry(msg, d, reason)
-		return
+	if _, err := c.js.PublishMsg(ctx, &nats.Msg{Subject: c.cfg.ParkSubject, Data: msg.Data(), Header: h}); err != nil {
+		return err
 	}
 	if err := msg.Term(); err != nil {
-		c.log.Warn("terminate after park failed; the message may be parked twice", "message_id", d.MessageID, "error", err)
+		c.log.Warn("terminate after park failed; the message may be parked twice", "message_id", a.d.MessageID, "error", err)
 	}
-	c.log.Warn("message parked", "message_id", d.MessageID, "park_subject", c.cfg.ParkSubject, "reason", reason)
-	c.obs.Settled(d, ferrybroker.Settlement{Action: ferrybroker.ActionParked, Err: reason})
+	return nil
 }

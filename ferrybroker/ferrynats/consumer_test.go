@@ -29,7 +29,7 @@ func TestConsumerConfigErrors(t *testing.T) {
 	require.ErrorIs(t, err, ferrytype.ErrInvalidConfig)
 	require.ErrorContains(t, err, "ParkSubject is required")
 	_, err = ferrynats.NewConsumer(js, h, &ferrynats.ConsumerConfig{Stream: "S", Durable: "d", ParkSubject: "p",
-		Retry: ferrybroker.RetryPolicy{MaxDeliveries: -1}})
-	require.ErrorContains(t, err, "ConsumerConfig.Retry: ")
-	require.ErrorContains(t, err, "RetryPolicy.MaxDeliveries -1 must be positive")
+		ConsumerOptions: ferrybroker.ConsumerOptions{Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: -1}}})
+	require.ErrorContains(t, err, "ConsumerConfig.Redelivery: ")
+	require.ErrorContains(t, err, "RedeliveryPolicy.MaxDeliveries -1 must be positive")
 }

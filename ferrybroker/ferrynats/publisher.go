@@ -28,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ferrydev/ferry/ferrybroker"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
@@ -54,19 +55,13 @@ type Config struct {
 	// MaxPending caps asynchronous publishes awaiting their acks. Default
 	// 4096.
 	MaxPending int
-	// FaultPoint, when set, is called at
-	// ferrybroker.FaultPublishBeforeConfirm; a non-nil error makes every
-	// message of the batch an unknown outcome, as a crash there would. For
-	// fault-injection tests only.
-	FaultPoint func(ctx context.Context, point string) error
 }
 
 // Publisher publishes to JetStream. It implements ferrybroker.Publisher.
 type Publisher struct {
-	js    jetstream.JetStream
-	conn  *nats.Conn // the connection js publishes on
-	nc    *nats.Conn // set when the publisher owns the connection
-	fault func(ctx context.Context, point string) error
+	js   jetstream.JetStream
+	conn *nats.Conn // the connection js publishes on
+	nc   *nats.Conn // set when the publisher owns the connection
 }
 
 var (
@@ -95,7 +90,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg *Config) (*Publisher, error) {
 	if err := setupStream(ctx, js, cfg); err != nil {
 		return nil, err
 	}
-	return &Publisher{js: js, conn: nc, fault: cfg.FaultPoint}, nil
+	return &Publisher{js: js, conn: nc}, nil
 }
 
 // DialConfig configures Dial.
@@ -203,7 +198,9 @@ func setupStream(ctx context.Context, js jetstream.JetStream, cfg *Config) error
 
 // Publish publishes msgs asynchronously, then waits for each PubAck.
 // While the connection is not up it publishes nothing: every message is
-// not sent (ferrytype.ErrNotSent).
+// not sent (ferrytype.ErrNotSent). Before it waits, it reaches the fault
+// point ferryfault.PublishBeforeConfirm of ctx: an error there makes every
+// message published an unknown outcome, as a crash there would.
 func (p *Publisher) Publish(ctx context.Context, msgs []ferrytype.Message) []ferrytype.PublishResult {
 	if err := p.Disconnected(); err != nil {
 		return ferrybroker.AllNotSent(len(msgs), fmt.Errorf("not sent: %w", err))
@@ -223,15 +220,13 @@ func (p *Publisher) Publish(ctx context.Context, msgs []ferrytype.Message) []fer
 		}
 		futs[i] = f
 	}
-	if p.fault != nil {
-		if err := p.fault(ctx, ferrybroker.FaultPublishBeforeConfirm); err != nil {
-			for i, f := range futs {
-				if f != nil {
-					res[i] = ferrytype.Unknown(fmt.Errorf("fault before confirm: %w", err))
-				}
+	if err := ferryfault.At(ctx, ferryfault.PublishBeforeConfirm); err != nil {
+		for i, f := range futs {
+			if f != nil {
+				res[i] = ferrytype.Unknown(fmt.Errorf("fault before confirm: %w", err))
 			}
-			return res
 		}
+		return res
 	}
 	for i, f := range futs {
 		if f == nil {

@@ -80,7 +80,7 @@ func TestChainOutboxRelayConsumerInbox(t *testing.T) {
 	parkSubject := strings.TrimSuffix(producer.subject, ".events") + ".parked"
 	consumer, err := ferrynats.NewConsumer(js, ferry.InboxHandler(in, decodeOrderPaid, awardPoints(points)), &ferrynats.ConsumerConfig{
 		Stream: producer.stream, Durable: "points", FilterSubjects: []string{producer.subject}, Declare: true,
-		ParkSubject: parkSubject, Concurrency: 8,
+		ParkSubject: parkSubject, ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 8},
 	})
 	require.NoError(t, err)
 	require.NoError(t, consumer.Start(ctx))

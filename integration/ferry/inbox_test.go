@@ -116,11 +116,13 @@ func runPointsConsumer() int {
 	if queue := env("QUEUE"); queue != "" {
 		// RabbitMQ: a quorum queue the test declared.
 		c, err := ferryamqp.DialConsumer(testsvc.URL(testsvc.EnvAMQP), queue, handler, &ferryamqp.ConsumerConfig{
-			Concurrency: 4, Prefetch: 4, Retry: ferrybroker.RetryPolicy{RetryDelay: 20 * time.Millisecond}, FaultPoint: crash})
+			ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 4,
+				Redelivery: ferrybroker.RedeliveryPolicy{RetryDelay: 20 * time.Millisecond}},
+			Prefetch: 4})
 		if err != nil {
 			return fail(err)
 		}
-		if err := c.Start(ctx); err != nil {
+		if err := c.Start(ferryfault.With(ctx, crash)); err != nil {
 			return fail(err)
 		}
 		conn, err := amqp.Dial(testsvc.URL(testsvc.EnvAMQP))
@@ -147,13 +149,14 @@ func runPointsConsumer() int {
 		js, _ := jetstream.New(nc)
 		c, err := ferrynats.NewConsumer(js, handler, &ferrynats.ConsumerConfig{
 			Stream: env("STREAM"), Durable: "points", FilterSubjects: []string{env("SUBJECT")}, Declare: true,
-			ParkSubject: env("PARK"), Concurrency: 4, AckWait: 2 * time.Second, Retry: ferrybroker.RetryPolicy{RetryDelay: 20 * time.Millisecond},
-			FaultPoint: crash,
+			ParkSubject: env("PARK"), AckWait: 2 * time.Second,
+			ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 4,
+				Redelivery: ferrybroker.RedeliveryPolicy{RetryDelay: 20 * time.Millisecond}},
 		})
 		if err != nil {
 			return fail(err)
 		}
-		if err := c.Start(ctx); err != nil {
+		if err := c.Start(ferryfault.With(ctx, crash)); err != nil {
 			return fail(err)
 		}
 		stop, parked = c.Stop, func() int64 { return c.Stats().Parked }
@@ -193,8 +196,8 @@ func runPointsConsumer() int {
 func TestConsumerKilledBetweenCommitAndAck(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ broker, point string }{
-		{"nats", ferrybroker.FaultConsumerAfterHandle}, {"nats", ferryfault.InboxBeforeCommit},
-		{"amqp", ferrybroker.FaultConsumerAfterHandle}, {"amqp", ferryfault.InboxBeforeCommit},
+		{"nats", ferryfault.ConsumerAfterHandle}, {"nats", ferryfault.InboxBeforeCommit},
+		{"amqp", ferryfault.ConsumerAfterHandle}, {"amqp", ferryfault.InboxBeforeCommit},
 	} {
 		point := tc.point
 		t.Run(tc.broker+"/"+point, func(t *testing.T) {
@@ -279,7 +282,7 @@ func TestConsumerKilledBetweenCommitAndAck(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, int64(orders), n)
 			require.Zero(t, conflict+parked)
-			if point == ferrybroker.FaultConsumerAfterHandle {
+			if point == ferryfault.ConsumerAfterHandle {
 				require.GreaterOrEqual(t, dup, 1, "the message committed before the kill came back as a duplicate")
 			}
 			// Killed inside the transaction, the operation rolled back: its

@@ -116,8 +116,7 @@ func TestConsumerKeepsMessagesUntilTheInboxIsMigrated(t *testing.T) {
 	}, func(context.Context, *sql.Tx, *ferrybroker.Delivery) error { applied.Add(1); return nil })
 	c, err := ferrynats.NewConsumer(js, handler, &ferrynats.ConsumerConfig{
 		Stream: stream, Durable: "points", FilterSubjects: []string{prefix + ".paid"}, Declare: true,
-		ParkSubject: prefix + ".parked", Concurrency: 1,
-		Retry: ferrybroker.RetryPolicy{MaxDeliveries: 2, RetryDelay: time.Millisecond, MaxRetryDelay: 20 * time.Millisecond},
+		ParkSubject: prefix + ".parked", ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 1, Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 2, RetryDelay: time.Millisecond, MaxRetryDelay: 20 * time.Millisecond}},
 	})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(ctx))

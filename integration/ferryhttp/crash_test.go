@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferryhttp"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
@@ -77,12 +78,16 @@ func TestChildServer(t *testing.T) {
 	b := &bed{kind: spec.Kind, db: db, outbox: ob, keys: keys, payments: spec.Tables.Payments, tables: spec.Tables}
 	crash, err := fault.Crash(spec.CrashAt)
 	require.NoError(t, err)
-	k, err := ferryhttp.New(keys, &ferryhttp.Config{Lease: spec.Lease, FaultPoint: crash})
+	k, err := ferryhttp.New(keys, &ferryhttp.Config{Lease: spec.Lease})
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	os.Stdout.WriteString("listening " + ln.Addr().String() + "\n")
-	_ = http.Serve(ln, b.handler(k))
+	// Each request's context carries the crash: the middleware reaches
+	// ferryfault.HTTPAfterCommit with it.
+	srv := &http.Server{Handler: b.handler(k), ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return ferryfault.With(ctx, crash) }}
+	_ = srv.Serve(ln)
 }
 
 // child is a running server process.
@@ -159,7 +164,7 @@ func TestKilledAfterCommitRetryGetsTheCommittedResponse(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, b *bed) {
 		body := `{"order_id":"o-1","amount":10}`
-		dying := startChild(t, b, ferryhttp.FaultAfterCommit, 0)
+		dying := startChild(t, b, ferryfault.HTTPAfterCommit, 0)
 		_, err := send(dying.url, "k", body)
 		require.Error(t, err, "the client gets no response")
 		dying.waitKilled(t)

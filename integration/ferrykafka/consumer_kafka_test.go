@@ -24,6 +24,7 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrystore/ferrysqlite"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/testsvc"
@@ -69,8 +70,8 @@ func event(p int32, id, key string, payload string) *kgo.Record {
 func (b *kafkaConsumerBundle) consumer(t *testing.T, h ferrybroker.Handler, cfg ferrykafka.ConsumerConfig) *ferrykafka.Consumer {
 	t.Helper()
 	cfg.Group, cfg.Topics, cfg.ParkTopic = b.group, []string{b.topic}, b.park
-	if cfg.Retry.RetryDelay == 0 {
-		cfg.Retry = ferrybroker.RetryPolicy{MaxDeliveries: 50, RetryDelay: 5 * time.Millisecond, MaxRetryDelay: 50 * time.Millisecond}
+	if cfg.Redelivery.RetryDelay == 0 {
+		cfg.Redelivery = ferrybroker.RedeliveryPolicy{MaxDeliveries: 50, RetryDelay: 5 * time.Millisecond, MaxRetryDelay: 50 * time.Millisecond}
 	}
 	return newTestConsumer(t, b.k.Seeds, h, &cfg)
 }
@@ -140,7 +141,7 @@ func TestConsumerKeepsPartitionOrder(t *testing.T) {
 		seen[d.AggregateID] = append(seen[d.AggregateID], n)
 		mu.Unlock()
 		return nil
-	}, ferrykafka.ConsumerConfig{Concurrency: 4})
+	}, ferrykafka.ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 4}})
 	require.NoError(t, c.Start(b.ctx))
 	waitStats(t, c, func(s ferrybroker.ConsumerStats) bool { return s.Acked == keys*perKey })
 	require.NoError(t, c.Stop(b.ctx))
@@ -272,10 +273,10 @@ func TestConsumerRebalanceLosesNothingAndAppliesOnce(t *testing.T) {
 			}
 		}
 		return nil
-	}, ferrykafka.ConsumerConfig{Concurrency: 3, Name: "a"})
+	}, ferrykafka.ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 3, Name: "a"}})
 	require.NoError(t, a.Start(b.ctx))
 	testsvc.WaitFor(t, time.Minute, func() bool { return applied() >= n/8 }, func() string { return fmt.Sprintf("%+v", a.Stats()) })
-	c2 := b.consumer(t, ib.handler(), ferrykafka.ConsumerConfig{Concurrency: 3, Name: "b"})
+	c2 := b.consumer(t, ib.handler(), ferrykafka.ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 3, Name: "b"}})
 	require.NoError(t, c2.Start(b.ctx))
 	testsvc.WaitFor(t, time.Minute, func() bool { return c2.Stats().Acked > 0 }, func() string { return fmt.Sprintf("b: %+v", c2.Stats()) })
 	close(release)
@@ -304,14 +305,13 @@ func TestConsumerCrashAfterHandleIsAnInboxDuplicate(t *testing.T) {
 		b.produce(t, event(0, id, "order-1", `{"amount":10}`))
 	}
 	var calls atomic.Int64
-	a := b.consumer(t, ib.handler(), ferrykafka.ConsumerConfig{Concurrency: 1,
-		FaultPoint: func(_ context.Context, point string) error {
-			if point == ferrybroker.FaultConsumerAfterHandle && calls.Add(1) == 3 {
-				return errors.New("crash after the inbox committed evt-3")
-			}
-			return nil
-		}})
-	require.NoError(t, a.Start(b.ctx))
+	a := b.consumer(t, ib.handler(), ferrykafka.ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 1}})
+	require.NoError(t, a.Start(ferryfault.With(b.ctx, func(_ context.Context, point string) error {
+		if point == ferryfault.ConsumerAfterHandle && calls.Add(1) == 3 {
+			return errors.New("crash after the inbox committed evt-3")
+		}
+		return nil
+	})))
 	waitStats(t, a, func(s ferrybroker.ConsumerStats) bool { return s.Acked == 2 && s.Left == 1 })
 	b.waitUnsettled(t, 3) // evt-3's offset was never committed, nor anything after it
 	require.NoError(t, a.Stop(b.ctx))
@@ -320,7 +320,7 @@ func TestConsumerCrashAfterHandleIsAnInboxDuplicate(t *testing.T) {
 		"nothing past the crashed record was handled")
 	require.Equal(t, 3, ib.outcomes(ferry.InboxApplied))
 
-	c2 := b.consumer(t, ib.handler(), ferrykafka.ConsumerConfig{Concurrency: 1})
+	c2 := b.consumer(t, ib.handler(), ferrykafka.ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 1}})
 	require.NoError(t, c2.Start(b.ctx))
 	waitStats(t, c2, func(s ferrybroker.ConsumerStats) bool { return s.Acked == 3 })
 	require.NoError(t, c2.Stop(b.ctx))
@@ -359,7 +359,7 @@ func TestConsumerParksPoisonAndThePartitionMovesOn(t *testing.T) {
 			return ferrytype.Poison(errors.New("unknown currency XXX"))
 		}
 		return nil
-	}, ferrykafka.ConsumerConfig{Concurrency: 2})
+	}, ferrykafka.ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 2}})
 	require.NoError(t, c.Start(b.ctx))
 	waitStats(t, c, func(s ferrybroker.ConsumerStats) bool { return s.Acked == 2 && s.Parked == 1 })
 	require.NoError(t, c.Stop(b.ctx))
@@ -436,7 +436,7 @@ func TestConsumerAcceptsDebeziumRecords(t *testing.T) {
 	c := b.consumer(t, func(ctx context.Context, d *ferrybroker.Delivery) error {
 		got <- *d
 		return nil
-	}, ferrykafka.ConsumerConfig{Concurrency: 1})
+	}, ferrykafka.ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 1}})
 	require.NoError(t, c.Start(b.ctx))
 	waitStats(t, c, func(s ferrybroker.ConsumerStats) bool { return s.Acked == 3 })
 	require.NoError(t, c.Stop(b.ctx))
@@ -510,8 +510,7 @@ func TestConsumerRewindAfterLeaderMoveIsVisible(t *testing.T) {
 			time.Sleep(4 * commitEvery)
 		}
 		return nil
-	}, ferrykafka.ConsumerConfig{Concurrency: 1, CommitInterval: commitEvery, Hooks: []ferrybroker.Hook{rec},
-		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	}, ferrykafka.ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 1, Hooks: []ferrybroker.Hook{rec}, Logger: slog.New(slog.NewTextHandler(logs, nil))}, CommitInterval: commitEvery})
 	require.NoError(t, c.Start(b.ctx))
 	waitStats(t, c, func(s ferrybroker.ConsumerStats) bool { return s.Acked == n })
 
@@ -598,7 +597,7 @@ func TestConsumerDecodesDebeziumHeadersOfEveryConverter(t *testing.T) {
 	c := b.consumer(t, func(ctx context.Context, d *ferrybroker.Delivery) error {
 		got <- *d
 		return nil
-	}, ferrykafka.ConsumerConfig{Concurrency: 1})
+	}, ferrykafka.ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 1}})
 	require.NoError(t, c.Start(b.ctx))
 	waitStats(t, c, func(s ferrybroker.ConsumerStats) bool { return s.Acked == int64(len(recs)) })
 	require.NoError(t, c.Stop(b.ctx))
@@ -644,10 +643,10 @@ func TestConsumerConfigIsChecked(t *testing.T) {
 		"Group":            {Topics: []string{"t"}, ParkTopic: "p"},
 		"Topics":           {Group: "g", ParkTopic: "p"},
 		"ParkTopic":        {Group: "g", Topics: []string{"t"}},
-		"Concurrency":      {Group: "g", Topics: []string{"t"}, ParkTopic: "p", Concurrency: -1},
+		"Concurrency":      {Group: "g", Topics: []string{"t"}, ParkTopic: "p", ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: -1}},
 		"is also consumed": {Group: "g", Topics: []string{"t"}, ParkTopic: "t"},
-		"RetryPolicy": {Group: "g", Topics: []string{"t"}, ParkTopic: "p",
-			Retry: ferrybroker.RetryPolicy{MaxDeliveries: -1}},
+		"RedeliveryPolicy": {Group: "g", Topics: []string{"t"}, ParkTopic: "p",
+			ConsumerOptions: ferrybroker.ConsumerOptions{Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: -1}}},
 	} {
 		_, err := ferrykafka.NewConsumer(conn, h, cfg)
 		require.ErrorIs(t, err, ferrytype.ErrInvalidConfig, name)
@@ -709,7 +708,7 @@ func TestConsumerLostPartitionCommitsNothingInFlight(t *testing.T) {
 			}
 		}
 		return nil
-	}, ferrykafka.ConsumerConfig{Concurrency: 1, ClientOpts: []kgo.Opt{kgo.HeartbeatInterval(50 * time.Millisecond)}})
+	}, ferrykafka.ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 1}, ClientOpts: []kgo.Opt{kgo.HeartbeatInterval(50 * time.Millisecond)}})
 	require.NoError(t, c.Start(b.ctx))
 	select {
 	case <-lostSeen:
@@ -742,7 +741,7 @@ func TestConsumerRetriesInPlaceAndThePartitionWaits(t *testing.T) {
 			return errors.New("points service unavailable")
 		}
 		return nil
-	}, ferrykafka.ConsumerConfig{Concurrency: 4})
+	}, ferrykafka.ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 4}})
 	require.NoError(t, c.Start(b.ctx))
 	waitStats(t, c, func(s ferrybroker.ConsumerStats) bool { return s.Acked == 2 })
 	require.NoError(t, c.Stop(b.ctx))
@@ -787,8 +786,8 @@ func TestConsumerWaitingPartitionDoesNotHoldTheOthers(t *testing.T) {
 			p1Done.Add(1)
 		}
 		return nil
-	}, ferrykafka.ConsumerConfig{Concurrency: 2, Retry: ferrybroker.RetryPolicy{MaxDeliveries: 1 << 20,
-		RetryDelay: 2 * time.Millisecond, MaxRetryDelay: 20 * time.Millisecond}})
+	}, ferrykafka.ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 2, Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 1 << 20,
+		RetryDelay: 2 * time.Millisecond, MaxRetryDelay: 20 * time.Millisecond}}})
 	require.NoError(t, c.Start(b.ctx))
 	testsvc.WaitFor(t, time.Minute, func() bool { return p1Done.Load() == n }, func() string { return fmt.Sprintf("%+v", c.Stats()) })
 	testsvc.WaitFor(t, 30*time.Second, func() bool { return unsettledOf(t, b, 1) == 0 },
@@ -849,12 +848,11 @@ func TestConsumerRevokeWaitsForHandlersAndCommitsThem(t *testing.T) {
 	}
 	slowRevoke := []kgo.Opt{kgo.RebalanceTimeout(45 * time.Second), kgo.HeartbeatInterval(100 * time.Millisecond)}
 	revoking := &logSignal{msg: "partitions revoking: waiting for their handlers in flight", ch: make(chan struct{})}
-	a := b.consumer(t, handler, ferrykafka.ConsumerConfig{Concurrency: 2, RevokeTimeout: 30 * time.Second, ClientOpts: slowRevoke,
-		Logger: slog.New(revoking)})
+	a := b.consumer(t, handler, ferrykafka.ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 2, Logger: slog.New(revoking)}, RevokeTimeout: 30 * time.Second, ClientOpts: slowRevoke})
 	require.NoError(t, a.Start(b.ctx))
 	<-held
 	<-held
-	c2 := b.consumer(t, handler, ferrykafka.ConsumerConfig{Concurrency: 2, RevokeTimeout: 30 * time.Second, ClientOpts: slowRevoke})
+	c2 := b.consumer(t, handler, ferrykafka.ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 2}, RevokeTimeout: 30 * time.Second, ClientOpts: slowRevoke})
 	require.NoError(t, c2.Start(b.ctx))
 	select {
 	case <-revoking.ch: // B joined, and A's revoke waits for its handlers
@@ -933,8 +931,7 @@ func TestConsumerHandlerTimeout(t *testing.T) {
 	c := b.consumer(t, func(ctx context.Context, d *ferrybroker.Delivery) error {
 		<-ctx.Done()
 		return ctx.Err()
-	}, ferrykafka.ConsumerConfig{HandlerTimeout: 20 * time.Millisecond,
-		Retry: ferrybroker.RetryPolicy{MaxDeliveries: 2, RetryDelay: time.Millisecond}})
+	}, ferrykafka.ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{HandlerTimeout: 20 * time.Millisecond, Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 2, RetryDelay: time.Millisecond}}})
 	require.NoError(t, c.Start(b.ctx))
 	waitStats(t, c, func(s ferrybroker.ConsumerStats) bool { return s.Parked == 1 })
 	require.NoError(t, c.Stop(b.ctx))

@@ -82,7 +82,7 @@ func TestConsumerProcessKilledAfterTheInboxCommit(t *testing.T) {
 	require.NoError(t, cmd.Process.Kill())
 	require.Equal(t, 2, ib.effectRows(t), "evt-1 and evt-2 applied by the killed process")
 
-	c := b.consumer(t, ib.handler(), ferrykafka.ConsumerConfig{Concurrency: 1,
+	c := b.consumer(t, ib.handler(), ferrykafka.ConsumerConfig{ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 1},
 		ClientOpts: []kgo.Opt{kgo.SessionTimeout(2 * time.Second), kgo.HeartbeatInterval(200 * time.Millisecond)}})
 	require.NoError(t, c.Start(b.ctx))
 	testsvc.WaitFor(t, time.Minute, func() bool { return len(ib.effects(t)) == 3 }, func() string { return fmt.Sprintf("%+v", c.Stats()) })
@@ -111,9 +111,9 @@ func runKilledConsumer(t *testing.T) {
 			select {} // until killed
 		}
 		return nil
-	}, &ferrykafka.ConsumerConfig{Group: group, Topics: []string{topic}, ParkTopic: park, Concurrency: 1,
-		CommitInterval: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
-		ClientOpts: []kgo.Opt{kgo.SessionTimeout(2 * time.Second), kgo.HeartbeatInterval(200 * time.Millisecond)}})
+	}, &ferrykafka.ConsumerConfig{Group: group, Topics: []string{topic}, ParkTopic: park, ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 1, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))},
+		CommitInterval: 50 * time.Millisecond,
+		ClientOpts:     []kgo.Opt{kgo.SessionTimeout(2 * time.Second), kgo.HeartbeatInterval(200 * time.Millisecond)}})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(context.Background()))
 	select {}

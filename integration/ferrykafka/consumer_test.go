@@ -50,7 +50,7 @@ func consumerHarness() ferrybrokertest.ConsumerHarness {
 			NewConsumer: func(t *testing.T, h ferrybroker.Handler, o ferrybrokertest.ConsumerOptions) ferrybroker.Consumer {
 				return newTestConsumer(t, k.Seeds, h, &ferrykafka.ConsumerConfig{
 					Group: group, Topics: []string{topic}, ParkTopic: park,
-					Concurrency: o.Concurrency, Retry: o.Retry, Hooks: o.Hooks, Validate: o.Validate, FaultPoint: o.FaultPoint,
+					ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: o.Concurrency, Redelivery: o.Redelivery, Hooks: o.Hooks, Validate: o.Validate},
 				})
 			},
 			Parked: func(t *testing.T, want int, d time.Duration) []ferrybrokertest.Received {

@@ -185,9 +185,11 @@ func ExampleConsumer() {
 		return nil // an inbox transaction would commit the effect here
 	}, &ferrykafka.ConsumerConfig{
 		Group: "points", Topics: []string{"orders"}, ParkTopic: "orders.parked",
-		Hooks: []ferrybroker.Hook{ferrybroker.SettledFunc(func(_ string, d *ferrybroker.Delivery, s ferrybroker.Settlement) {
-			settled <- fmt.Sprint(d.MessageID, " ", s.Action)
-		})},
+		ConsumerOptions: ferrybroker.ConsumerOptions{
+			Hooks: []ferrybroker.Hook{ferrybroker.SettledFunc(func(_ string, d *ferrybroker.Delivery, s ferrybroker.Settlement) {
+				settled <- fmt.Sprint(d.MessageID, " ", s.Action)
+			})},
+		},
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -19,8 +19,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
+	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
@@ -381,18 +381,17 @@ func TestFaultPointBeforeConfirm(t *testing.T) {
 	topic := testsvc.KafkaTopic(t, k.Seeds, 1)
 	ctx := testsvc.Context(t, time.Minute)
 	var points []string
-	p, err := ferrykafka.Dial(ctx, seedURL(k.Seeds), &ferrykafka.Config{Topics: []string{topic},
-		FaultPoint: func(_ context.Context, point string) error {
-			points = append(points, point)
-			return errors.New("injected crash")
-		}})
+	p, err := ferrykafka.Dial(ctx, seedURL(k.Seeds), &ferrykafka.Config{Topics: []string{topic}})
 	require.NoError(t, err)
 	defer p.Close()
 	batch := msgs(topic, 3, 1)
-	res := p.Publish(ctx, batch)
+	res := p.Publish(ferryfault.With(ctx, func(_ context.Context, point string) error {
+		points = append(points, point)
+		return errors.New("injected crash")
+	}), batch)
 	requireAll(t, ferrytype.OutcomeUnknown, res)
 	require.ErrorContains(t, res[0].Err, "injected crash")
-	require.Equal(t, []string{ferrybroker.FaultPublishBeforeConfirm}, points)
+	require.Equal(t, []string{ferryfault.PublishBeforeConfirm}, points)
 	got := received(testsvc.ReadKafka(t, k.Seeds, topic, 3, 30*time.Second))
 	require.Len(t, got, 3)
 }

@@ -109,7 +109,7 @@ func TestOneTraceFromEnqueueThroughPublishToConsume(t *testing.T) {
 		handlerSpan <- trace.SpanContextFromContext(ctx)
 		return nil
 	}, &ferrynats.ConsumerConfig{Stream: stream, Durable: "traced", Declare: true, FilterSubjects: []string{subject},
-		ParkSubject: subject + ".parked", Hooks: []ferrybroker.Hook{tracing}})
+		ParkSubject: subject + ".parked", ConsumerOptions: ferrybroker.ConsumerOptions{Hooks: []ferrybroker.Hook{tracing}}})
 	require.NoError(t, err)
 	require.NoError(t, consumer.Start(ctx))
 	t.Cleanup(func() { _ = consumer.Stop(context.Background()) })

@@ -53,8 +53,8 @@ func TestConsumerMetricsFromConsumerHooks(t *testing.T) {
 		}
 		return nil
 	}, &ferrynats.ConsumerConfig{Stream: stream, Durable: "points", FilterSubjects: []string{prefix + ".orders"},
-		Declare: true, ParkSubject: prefix + ".parked", Name: "points-award", Hooks: []ferrybroker.Hook{m},
-		Retry: ferrybroker.RetryPolicy{RetryDelay: time.Millisecond}})
+		Declare: true, ParkSubject: prefix + ".parked", ConsumerOptions: ferrybroker.ConsumerOptions{Name: "points-award", Hooks: []ferrybroker.Hook{m}, Redelivery: ferrybroker.RedeliveryPolicy{RetryDelay: time.Millisecond}},
+	})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(ctx))
 	testsvc.WaitFor(t, time.Minute, func() bool { s := c.Stats(); return s.Acked == 2 && s.Parked == 1 },

@@ -75,8 +75,7 @@ func TestConsumerConformanceRabbitMQ(t *testing.T) {
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = sub.Close() })
 				c, err := ferrywatermill.NewConsumer(sub, h, &ferrywatermill.ConsumerConfig{
-					Topic: queue, Park: parkPub, ParkTopic: park, ParkTimeout: 5 * time.Second,
-					Concurrency: o.Concurrency, Retry: o.Retry, Hooks: o.Hooks, Validate: o.Validate, FaultPoint: o.FaultPoint,
+					Topic: queue, Park: parkPub, ParkTopic: park, ConsumerOptions: ferrybroker.ConsumerOptions{ParkTimeout: 5 * time.Second, Concurrency: o.Concurrency, Redelivery: o.Redelivery, Hooks: o.Hooks, Validate: o.Validate},
 				})
 				require.NoError(t, err)
 				return c

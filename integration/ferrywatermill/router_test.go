@@ -70,7 +70,7 @@ func TestRouterHandlerWithTheInbox(t *testing.T) {
 	declareQueue(t, conn, park)
 	rh, err := ferrywatermill.NewRouterHandler(handler, &ferrywatermill.RouterConfig{
 		Topic: topic, Park: amqpPublisher(t, testsvc.URL(testsvc.EnvAMQP)), ParkTopic: park,
-		Retry: ferrybroker.RetryPolicy{MaxDeliveries: 5, RetryDelay: time.Millisecond, MaxRetryDelay: 10 * time.Millisecond},
+		Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 5, RetryDelay: time.Millisecond, MaxRetryDelay: 10 * time.Millisecond},
 	})
 	require.NoError(t, err)
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})

@@ -130,7 +130,7 @@ func main() {
 			parkPub, err := wamqp.NewPublisher(amqpCfg, logger)
 			check(err)
 			rh, err := ferrywatermill.NewRouterHandler(handler, &ferrywatermill.RouterConfig{Topic: *queue, Park: parkPub, ParkTopic: *queue + ".parked",
-				Retry: ferrybroker.RetryPolicy{MaxDeliveries: 1000, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: time.Second}})
+				Redelivery: ferrybroker.RedeliveryPolicy{MaxDeliveries: 1000, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: time.Second}})
 			check(err)
 			h = rh.Func
 		default:

@@ -122,14 +122,15 @@ func ConsumerHarness(connect func(t testing.TB) *nats.Conn) ferrybrokertest.Cons
 			NewConsumer: func(t *testing.T, h ferrybroker.Handler, o ferrybrokertest.ConsumerOptions) ferrybroker.Consumer {
 				c, err := ferrynats.NewConsumer(js, h, &ferrynats.ConsumerConfig{
 					Stream: stream, Durable: durable, FilterSubjects: []string{subject}, Declare: true, ParkSubject: park,
-					Concurrency: o.Concurrency, Retry: o.Retry, Hooks: o.Hooks, Validate: o.Validate, FaultPoint: o.FaultPoint,
+					ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: o.Concurrency, Redelivery: o.Redelivery, Hooks: o.Hooks, Validate: o.Validate,
+						// Warnings and errors on stderr, which go test
+						// shows when the package fails.
+						Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))},
+
 					// Short, so that a delivery left by a fault comes
 					// back soon; handlers in flight keep theirs with
 					// progress signals.
 					AckWait: 10 * time.Second,
-					// Warnings and errors on stderr, which go test shows
-					// when the package fails.
-					Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 				})
 				require.NoError(t, err)
 				return c
