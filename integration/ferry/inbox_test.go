@@ -122,7 +122,7 @@ func runPointsConsumer() int {
 		if err != nil {
 			return fail(err)
 		}
-		if err := c.Start(ferryfault.With(ctx, crash)); err != nil {
+		if err := c.Start(ctx); err != nil {
 			return fail(err)
 		}
 		conn, err := amqp.Dial(testsvc.URL(testsvc.EnvAMQP))
@@ -156,7 +156,7 @@ func runPointsConsumer() int {
 		if err != nil {
 			return fail(err)
 		}
-		if err := c.Start(ferryfault.With(ctx, crash)); err != nil {
+		if err := c.Start(ctx); err != nil {
 			return fail(err)
 		}
 		stop, parked = c.Stop, func() int64 { return c.Stats().Parked }
