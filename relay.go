@@ -15,7 +15,7 @@ import (
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/buildinfo"
 	"github.com/ferrydev/ferry/internal/nilness"
-	"github.com/ferrydev/ferry/internal/sqlutil"
+	"github.com/ferrydev/ferry/internal/token"
 )
 
 // RelayConfig configures a Relay. A nil config uses the defaults; zero
@@ -398,7 +398,7 @@ func NewRelay(store ferrystore.Store, pub ferrybroker.Publisher, cfg *RelayConfi
 		r.host = "unknown"
 	}
 	if r.cfg.ID == "" {
-		r.cfg.ID = fmt.Sprintf("%s-%d-%s", sqlutil.Truncate(r.host, 100), os.Getpid(), sqlutil.NewToken()[:8])
+		r.cfg.ID = fmt.Sprintf("%s-%d-%s", token.Truncate(r.host, 100), os.Getpid(), token.New()[:8])
 	}
 	if r.cfg.Broker == "" {
 		r.cfg.Broker = fmt.Sprintf("%T", pub)
@@ -890,7 +890,7 @@ func (r *Relay) cycle() (int, error) {
 	if r.brokerDown() {
 		return 0, nil // claim nothing while nothing could be published
 	}
-	token := sqlutil.NewToken()
+	token := token.New()
 	start := time.Now()
 	var (
 		malformed int64

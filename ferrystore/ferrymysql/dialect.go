@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/ferrydev/ferry/internal/sqlstore"
-	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
 // dialect spells MySQL's and MariaDB's SQL for the shared store: DATETIME(6)
@@ -40,7 +39,7 @@ func (dialect) Update() string {
 func (dialect) AgeMicros(expr string) string {
 	return "TIMESTAMPDIFF(MICROSECOND, " + expr + ", NOW(6))"
 }
-func (dialect) In(col string, vals []string) (string, []any) { return sqlutil.InList(col, vals) }
+func (dialect) In(col string, vals []string) (string, []any) { return sqlstore.InList(col, vals) }
 
 // KeyText converts the key to utf8mb4 text in the outbox's binary
 // collation, so that the comparison with aggregate_id can use its index.

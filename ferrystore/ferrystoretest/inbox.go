@@ -16,7 +16,7 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/sqlutil"
+	"github.com/ferrydev/ferry/internal/sqlstore"
 )
 
 // InboxHarness adapts one inbox store to the suite.
@@ -38,7 +38,7 @@ type inboxBundle[TTx any] struct {
 }
 
 // bind rewrites ? placeholders for the store's dialect.
-func bind(dialect, q string) string { return sqlutil.Rebind(dialect, q) }
+func bind(dialect, q string) string { return sqlstore.Rebind(dialect, q) }
 
 func setupInbox[TTx any](t *testing.T, h InboxHarness[TTx]) *inboxBundle[TTx] {
 	t.Helper()

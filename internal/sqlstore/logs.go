@@ -9,7 +9,7 @@ import (
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/sqlutil"
+	"github.com/ferrydev/ferry/internal/token"
 )
 
 var _ ferrystore.LogCheckpoints = (*Outbox)(nil)
@@ -48,7 +48,7 @@ func (o *Outbox) AcquireLog(ctx context.Context, owner, source string, lease tim
 	if _, err := o.pool.Exec(ctx, o.logs.create); err != nil && !errors.Is(o.d.Classify(err), ferrytype.ErrDuplicate) {
 		return "", false, fmt.Errorf("log lease: %w", o.d.Classify(err))
 	}
-	n, err := o.pool.Exec(ctx, o.logs.acquire, owner, sqlutil.Truncate(source, 255), o.d.Duration(lease), owner)
+	n, err := o.pool.Exec(ctx, o.logs.acquire, owner, token.Truncate(source, 255), o.d.Duration(lease), owner)
 	if err != nil {
 		return "", false, fmt.Errorf("log lease: %w", o.d.Classify(err))
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/sqlutil"
+	"github.com/ferrydev/ferry/internal/token"
 )
 
 var _ ferrystore.RelayRegistry = (*Outbox)(nil)
@@ -42,12 +42,12 @@ func (o *Outbox) Beat(ctx context.Context, b ferrystore.RelayBeat) error {
 		return err
 	}
 	_, err := o.pool.Exec(ctx, o.relays.beat, b.ID,
-		sqlutil.Truncate(b.Host, ferrystore.MaxRelayHostLen), int64(b.PID),
-		sqlutil.Truncate(b.Version, ferrystore.MaxRelayVersionLen),
-		sqlutil.Truncate(ferrytype.RedactURL(b.Broker), ferrystore.MaxRelayBrokerLen), b.BrokerConnected,
-		sqlutil.Truncate(ferrytype.RedactURL(b.BrokerError), ferrystore.MaxRelayBrokerErrorLen),
+		token.Truncate(b.Host, ferrystore.MaxRelayHostLen), int64(b.PID),
+		token.Truncate(b.Version, ferrystore.MaxRelayVersionLen),
+		token.Truncate(ferrytype.RedactURL(b.Broker), ferrystore.MaxRelayBrokerLen), b.BrokerConnected,
+		token.Truncate(ferrytype.RedactURL(b.BrokerError), ferrystore.MaxRelayBrokerErrorLen),
 		int64(b.Lanes), b.Ordered, b.InFlight, b.Sent, b.SentLastMinute,
-		sqlutil.Truncate(b.Source, ferrystore.MaxRelaySourceLen))
+		token.Truncate(b.Source, ferrystore.MaxRelaySourceLen))
 	if err != nil {
 		return fmt.Errorf("relay heartbeat: %w", err)
 	}
