@@ -63,9 +63,8 @@ type StatusReport struct {
 	// ones first (see Relays); empty when none recorded itself or when
 	// they could not be read.
 	Relays []RelayInfo `json:"relays"`
-	// RelaysError says why Relays could not be read (a store without
-	// heartbeats, a table migrated before 0003_relay); empty when they
-	// were.
+	// RelaysError says why Relays could not be read (a table migrated
+	// before 0003_relay); empty when they were.
 	RelaysError string `json:"relays_error,omitempty"`
 	// Log is the log relay's reader of the table (ferry relay --source
 	// log) from its checkpoint row; nil when no relay ever read the
@@ -211,7 +210,7 @@ func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (Statu
 	switch {
 	case err == nil:
 		rep.Relays = relays
-	case errors.Is(err, ErrNoRelayRegistry), errors.Is(err, ferrytype.ErrUndefinedTable):
+	case errors.Is(err, ferrytype.ErrUndefinedTable):
 		rep.RelaysError = err.Error()
 	default:
 		return StatusReport{}, err

@@ -10,15 +10,16 @@ import (
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
-// Admin is implemented by stores that support the operator's commands:
-// ferry status, dead, reconcile and purge. Its operations run on the
+// Admin is a Store with the operator's surface: what ferry status, dead,
+// reconcile and purge and the console do. Its operations run on the
 // store's own connections, outside any caller transaction; every listing
 // is bounded by a limit, and every change is conditional on the row's
 // status, so that an operator's command never races a relay into a state
 // the relay did not expect.
 //
-// The stores in this module implement it; the conformance suite
-// (ferrystoretest) checks it.
+// Every store of this repository implements it, and the conformance suite
+// (ferrystoretest) checks it; it is apart from Store so that a relay,
+// which needs none of it, asks for no more than it uses.
 type Admin interface {
 	Store
 
@@ -36,6 +37,12 @@ type Admin interface {
 	// and returns at most limit groups, the one with the oldest pending
 	// event first.
 	PendingByDestination(ctx context.Context, limit int) ([]DestinationStats, error)
+
+	// DeadByDestination counts the DEAD rows of each destination (their
+	// type when they have none) in the database (GROUP BY), exactly
+	// whatever their number, the largest counts first, at most limit
+	// (1..MaxListLimit) destinations.
+	DeadByDestination(ctx context.Context, limit int) ([]DestinationCount, error)
 
 	// Attempts counts NEW and SENDING rows by status and attempts (at
 	// most MaxListLimit groups): how far the pending events are into their
@@ -154,17 +161,6 @@ type ErrorGroup struct {
 	Count      int64
 	// Oldest and Newest are the earliest and latest created_at.
 	Oldest, Newest time.Time
-}
-
-// DeadCounter is implemented by stores that count DEAD events by
-// destination in the database (GROUP BY), exactly whatever their number.
-// The three SQL stores implement it; the console uses it, when a store
-// does, for its DEAD-by-destination column.
-type DeadCounter interface {
-	// DeadByDestination counts the DEAD rows of each destination (their
-	// type when they have none), the largest counts first, at most limit
-	// (1..MaxListLimit) destinations.
-	DeadByDestination(ctx context.Context, limit int) ([]DestinationCount, error)
 }
 
 // DestinationCount is the number of rows of one destination.

@@ -6,15 +6,6 @@ import (
 	"time"
 )
 
-// MarkerPurgeCounter is implemented by inbox stores that count what
-// PurgeMarkers would delete, deleting nothing (ferry purge --markers
-// --dry-run). Every inbox store of this module implements it.
-type MarkerPurgeCounter interface {
-	// PurgeableMarkers counts the markers, of every consumer, older than
-	// olderThan.
-	PurgeableMarkers(ctx context.Context, olderThan time.Duration) (int64, error)
-}
-
 // InboxStore is the database side of ferry's inbox: the marker table that
 // records which business operations a consumer applied, the conflict table,
 // and the per-aggregate versions of the order guard. One InboxStore serves
@@ -51,6 +42,10 @@ type InboxStore interface {
 
 	// PurgeMarkers deletes up to limit markers older than olderThan.
 	PurgeMarkers(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
+	// PurgeableMarkers counts the markers, of every consumer, older than
+	// olderThan: what PurgeMarkers would delete, deleting nothing (ferry
+	// purge --markers --dry-run).
+	PurgeableMarkers(ctx context.Context, olderThan time.Duration) (int64, error)
 	// Conflicts lists conflicts, newest first; open only unless all.
 	Conflicts(ctx context.Context, f ConflictFilter) ([]Conflict, error)
 	// GetConflict returns one conflict; ferrytype.ErrNotFound when none.
@@ -70,23 +65,19 @@ type InboxStore interface {
 	// looks each key up by the markers' primary key. Reconciliation uses
 	// it to find events whose effect a consumer never applied.
 	ExistingMarkers(ctx context.Context, consumer string, keys []string) (map[string]bool, error)
-
-	Close() error
-}
-
-// InboxActivity is implemented by the inbox stores of this module: the
-// recent work of each consumer of a database, as a console shows it, read
-// from the markers' created_at index (the one retention purges by).
-type InboxActivity interface {
 	// RecentMarkers counts the markers created within the last `within`,
 	// by the database clock, per consumer and outcome ("applied", or
-	// "stale" for an operation the order guard recorded as a no-op). It
-	// reads the range of the created_at index the window covers, and each
-	// of its rows: its cost grows with the markers written in the window,
-	// never with older ones. Duplicates and conflicts write no marker: they
-	// are not counted here (duplicates are counted only by the inbox's
-	// metrics, conflicts in the conflict table).
+	// "stale" for an operation the order guard recorded as a no-op): the
+	// recent work of each consumer of the database, as a console shows it.
+	// It reads the range of the markers' created_at index (the one
+	// retention purges by) the window covers, and each of its rows: its
+	// cost grows with the markers written in the window, never with older
+	// ones. Duplicates and conflicts write no marker: they are not counted
+	// here (duplicates are counted only by the inbox's metrics, conflicts
+	// in the conflict table).
 	RecentMarkers(ctx context.Context, within time.Duration) ([]MarkerCount, error)
+
+	Close() error
 }
 
 // MarkerCount is how many markers one consumer recorded with one outcome.

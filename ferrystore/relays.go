@@ -8,17 +8,17 @@ import (
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
-// RelayRegistry is implemented by stores that record which relays run on
-// their outbox table: one heartbeat row per relay, in the table
+// RelayRegistry is the part of every Store that records which relays run
+// on its outbox table: one heartbeat row per relay, in the table
 // <outbox table>_relay that outbox migration 0003_relay creates. A relay
 // writes its row when it starts and every RelayConfig.Heartbeat after, and
 // deletes it when it stops cleanly; a relay that was killed leaves its row,
 // whose last beat then ages. ferryadmin.Relays and ferry status read it to
 // tell which relays are alive now.
 //
-// The stores in this module implement it; the conformance suite
-// (ferrystoretest) checks it. Every time is taken from the database clock,
-// so that no host's clock decides whether a relay is alive.
+// The conformance suite (ferrystoretest) checks it. Every time is taken
+// from the database clock, so that no host's clock decides whether a relay
+// is alive.
 type RelayRegistry interface {
 	// Beat records b as the relay's current state in one statement: it
 	// inserts the relay's row, or updates every field of it, and sets its

@@ -34,6 +34,14 @@ type Store interface {
 	// Migrations returns the store's migrations rendered for its table
 	// names, as files named NNNN_name.up.sql and NNNN_name.down.sql.
 	Migrations() (fs.FS, error)
+	// CheckSchema compares the table with the migrations the store embeds:
+	// it reads which migrations of the table have run (from the migration
+	// table) and whether the table exists, and changes nothing. The relay
+	// daemon and the operator's commands check the schema through it
+	// before they touch the table. An error means the database could not
+	// be asked; a schema that is not current is described by the result
+	// (Schema.Err).
+	CheckSchema(ctx context.Context) (Schema, error)
 
 	// Enqueue inserts rows through ex, which is usually the caller's
 	// transaction. Each row has its ID set and its payload validated.
@@ -94,12 +102,19 @@ type Store interface {
 	// ferrytype.ErrNotFound.
 	Get(ctx context.Context, id string) (Row, error)
 
+	// Classifier classifies the driver's errors of statements the caller
+	// ran in its own transaction.
+	Classifier
+	// RelayRegistry records which relays run on the table, in its
+	// heartbeat table.
+	RelayRegistry
+
 	// Close releases what the store opened itself. A store built on a
 	// caller's pool leaves the pool open.
 	Close() error
 }
 
-// Classifier is implemented by the stores of this module: Classify maps a
+// Classifier is part of every Store and InboxStore: Classify maps a
 // database error of the store's driver to ferry's classes
 // (ferrytype.ErrRetryable, ErrLockConflict, ErrDuplicate,
 // ErrUndefinedTable) by wrapping it, so that callers test with errors.Is

@@ -19,7 +19,6 @@ import (
 
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferryadmin"
-	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/fault"
@@ -333,7 +332,7 @@ func TestMaintenanceLeaderKilledMidSweep(t *testing.T) {
 				"--broker-url", testsvc.URL(testsvc.EnvNATS), "--stream", stream, "--lanes", "1",
 				"--heartbeat", "200ms", "--sweep-interval", "100ms", "--retry-initial", "10ms"}
 			leader := func() (lead string, alive int) {
-				rs, err := ferryadmin.Relays(ctx, st.Driver.(ferrystore.Admin), 600*time.Millisecond)
+				rs, err := ferryadmin.Relays(ctx, st.Driver, 600*time.Millisecond)
 				require.NoError(t, err)
 				for _, r := range rs {
 					if r.Alive {

@@ -418,7 +418,7 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 // the table (countLeft): of several relays draining one table, only the
 // one that leads its maintenance counts it, the others print what they
 // sent.
-func drainProgress(ctx context.Context, w io.Writer, interval time.Duration, store ferrystore.Store, relay *ferry.Relay) (stop func()) {
+func drainProgress(ctx context.Context, w io.Writer, interval time.Duration, store ferrystore.Admin, relay *ferry.Relay) (stop func()) {
 	if interval <= 0 {
 		return func() {}
 	}
@@ -456,16 +456,12 @@ func drainProgress(ctx context.Context, w io.Writer, interval time.Duration, sto
 	return func() { cancel(); <-done }
 }
 
-// countLeft counts the NEW and SENDING events: from the pending index
-// alone (Admin.CountByStatus) where the store has it; Store.Stats also
-// reads every pending row to find the oldest.
-func countLeft(ctx context.Context, store ferrystore.Store) (newN, sending int64, err error) {
-	if a, ok := store.(ferrystore.Admin); ok {
-		n, err := a.CountByStatus(ctx, ferrytype.StatusNew, ferrytype.StatusSending)
-		return n[ferrytype.StatusNew], n[ferrytype.StatusSending], err
-	}
-	st, err := store.Stats(ctx)
-	return st.New, st.Sending, err
+// countLeft counts the NEW and SENDING events from the pending index alone
+// (Admin.CountByStatus); Store.Stats also reads every pending row to find
+// the oldest.
+func countLeft(ctx context.Context, store ferrystore.Admin) (newN, sending int64, err error) {
+	n, err := store.CountByStatus(ctx, ferrytype.StatusNew, ferrytype.StatusSending)
+	return n[ferrytype.StatusNew], n[ferrytype.StatusSending], err
 }
 
 // logStats logs the relay's counters every interval until ctx ends.

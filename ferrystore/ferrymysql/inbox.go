@@ -45,12 +45,7 @@ type Inbox struct {
 	m, c, v, k string // quoted
 }
 
-var (
-	_ ferrystore.IdempotencyDriver[*sql.Tx] = (*Inbox)(nil)
-	_ ferrystore.InboxActivity              = (*Inbox)(nil)
-	_ ferrystore.MarkerPurgeCounter         = (*Inbox)(nil)
-	_ ferrystore.KeyPurgeCounter            = (*Inbox)(nil)
-)
+var _ ferrystore.IdempotencyDriver[*sql.Tx] = (*Inbox)(nil)
 
 // NewInbox returns the inbox tables on db. It never closes db.
 func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {

@@ -62,11 +62,6 @@ type StdlibInbox struct {
 var (
 	_ ferrystore.IdempotencyDriver[pgx.Tx]  = (*Inbox)(nil)
 	_ ferrystore.IdempotencyDriver[*sql.Tx] = (*StdlibInbox)(nil)
-	_ ferrystore.InboxActivity              = (*Inbox)(nil)
-	_ ferrystore.InboxActivity              = (*StdlibInbox)(nil)
-	_ ferrystore.MarkerPurgeCounter         = (*Inbox)(nil)
-	_ ferrystore.MarkerPurgeCounter         = (*StdlibInbox)(nil)
-	_ ferrystore.KeyPurgeCounter            = (*Inbox)(nil)
 )
 
 func newInboxCore(c sqlstore.Pool, cfg *InboxConfig) (inboxCore, error) {

@@ -83,8 +83,6 @@ var (
 	_ ferrystore.Listener        = (*StdlibStore)(nil)
 	_ ferrystore.Admin           = (*Store)(nil)
 	_ ferrystore.Admin           = (*StdlibStore)(nil)
-	_ ferrystore.RelayRegistry   = (*Store)(nil)
-	_ ferrystore.RelayRegistry   = (*StdlibStore)(nil)
 )
 
 // New returns a store on pool. The store never closes pool.
@@ -349,7 +347,7 @@ func MigrationFS(table string) (fs.FS, error) {
 }
 
 // CheckSchema compares the table with the embedded migrations
-// (ferrystore.SchemaChecker).
+// (ferrystore.Store.CheckSchema).
 func (s *core) CheckSchema(ctx context.Context) (ferrystore.Schema, error) {
 	fsys, err := s.Migrations()
 	if err != nil {

@@ -50,7 +50,6 @@ type Store struct {
 var (
 	_ ferrystore.Driver[*sql.Tx] = (*Store)(nil)
 	_ ferrystore.Admin           = (*Store)(nil)
-	_ ferrystore.RelayRegistry   = (*Store)(nil)
 )
 
 type queries struct {
@@ -191,7 +190,7 @@ func MigrationFS(table string) (fs.FS, error) {
 }
 
 // CheckSchema compares the table with the embedded migrations
-// (ferrystore.SchemaChecker).
+// (ferrystore.Store.CheckSchema).
 func (s *Store) CheckSchema(ctx context.Context) (ferrystore.Schema, error) {
 	fsys, err := s.Migrations()
 	if err != nil {

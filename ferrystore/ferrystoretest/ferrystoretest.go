@@ -138,13 +138,9 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 // serialization failure, busy database: ferrytype.ErrRetryable once the
 // store classified them) a bounded number of times.
 func retryTx(ctx context.Context, s ferrystore.Store, fn func() error) error {
-	classify := func(err error) error { return err }
-	if c, ok := s.(ferrystore.Classifier); ok {
-		classify = c.Classify
-	}
 	var err error
 	for i := 0; i < 20; i++ {
-		if err = classify(fn()); err == nil || !errors.Is(err, ferrytype.ErrRetryable) {
+		if err = s.Classify(fn()); err == nil || !errors.Is(err, ferrytype.ErrRetryable) {
 			return err
 		}
 		if ctx.Err() != nil {

@@ -392,13 +392,11 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 			_, err := in.Process(b.ctx, ferry.Operation{Key: fmt.Sprint(i), EventID: fmt.Sprint(i), Fields: award{7, 1}}, b.award(7, 1))
 			require.NoError(t, err)
 		}
-		counter, ok := b.store.(ferrystore.MarkerPurgeCounter)
-		require.True(t, ok, "%T counts purgeable markers", b.store)
-		n, err := counter.PurgeableMarkers(b.ctx, time.Hour)
+		n, err := b.store.PurgeableMarkers(b.ctx, time.Hour)
 		require.NoError(t, err)
 		require.Zero(t, n, "none is an hour old")
 		waitFor(t, 10*time.Second, func() bool {
-			n, err = counter.PurgeableMarkers(b.ctx, time.Millisecond)
+			n, err = b.store.PurgeableMarkers(b.ctx, time.Millisecond)
 			require.NoError(t, err)
 			return n == 5
 		})
@@ -452,10 +450,6 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 
 	t.Run("RecentMarkersCountsTheWindowByConsumerAndOutcome", func(t *testing.T) {
 		b := setupInbox(t, h)
-		act, ok := any(b.store).(ferrystore.InboxActivity)
-		if !ok {
-			t.Skipf("the %s inbox store does not implement ferrystore.InboxActivity", b.store.Dialect())
-		}
 		require.NoError(t, b.exec("INSERT INTO "+b.table+" VALUES (7, 0)"))
 		points, sms, view := b.inbox(t, "points-award"), b.inbox(t, "sms"), b.inbox(t, "order-view")
 		for _, k := range []string{"order:1:paid", "order:2:paid"} {
@@ -476,14 +470,14 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 		require.NoError(t, err)
 		require.Equal(t, ferry.InboxDuplicate, res.Outcome)
 
-		got, err := act.RecentMarkers(b.ctx, time.Hour)
+		got, err := b.store.RecentMarkers(b.ctx, time.Hour)
 		require.NoError(t, err)
 		require.Equal(t, []ferrystore.MarkerCount{{Consumer: "order-view", Outcome: "applied", Markers: 1},
 			{Consumer: "order-view", Outcome: "stale", Markers: 1}, {Consumer: "points-award", Outcome: "applied", Markers: 2},
 			{Consumer: "sms", Outcome: "applied", Markers: 1}}, got)
 		// A window shorter than the markers' age counts none of them.
 		waitFor(t, 10*time.Second, func() bool {
-			got, err := act.RecentMarkers(b.ctx, time.Millisecond)
+			got, err := b.store.RecentMarkers(b.ctx, time.Millisecond)
 			require.NoError(t, err)
 			return len(got) == 0
 		})

@@ -12,14 +12,9 @@ import (
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
-// exerciseRelays checks the relays' heartbeat table (ferrystore.RelayRegistry).
+// exerciseRelays checks the relays' heartbeat table (ferrystore.RelayRegistry,
+// part of every Store).
 func exerciseRelays[TTx any](t *testing.T, h Harness[TTx]) {
-	registry := func(t *testing.T, b *bundle[TTx]) ferrystore.RelayRegistry {
-		t.Helper()
-		r, ok := b.store.(ferrystore.RelayRegistry)
-		require.True(t, ok, "the store implements ferrystore.RelayRegistry")
-		return r
-	}
 	find := func(t *testing.T, beats []ferrystore.RelayBeat, id string) (ferrystore.RelayBeat, bool) {
 		t.Helper()
 		for _, b := range beats {
@@ -45,7 +40,7 @@ func exerciseRelays[TTx any](t *testing.T, h Harness[TTx]) {
 
 	t.Run("BeatRecordsAndUpdates", func(t *testing.T) {
 		b := setup(t, h)
-		reg := registry(t, b)
+		reg := b.store
 		beats, err := reg.Relays(b.ctx)
 		require.NoError(t, err)
 		require.Empty(t, beats, "no relay has beat on a fresh table")
@@ -89,7 +84,7 @@ func exerciseRelays[TTx any](t *testing.T, h Harness[TTx]) {
 
 	t.Run("SecretsAndSizes", func(t *testing.T) {
 		b := setup(t, h)
-		reg := registry(t, b)
+		reg := b.store
 		long := strings.Repeat("h", 400)
 		require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "r1", Host: long, Version: long, Source: long,
 			Broker: "amqp://ferry:s3cr3tpw@mq:5672/", BrokerError: "dial amqp://ferry:s3cr3tpw@mq:5672/: refused " + long}))
@@ -115,7 +110,7 @@ func exerciseRelays[TTx any](t *testing.T, h Harness[TTx]) {
 
 	t.Run("ForgetAndPrune", func(t *testing.T) {
 		b := setup(t, h)
-		reg := registry(t, b)
+		reg := b.store
 		for _, id := range []string{"alive", "stopped", "killed"} {
 			require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: id, Host: "h", PID: 1}))
 		}
@@ -158,7 +153,7 @@ func exerciseRelays[TTx any](t *testing.T, h Harness[TTx]) {
 
 	t.Run("BeatTouchesNoEvent", func(t *testing.T) {
 		b := setup(t, h)
-		reg := registry(t, b)
+		reg := b.store
 		id := b.enqueue(t, ev("OrderPaid", "1", `{}`))[0]
 		before := b.get(t, id)
 		require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "r"}))

@@ -27,7 +27,7 @@ import (
 func TestNewValidatesTheConfig(t *testing.T) {
 	t.Parallel()
 	st := testsvc.Store(t, "sqlite")
-	a := st.Driver.(ferrystore.Admin)
+	a := st.Driver
 	outboxes := map[string]ferrystore.Admin{"orders": a}
 	auth := ferryconsole.BasicAuth("u", "p")
 	for _, c := range []struct {
@@ -335,7 +335,7 @@ func TestDatabaseErrorsShowNoInternals(t *testing.T) {
 	_, err := missing.DB.Exec(`DROP TABLE "` + missing.Driver.Table() + `"`)
 	require.NoError(t, err)
 	b2 := setup(t, "sqlite", func(c *ferryconsole.Config) {
-		c.Outboxes = map[string]ferrystore.Admin{"orders": b.admin, "broken": missing.Driver.(ferrystore.Admin)}
+		c.Outboxes = map[string]ferrystore.Admin{"orders": b.admin, "broken": missing.Driver}
 	})
 	c := b2.client(t)
 	p := c.get("")
@@ -483,7 +483,7 @@ func TestInboxPageCountsMarkersAndShowsTasks(t *testing.T) {
 	p = c.post("tasks/points/retry", form(tok, "id", deadTask))
 	eq(t, http.StatusOK, p)
 	mustContain(t, p, "1 of 1 selected tasks changed")
-	require.Equal(t, ferrytype.StatusNew, b.row(t, b.tasks.Driver.(ferrystore.Admin), deadTask).Status)
+	require.Equal(t, ferrytype.StatusNew, b.row(t, b.tasks.Driver, deadTask).Status)
 	require.NotEmpty(t, b.logs.Lines("console action", "action=retry", "table_kind=tasks", "table=points", "changed=1"))
 }
 
@@ -612,7 +612,7 @@ func TestOverviewShowsTheRelays(t *testing.T) {
 	p := c.get("")
 	eq(t, http.StatusOK, p)
 	mustContain(t, p, "No relay has recorded itself on this table")
-	reg := b.admin.(ferrystore.RelayRegistry)
+	reg := b.admin
 	require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "relay-a", Host: "relay-host", PID: 7, Version: "v1.4.0",
 		Lanes: 2, InFlight: 18, BrokerConnected: true, Broker: "nats://mq:4222", Sent: 90210, SentLastMinute: 3021}))
 	require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "relay-b", Host: "other", PID: 8, Version: "v1.4.0",
@@ -807,7 +807,7 @@ func TestOverviewShowsTheLogRelay(t *testing.T) {
 	mustContain(t, p, "no standby")
 
 	// relay-a reads, relay-b stands by, relay-c polls the table.
-	reg := b.st.Driver.(ferrystore.RelayRegistry)
+	reg := b.st.Driver
 	for id, source := range map[string]string{"relay-a": ferrystore.RelaySourceLog, "relay-b": ferrystore.RelaySourceLog,
 		"relay-c": ferrystore.RelaySourceTable} {
 		require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: id, Source: source}))

@@ -88,8 +88,6 @@ func (o *Outbox) PendingByDestination(ctx context.Context, limit int) ([]ferryst
 	return out, rows.Err()
 }
 
-var _ ferrystore.DeadCounter = (*Outbox)(nil)
-
 // DeadByDestination counts the DEAD rows by destination: one statement
 // over the DEAD index, which holds the destination, exact at any number of
 // events.

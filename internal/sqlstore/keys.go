@@ -20,10 +20,7 @@ type Keys struct {
 	purge string
 }
 
-var (
-	_ ferrystore.IdempotencyStore = (*Keys)(nil)
-	_ ferrystore.KeyPurgeCounter  = (*Keys)(nil)
-)
+var _ ferrystore.IdempotencyStore = (*Keys)(nil)
 
 // NewKeys returns the key table (quoted) on pool. purge is the dialect's
 // statement that deletes a bounded number of expired keys, oldest expiry
