@@ -54,9 +54,9 @@ type StatusReport struct {
 	// last retried it out of DEAD.
 	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
 	// OldestPending is that event, nil when none.
-	OldestPending *Event             `json:"oldest_pending_event,omitempty"`
-	Destinations  []DestinationStats `json:"destinations"`
-	Attempts      []AttemptCount     `json:"attempts"`
+	OldestPending *Event                        `json:"oldest_pending_event,omitempty"`
+	Destinations  []ferrystore.DestinationStats `json:"destinations"`
+	Attempts      []ferrystore.AttemptCount     `json:"attempts"`
 	// Failed are the oldest unsent events that recorded an error.
 	Failed []Event `json:"failed"`
 	// Relays are the relays of the table from their heartbeat rows, alive
@@ -83,22 +83,6 @@ type StatusReport struct {
 	Unhealthy bool `json:"-"`
 	// MaxPendingAge is the limit Unhealthy was judged by.
 	MaxPendingAge time.Duration `json:"-"`
-}
-
-// AttemptCount is how many unsent events of one status took one number of
-// attempts.
-type AttemptCount struct {
-	Status   ferrytype.Status `json:"status"`
-	Attempts int              `json:"attempts"`
-	Events   int64            `json:"events"`
-}
-
-// DestinationStats describes the pending events of one destination.
-type DestinationStats struct {
-	Destination          string  `json:"destination"`
-	New                  int64   `json:"new"`
-	Sending              int64   `json:"sending"`
-	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
 }
 
 func (o *StatusOptions) withDefaults() StatusOptions {
@@ -160,7 +144,7 @@ func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (Statu
 		OldestPendingSeconds: st.OldestPending.Seconds(),
 		Counts: map[string]int64{"NEW": st.New, "SENDING": st.Sending, "DEAD": st.Dead,
 			"DISCARDED": counts[ferrytype.StatusDiscarded]},
-		Destinations: []DestinationStats{}, Failed: []Event{}, Attention: []string{}, Relays: []RelayInfo{},
+		Destinations: []ferrystore.DestinationStats{}, Failed: []Event{}, Attention: []string{}, Relays: []RelayInfo{},
 		Stats: st, SentCounted: o.CountSent, MaxPendingAge: o.MaxPendingAge}
 	if o.CountSent {
 		rep.Counts["SENT"] = counts[ferrytype.StatusSent]
@@ -180,19 +164,13 @@ func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (Statu
 		if err != nil {
 			return StatusReport{}, err
 		}
-		for _, d := range dests {
-			rep.Destinations = append(rep.Destinations, DestinationStats{Destination: d.Destination, New: d.New,
-				Sending: d.Sending, OldestPendingSeconds: d.OldestPending.Seconds()})
-		}
+		rep.Destinations = append(rep.Destinations, dests...)
 	}
 	attempts, err := a.Attempts(ctx)
 	if err != nil {
 		return StatusReport{}, err
 	}
-	rep.Attempts = make([]AttemptCount, len(attempts))
-	for i, x := range attempts {
-		rep.Attempts[i] = AttemptCount{Status: x.Status, Attempts: x.Attempts, Events: x.Events}
-	}
+	rep.Attempts = append([]ferrystore.AttemptCount{}, attempts...)
 	if o.Errors > 0 {
 		// The pending rows, then the DEAD ones through their own index, so
 		// that a million DEAD events cost a page, not a sort of them all.

@@ -127,7 +127,7 @@ func (h *console) summarize(ctx context.Context, r *http.Request, kind, name str
 	}
 	for _, d := range rep.Destinations {
 		x := row(d.Destination)
-		x.New, x.Sending, x.OldestPendingSeconds = d.New, d.Sending, d.OldestPendingSeconds
+		x.New, x.Sending, x.OldestPendingSeconds = d.New, d.Sending, d.OldestPending.Seconds()
 	}
 	// Counted by the database: exact at any number.
 	d := <-dead

@@ -2,6 +2,7 @@ package ferrystore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -132,17 +133,44 @@ const MaxListLimit = 1000
 // pages.
 const MaxStateListLimit = 10000
 
-// DestinationStats describes the pending events of one destination.
+// DestinationStats describes the pending events of one destination. Its
+// JSON form is stable: destination, new, sending and
+// oldest_pending_seconds.
 type DestinationStats struct {
 	// Destination is the events' destination, or their type when they
 	// have none: where the relay publishes them.
-	Destination string
+	Destination string `json:"destination"`
 	// Counts of NEW and SENDING rows.
-	New, Sending int64
+	New     int64 `json:"new"`
+	Sending int64 `json:"sending"`
 	// OldestPending is how long the one pending for the longest has
 	// waited: since its created_at, or since a person retried it out of
-	// DEAD (Row.RevivedAt).
-	OldestPending time.Duration
+	// DEAD (Row.RevivedAt). In JSON, oldest_pending_seconds.
+	OldestPending time.Duration `json:"-"`
+}
+
+// MarshalJSON writes OldestPending in seconds.
+func (d DestinationStats) MarshalJSON() ([]byte, error) {
+	type plain DestinationStats // without these methods
+	return json.Marshal(struct {
+		plain
+		OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
+	}{plain(d), d.OldestPending.Seconds()})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (d *DestinationStats) UnmarshalJSON(b []byte) error {
+	type plain DestinationStats
+	var v struct {
+		plain
+		OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*d = DestinationStats(v.plain)
+	d.OldestPending = time.Duration(v.OldestPendingSeconds * float64(time.Second))
+	return nil
 }
 
 // MaxErrorGroups bounds Admin.GroupErrors.
@@ -165,15 +193,16 @@ type ErrorGroup struct {
 
 // DestinationCount is the number of rows of one destination.
 type DestinationCount struct {
-	Destination string
-	Count       int64
+	Destination string `json:"destination"`
+	Count       int64  `json:"count"`
 }
 
-// AttemptCount is the number of rows of one status with one attempt count.
+// AttemptCount is the number of rows of one status with one attempt
+// count. Its JSON form is stable.
 type AttemptCount struct {
-	Status   ferrytype.Status
-	Attempts int
-	Events   int64
+	Status   ferrytype.Status `json:"status"`
+	Attempts int              `json:"attempts"`
+	Events   int64            `json:"events"`
 }
 
 // MaxErrorContains bounds the length of each Filter.ErrorContains string.
@@ -347,12 +376,13 @@ func (q MissingEventsQuery) Validate() error {
 	return nil
 }
 
-// MissingEvent is a business row without its event.
+// MissingEvent is a business row without its event. Its JSON form is
+// stable.
 type MissingEvent struct {
 	// Key is the row's key column, as text.
-	Key string
+	Key string `json:"key"`
 	// Time is the row's time column.
-	Time time.Time
+	Time time.Time `json:"time"`
 }
 
 // SentEventsQuery selects a page of SENT events for Admin.SentEvents.

@@ -2,6 +2,7 @@ package ferrystore
 
 import (
 	"context"
+	"encoding/json"
 	"io/fs"
 	"time"
 )
@@ -50,8 +51,8 @@ type InboxStore interface {
 	Conflicts(ctx context.Context, f ConflictFilter) ([]Conflict, error)
 	// GetConflict returns one conflict; ferrytype.ErrNotFound when none.
 	GetConflict(ctx context.Context, id int64) (Conflict, error)
-	// ResolveConflict records a person's decision on an open conflict. It
-	// changes no business data. ferrytype.ErrNotFound when the conflict
+	// ResolveConflict records a person's decision on an open conflict,
+	// stamped with the database clock. It changes no business data. ferrytype.ErrNotFound when the conflict
 	// does not exist or is already resolved.
 	ResolveConflict(ctx context.Context, id int64, r Resolution) error
 	// OpenConflicts counts the open conflicts of each consumer that has
@@ -101,48 +102,68 @@ type InboxDriver[TTx any] interface {
 	UnwrapTx(tx TTx) Executor
 }
 
-// Marker records that a consumer applied a business operation.
+// Marker records that a consumer applied a business operation. Its JSON
+// form is stable.
 type Marker struct {
-	Consumer string
-	Key      string
-	EventID  string
+	Consumer string `json:"consumer"`
+	Key      string `json:"key"`
+	EventID  string `json:"event_id"`
 	// Fields is the canonical JSON of the fields that define the
-	// operation; Fingerprint its SHA-256, hex.
-	Fields      []byte
-	Fingerprint string
+	// operation, as stored; Fingerprint its SHA-256, hex.
+	Fields      json.RawMessage `json:"fields"`
+	Fingerprint string          `json:"fingerprint"`
 	// Outcome is "applied", or "stale" for an operation the order guard
 	// turned into a recorded no-op.
-	Outcome   string
-	CreatedAt time.Time
+	Outcome   string    `json:"outcome"`
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // Conflict is one business key delivered with different defining fields
-// than the operation already applied under it.
+// than the operation already applied under it. Its JSON form is stable.
 type Conflict struct {
-	ID       int64
-	Consumer string
-	Key      string
-	// Stored is the applied operation; Incoming the one that conflicts.
-	StoredEventID, IncomingEventID         string
-	StoredFields, IncomingFields           []byte
-	StoredFingerprint, IncomingFingerprint string
-	Occurrences                            int64
-	FirstSeen, LastSeen                    time.Time
-	// Resolution fields; Status is "OPEN" or "RESOLVED".
-	Status     string
-	Resolution Resolution
-	ResolvedAt time.Time
+	ID       int64  `json:"id"`
+	Consumer string `json:"consumer"`
+	Key      string `json:"key"`
+	// Status is "OPEN" or "RESOLVED".
+	Status string `json:"status"`
+	// Occurrences counts the deliveries of Incoming, FirstSeen and
+	// LastSeen say when the first and the last came.
+	Occurrences int64     `json:"occurrences"`
+	FirstSeen   time.Time `json:"first_seen"`
+	LastSeen    time.Time `json:"last_seen"`
+	// Stored is the operation applied; Incoming the one refused, whose
+	// delivery was parked.
+	Stored   ConflictSide `json:"stored"`
+	Incoming ConflictSide `json:"incoming"`
+	// Resolution is the decision recorded, nil while the conflict is
+	// open.
+	Resolution *Resolution `json:"resolution,omitempty"`
+}
+
+// ConflictSide is one of the two operations of a conflict: the event that
+// carried it and the fields that define it.
+type ConflictSide struct {
+	EventID string `json:"event_id"`
+	// Fields is the canonical JSON of the operation's defining fields, as
+	// stored; Fingerprint its SHA-256, hex.
+	Fields      json.RawMessage `json:"fields"`
+	Fingerprint string          `json:"fingerprint"`
 }
 
 // Resolution is a person's decision on a conflict. It records what was
-// decided and by whom; ferry never re-applies an effect because of it.
+// decided, by whom and when; ferry never re-applies an effect because of
+// it. Its JSON form is stable.
 type Resolution struct {
 	// Decision: "keep-stored" (the applied operation stands),
 	// "applied-manually" (someone fixed the data by hand),
 	// "ignored" (not a real conflict).
-	Decision string
-	By       string
-	Note     string
+	Decision string `json:"decision"`
+	By       string `json:"by"`
+	Note     string `json:"note"`
+	// ResolvedAt is when the decision was recorded, by the database
+	// clock; InboxStore.ResolveConflict sets it and ignores the value
+	// given.
+	ResolvedAt time.Time `json:"resolved_at"`
 }
 
 // ConflictFilter selects conflicts.

@@ -136,7 +136,7 @@ func printStatus(w io.Writer, rep *ferryadmin.StatusReport) {
 		rows := make([]string, len(rep.Destinations))
 		for i, d := range rep.Destinations {
 			rows[i] = fmt.Sprintf("%s\t%d\t%d\t%s", d.Destination, d.New, d.Sending,
-				ferryadmin.FormatAge(time.Duration(d.OldestPendingSeconds*float64(time.Second))))
+				ferryadmin.FormatAge(d.OldestPending))
 		}
 		table(w, "  ", "DESTINATION\tNEW\tSENDING\tOLDEST", rows)
 	}

@@ -170,8 +170,8 @@ func (s *inboxCore) RecordConflict(ctx context.Context, c ferrystore.Conflict) (
 		" VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::jsonb, $8)"+
 		" ON CONFLICT (consumer_name, business_key, incoming_fingerprint)"+
 		" DO UPDATE SET occurrences = c.occurrences + 1, last_seen = now() RETURNING id",
-		c.Consumer, c.Key, c.StoredEventID, string(c.StoredFields), c.StoredFingerprint,
-		c.IncomingEventID, string(c.IncomingFields), c.IncomingFingerprint)
+		c.Consumer, c.Key, c.Stored.EventID, string(c.Stored.Fields), c.Stored.Fingerprint,
+		c.Incoming.EventID, string(c.Incoming.Fields), c.Incoming.Fingerprint)
 	if err != nil {
 		return 0, fmt.Errorf("record conflict: %w", err)
 	}

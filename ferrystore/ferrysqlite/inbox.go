@@ -96,8 +96,8 @@ func (s *Inbox) RecordConflict(ctx context.Context, c ferrystore.Conflict) (int6
 		" stored_fingerprint, incoming_event_id, incoming_fields, incoming_fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"+
 		" ON CONFLICT (consumer_name, business_key, incoming_fingerprint)"+
 		" DO UPDATE SET occurrences = occurrences + 1, last_seen = "+now+" RETURNING id",
-		c.Consumer, c.Key, c.StoredEventID, string(c.StoredFields), c.StoredFingerprint,
-		c.IncomingEventID, string(c.IncomingFields), c.IncomingFingerprint).Scan(&id)
+		c.Consumer, c.Key, c.Stored.EventID, string(c.Stored.Fields), c.Stored.Fingerprint,
+		c.Incoming.EventID, string(c.Incoming.Fields), c.Incoming.Fingerprint).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("record conflict: %w", err)
 	}

@@ -400,7 +400,7 @@ func testBrowser(t *testing.T, kind string) {
 		require.Contains(t, text(t, ctx, "#result"), "Resolved 1 conflict: keep-stored by "+testUser)
 		c := b.getConflict(t, cid)
 		require.Equal(t, "RESOLVED", c.Status)
-		require.Equal(t, &ferryadmin.Resolution{Decision: "keep-stored", By: testUser, Note: "producer bug, INC-9",
+		require.Equal(t, &ferrystore.Resolution{Decision: "keep-stored", By: testUser, Note: "producer bug, INC-9",
 			ResolvedAt: c.Resolution.ResolvedAt}, c.Resolution)
 		require.True(t, c.Marker.Found && c.Marker.EventID == c.Stored.EventID, "resolving changes no marker")
 		require.NotEmpty(t, b.logs.Lines("console action", "action=resolve", "decision=keep-stored", "changed=1"))

@@ -83,14 +83,17 @@ func scanConflicts(rows ferrystore.Rows) ([]ferrystore.Conflict, error) {
 			first, last, resolved          nullTime
 			decision, resolvedBy, noteText sql.NullString
 		)
-		if err := rows.Scan(&c.ID, &c.Consumer, &c.Key, &c.StoredEventID, &stored, &c.StoredFingerprint,
-			&c.IncomingEventID, &incoming, &c.IncomingFingerprint, &c.Occurrences, &first, &last, &c.Status,
+		if err := rows.Scan(&c.ID, &c.Consumer, &c.Key, &c.Stored.EventID, &stored, &c.Stored.Fingerprint,
+			&c.Incoming.EventID, &incoming, &c.Incoming.Fingerprint, &c.Occurrences, &first, &last, &c.Status,
 			&decision, &resolvedBy, &noteText, &resolved); err != nil {
 			return nil, fmt.Errorf("scan conflict: %w", err)
 		}
-		c.StoredFields, c.IncomingFields = stored, incoming
-		c.FirstSeen, c.LastSeen, c.ResolvedAt = first.Time, last.Time, resolved.Time
-		c.Resolution = ferrystore.Resolution{Decision: decision.String, By: resolvedBy.String, Note: noteText.String}
+		c.Stored.Fields, c.Incoming.Fields = stored, incoming
+		c.FirstSeen, c.LastSeen = first.Time, last.Time
+		if c.Status != "OPEN" {
+			c.Resolution = &ferrystore.Resolution{Decision: decision.String, By: resolvedBy.String, Note: noteText.String,
+				ResolvedAt: resolved.Time}
+		}
 		out = append(out, c)
 	}
 	return out, rows.Err()
