@@ -23,7 +23,7 @@ import (
 // concurrently, ordered mode holds back an aggregate's later events in
 // the claim itself, and what the log misses (a gap, an outage of the
 // replication connection, a retry whose delay has not passed) is found in
-// the table by a polling claim. The checkpoint in <table>_log moves past a
+// the table by a polling claim. The checkpoint in <table>_lease moves past a
 // transaction once the claim of its events committed: from there the table
 // owns each event's fate (claimed and leased, or still NEW for a polling
 // claim).
@@ -251,7 +251,7 @@ type LogStats struct {
 	// probes the table only every LogPollInterval, as the reader does,
 	// claims what it finds there, and takes the lease over when it ends.
 	Standby bool
-	// Checkpoint is the last position saved in <table>_log.
+	// Checkpoint is the last position saved in <table>_lease.
 	Checkpoint ferrystore.LogPosition
 	// Batches and Events count the transactions and events read from the
 	// log; Checkpoints the checkpoints saved; Takeovers the times this
@@ -283,7 +283,7 @@ const LogLagInterval = 15 * time.Second
 type logFollower struct {
 	hooks *relayHooks
 	feed  ferrystore.LogFeed
-	ckpt  ferrystore.LogCheckpoints
+	ckpt  ferrystore.Store
 	q     logQueue
 	mu    sync.Mutex
 	stats LogStats
@@ -372,7 +372,8 @@ func (r *Relay) followLog() {
 			return
 		default:
 		}
-		pos, held, err := f.ckpt.AcquireLog(r.workCtx, r.cfg.ID, f.feed.Source(), r.cfg.LogLease)
+		st, held, err := f.ckpt.AcquireLease(r.workCtx, ferrystore.LeaseLog, r.cfg.ID, f.feed.Source(), r.cfg.LogLease)
+		pos := st.Position
 		if err != nil {
 			r.log.Warn("log relay: taking the log lease failed", "error", err, "retry_in", backoff)
 			if !r.sleep(backoff) {
@@ -400,7 +401,7 @@ func (r *Relay) followLog() {
 		select {
 		case <-r.stopping:
 			r.saveLog(context.WithoutCancel(r.workCtx))
-			if err := f.ckpt.ReleaseLog(context.WithoutCancel(r.workCtx), r.cfg.ID); err != nil {
+			if err := f.ckpt.ReleaseLease(context.WithoutCancel(r.workCtx), ferrystore.LeaseLog, r.cfg.ID); err != nil {
 				r.log.Warn("log relay: releasing the log lease failed; a standby takes over when it ends", "error", err)
 			}
 			return
@@ -450,7 +451,7 @@ func (r *Relay) logGap(cause error) {
 		return
 	}
 	f.q.reset(head)
-	if _, err := f.ckpt.SaveLog(r.workCtx, r.cfg.ID, head, r.cfg.LogLease); err != nil {
+	if _, err := f.ckpt.RenewLease(r.workCtx, ferrystore.LeaseLog, r.cfg.ID, head, r.cfg.LogLease); err != nil {
 		r.log.Error("log relay: saving the checkpoint failed", "error", err)
 	}
 	r.scan.Store(true)
@@ -471,7 +472,7 @@ func (r *Relay) stream(pos ferrystore.LogPosition) error {
 			return err
 		}
 		pos = head
-		if saved, err := f.ckpt.SaveLog(ctx, r.cfg.ID, pos, r.cfg.LogLease); err != nil {
+		if saved, err := f.ckpt.RenewLease(ctx, ferrystore.LeaseLog, r.cfg.ID, pos, r.cfg.LogLease); err != nil {
 			return err
 		} else if !saved {
 			return errLeaseLost
@@ -507,7 +508,7 @@ func (r *Relay) stream(pos ferrystore.LogPosition) error {
 				continue
 			}
 			renew = time.Now()
-			saved, err := f.ckpt.SaveLog(ctx, r.cfg.ID, handled, r.cfg.LogLease)
+			saved, err := f.ckpt.RenewLease(ctx, ferrystore.LeaseLog, r.cfg.ID, handled, r.cfg.LogLease)
 			switch {
 			case err != nil:
 				r.log.Warn("log relay: saving the checkpoint failed", "error", err)
@@ -559,7 +560,7 @@ func (r *Relay) saveLog(ctx context.Context) {
 	if handled == "" {
 		return
 	}
-	if saved, err := f.ckpt.SaveLog(ctx, r.cfg.ID, handled, r.cfg.LogLease); err == nil && saved {
+	if saved, err := f.ckpt.RenewLease(ctx, ferrystore.LeaseLog, r.cfg.ID, handled, r.cfg.LogLease); err == nil && saved {
 		f.feed.Flushed(handled)
 		f.update(func(s *LogStats) { s.Checkpoint = handled; s.Checkpoints++ })
 	}

@@ -69,15 +69,14 @@ type RelayConfig struct {
 	// binlog, ferrypgoutput for PostgreSQL's logical replication) and
 	// claims them by id as their transaction commits, instead of probing
 	// the table every PollInterval. One relay of the table reads the log
-	// at a time, holding the lease in <table>_log (outbox migration
-	// 0005_log) with its checkpoint; the others stand by and take over
-	// when the lease ends. Claims, leases, retries, DEAD events and
-	// ordered mode are those of the polling relay, in the same table, so
-	// log relays and polling relays may serve one table together; what
-	// the log cannot tell (a retry whose delay ended, an ordered event
-	// held back behind its predecessor, a gap in the log) is claimed from
-	// the table. The store must implement ferrystore.LogCheckpoints
-	// (ferrymysql and ferrypg do). Start runs the feed's Check and fails
+	// at a time, holding the lease ferrystore.LeaseLog in <table>_lease
+	// (outbox migration 0006_lease) with its checkpoint; the others stand
+	// by and take over when the lease ends. Claims, leases, retries, DEAD
+	// events and ordered mode are those of the polling relay, in the same
+	// table, so log relays and polling relays may serve one table
+	// together; what the log cannot tell (a retry whose delay ended, an
+	// ordered event held back behind its predecessor, a gap in the log)
+	// is claimed from the table. Start runs the feed's Check and fails
 	// with an error wrapping ferrystore.ErrLogSetup when the database is
 	// not set up for it.
 	Feed ferrystore.LogFeed
@@ -404,12 +403,7 @@ func NewRelay(store ferrystore.Store, pub ferrybroker.Publisher, cfg *RelayConfi
 		r.cfg.Broker = fmt.Sprintf("%T", pub)
 	}
 	if !nilness.Nil(c.Feed) {
-		ckpt, ok := store.(ferrystore.LogCheckpoints)
-		if !ok {
-			return nil, fmt.Errorf("%w: RelayConfig.Feed needs a store that keeps log checkpoints (ferrymysql, ferrypg), got %T",
-				ErrInvalidConfig, store)
-		}
-		r.follow = &logFollower{feed: c.Feed, ckpt: ckpt, hooks: &r.hooks}
+		r.follow = &logFollower{feed: c.Feed, ckpt: store, hooks: &r.hooks}
 		r.follow.stats.Source = c.Feed.Source()
 		r.follow.stats.RetainedBytes = -1
 	}
@@ -1183,7 +1177,7 @@ func (r *Relay) fault(ctx context.Context, point string) error {
 func (r *Relay) sweep() {
 	ctx := r.workCtx
 	for {
-		leases, err := r.store.ExpiredLeases(ctx, r.cfg.SweepBatch)
+		leases, err := r.store.ExpiredClaims(ctx, r.cfg.SweepBatch)
 		if err != nil {
 			r.c.errors.Add(1)
 			r.log.Error("sweep failed", "error", err)

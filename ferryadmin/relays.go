@@ -34,8 +34,8 @@ type RelayInfo struct {
 	Age time.Duration `json:"-"`
 	// AgeSeconds is Age in seconds, for JSON.
 	AgeSeconds float64 `json:"age_seconds"`
-	// LogRole is LogRoleReader for the relay that holds the lease in
-	// <table>_log, LogRoleStandby for a relay alive whose Source is
+	// LogRole is LogRoleReader for the relay that holds the lease
+	// ferrystore.LeaseLog, LogRoleStandby for a relay alive whose Source is
 	// ferrystore.RelaySourceLog and that does not hold it, empty for the
 	// others. Status sets it (it reads the lease); Relays leaves it empty.
 	LogRole string `json:"log_role,omitempty"`

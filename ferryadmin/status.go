@@ -67,8 +67,7 @@ type StatusReport struct {
 	// before 0003_relay); empty when they were.
 	RelaysError string `json:"relays_error,omitempty"`
 	// Log is the log relay's reader of the table (ferry relay --source
-	// log) from its checkpoint row; nil when no relay ever read the
-	// table's log.
+	// log) from its lease; nil when no relay ever read the table's log.
 	Log *LogInfo `json:"log,omitempty"`
 	// Attention says, in sentences, what needs a person; empty when
 	// nothing does.
@@ -193,15 +192,12 @@ func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (Statu
 	default:
 		return StatusReport{}, err
 	}
-	if lc, ok := a.(ferrystore.LogCheckpoints); ok {
-		ls, found, err := lc.LogState(ctx)
-		switch {
-		case err == nil && found:
-			rep.Log = logInfo(ls)
-			rep.Log.Standbys = logRoles(rep.Relays, rep.Log.Owner)
-		case err != nil && !errors.Is(err, ferrytype.ErrUndefinedTable):
-			return StatusReport{}, err
-		}
+	switch ls, found, lerr := a.LeaseState(ctx, ferrystore.LeaseLog); {
+	case lerr == nil && found:
+		rep.Log = logInfo(ls)
+		rep.Log.Standbys = logRoles(rep.Relays, rep.Log.Owner)
+	case lerr != nil && !errors.Is(lerr, ferrytype.ErrUndefinedTable):
+		return StatusReport{}, lerr
 	}
 	rep.Attention = attention(st, rep.OldestPending, o.MaxPendingAge)
 	if rep.Log != nil && rep.Log.Owner == "" && st.New+st.Sending > 0 {
@@ -278,20 +274,19 @@ func attention(st ferrystore.Stats, oldest *Event, maxAge time.Duration) []strin
 	return out
 }
 
-// LogInfo is the log relay's reader of a table, from its checkpoint row
-// (<table>_log). Its JSON form is stable.
+// LogInfo is the log relay's reader of a table, from its lease
+// (ferrystore.LeaseLog in <table>_lease). Its JSON form is stable: the
+// lease's fields, then lease_left_seconds, saved_age_seconds, lag_bytes,
+// head and standbys.
 type LogInfo struct {
-	// Source names the log: "binlog host:port", "pgoutput slot ...".
-	Source string `json:"source"`
-	// Position is the checkpoint: the log is handled up to it.
-	Position string `json:"position"`
-	// Owner is the relay that holds the lease (RelayConfig.ID); empty
-	// when none does: the lease ended, or was given up at a stop.
-	Owner string `json:"owner"`
-	// LeaseLeft is how long the owner's lease has left, by the database
-	// clock.
-	LeaseLeft        time.Duration `json:"-"`
-	LeaseLeftSeconds float64       `json:"lease_left_seconds"`
+	// LeaseState is the lease: Source names the log ("binlog host:port",
+	// "pgoutput slot ..."), Position is the checkpoint (the log is handled
+	// up to it), Owner the relay that holds the lease (RelayConfig.ID),
+	// empty when none does: the lease ended, or was given up at a stop.
+	ferrystore.LeaseState
+	// LeaseLeftSeconds is LeaseLeft, how long the owner's lease has
+	// left by the database clock, in seconds.
+	LeaseLeftSeconds float64 `json:"lease_left_seconds"`
 	// SavedAge is how long ago the checkpoint was last saved.
 	SavedAge        time.Duration `json:"-"`
 	SavedAgeSeconds float64       `json:"saved_age_seconds"`
@@ -300,7 +295,7 @@ type LogInfo struct {
 	// unknown.
 	LagBytes int64 `json:"lag_bytes"`
 	// Head is the log's end when LagBytes was measured.
-	Head string `json:"head,omitempty"`
+	Head ferrystore.LogPosition `json:"head,omitempty"`
 	// Standbys are the relays alive that would read the log but do not
 	// hold the lease (ferry relay --source log beside the reader): one of
 	// them takes over when the reader's lease ends.
@@ -325,9 +320,8 @@ func logRoles(relays []RelayInfo, owner string) []string {
 	return standbys
 }
 
-func logInfo(ls ferrystore.LogState) *LogInfo {
-	li := &LogInfo{Source: ls.Source, Position: string(ls.Position), Owner: ls.Owner, LagBytes: -1,
-		LeaseLeft: ls.LeaseLeft, LeaseLeftSeconds: ls.LeaseLeft.Seconds()}
+func logInfo(ls ferrystore.LeaseState) *LogInfo {
+	li := &LogInfo{LeaseState: ls, LagBytes: -1, LeaseLeftSeconds: ls.LeaseLeft.Seconds()}
 	if ls.LeaseLeft <= 0 {
 		li.Owner = "" // the lease ended: a standby may take it
 	}

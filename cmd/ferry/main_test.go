@@ -215,7 +215,7 @@ func TestSeedInsertIsDelivered(t *testing.T) {
 
 	code, out, errOut := ferryCLI(t, "migrate", "--database-url", dbURL)
 	require.Equal(t, exitOK, code, errOut)
-	require.Contains(t, out, "applied 0001_outbox, 0002_discard, 0003_relay, 0004_dead, 0005_log\n", "what ran, then the state")
+	require.Contains(t, out, "applied 0001_outbox, 0002_discard, 0003_relay, 0004_dead, 0005_log, 0006_lease\n", "what ran, then the state")
 	require.Contains(t, out, "outbox_event is up to date")
 	code, out, errOut = ferryCLI(t, "migrate", "--database-url", dbURL)
 	require.Equal(t, exitOK, code, errOut)

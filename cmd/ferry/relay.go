@@ -141,8 +141,8 @@ REPLICATION SLAVE and REPLICATION CLIENT), PostgreSQL's logical replication
 each event by id as its transaction commits, in the same table and state
 machine as the polling relay: retries, DEAD events and --ordered are the same,
 and polling relays may run beside it. One relay reads the log at a time,
-holding a lease in <table>_log (outbox migration 0005) where it keeps its
-checkpoint; other --source log relays stand by, probing the table every
+holding the lease "log" in <table>_lease (outbox migration 0006) where it keeps
+its checkpoint; other --source log relays stand by, probing the table every
 --log-poll-interval, and take over within --log-lease. At start the relay checks the database's settings and exits 2
 naming what is missing and how to fix it. A gap in the log (the binlog purged
 past the checkpoint, the slot invalidated or dropped) is logged as an error

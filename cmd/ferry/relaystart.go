@@ -180,13 +180,7 @@ func awaitSchema(ctx context.Context, store ferrystore.Store, wait bool, deps *r
 // would, before the relay waits for anything: a relay that can never start
 // exits 2 at once instead of waiting for its database first.
 func validateRelayConfig(rc *ferry.RelayConfig) error {
-	var store ferrystore.Store = tableOnly{}
-	if rc.Feed != nil {
-		// A log relay needs a store that keeps log checkpoints; whether
-		// the real one does, ferry.NewRelay says once it is open.
-		store = tableOnlyLog{}
-	}
-	_, err := ferry.NewRelay(store, struct{ ferrybroker.Publisher }{}, rc)
+	_, err := ferry.NewRelay(tableOnly{}, struct{ ferrybroker.Publisher }{}, rc)
 	return err
 }
 
@@ -194,10 +188,3 @@ func validateRelayConfig(rc *ferry.RelayConfig) error {
 type tableOnly struct{ ferrystore.Store }
 
 func (tableOnly) Table() string { return "" }
-
-// tableOnlyLog is tableOnly for a log relay: ferry.NewRelay requires the
-// store to keep log checkpoints, and calls none of their methods.
-type tableOnlyLog struct {
-	tableOnly
-	ferrystore.LogCheckpoints
-}

@@ -239,7 +239,7 @@ func measureLogLag(ctx context.Context, g *globals, li *ferryadmin.LogInfo) {
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if lag, err := feed.Lag(lctx); err == nil {
-		li.LagBytes, li.Head = lag.Bytes, string(lag.Head)
+		li.LagBytes, li.Head = lag.Bytes, lag.Head
 	}
 }
 
@@ -262,5 +262,5 @@ func printLog(w io.Writer, li *ferryadmin.LogInfo) {
 	}
 	fmt.Fprintf(w, "\nlog relay: %s\n", li.Source)
 	table(w, "  ", "READER\tCHECKPOINT\tSAVED\tLAG\tSTANDBY", []string{fmt.Sprintf("%s\t%s\t%s ago\t%s\t%s", reader,
-		orDash(li.Position), ferryadmin.FormatAge(li.SavedAge), lag, standbys)})
+		orDash(string(li.Position)), ferryadmin.FormatAge(li.SavedAge), lag, standbys)})
 }

@@ -63,6 +63,20 @@ func (dialect) After(col string, at time.Time, id string) (string, []any) {
 func (dialect) Route() string   { return "route" }
 func (dialect) Settled() string { return "settled_status" }
 
+// UpsertIf sets each column to IF(cond, VALUES(col), col): MySQL evaluates
+// the assignments in order, so cond is asked again for each, and must keep
+// its answer once the first column holds its new value.
+func (dialect) UpsertIf(_ string, cols []string, cond string) string {
+	set := make([]string, len(cols))
+	for i, c := range cols {
+		set[i] = c + " = IF(" + cond + ", VALUES(" + c + "), " + c + ")"
+	}
+	return "ON DUPLICATE KEY UPDATE " + strings.Join(set, ", ")
+}
+
+// Inserted is VALUES(col).
+func (dialect) Inserted(col string) string { return "VALUES(" + col + ")" }
+
 // Upsert uses ON DUPLICATE KEY UPDATE with VALUES(col), which MariaDB and
 // MySQL 8 both read (MySQL 8.0.20+ prefers a row alias, which MariaDB
 // lacks, and only warns).

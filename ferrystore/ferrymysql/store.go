@@ -22,6 +22,7 @@ import (
 	"io/fs"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -233,6 +234,22 @@ func (s *Store) Release(ctx context.Context, token string, ids []string) (int64,
 // InnoDB picks it as a deadlock victim.
 func (s *Store) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (ferrystore.MarkFailedResult, error) {
 	return againOnDeadlock(func() (ferrystore.MarkFailedResult, error) { return s.Outbox.MarkFailed(ctx, fails) })
+}
+
+// AcquireLease takes or renews a lease in one upsert, run again when
+// InnoDB picks it as a deadlock victim: relays inserting an absent lease
+// row at once each take a lock on the new key, and InnoDB may roll one
+// back; the statement that lost changed nothing.
+func (s *Store) AcquireLease(ctx context.Context, name, owner, source string, ttl time.Duration) (ferrystore.LeaseState, bool, error) {
+	type acquired struct {
+		st   ferrystore.LeaseState
+		held bool
+	}
+	a, err := againOnDeadlock(func() (acquired, error) {
+		st, held, err := s.Outbox.AcquireLease(ctx, name, owner, source, ttl)
+		return acquired{st, held}, err
+	})
+	return a.st, a.held, err
 }
 
 // againOnDeadlock runs fn, and again at once, up to deadlockAttempts

@@ -65,6 +65,15 @@ func (dialect) Route() string {
 // Settled is status: the DEAD and DISCARDED indexes are partial.
 func (dialect) Settled() string { return "status" }
 
+// UpsertIf is ON CONFLICT ... DO UPDATE ... WHERE cond: the statement
+// changes no row when cond does not hold.
+func (d dialect) UpsertIf(key string, cols []string, cond string) string {
+	return d.Upsert(key, cols) + " WHERE " + cond
+}
+
+// Inserted is the excluded row's value.
+func (dialect) Inserted(col string) string { return "excluded." + col }
+
 // Upsert is ON CONFLICT ... DO UPDATE with the excluded row's values.
 func (dialect) Upsert(key string, cols []string) string {
 	set := make([]string, len(cols))

@@ -791,11 +791,11 @@ func TestOverviewShowsTheLogRelay(t *testing.T) {
 	eq(t, http.StatusOK, p, b.logs)
 	require.NotContains(t, p.body, `id="log-relay"`, "no log relay ever read this table")
 
-	lc := b.st.Driver.(ferrystore.LogCheckpoints)
-	_, held, err := lc.AcquireLog(b.ctx, "relay-a", "binlog db-1:3306", time.Minute)
+	lc := b.st.Driver
+	_, held, err := lc.AcquireLease(b.ctx, ferrystore.LeaseLog, "relay-a", "binlog db-1:3306", time.Minute)
 	require.NoError(t, err)
 	require.True(t, held)
-	saved, err := lc.SaveLog(b.ctx, "relay-a", "binlog.000042:4711", time.Minute)
+	saved, err := lc.RenewLease(b.ctx, ferrystore.LeaseLog, "relay-a", "binlog.000042:4711", time.Minute)
 	require.NoError(t, err)
 	require.True(t, saved)
 	p = c.get("")
@@ -819,7 +819,7 @@ func TestOverviewShowsTheLogRelay(t *testing.T) {
 	require.Regexp(t, `<code>relay-b</code>[^\n]*log standby`, p.body)
 	require.NotRegexp(t, `<code>relay-c</code>[^\n]*log (reader|standby)`, p.body)
 
-	require.NoError(t, lc.ReleaseLog(b.ctx, "relay-a"))
+	require.NoError(t, lc.ReleaseLease(b.ctx, ferrystore.LeaseLog, "relay-a"))
 	p = c.get("")
 	mustContain(t, p, "no reader")
 }

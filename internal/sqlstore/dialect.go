@@ -86,6 +86,17 @@ type Dialect interface {
 	// Upsert ends an INSERT whose row may exist already, by its primary
 	// key key: the existing row takes the inserted values of cols instead.
 	Upsert(key string, cols []string) string
+	// UpsertIf ends an INSERT of one row whose primary key key may be
+	// taken already: the existing row then takes the inserted values of
+	// cols where cond holds of it, and stays as it is where it does not,
+	// in the one statement, under the row's lock. cond names the existing
+	// row's columns qualified by the quoted table's name, and an inserted
+	// value as Inserted(col). MySQL sets cols in order, each assignment
+	// seeing the ones before it: cond must still hold once the first of
+	// cols holds its inserted value.
+	UpsertIf(key string, cols []string, cond string) string
+	// Inserted is the value the INSERT of an UpsertIf inserts in col.
+	Inserted(col string) string
 	// Update begins an UPDATE of outbox rows that changes no JSON column:
 	// "UPDATE ", or on MySQL "UPDATE " behind MariaDB's executable comment
 	// that skips CHECK constraints for the statement. MariaDB's JSON is a

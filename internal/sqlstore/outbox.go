@@ -31,11 +31,11 @@ type Outbox struct {
 	// same age.
 	purgeSentWhere, purgeDiscardedWhere string
 
-	markSent, markFailed, release, expired, purge, stats, ready, pending, get string
+	markSent, markFailed, release, expired, claimsOf, purge, stats, ready, pending, get string
 	// relays are the statements of the heartbeat table, table_relay.
 	relays relayStatements
-	// logs are the statements of the log relay's checkpoint, table_log.
-	logs logStatements
+	// leases are the statements of the lease table, table_lease.
+	leases leaseStatements
 }
 
 // NewOutbox returns the shared store of the validated table on pool. Every
@@ -64,9 +64,14 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 		", available_at = " + now + ", lease_token = NULL, locked_until = NULL" +
 		" WHERE status = " + lit(ferrytype.TransitionRelease.From) + " AND lease_token = ? AND "
 	// The pending index, status SENDING.
-	o.expired = d.Rebind("SELECT event_id, lease_token, attempts," +
-		" CASE WHEN destination = '' THEN event_type ELSE destination END FROM " + t +
-		" WHERE status = " + lit(ferrytype.StatusSending) + " AND locked_until < " + now + " ORDER BY locked_until LIMIT ?")
+	claimed := "SELECT event_id, lease_token, attempts, CASE WHEN destination = '' THEN event_type ELSE destination END" +
+		" FROM " + t + " WHERE status = " + lit(ferrytype.StatusSending)
+	o.expired = d.Rebind(claimed + " AND locked_until < " + now + " ORDER BY locked_until LIMIT ?")
+	// The pending index (status, available_at, event_id), status
+	// SENDING, in its order: no sort, and no lock. Each SENDING row is
+	// read for its token, whose prefix is compared exactly (LIKE would
+	// ignore case on SQLite); the prefix's length is spliced in.
+	o.claimsOf = claimed + " AND SUBSTR(lease_token, 1, %d) = ? ORDER BY available_at, event_id LIMIT ?"
 	// TransitionPurgeSent: the pending index, status SENT, oldest first.
 	o.purgeSentWhere = "status = " + lit(ferrytype.TransitionPurgeSent.From) + " AND available_at < " + shift +
 		" AND sent_at < " + shift
@@ -90,7 +95,7 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 		lit(ferrytype.StatusSending) + ") LIMIT 1"
 	o.get = d.Rebind("SELECT " + o.cols + " FROM " + t + " WHERE event_id = ?")
 	o.relays = newRelayStatements(d, table)
-	o.logs = newLogStatements(d, table)
+	o.leases = newLeaseStatements(d, table)
 	return o
 }
 
@@ -174,22 +179,46 @@ func (o *Outbox) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (_ 
 	return ferrystore.MarkFailedResultOf(fails, func(i int) bool { return changed[i] }), nil
 }
 
-// ExpiredLeases returns up to limit SENDING rows whose lease ended.
-func (o *Outbox) ExpiredLeases(ctx context.Context, limit int) ([]ferrystore.Lease, error) {
+// ExpiredClaims returns up to limit SENDING rows whose lease ended.
+func (o *Outbox) ExpiredClaims(ctx context.Context, limit int) ([]ferrystore.Claimed, error) {
 	rows, err := o.pool.Query(ctx, o.expired, limit)
 	if err != nil {
-		return nil, fmt.Errorf("expired leases: %w", err)
+		return nil, fmt.Errorf("expired claims: %w", err)
 	}
+	return scanClaimed(rows, "expired claims")
+}
+
+// ClaimsOf returns up to limit SENDING rows claimed under prefix + ".".
+func (o *Outbox) ClaimsOf(ctx context.Context, prefix string, limit int) ([]ferrystore.Claimed, error) {
+	if err := ferrystore.ValidateClaimsPrefix(prefix); err != nil {
+		return nil, err
+	}
+	if limit < 1 {
+		return nil, fmt.Errorf("%w: claims of %s: limit %d must be positive", ferrytype.ErrInvalidConfig, prefix, limit)
+	}
+	rows, err := o.pool.Query(ctx, o.d.Rebind(fmt.Sprintf(o.claimsOf, len(prefix)+1)), prefix+".", limit)
+	if err != nil {
+		return nil, fmt.Errorf("claims of %s: %w", prefix, err)
+	}
+	return scanClaimed(rows, "claims of "+prefix)
+}
+
+// scanClaimed reads (event_id, lease_token, attempts, route) rows and
+// closes them.
+func scanClaimed(rows ferrystore.Rows, what string) ([]ferrystore.Claimed, error) {
 	defer rows.Close()
-	var out []ferrystore.Lease
+	var out []ferrystore.Claimed
 	for rows.Next() {
-		var l ferrystore.Lease
-		if err := rows.Scan(&l.ID, &l.Token, &l.Attempts, &l.Destination); err != nil {
-			return nil, fmt.Errorf("expired leases: %w", err)
+		var c ferrystore.Claimed
+		if err := rows.Scan(&c.ID, &c.Token, &c.Attempts, &c.Destination); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		out = append(out, l)
+		out = append(out, c)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
 }
 
 // PurgeSent deletes up to limit SENT rows older than olderThan.

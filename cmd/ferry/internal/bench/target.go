@@ -84,7 +84,7 @@ func OpenTarget(ctx context.Context, rawURL, prefix string) (*Target, error) {
 		return nil, fmt.Errorf("%w: database URL %s: the bench has no producers for a %s store",
 			ferrytype.ErrInvalidConfig, ferrytype.RedactURL(rawURL), st.Dialect())
 	}
-	t.tables = append(t.tables, table, table+"_seq", table+"_relay", table+"_log")
+	t.tables = append(t.tables, table, table+"_seq", table+"_relay", table+"_lease")
 	if err := t.Store.Migrate(ctx); err != nil {
 		t.Close()
 		return nil, fmt.Errorf("create the bench's outbox table %s: %w", table, err)
