@@ -387,8 +387,8 @@ func (in *Inbox[TTx]) compare(ctx context.Context, op Operation, fields []byte, 
 	}
 	id, err := in.driver.RecordConflict(ctx, ferrystore.Conflict{
 		Consumer: in.cfg.Consumer, Key: op.Key,
-		StoredEventID: m.EventID, StoredFields: m.Fields, StoredFingerprint: m.Fingerprint,
-		IncomingEventID: op.EventID, IncomingFields: fields, IncomingFingerprint: fp,
+		Stored:   ferrystore.ConflictSide{EventID: m.EventID, Fields: m.Fields, Fingerprint: m.Fingerprint},
+		Incoming: ferrystore.ConflictSide{EventID: op.EventID, Fields: fields, Fingerprint: fp},
 	})
 	if err != nil {
 		// Not recorded: not parked either. The redelivery tries again.

@@ -11,7 +11,7 @@ import (
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/runner"
-	"github.com/ferrydev/ferry/internal/sqlutil"
+	"github.com/ferrydev/ferry/internal/token"
 )
 
 // A claimSource tells the lanes what to claim, and wakes them when there
@@ -163,7 +163,7 @@ func (l *lanes) cycle(ctx context.Context) (int, error) {
 	if !ok {
 		return 0, nil
 	}
-	token := sqlutil.NewToken()
+	tok := token.New()
 	start := time.Now()
 	var (
 		malformed int
@@ -171,7 +171,7 @@ func (l *lanes) cycle(ctx context.Context) (int, error) {
 	)
 	l.state.claiming.Add(1)
 	msgs, err := l.store.Claim(ctx, ferrystore.ClaimParams{
-		Limit: l.cfg.BatchSize, Token: token, Lease: l.cfg.Lease, Ordered: l.cfg.Ordered, IDs: req.ids,
+		Limit: l.cfg.BatchSize, Token: tok, Lease: l.cfg.Lease, Ordered: l.cfg.Ordered, IDs: req.ids,
 		Malformed: func(id string, reason error) {
 			malformed++
 			got = append(got, id)
@@ -203,10 +203,10 @@ func (l *lanes) cycle(ctx context.Context) (int, error) {
 	l.c.claimed.Add(int64(len(msgs)))
 	l.hooks.claim(len(msgs), time.Since(start))
 	if err := ferryfault.At(ctx, ferryfault.RelayAfterClaim); err != nil {
-		l.log.Warn("fault after claim: batch abandoned", "token", token, "events", len(msgs), "error", err)
+		l.log.Warn("fault after claim: batch abandoned", "token", tok, "events", len(msgs), "error", err)
 		return len(msgs), nil
 	}
-	out := l.pipe.run(ctx, token, leaseEnd, msgs)
+	out := l.pipe.run(ctx, tok, leaseEnd, msgs)
 	if !out.abandoned {
 		l.outage.observe(ctx, out)
 		l.src.settled(out)

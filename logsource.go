@@ -40,7 +40,7 @@ type LogStats struct {
 	// probes the table only every Log.PollInterval, as the reader does,
 	// claims what it finds there, and takes the lease over when it ends.
 	Standby bool
-	// Checkpoint is the last position saved.
+	// Checkpoint is the last position saved with the table's log lease.
 	Checkpoint ferrystore.LogPosition
 	// Batches and Events count the transactions and events read from the
 	// log; Checkpoints the checkpoints saved; Takeovers the times this
@@ -77,8 +77,8 @@ const LogLagInterval = 15 * time.Second
 type logSource struct {
 	table *tableSource // probes and wake-ups; only a safety net while the log is read
 	feed  ferrystore.LogFeed
-	ckpt  ferrystore.LogCheckpoints
-	id    string // the lease's owner: the relay's ID
+	ckpt  ferrystore.Store // the table's log lease, with the checkpoint
+	id    string           // the lease's owner: the relay's ID
 	cfg   *RelayConfig
 	wake  *waker
 	log   *slog.Logger
@@ -96,7 +96,7 @@ type logSource struct {
 
 var _ claimSource = (*logSource)(nil)
 
-func newLogSource(table *tableSource, ckpt ferrystore.LogCheckpoints, id string, cfg *RelayConfig, log *slog.Logger,
+func newLogSource(table *tableSource, ckpt ferrystore.Store, id string, cfg *RelayConfig, log *slog.Logger,
 	hooks *relayHooks) *logSource {
 	s := &logSource{table: table, feed: cfg.Log.Feed, ckpt: ckpt, id: id, cfg: cfg, wake: table.wake, log: log, hooks: hooks}
 	// While the log tells of new events, to this relay or to the one it
@@ -274,7 +274,8 @@ func (s *logSource) follow(run *runner.Runner) {
 			return
 		default:
 		}
-		pos, held, err := s.ckpt.AcquireLog(ctx, s.id, s.feed.Source(), s.cfg.Log.Lease)
+		st, held, err := s.ckpt.AcquireLease(ctx, ferrystore.LeaseLog, s.id, s.feed.Source(), s.cfg.Log.Lease)
+		pos := st.Position
 		if err != nil {
 			s.log.Warn("log relay: taking the log lease failed", "error", err, "retry_in", backoff)
 			if !run.Sleep(backoff) {
@@ -302,7 +303,7 @@ func (s *logSource) follow(run *runner.Runner) {
 		select {
 		case <-run.Stopping():
 			s.save(context.WithoutCancel(ctx))
-			if err := s.ckpt.ReleaseLog(context.WithoutCancel(ctx), s.id); err != nil {
+			if err := s.ckpt.ReleaseLease(context.WithoutCancel(ctx), ferrystore.LeaseLog, s.id); err != nil {
 				s.log.Warn("log relay: releasing the log lease failed; a standby takes over when it ends", "error", err)
 			}
 			return
@@ -348,7 +349,7 @@ func (s *logSource) gap(ctx context.Context, cause error) {
 		return
 	}
 	s.q.reset(head)
-	if _, err := s.ckpt.SaveLog(ctx, s.id, head, s.cfg.Log.Lease); err != nil {
+	if _, err := s.ckpt.RenewLease(ctx, ferrystore.LeaseLog, s.id, head, s.cfg.Log.Lease); err != nil {
 		s.log.Error("log relay: saving the checkpoint failed", "error", err)
 	}
 	s.wake.wakeScan()
@@ -367,7 +368,7 @@ func (s *logSource) stream(run *runner.Runner, pos ferrystore.LogPosition) error
 			return err
 		}
 		pos = head
-		if saved, err := s.ckpt.SaveLog(ctx, s.id, pos, s.cfg.Log.Lease); err != nil {
+		if saved, err := s.ckpt.RenewLease(ctx, ferrystore.LeaseLog, s.id, pos, s.cfg.Log.Lease); err != nil {
 			return err
 		} else if !saved {
 			return errLeaseLost
@@ -402,7 +403,7 @@ func (s *logSource) stream(run *runner.Runner, pos ferrystore.LogPosition) error
 				continue
 			}
 			renew = time.Now()
-			saved, err := s.ckpt.SaveLog(ctx, s.id, handled, s.cfg.Log.Lease)
+			saved, err := s.ckpt.RenewLease(ctx, ferrystore.LeaseLog, s.id, handled, s.cfg.Log.Lease)
 			switch {
 			case err != nil:
 				s.log.Warn("log relay: saving the checkpoint failed", "error", err)
@@ -444,7 +445,7 @@ func (s *logSource) save(ctx context.Context) {
 	if handled == "" {
 		return
 	}
-	if saved, err := s.ckpt.SaveLog(ctx, s.id, handled, s.cfg.Log.Lease); err == nil && saved {
+	if saved, err := s.ckpt.RenewLease(ctx, ferrystore.LeaseLog, s.id, handled, s.cfg.Log.Lease); err == nil && saved {
 		s.feed.Flushed(handled)
 		s.update(func(st *LogStats) { st.Checkpoint = handled; st.Checkpoints++ })
 	}

@@ -191,7 +191,7 @@ func (m *maintainer) forget(ctx context.Context) {
 func (m *maintainer) sweep(run *runner.Runner) {
 	ctx := run.Context()
 	for {
-		leases, err := m.store.ExpiredLeases(ctx, m.cfg.SweepBatch)
+		leases, err := m.store.ExpiredClaims(ctx, m.cfg.SweepBatch)
 		if err != nil {
 			m.c.errors.Add(1)
 			m.log.Error("sweep failed", "error", err)

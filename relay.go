@@ -12,7 +12,7 @@ import (
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/internal/nilness"
 	"github.com/ferrydev/ferry/internal/runner"
-	"github.com/ferrydev/ferry/internal/sqlutil"
+	"github.com/ferrydev/ferry/internal/token"
 )
 
 // Relay moves events from an outbox table to a broker. Several relays,
@@ -89,7 +89,7 @@ func NewRelay(store ferrystore.Store, pub ferrybroker.Publisher, cfg *RelayConfi
 		host = "unknown"
 	}
 	if c.ID == "" {
-		c.ID = fmt.Sprintf("%s-%d-%s", sqlutil.Truncate(host, 100), os.Getpid(), sqlutil.NewToken()[:8])
+		c.ID = fmt.Sprintf("%s-%d-%s", token.Truncate(host, 100), os.Getpid(), token.New()[:8])
 	}
 	if c.Heartbeat.Broker == "" {
 		c.Heartbeat.Broker = fmt.Sprintf("%T", pub)
@@ -103,12 +103,7 @@ func NewRelay(store ferrystore.Store, pub ferrybroker.Publisher, cfg *RelayConfi
 	table := &tableSource{store: store, cfg: &r.cfg, wake: wake, state: &r.state, outage: out, log: log}
 	r.src = table
 	if c.Log.Feed != nil {
-		ckpt, ok := store.(ferrystore.LogCheckpoints)
-		if !ok {
-			return nil, fmt.Errorf("%w: RelayConfig.Log.Feed needs a store that keeps log checkpoints (ferrymysql, ferrypg), got %T",
-				ErrInvalidConfig, store)
-		}
-		r.logSrc = newLogSource(table, ckpt, c.ID, &r.cfg, log, &r.hooks)
+		r.logSrc = newLogSource(table, store, c.ID, &r.cfg, log, &r.hooks)
 		r.src = r.logSrc
 	}
 	pipe := &pipeline{store: store, pub: pub, retry: c.Retry, timeout: c.PublishTimeout, log: log, hooks: &r.hooks, c: &r.c}
@@ -116,8 +111,8 @@ func NewRelay(store ferrystore.Store, pub ferrybroker.Publisher, cfg *RelayConfi
 		log: log, hooks: &r.hooks, c: &r.c}
 	r.maint = &maintainer{store: store, cfg: &r.cfg, log: log, hooks: &r.hooks, c: &r.c, state: &r.state, outage: out,
 		source: r.src.kind(), host: host}
-	if reg, ok := store.(ferrystore.RelayRegistry); ok && c.Heartbeat.Interval > 0 {
-		r.maint.registry = reg
+	if c.Heartbeat.Interval > 0 {
+		r.maint.registry = store
 	}
 	return r, nil
 }

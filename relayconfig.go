@@ -175,15 +175,14 @@ type LogConfig struct {
 	// binlog, ferrypgoutput for PostgreSQL's logical replication) and
 	// claims them by id as their transaction commits, instead of probing
 	// the table every PollInterval. One relay of the table reads the log
-	// at a time, holding the table's log lease (outbox migration
-	// 0005_log) with its checkpoint; the others stand by and take over
-	// when the lease ends. Claims, leases, retries, DEAD events and
-	// ordered mode are those of the polling relay, in the same table, so
-	// log relays and polling relays may serve one table together; what
-	// the log cannot tell (a retry whose delay ended, an ordered event
-	// held back behind its predecessor, a gap in the log) is claimed from
-	// the table. The store must implement ferrystore.LogCheckpoints
-	// (ferrymysql and ferrypg do). Start runs the feed's Check and fails
+	// at a time, holding the lease ferrystore.LeaseLog in <table>_lease
+	// (outbox migration 0006_lease) with its checkpoint; the others stand
+	// by and take over when the lease ends. Claims, leases, retries, DEAD
+	// events and ordered mode are those of the polling relay, in the same
+	// table, so log relays and polling relays may serve one table
+	// together; what the log cannot tell (a retry whose delay ended, an
+	// ordered event held back behind its predecessor, a gap in the log)
+	// is claimed from the table. Start runs the feed's Check and fails
 	// with an error wrapping ferrystore.ErrLogSetup when the database is
 	// not set up for it.
 	Feed ferrystore.LogFeed

@@ -146,7 +146,7 @@ func (s *system) waitSwept(ctx context.Context, store ferrystore.Store, stoppedA
 	}
 	deadline := stoppedAt.Add(relayLease + sweepBound)
 	for time.Now().Before(deadline) {
-		expired, err := store.ExpiredLeases(ctx, 1)
+		expired, err := store.ExpiredClaims(ctx, 1)
 		if err == nil && len(expired) == 0 {
 			return true
 		}

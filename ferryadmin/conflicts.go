@@ -30,67 +30,37 @@ const (
 	DecisionIgnored = "ignored"
 )
 
-// Conflict is an inbox conflict: a delivery whose business key a consumer
-// had already applied with other defining fields. Its JSON form is the
-// one ferry's commands print and is stable.
+// Conflict is an inbox conflict as ferry's commands and console show it:
+// the stored conflict (a delivery whose business key a consumer had
+// already applied with other defining fields), the fields that differ,
+// and the consumer's marker for the key now. Its JSON form is the one
+// ferry's commands print and is stable: ferrystore.Conflict's fields,
+// then differing_fields and marker.
 type Conflict struct {
-	ID          int64     `json:"id"`
-	Consumer    string    `json:"consumer"`
-	Key         string    `json:"key"`
-	Status      string    `json:"status"` // OPEN or RESOLVED
-	Occurrences int64     `json:"occurrences"`
-	FirstSeen   time.Time `json:"first_seen"`
-	LastSeen    time.Time `json:"last_seen"`
-	// Stored is the operation applied; Incoming the one refused, whose
-	// delivery was parked.
-	Stored   Version `json:"stored"`
-	Incoming Version `json:"incoming"`
+	ferrystore.Conflict
 	// Differing names the fields whose values differ, "(fields)" when the
 	// two are not both JSON objects.
 	Differing []string `json:"differing_fields"`
-	// Resolution is the decision recorded, nil while the conflict is open.
-	Resolution *Resolution `json:"resolution,omitempty"`
 	// Marker is the consumer's marker for the key now, set by
 	// GetConflicts only.
-	Marker *Marker `json:"marker,omitempty"`
+	Marker *CurrentMarker `json:"marker,omitempty"`
 }
 
-// Version is one side of a conflict: an operation's defining fields.
-type Version struct {
-	EventID     string          `json:"event_id"`
-	Fields      json.RawMessage `json:"fields"`
-	Fingerprint string          `json:"fingerprint"`
+// CurrentMarker is what a consumer's marker for a key is now: the
+// operation it applied, or none (purged by retention). Its JSON form is
+// found, then the marker's fields when there is one.
+type CurrentMarker struct {
+	Found bool `json:"found"`
+	// Marker is nil when Found is false.
+	*ferrystore.Marker
 }
 
-// Resolution is a decision recorded on a conflict.
-type Resolution struct {
-	Decision   string    `json:"decision"`
-	By         string    `json:"by"`
-	Note       string    `json:"note"`
-	ResolvedAt time.Time `json:"resolved_at"`
-}
-
-// Marker is a consumer's marker for a key: the operation it applied.
-type Marker struct {
-	// Found is false when there is none (purged by retention).
-	Found     bool            `json:"found"`
-	EventID   string          `json:"event_id,omitempty"`
-	Fields    json.RawMessage `json:"fields,omitempty"`
-	Outcome   string          `json:"outcome,omitempty"`
-	CreatedAt *time.Time      `json:"created_at,omitempty"`
-}
-
-// ConflictOf converts a stored conflict.
+// ConflictOf converts a stored conflict: defining fields that are not
+// valid JSON (written by hand) become a JSON string, so that the
+// conflict always encodes.
 func ConflictOf(c ferrystore.Conflict) Conflict {
-	j := Conflict{ID: c.ID, Consumer: c.Consumer, Key: c.Key, Status: c.Status, Occurrences: c.Occurrences,
-		FirstSeen: c.FirstSeen, LastSeen: c.LastSeen,
-		Stored:    Version{EventID: c.StoredEventID, Fields: rawJSON(c.StoredFields), Fingerprint: c.StoredFingerprint},
-		Incoming:  Version{EventID: c.IncomingEventID, Fields: rawJSON(c.IncomingFields), Fingerprint: c.IncomingFingerprint},
-		Differing: differingFields(c.StoredFields, c.IncomingFields)}
-	if c.Status != "OPEN" {
-		j.Resolution = &Resolution{Decision: c.Resolution.Decision, By: c.Resolution.By, Note: c.Resolution.Note,
-			ResolvedAt: c.ResolvedAt}
-	}
+	j := Conflict{Conflict: c, Differing: differingFields(c.Stored.Fields, c.Incoming.Fields)}
+	j.Stored.Fields, j.Incoming.Fields = rawJSON(c.Stored.Fields), rawJSON(c.Incoming.Fields)
 	return j
 }
 
@@ -277,16 +247,15 @@ func GetConflicts(ctx context.Context, s ferrystore.InboxStore, ids []int64) (Co
 			return found, err
 		}
 		j := ConflictOf(c)
-		j.Marker = &Marker{}
+		j.Marker = &CurrentMarker{}
 		m, err := s.GetMarker(ctx, c.Consumer, c.Key)
 		switch {
 		case errors.Is(err, ferrytype.ErrNotFound):
 		case err != nil:
 			return found, err
 		default:
-			created := m.CreatedAt
-			j.Marker = &Marker{Found: true, EventID: m.EventID, Fields: rawJSON(m.Fields), Outcome: m.Outcome,
-				CreatedAt: &created}
+			m.Fields = rawJSON(m.Fields)
+			j.Marker = &CurrentMarker{Found: true, Marker: &m}
 		}
 		found.Conflicts = append(found.Conflicts, j)
 	}
@@ -348,9 +317,11 @@ func ResolveConflicts(ctx context.Context, s ferrystore.InboxStore, ids []int64,
 			res.Problems = append(res.Problems, fmt.Sprintf("conflict %d does not exist", id))
 		case gerr != nil:
 			return res, gerr
+		case c.Resolution == nil:
+			res.Problems = append(res.Problems, fmt.Sprintf("conflict %d is %s, not open", id, c.Status))
 		default:
 			res.Problems = append(res.Problems, fmt.Sprintf("conflict %d was already resolved: %s by %s at %s", id,
-				c.Resolution.Decision, c.Resolution.By, c.ResolvedAt.UTC().Format(time.RFC3339)))
+				c.Resolution.Decision, c.Resolution.By, c.Resolution.ResolvedAt.UTC().Format(time.RFC3339)))
 		}
 	}
 	return res, nil

@@ -133,11 +133,7 @@ func PurgeMarkers(ctx context.Context, s ferrystore.InboxStore, opts PurgeOption
 		return PurgeReport{Results: []PurgeResult{}}, invalid("PurgeOptions.OlderThan %s is shorter than the replay window %s: "+
 			"an event delivered again after its marker is gone would be applied again", opts.OlderThan, replayWindow)
 	}
-	k := purgeKind{name: "markers", run: s.PurgeMarkers}
-	if c, ok := s.(ferrystore.MarkerPurgeCounter); ok {
-		k.count = c.PurgeableMarkers
-	}
-	return purge(ctx, "", []purgeKind{k}, opts)
+	return purge(ctx, "", []purgeKind{{name: "markers", run: s.PurgeMarkers, count: s.PurgeableMarkers}}, opts)
 }
 
 // PurgeIdempotencyKeys deletes the expired idempotency keys of s
@@ -150,18 +146,14 @@ func PurgeIdempotencyKeys(ctx context.Context, s ferrystore.IdempotencyStore, op
 		return PurgeReport{}, err
 	}
 	run := func(ctx context.Context, _ time.Duration, limit int) (int64, error) { return s.PurgeKeys(ctx, limit) }
-	k := purgeKind{name: "idempotency-keys", run: run, ageless: true}
-	if c, ok := s.(ferrystore.KeyPurgeCounter); ok {
-		k.count = func(ctx context.Context, _ time.Duration) (int64, error) { return c.PurgeableKeys(ctx) }
-	}
-	return purge(ctx, "", []purgeKind{k}, opts)
+	count := func(ctx context.Context, _ time.Duration) (int64, error) { return s.PurgeableKeys(ctx) }
+	return purge(ctx, "", []purgeKind{{name: "idempotency-keys", run: run, count: count, ageless: true}}, opts)
 }
 
 type purgeKind struct {
 	name string
 	run  func(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
-	// count counts what run would delete, for a dry run; nil when the
-	// store cannot.
+	// count counts what run would delete, for a dry run.
 	count func(ctx context.Context, olderThan time.Duration) (int64, error)
 	// ageless kinds decide for themselves what is old enough.
 	ageless bool
@@ -175,9 +167,6 @@ func purge(ctx context.Context, table string, kinds []purgeKind, opts PurgeOptio
 	}
 	if o.DryRun {
 		for _, k := range kinds {
-			if k.count == nil {
-				return rep, fmt.Errorf("purge %s: the store cannot count what it would delete: no dry run", k.name)
-			}
 			n, err := k.count(ctx, o.OlderThan)
 			if err != nil {
 				return rep, fmt.Errorf("purge %s: dry run: %w", k.name, err)

@@ -236,15 +236,9 @@ type ReconcileReport struct {
 type CheckResult struct {
 	Check
 	// Missing are the business rows without their event, at most Limit.
-	Missing []MissingEvent `json:"missing"`
+	Missing []ferrystore.MissingEvent `json:"missing"`
 	// More reports that more rows are missing than were listed.
 	More bool `json:"more"`
-}
-
-// MissingEvent is a business row without its event: its key and time.
-type MissingEvent struct {
-	Key  string    `json:"key"`
-	Time time.Time `json:"time"`
 }
 
 // EffectResult is what one Effect found.
@@ -310,12 +304,9 @@ func Reconcile(ctx context.Context, a ferrystore.Admin, opts ReconcileOptions) (
 		if err != nil {
 			return rep, fmt.Errorf("reconcile check %s: %w", c.Name, err)
 		}
-		cr := CheckResult{Check: c, Missing: []MissingEvent{}, More: len(found) > o.Limit}
-		for i, m := range found {
-			if i == o.Limit {
-				break
-			}
-			cr.Missing = append(cr.Missing, MissingEvent{Key: m.Key, Time: m.Time})
+		cr := CheckResult{Check: c, Missing: found[:min(len(found), o.Limit)], More: len(found) > o.Limit}
+		if cr.Missing == nil {
+			cr.Missing = []ferrystore.MissingEvent{}
 		}
 		rep.Findings += len(cr.Missing)
 		rep.Checks = append(rep.Checks, cr)

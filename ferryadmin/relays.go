@@ -2,8 +2,6 @@ package ferryadmin
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/ferrydev/ferry"
@@ -36,8 +34,8 @@ type RelayInfo struct {
 	Age time.Duration `json:"-"`
 	// AgeSeconds is Age in seconds, for JSON.
 	AgeSeconds float64 `json:"age_seconds"`
-	// LogRole is LogRoleReader for the relay that holds the lease in
-	// <table>_log, LogRoleStandby for a relay alive whose Source is
+	// LogRole is LogRoleReader for the relay that holds the lease
+	// ferrystore.LeaseLog, LogRoleStandby for a relay alive whose Source is
 	// ferrystore.RelaySourceLog and that does not hold it, empty for the
 	// others. Status sets it (it reads the lease); Relays leaves it empty.
 	LogRole string `json:"log_role,omitempty"`
@@ -49,17 +47,12 @@ const (
 	LogRoleStandby = "standby"
 )
 
-// ErrNoRelayRegistry is returned by Relays for a store that records no
-// relays (it does not implement ferrystore.RelayRegistry).
-var ErrNoRelayRegistry = fmt.Errorf("%w: the store records no relay heartbeats (ferrystore.RelayRegistry)", errors.ErrUnsupported)
-
 // Relays returns the relays that recorded themselves in the heartbeat table
 // of a's outbox table (<table>_relay), alive ones first, then by id. A
 // relay is alive when its last beat is less than staleAfter old (zero:
 // DefaultRelayStaleAfter); set staleAfter to at least three of the relays'
-// RelayConfig.Heartbeat. It only reads. A store that records no relays
-// returns an error wrapping ErrNoRelayRegistry; a table migrated before
-// 0003_relay, one wrapping ferrytype.ErrUndefinedTable.
+// RelayConfig.Heartbeat. It only reads. A table migrated before
+// 0003_relay returns an error wrapping ferrytype.ErrUndefinedTable.
 func Relays(ctx context.Context, a ferrystore.Admin, staleAfter time.Duration) ([]RelayInfo, error) {
 	if err := needStore("Relays", a); err != nil {
 		return nil, err
@@ -70,11 +63,7 @@ func Relays(ctx context.Context, a ferrystore.Admin, staleAfter time.Duration) (
 	if staleAfter == 0 {
 		staleAfter = DefaultRelayStaleAfter
 	}
-	reg, ok := a.(ferrystore.RelayRegistry)
-	if !ok {
-		return nil, ErrNoRelayRegistry
-	}
-	beats, err := reg.Relays(ctx)
+	beats, err := a.Relays(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -54,22 +54,20 @@ type StatusReport struct {
 	// last retried it out of DEAD.
 	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
 	// OldestPending is that event, nil when none.
-	OldestPending *Event             `json:"oldest_pending_event,omitempty"`
-	Destinations  []DestinationStats `json:"destinations"`
-	Attempts      []AttemptCount     `json:"attempts"`
+	OldestPending *Event                        `json:"oldest_pending_event,omitempty"`
+	Destinations  []ferrystore.DestinationStats `json:"destinations"`
+	Attempts      []ferrystore.AttemptCount     `json:"attempts"`
 	// Failed are the oldest unsent events that recorded an error.
 	Failed []Event `json:"failed"`
 	// Relays are the relays of the table from their heartbeat rows, alive
 	// ones first (see Relays); empty when none recorded itself or when
 	// they could not be read.
 	Relays []RelayInfo `json:"relays"`
-	// RelaysError says why Relays could not be read (a store without
-	// heartbeats, a table migrated before 0003_relay); empty when they
-	// were.
+	// RelaysError says why Relays could not be read (a table migrated
+	// before 0003_relay); empty when they were.
 	RelaysError string `json:"relays_error,omitempty"`
 	// Log is the log relay's reader of the table (ferry relay --source
-	// log) from its checkpoint row; nil when no relay ever read the
-	// table's log.
+	// log) from its lease; nil when no relay ever read the table's log.
 	Log *LogInfo `json:"log,omitempty"`
 	// Attention says, in sentences, what needs a person; empty when
 	// nothing does.
@@ -84,22 +82,6 @@ type StatusReport struct {
 	Unhealthy bool `json:"-"`
 	// MaxPendingAge is the limit Unhealthy was judged by.
 	MaxPendingAge time.Duration `json:"-"`
-}
-
-// AttemptCount is how many unsent events of one status took one number of
-// attempts.
-type AttemptCount struct {
-	Status   ferrytype.Status `json:"status"`
-	Attempts int              `json:"attempts"`
-	Events   int64            `json:"events"`
-}
-
-// DestinationStats describes the pending events of one destination.
-type DestinationStats struct {
-	Destination          string  `json:"destination"`
-	New                  int64   `json:"new"`
-	Sending              int64   `json:"sending"`
-	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
 }
 
 func (o *StatusOptions) withDefaults() StatusOptions {
@@ -161,7 +143,7 @@ func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (Statu
 		OldestPendingSeconds: st.OldestPending.Seconds(),
 		Counts: map[string]int64{"NEW": st.New, "SENDING": st.Sending, "DEAD": st.Dead,
 			"DISCARDED": counts[ferrytype.StatusDiscarded]},
-		Destinations: []DestinationStats{}, Failed: []Event{}, Attention: []string{}, Relays: []RelayInfo{},
+		Destinations: []ferrystore.DestinationStats{}, Failed: []Event{}, Attention: []string{}, Relays: []RelayInfo{},
 		Stats: st, SentCounted: o.CountSent, MaxPendingAge: o.MaxPendingAge}
 	if o.CountSent {
 		rep.Counts["SENT"] = counts[ferrytype.StatusSent]
@@ -181,19 +163,13 @@ func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (Statu
 		if err != nil {
 			return StatusReport{}, err
 		}
-		for _, d := range dests {
-			rep.Destinations = append(rep.Destinations, DestinationStats{Destination: d.Destination, New: d.New,
-				Sending: d.Sending, OldestPendingSeconds: d.OldestPending.Seconds()})
-		}
+		rep.Destinations = append(rep.Destinations, dests...)
 	}
 	attempts, err := a.Attempts(ctx)
 	if err != nil {
 		return StatusReport{}, err
 	}
-	rep.Attempts = make([]AttemptCount, len(attempts))
-	for i, x := range attempts {
-		rep.Attempts[i] = AttemptCount{Status: x.Status, Attempts: x.Attempts, Events: x.Events}
-	}
+	rep.Attempts = append([]ferrystore.AttemptCount{}, attempts...)
 	if o.Errors > 0 {
 		// The pending rows, then the DEAD ones through their own index, so
 		// that a million DEAD events cost a page, not a sort of them all.
@@ -211,20 +187,17 @@ func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (Statu
 	switch {
 	case err == nil:
 		rep.Relays = relays
-	case errors.Is(err, ErrNoRelayRegistry), errors.Is(err, ferrytype.ErrUndefinedTable):
+	case errors.Is(err, ferrytype.ErrUndefinedTable):
 		rep.RelaysError = err.Error()
 	default:
 		return StatusReport{}, err
 	}
-	if lc, ok := a.(ferrystore.LogCheckpoints); ok {
-		ls, found, err := lc.LogState(ctx)
-		switch {
-		case err == nil && found:
-			rep.Log = logInfo(ls)
-			rep.Log.Standbys = logRoles(rep.Relays, rep.Log.Owner)
-		case err != nil && !errors.Is(err, ferrytype.ErrUndefinedTable):
-			return StatusReport{}, err
-		}
+	switch ls, found, lerr := a.LeaseState(ctx, ferrystore.LeaseLog); {
+	case lerr == nil && found:
+		rep.Log = logInfo(ls)
+		rep.Log.Standbys = logRoles(rep.Relays, rep.Log.Owner)
+	case lerr != nil && !errors.Is(lerr, ferrytype.ErrUndefinedTable):
+		return StatusReport{}, lerr
 	}
 	rep.Attention = attention(st, rep.OldestPending, o.MaxPendingAge)
 	if rep.Log != nil && rep.Log.Owner == "" && st.New+st.Sending > 0 {
@@ -301,20 +274,19 @@ func attention(st ferrystore.Stats, oldest *Event, maxAge time.Duration) []strin
 	return out
 }
 
-// LogInfo is the log relay's reader of a table, from its checkpoint row
-// (<table>_log). Its JSON form is stable.
+// LogInfo is the log relay's reader of a table, from its lease
+// (ferrystore.LeaseLog in <table>_lease). Its JSON form is stable: the
+// lease's fields, then lease_left_seconds, saved_age_seconds, lag_bytes,
+// head and standbys.
 type LogInfo struct {
-	// Source names the log: "binlog host:port", "pgoutput slot ...".
-	Source string `json:"source"`
-	// Position is the checkpoint: the log is handled up to it.
-	Position string `json:"position"`
-	// Owner is the relay that holds the lease (RelayConfig.ID); empty
-	// when none does: the lease ended, or was given up at a stop.
-	Owner string `json:"owner"`
-	// LeaseLeft is how long the owner's lease has left, by the database
-	// clock.
-	LeaseLeft        time.Duration `json:"-"`
-	LeaseLeftSeconds float64       `json:"lease_left_seconds"`
+	// LeaseState is the lease: Source names the log ("binlog host:port",
+	// "pgoutput slot ..."), Position is the checkpoint (the log is handled
+	// up to it), Owner the relay that holds the lease (RelayConfig.ID),
+	// empty when none does: the lease ended, or was given up at a stop.
+	ferrystore.LeaseState
+	// LeaseLeftSeconds is LeaseLeft, how long the owner's lease has
+	// left by the database clock, in seconds.
+	LeaseLeftSeconds float64 `json:"lease_left_seconds"`
 	// SavedAge is how long ago the checkpoint was last saved.
 	SavedAge        time.Duration `json:"-"`
 	SavedAgeSeconds float64       `json:"saved_age_seconds"`
@@ -323,7 +295,7 @@ type LogInfo struct {
 	// unknown.
 	LagBytes int64 `json:"lag_bytes"`
 	// Head is the log's end when LagBytes was measured.
-	Head string `json:"head,omitempty"`
+	Head ferrystore.LogPosition `json:"head,omitempty"`
 	// Standbys are the relays alive that would read the log but do not
 	// hold the lease (ferry relay --source log beside the reader): one of
 	// them takes over when the reader's lease ends.
@@ -348,9 +320,8 @@ func logRoles(relays []RelayInfo, owner string) []string {
 	return standbys
 }
 
-func logInfo(ls ferrystore.LogState) *LogInfo {
-	li := &LogInfo{Source: ls.Source, Position: string(ls.Position), Owner: ls.Owner, LagBytes: -1,
-		LeaseLeft: ls.LeaseLeft, LeaseLeftSeconds: ls.LeaseLeft.Seconds()}
+func logInfo(ls ferrystore.LeaseState) *LogInfo {
+	li := &LogInfo{LeaseState: ls, LagBytes: -1, LeaseLeftSeconds: ls.LeaseLeft.Seconds()}
 	if ls.LeaseLeft <= 0 {
 		li.Owner = "" // the lease ended: a standby may take it
 	}

@@ -205,9 +205,7 @@ type inboxPage struct {
 	Dialect  string
 	// Consumers are those with recent markers or open conflicts.
 	Consumers []consumerRow
-	// Activity is false when the store cannot count recent markers.
-	Activity bool
-	Windows  []string
+	Windows   []string
 	// Counted is true when the totals were asked for.
 	Counted  bool
 	AllTotal int64
@@ -276,21 +274,18 @@ func (h *console) inbox(w http.ResponseWriter, r *http.Request) {
 		for c, n := range open {
 			row(c).Open = n
 		}
-		if act, ok := s.(ferrystore.InboxActivity); ok {
-			p.Activity = true
-			for i, d := range activityWindows {
-				counts, err := act.RecentMarkers(ctx, d)
-				if err != nil {
-					h.failed(w, r, "counting recent markers", err)
-					return
-				}
-				for _, c := range counts {
-					switch c.Outcome {
-					case "stale":
-						row(c.Consumer).Stale[i] += c.Markers
-					default:
-						row(c.Consumer).Applied[i] += c.Markers
-					}
+		for i, d := range activityWindows {
+			counts, err := s.RecentMarkers(ctx, d)
+			if err != nil {
+				h.failed(w, r, "counting recent markers", err)
+				return
+			}
+			for _, c := range counts {
+				switch c.Outcome {
+				case "stale":
+					row(c.Consumer).Stale[i] += c.Markers
+				default:
+					row(c.Consumer).Applied[i] += c.Markers
 				}
 			}
 		}

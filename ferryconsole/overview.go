@@ -100,21 +100,15 @@ func (h *console) summarize(ctx context.Context, r *http.Request, kind, name str
 		counts []ferrystore.DestinationCount
 		err    error
 	}
-	var dead chan deadCounts
-	dc, byDB := a.(ferrystore.DeadCounter)
-	if byDB {
-		dead = make(chan deadCounts, 1)
-		go func() {
-			c, err := dc.DeadByDestination(ctx, ferrystore.MaxListLimit)
-			dead <- deadCounts{c, err}
-		}()
-	}
+	dead := make(chan deadCounts, 1)
+	go func() {
+		c, err := a.DeadByDestination(ctx, ferrystore.MaxListLimit)
+		dead <- deadCounts{c, err}
+	}()
 	rep, err := ferryadmin.Status(ctx, a, &ferryadmin.StatusOptions{Destinations: 50, Errors: 0, MaxPendingAge: h.cfg.MaxPendingAge,
 		RelayStaleAfter: h.cfg.RelayStaleAfter})
 	if err != nil {
-		if byDB {
-			<-dead
-		}
+		<-dead
 		s.Ref = h.logFailure(r, "status of "+kind+" "+name, err)
 		return s
 	}
@@ -133,34 +127,19 @@ func (h *console) summarize(ctx context.Context, r *http.Request, kind, name str
 	}
 	for _, d := range rep.Destinations {
 		x := row(d.Destination)
-		x.New, x.Sending, x.OldestPendingSeconds = d.New, d.Sending, d.OldestPendingSeconds
+		x.New, x.Sending, x.OldestPendingSeconds = d.New, d.Sending, d.OldestPending.Seconds()
 	}
-	if byDB {
-		// Counted by the database: exact at any number.
-		d := <-dead
-		counts, err := d.counts, d.err
-		if err != nil {
-			s.Ref = h.logFailure(r, "DEAD events by destination of "+kind+" "+name, err)
-			s.DeadNote = "DEAD by destination could not be counted (see the reference above)."
-		}
-		for _, c := range counts {
-			row(c.Destination).Dead = c.Count
-		}
-		if len(counts) == ferrystore.MaxListLimit {
-			s.DeadNote = fmt.Sprintf("DEAD by destination shows the %d destinations with the most DEAD events only.", len(counts))
-		}
-	} else if rep.Stats.Dead > 0 {
-		dead, err := ferryadmin.ListDead(ctx, a, ferryadmin.DeadFilter{}, maxListed)
-		if err != nil {
-			s.Ref = h.logFailure(r, "DEAD events of "+kind+" "+name, err)
-		}
-		for _, e := range dead.Events {
-			row(e.Destination).Dead++
-		}
-		if dead.More {
-			s.DeadNote = fmt.Sprintf("DEAD by destination is counted over the oldest %d of the %d DEAD events only (this store "+
-				"does not count them by destination): each count is a lower bound.", len(dead.Events), rep.Stats.Dead)
-		}
+	// Counted by the database: exact at any number.
+	d := <-dead
+	if d.err != nil {
+		s.Ref = h.logFailure(r, "DEAD events by destination of "+kind+" "+name, d.err)
+		s.DeadNote = "DEAD by destination could not be counted (see the reference above)."
+	}
+	for _, c := range d.counts {
+		row(c.Destination).Dead = c.Count
+	}
+	if len(d.counts) == ferrystore.MaxListLimit {
+		s.DeadNote = fmt.Sprintf("DEAD by destination shows the %d destinations with the most DEAD events only.", len(d.counts))
 	}
 	for _, x := range rows {
 		s.Destinations = append(s.Destinations, *x)

@@ -38,7 +38,7 @@ func newLogMetrics(constLabels prometheus.Labels) *logMetrics {
 		events: counter("ferry_log_events_total",
 			"Events the log relay read from the database's log."),
 		checkpoints: counter("ferry_log_checkpoints_total",
-			"Checkpoints the log relay saved in <table>_log."),
+			"Checkpoints the log relay saved in <table>_lease."),
 		takeovers: counter("ferry_log_takeovers_total",
 			"Times this relay took the table's log lease."),
 		gaps: counter("ferry_log_gaps_total",

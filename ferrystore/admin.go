@@ -2,6 +2,7 @@ package ferrystore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -10,15 +11,16 @@ import (
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
-// Admin is implemented by stores that support the operator's commands:
-// ferry status, dead, reconcile and purge. Its operations run on the
+// Admin is a Store with the operator's surface: what ferry status, dead,
+// reconcile and purge and the console do. Its operations run on the
 // store's own connections, outside any caller transaction; every listing
 // is bounded by a limit, and every change is conditional on the row's
 // status, so that an operator's command never races a relay into a state
 // the relay did not expect.
 //
-// The stores in this module implement it; the conformance suite
-// (ferrystoretest) checks it.
+// Every store of this repository implements it, and the conformance suite
+// (ferrystoretest) checks it; it is apart from Store so that a relay,
+// which needs none of it, asks for no more than it uses.
 type Admin interface {
 	Store
 
@@ -36,6 +38,12 @@ type Admin interface {
 	// and returns at most limit groups, the one with the oldest pending
 	// event first.
 	PendingByDestination(ctx context.Context, limit int) ([]DestinationStats, error)
+
+	// DeadByDestination counts the DEAD rows of each destination (their
+	// type when they have none) in the database (GROUP BY), exactly
+	// whatever their number, the largest counts first, at most limit
+	// (1..MaxListLimit) destinations.
+	DeadByDestination(ctx context.Context, limit int) ([]DestinationCount, error)
 
 	// Attempts counts NEW and SENDING rows by status and attempts (at
 	// most MaxListLimit groups): how far the pending events are into their
@@ -125,17 +133,44 @@ const MaxListLimit = 1000
 // pages.
 const MaxStateListLimit = 10000
 
-// DestinationStats describes the pending events of one destination.
+// DestinationStats describes the pending events of one destination. Its
+// JSON form is stable: destination, new, sending and
+// oldest_pending_seconds.
 type DestinationStats struct {
 	// Destination is the events' destination, or their type when they
 	// have none: where the relay publishes them.
-	Destination string
+	Destination string `json:"destination"`
 	// Counts of NEW and SENDING rows.
-	New, Sending int64
+	New     int64 `json:"new"`
+	Sending int64 `json:"sending"`
 	// OldestPending is how long the one pending for the longest has
 	// waited: since its created_at, or since a person retried it out of
-	// DEAD (Row.RevivedAt).
-	OldestPending time.Duration
+	// DEAD (Row.RevivedAt). In JSON, oldest_pending_seconds.
+	OldestPending time.Duration `json:"-"`
+}
+
+// MarshalJSON writes OldestPending in seconds.
+func (d DestinationStats) MarshalJSON() ([]byte, error) {
+	type plain DestinationStats // without these methods
+	return json.Marshal(struct {
+		plain
+		OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
+	}{plain(d), d.OldestPending.Seconds()})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (d *DestinationStats) UnmarshalJSON(b []byte) error {
+	type plain DestinationStats
+	var v struct {
+		plain
+		OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*d = DestinationStats(v.plain)
+	d.OldestPending = time.Duration(v.OldestPendingSeconds * float64(time.Second))
+	return nil
 }
 
 // MaxErrorGroups bounds Admin.GroupErrors.
@@ -156,28 +191,18 @@ type ErrorGroup struct {
 	Oldest, Newest time.Time
 }
 
-// DeadCounter is implemented by stores that count DEAD events by
-// destination in the database (GROUP BY), exactly whatever their number.
-// The three SQL stores implement it; the console uses it, when a store
-// does, for its DEAD-by-destination column.
-type DeadCounter interface {
-	// DeadByDestination counts the DEAD rows of each destination (their
-	// type when they have none), the largest counts first, at most limit
-	// (1..MaxListLimit) destinations.
-	DeadByDestination(ctx context.Context, limit int) ([]DestinationCount, error)
-}
-
 // DestinationCount is the number of rows of one destination.
 type DestinationCount struct {
-	Destination string
-	Count       int64
+	Destination string `json:"destination"`
+	Count       int64  `json:"count"`
 }
 
-// AttemptCount is the number of rows of one status with one attempt count.
+// AttemptCount is the number of rows of one status with one attempt
+// count. Its JSON form is stable.
 type AttemptCount struct {
-	Status   ferrytype.Status
-	Attempts int
-	Events   int64
+	Status   ferrytype.Status `json:"status"`
+	Attempts int              `json:"attempts"`
+	Events   int64            `json:"events"`
 }
 
 // MaxErrorContains bounds the length of each Filter.ErrorContains string.
@@ -351,12 +376,13 @@ func (q MissingEventsQuery) Validate() error {
 	return nil
 }
 
-// MissingEvent is a business row without its event.
+// MissingEvent is a business row without its event. Its JSON form is
+// stable.
 type MissingEvent struct {
 	// Key is the row's key column, as text.
-	Key string
+	Key string `json:"key"`
 	// Time is the row's time column.
-	Time time.Time
+	Time time.Time `json:"time"`
 }
 
 // SentEventsQuery selects a page of SENT events for Admin.SentEvents.

@@ -6,14 +6,6 @@ import (
 	"time"
 )
 
-// KeyPurgeCounter is implemented by idempotency stores that count what
-// PurgeKeys would delete, deleting nothing (ferry purge
-// --idempotency-keys --dry-run). Every store of this module implements it.
-type KeyPurgeCounter interface {
-	// PurgeableKeys counts the expired keys.
-	PurgeableKeys(ctx context.Context) (int64, error)
-}
-
 // IdempotencyStore is the database side of ferry's idempotent requests
 // (ferryhttp): one row per request key, claimed by the first request with a
 // lease of its own, completed with the stored response in the request's
@@ -46,6 +38,9 @@ type IdempotencyStore interface {
 	// PurgeKeys deletes up to limit expired keys, in-progress ones
 	// included, oldest expiry first.
 	PurgeKeys(ctx context.Context, limit int) (int64, error)
+	// PurgeableKeys counts the expired keys: what PurgeKeys would delete,
+	// deleting nothing (ferry purge --idempotency-keys --dry-run).
+	PurgeableKeys(ctx context.Context) (int64, error)
 }
 
 // IdempotencyDriver is an InboxDriver whose database also holds

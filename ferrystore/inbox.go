@@ -2,18 +2,10 @@ package ferrystore
 
 import (
 	"context"
+	"encoding/json"
 	"io/fs"
 	"time"
 )
-
-// MarkerPurgeCounter is implemented by inbox stores that count what
-// PurgeMarkers would delete, deleting nothing (ferry purge --markers
-// --dry-run). Every inbox store of this module implements it.
-type MarkerPurgeCounter interface {
-	// PurgeableMarkers counts the markers, of every consumer, older than
-	// olderThan.
-	PurgeableMarkers(ctx context.Context, olderThan time.Duration) (int64, error)
-}
 
 // InboxStore is the database side of ferry's inbox: the marker table that
 // records which business operations a consumer applied, the conflict table,
@@ -51,12 +43,16 @@ type InboxStore interface {
 
 	// PurgeMarkers deletes up to limit markers older than olderThan.
 	PurgeMarkers(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
+	// PurgeableMarkers counts the markers, of every consumer, older than
+	// olderThan: what PurgeMarkers would delete, deleting nothing (ferry
+	// purge --markers --dry-run).
+	PurgeableMarkers(ctx context.Context, olderThan time.Duration) (int64, error)
 	// Conflicts lists conflicts, newest first; open only unless all.
 	Conflicts(ctx context.Context, f ConflictFilter) ([]Conflict, error)
 	// GetConflict returns one conflict; ferrytype.ErrNotFound when none.
 	GetConflict(ctx context.Context, id int64) (Conflict, error)
-	// ResolveConflict records a person's decision on an open conflict. It
-	// changes no business data. ferrytype.ErrNotFound when the conflict
+	// ResolveConflict records a person's decision on an open conflict,
+	// stamped with the database clock. It changes no business data. ferrytype.ErrNotFound when the conflict
 	// does not exist or is already resolved.
 	ResolveConflict(ctx context.Context, id int64, r Resolution) error
 	// OpenConflicts counts the open conflicts of each consumer that has
@@ -70,23 +66,19 @@ type InboxStore interface {
 	// looks each key up by the markers' primary key. Reconciliation uses
 	// it to find events whose effect a consumer never applied.
 	ExistingMarkers(ctx context.Context, consumer string, keys []string) (map[string]bool, error)
-
-	Close() error
-}
-
-// InboxActivity is implemented by the inbox stores of this module: the
-// recent work of each consumer of a database, as a console shows it, read
-// from the markers' created_at index (the one retention purges by).
-type InboxActivity interface {
 	// RecentMarkers counts the markers created within the last `within`,
 	// by the database clock, per consumer and outcome ("applied", or
-	// "stale" for an operation the order guard recorded as a no-op). It
-	// reads the range of the created_at index the window covers, and each
-	// of its rows: its cost grows with the markers written in the window,
-	// never with older ones. Duplicates and conflicts write no marker: they
-	// are not counted here (duplicates are counted only by the inbox's
-	// metrics, conflicts in the conflict table).
+	// "stale" for an operation the order guard recorded as a no-op): the
+	// recent work of each consumer of the database, as a console shows it.
+	// It reads the range of the markers' created_at index (the one
+	// retention purges by) the window covers, and each of its rows: its
+	// cost grows with the markers written in the window, never with older
+	// ones. Duplicates and conflicts write no marker: they are not counted
+	// here (duplicates are counted only by the inbox's metrics, conflicts
+	// in the conflict table).
 	RecentMarkers(ctx context.Context, within time.Duration) ([]MarkerCount, error)
+
+	Close() error
 }
 
 // MarkerCount is how many markers one consumer recorded with one outcome.
@@ -110,48 +102,68 @@ type InboxDriver[TTx any] interface {
 	UnwrapTx(tx TTx) Executor
 }
 
-// Marker records that a consumer applied a business operation.
+// Marker records that a consumer applied a business operation. Its JSON
+// form is stable.
 type Marker struct {
-	Consumer string
-	Key      string
-	EventID  string
+	Consumer string `json:"consumer"`
+	Key      string `json:"key"`
+	EventID  string `json:"event_id"`
 	// Fields is the canonical JSON of the fields that define the
-	// operation; Fingerprint its SHA-256, hex.
-	Fields      []byte
-	Fingerprint string
+	// operation, as stored; Fingerprint its SHA-256, hex.
+	Fields      json.RawMessage `json:"fields"`
+	Fingerprint string          `json:"fingerprint"`
 	// Outcome is "applied", or "stale" for an operation the order guard
 	// turned into a recorded no-op.
-	Outcome   string
-	CreatedAt time.Time
+	Outcome   string    `json:"outcome"`
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // Conflict is one business key delivered with different defining fields
-// than the operation already applied under it.
+// than the operation already applied under it. Its JSON form is stable.
 type Conflict struct {
-	ID       int64
-	Consumer string
-	Key      string
-	// Stored is the applied operation; Incoming the one that conflicts.
-	StoredEventID, IncomingEventID         string
-	StoredFields, IncomingFields           []byte
-	StoredFingerprint, IncomingFingerprint string
-	Occurrences                            int64
-	FirstSeen, LastSeen                    time.Time
-	// Resolution fields; Status is "OPEN" or "RESOLVED".
-	Status     string
-	Resolution Resolution
-	ResolvedAt time.Time
+	ID       int64  `json:"id"`
+	Consumer string `json:"consumer"`
+	Key      string `json:"key"`
+	// Status is "OPEN" or "RESOLVED".
+	Status string `json:"status"`
+	// Occurrences counts the deliveries of Incoming, FirstSeen and
+	// LastSeen say when the first and the last came.
+	Occurrences int64     `json:"occurrences"`
+	FirstSeen   time.Time `json:"first_seen"`
+	LastSeen    time.Time `json:"last_seen"`
+	// Stored is the operation applied; Incoming the one refused, whose
+	// delivery was parked.
+	Stored   ConflictSide `json:"stored"`
+	Incoming ConflictSide `json:"incoming"`
+	// Resolution is the decision recorded, nil while the conflict is
+	// open.
+	Resolution *Resolution `json:"resolution,omitempty"`
+}
+
+// ConflictSide is one of the two operations of a conflict: the event that
+// carried it and the fields that define it.
+type ConflictSide struct {
+	EventID string `json:"event_id"`
+	// Fields is the canonical JSON of the operation's defining fields, as
+	// stored; Fingerprint its SHA-256, hex.
+	Fields      json.RawMessage `json:"fields"`
+	Fingerprint string          `json:"fingerprint"`
 }
 
 // Resolution is a person's decision on a conflict. It records what was
-// decided and by whom; ferry never re-applies an effect because of it.
+// decided, by whom and when; ferry never re-applies an effect because of
+// it. Its JSON form is stable.
 type Resolution struct {
 	// Decision: "keep-stored" (the applied operation stands),
 	// "applied-manually" (someone fixed the data by hand),
 	// "ignored" (not a real conflict).
-	Decision string
-	By       string
-	Note     string
+	Decision string `json:"decision"`
+	By       string `json:"by"`
+	Note     string `json:"note"`
+	// ResolvedAt is when the decision was recorded, by the database
+	// clock; InboxStore.ResolveConflict sets it and ignores the value
+	// given.
+	ResolvedAt time.Time `json:"resolved_at"`
 }
 
 // ConflictFilter selects conflicts.

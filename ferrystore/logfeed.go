@@ -105,39 +105,3 @@ var (
 	// to the table.
 	ErrLogGap = errors.New("ferry: the log no longer holds the checkpoint")
 )
-
-// LogCheckpoints is implemented by stores that keep a log relay's
-// checkpoint and lease in a table of the outbox's database
-// (<table>_log, outbox migration 0005_log): one row per outbox table,
-// holding the position up to which the log was handled and which relay
-// reads it, fenced by token.
-type LogCheckpoints interface {
-	// AcquireLog takes or renews the log reader's lease for owner until
-	// the database clock's now + lease: it succeeds when the row is free,
-	// already owner's, or its lease ended. It returns the checkpoint
-	// stored (empty when none) and whether owner holds the lease.
-	AcquireLog(ctx context.Context, owner, source string, lease time.Duration) (LogPosition, bool, error)
-	// SaveLog stores pos as the checkpoint and renews the lease, only
-	// while owner holds it; it reports whether it did (false: fenced, the
-	// lease went to another reader).
-	SaveLog(ctx context.Context, owner string, pos LogPosition, lease time.Duration) (bool, error)
-	// ReleaseLog gives up owner's lease, keeping the checkpoint, so that
-	// a standby takes over at once.
-	ReleaseLog(ctx context.Context, owner string) error
-	// LogState returns the checkpoint row: position, owner, when the
-	// lease ends and when the checkpoint was last saved (database clock);
-	// ok is false when no relay ever read the log of this table.
-	LogState(ctx context.Context) (state LogState, ok bool, err error)
-}
-
-// LogState is the checkpoint row of a table's log reader.
-type LogState struct {
-	Position   LogPosition
-	Source     string
-	Owner      string
-	LeaseUntil time.Time
-	SavedAt    time.Time
-	// LeaseLeft is how long the lease has left by the database clock;
-	// zero or less when it ended.
-	LeaseLeft time.Duration
-}

@@ -8,26 +8,26 @@ import (
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
-// RelayRegistry is implemented by stores that record which relays run on
-// their outbox table: one heartbeat row per relay, in the table
+// RelayRegistry is the part of every Store that records which relays run
+// on its outbox table: one heartbeat row per relay, in the table
 // <outbox table>_relay that outbox migration 0003_relay creates. A relay
 // writes its row when it starts and every RelayConfig.Heartbeat after, and
 // deletes it when it stops cleanly; a relay that was killed leaves its row,
 // whose last beat then ages. ferryadmin.Relays and ferry status read it to
 // tell which relays are alive now.
 //
-// The stores in this module implement it; the conformance suite
-// (ferrystoretest) checks it. Every time is taken from the database clock,
-// so that no host's clock decides whether a relay is alive.
+// The conformance suite (ferrystoretest) checks it. Every time is taken
+// from the database clock, so that no host's clock decides whether a relay
+// is alive.
 type RelayRegistry interface {
 	// Beat records b as the relay's current state in one statement: it
 	// inserts the relay's row, or updates every field of it, and sets its
 	// last beat to the database clock. The start time is set by the
 	// database at the first beat and kept by the later ones; b.StartedAt
 	// and b.LastSeen are ignored. b.ID must be 1 to MaxRelayIDLen bytes
-	// (an error wrapping ferrytype.ErrInvalidConfig otherwise); the other
-	// strings are cut to their column's size. Beat reads and writes no
-	// outbox row.
+	// (an error wrapping ferrytype.ErrInvalidConfig otherwise), b.Claims
+	// empty or a valid prefix (ValidateClaimsPrefix); the other strings are
+	// cut to their column's size. Beat reads and writes no outbox row.
 	Beat(ctx context.Context, b RelayBeat) error
 	// Relays returns the recorded relays, by id, at most MaxListLimit of
 	// them. StartedAt and LastSeen come from the database clock,
@@ -97,9 +97,17 @@ type RelayBeat struct {
 	// Source is where the relay learns which events to publish:
 	// RelaySourceTable (it polls the outbox table) or RelaySourceLog (it
 	// reads the database's log, RelayConfig.Feed; of the relays with this
-	// source the one holding the lease in <table>_log reads, the others
-	// stand by). Empty in the rows of relays older than migration 0005_log.
+	// source the one holding the lease LeaseLog reads, the others stand
+	// by). Empty in the rows of relays older than migration 0005_log.
 	Source string `json:"source"`
+	// Claims is the prefix of the relay's claim tokens: each claim it
+	// makes is under the token Claims + "." + a random part, so that the
+	// maintainer returns the claims of a relay found dead at once
+	// (Store.ClaimsOf) instead of waiting for their leases to end. Empty,
+	// or 1 to MaxClaimsPrefixLen lowercase hex characters, unique to one
+	// relay process. Empty in the rows of relays older than migration
+	// 0006_lease.
+	Claims string `json:"claims"`
 }
 
 // Values of RelayBeat.Source.
@@ -108,13 +116,18 @@ const (
 	RelaySourceLog   = "log"
 )
 
-// Validate checks the fields Beat refuses: the ID.
+// Validate checks the fields Beat refuses: the ID and the claims prefix.
 func (b RelayBeat) Validate() error {
 	switch {
 	case b.ID == "":
 		return fmt.Errorf("%w: RelayBeat.ID is empty", ferrytype.ErrInvalidConfig)
 	case len(b.ID) > MaxRelayIDLen:
 		return fmt.Errorf("%w: RelayBeat.ID %q is longer than %d bytes", ferrytype.ErrInvalidConfig, b.ID, MaxRelayIDLen)
+	}
+	if b.Claims != "" {
+		if err := ValidateClaimsPrefix(b.Claims); err != nil {
+			return fmt.Errorf("RelayBeat.Claims: %w", err)
+		}
 	}
 	return nil
 }

@@ -1,24 +1,11 @@
 package ferrystore
 
 import (
-	"context"
 	"fmt"
 	"strings"
 
 	"github.com/ferrydev/ferry/ferrytype"
 )
-
-// SchemaChecker is implemented by stores that can compare their table with
-// the migrations they embed. The stores of this module implement it; the
-// relay daemon and the operator's commands check the schema through it
-// before they touch the table.
-type SchemaChecker interface {
-	// CheckSchema reads which migrations of the table have run (from the
-	// migration table) and whether the table exists. It changes nothing.
-	// An error means the database could not be asked; a schema that is
-	// not current is described by the result (Schema.Err).
-	CheckSchema(ctx context.Context) (Schema, error)
-}
 
 // MigrationID names one embedded migration: 0002_discard.
 type MigrationID struct {
@@ -30,7 +17,7 @@ type MigrationID struct {
 func (m MigrationID) String() string { return fmt.Sprintf("%04d_%s", m.Version, m.Name) }
 
 // Schema is the state of a store's table compared with the migrations the
-// store embeds.
+// store embeds (Store.CheckSchema).
 type Schema struct {
 	// Table is the outbox table's name.
 	Table string

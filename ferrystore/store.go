@@ -34,6 +34,14 @@ type Store interface {
 	// Migrations returns the store's migrations rendered for its table
 	// names, as files named NNNN_name.up.sql and NNNN_name.down.sql.
 	Migrations() (fs.FS, error)
+	// CheckSchema compares the table with the migrations the store embeds:
+	// it reads which migrations of the table have run (from the migration
+	// table) and whether the table exists, and changes nothing. The relay
+	// daemon and the operator's commands check the schema through it
+	// before they touch the table. An error means the database could not
+	// be asked; a schema that is not current is described by the result
+	// (Schema.Err).
+	CheckSchema(ctx context.Context) (Schema, error)
 
 	// Enqueue inserts rows through ex, which is usually the caller's
 	// transaction. Each row has its ID set and its payload validated.
@@ -72,8 +80,18 @@ type Store interface {
 	// as it was. It returns how many rows it changed; the others were
 	// fenced.
 	Release(ctx context.Context, token string, ids []string) (int64, error)
-	// ExpiredLeases returns up to limit SENDING rows whose lease ended.
-	ExpiredLeases(ctx context.Context, limit int) ([]Lease, error)
+	// ExpiredClaims returns up to limit SENDING rows whose lease ended,
+	// for the sweeper to return (MarkFailed, fenced by each token).
+	ExpiredClaims(ctx context.Context, limit int) ([]Claimed, error)
+	// ClaimsOf returns up to limit SENDING rows whose lease token starts
+	// with prefix + ".", whether or not their lease ended: the claims of a
+	// relay found dead (RelayBeat.Claims), for the maintainer to return at
+	// once with MarkFailed, fenced by each token, as the sweeper does.
+	// prefix must be 1 to MaxClaimsPrefixLen lowercase hex characters (an
+	// error wrapping ferrytype.ErrInvalidConfig otherwise: an empty prefix
+	// must never match every claim), limit positive. It reads the SENDING
+	// rows through the pending index (status first) and locks nothing.
+	ClaimsOf(ctx context.Context, prefix string, limit int) ([]Claimed, error)
 	// PurgeSent deletes up to limit SENT rows sent more than olderThan ago
 	// and returns how many it deleted.
 	PurgeSent(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
@@ -94,12 +112,44 @@ type Store interface {
 	// ferrytype.ErrNotFound.
 	Get(ctx context.Context, id string) (Row, error)
 
+	// AcquireLease takes or renews the lease name (LeaseMaintenance,
+	// LeaseLog) for owner until the database clock's now + ttl, in one
+	// atomic statement: it succeeds when the row is free (or absent: it
+	// creates it), already owner's, or its lease ended, so that of two
+	// relays racing for a free or ended lease exactly one holds it. It
+	// returns the row as it is after the call (the position saved by the
+	// holders among it) and whether owner holds the lease. source is
+	// stored when the lease is taken (free text, cut to
+	// MaxLeaseSourceLen bytes). name must be 1 to MaxLeaseNameLen bytes,
+	// owner 1 to MaxLeaseOwnerLen, ttl positive (an error wrapping
+	// ferrytype.ErrInvalidConfig otherwise).
+	AcquireLease(ctx context.Context, name, owner, source string, ttl time.Duration) (LeaseState, bool, error)
+	// RenewLease extends owner's lease name to the database clock's now +
+	// ttl, and stores pos as its position when pos is not empty, only
+	// while owner holds it, in one statement. It reports whether it did:
+	// false when fenced (the lease ended and went to another owner, or
+	// was released).
+	RenewLease(ctx context.Context, name, owner string, pos LogPosition, ttl time.Duration) (bool, error)
+	// ReleaseLease gives up owner's lease name, keeping its position, so
+	// that another owner takes it at once. Not holding it is no error.
+	ReleaseLease(ctx context.Context, name, owner string) error
+	// LeaseState reads the lease name; ok is false when its row was never
+	// written.
+	LeaseState(ctx context.Context, name string) (st LeaseState, ok bool, err error)
+
+	// Classifier classifies the driver's errors of statements the caller
+	// ran in its own transaction.
+	Classifier
+	// RelayRegistry records which relays run on the table, in its
+	// heartbeat table.
+	RelayRegistry
+
 	// Close releases what the store opened itself. A store built on a
 	// caller's pool leaves the pool open.
 	Close() error
 }
 
-// Classifier is implemented by the stores of this module: Classify maps a
+// Classifier is part of every Store and InboxStore: Classify maps a
 // database error of the store's driver to ferry's classes
 // (ferrytype.ErrRetryable, ErrLockConflict, ErrDuplicate,
 // ErrUndefinedTable) by wrapping it, so that callers test with errors.Is
@@ -218,8 +268,10 @@ func MarkFailedResultOf(fails []Failure, changed func(i int) bool) MarkFailedRes
 	return r
 }
 
-// Lease is a SENDING row whose lease ended.
-type Lease struct {
+// Claimed is a SENDING row: an event claimed by a relay, under its lease
+// token, that the relay has not settled (Store.ExpiredClaims,
+// Store.ClaimsOf).
+type Claimed struct {
 	ID       string
 	Token    string
 	Attempts int

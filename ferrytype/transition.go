@@ -45,7 +45,7 @@ var (
 	// help.
 	TransitionMalformed = Transition{Name: "malformed", From: StatusSending, To: StatusDead, By: "relay"}
 	// TransitionSweepRetry returns a row whose lease expired before any outcome was
-	// recorded (Store.ExpiredLeases, then Store.MarkFailed under the
+	// recorded (Store.ExpiredClaims, then Store.MarkFailed under the
 	// expired token).
 	TransitionSweepRetry = Transition{Name: "sweep-retry", From: StatusSending, To: StatusNew, By: "sweeper"}
 	// TransitionSweepDead is TransitionSweepRetry past the retry policy's limit.

@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferrydev/ferry/ferryadmin"
-	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
@@ -57,7 +56,7 @@ func cliBulkSize(kind string) int {
 
 func (b *opsBundle) count(t *testing.T, s ferrytype.Status) int64 {
 	t.Helper()
-	n, err := b.st.Driver.(ferrystore.Admin).CountByStatus(b.ctx, s)
+	n, err := b.st.Driver.CountByStatus(b.ctx, s)
 	require.NoError(t, err)
 	return n[s]
 }

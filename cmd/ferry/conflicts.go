@@ -38,7 +38,7 @@ func (t *inboxTables) flags(fl *pflag.FlagSet, markersOnly bool) {
 }
 
 // open opens the inbox tables of the consumer database at --database-url.
-func (t *inboxTables) open(cmd *cobra.Command, g *globals) (ferrystore.InboxStore, error) {
+func (t *inboxTables) open(cmd *cobra.Command, g *globals) (open.Inbox, error) {
 	return open.InboxStore(cmd.Context(), g.databaseURL, &open.InboxConfig{MarkerTable: t.markers,
 		ConflictTable: t.conflicts, VersionTable: t.versions, KeyTable: t.keys})
 }

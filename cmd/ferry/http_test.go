@@ -113,7 +113,7 @@ func TestRelayServesMetricsAndReadiness(t *testing.T) {
 	var beats []ferrystore.RelayBeat
 	testsvc.WaitFor(t, 30*time.Second, func() bool {
 		var err error
-		beats, err = b.st.Driver.(ferrystore.RelayRegistry).Relays(b.ctx)
+		beats, err = b.st.Driver.Relays(b.ctx)
 		require.NoError(t, err)
 		return len(beats) == 1
 	}, func() string { return "the relay's heartbeat row" })
@@ -147,7 +147,7 @@ func TestRelayServesMetricsAndReadiness(t *testing.T) {
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, cmd.Wait(), out.String())
-	beats, err := b.st.Driver.(ferrystore.RelayRegistry).Relays(b.ctx)
+	beats, err := b.st.Driver.Relays(b.ctx)
 	require.NoError(t, err)
 	require.Empty(t, beats, "the relay deleted its heartbeat row as it stopped")
 	logs := out.String()

@@ -183,7 +183,7 @@ func TestConflictsListShowResolve(t *testing.T) {
 			require.Equal(t, "keep-stored", got.Resolution.Decision)
 			require.Equal(t, "amount typo upstream, INC-7", got.Resolution.Note)
 			require.Equal(t, ferryadmin.LocalActor(), got.Resolution.By, "user@host, like dead discard")
-			require.WithinDuration(t, time.Now(), got.ResolvedAt, time.Hour)
+			require.WithinDuration(t, time.Now(), got.Resolution.ResolvedAt, time.Hour)
 			require.Equal(t, int64(10), b.points(t), "resolving changes no business data")
 			m, err := b.store.GetMarker(b.ctx, "points-award", "order:42:paid")
 			require.NoError(t, err)

@@ -48,7 +48,6 @@ func runBounded(t *testing.T, d time.Duration, args ...string) (int, string) {
 // a JetStream stream for its events.
 type logBundle struct {
 	*opsBundle
-	lc             ferrystore.LogCheckpoints
 	stream, prefix string
 	nc             *nats.Conn
 }
@@ -68,7 +67,6 @@ func setupLog(t *testing.T, kind string) *logBundle {
 	b.ob, err = ferry.NewOutbox(st.Driver, nil)
 	require.NoError(t, err)
 	b.args = []string{"--database-url", url, "--table", st.Driver.Table()}
-	b.lc = st.Driver.(ferrystore.LogCheckpoints)
 	if kind == "postgres" {
 		name := "ferry_" + strings.ToLower(st.Driver.Table())
 		t.Cleanup(func() {
@@ -108,10 +106,11 @@ func (b *logBundle) relayArgs(extra ...string) []string {
 	return append(args, extra...)
 }
 
-// logState reads the table's checkpoint row; ok is false while none exists.
-func (b *logBundle) logState(t *testing.T) (ferrystore.LogState, bool) {
+// logState reads the table's log lease and checkpoint; ok is false while
+// none exists.
+func (b *logBundle) logState(t *testing.T) (ferrystore.LeaseState, bool) {
 	t.Helper()
-	st, ok, err := b.lc.LogState(b.ctx)
+	st, ok, err := b.st.Driver.LeaseState(b.ctx, ferrystore.LeaseLog)
 	require.NoError(t, err)
 	return st, ok
 }
@@ -252,7 +251,7 @@ func TestRelaySourceLogStandbyTakesOverAfterKill(t *testing.T) {
 			b.waitSent(t, after, time.Minute, logs)
 			// The new reader streams from the dead one's checkpoint and
 			// saves its own as the events' claims commit.
-			var now2 ferrystore.LogState
+			var now2 ferrystore.LeaseState
 			testsvc.WaitFor(t, 30*time.Second, func() bool {
 				now2, _ = b.logState(t)
 				return now2.Owner == other && now2.Position != "" && now2.Position != st.Position
@@ -350,7 +349,7 @@ func TestStatusShowsTheLogRelay(t *testing.T) {
 			more := b.enqueueN(t, 10)
 			b.waitSent(t, more, time.Minute, relayOut.String)
 			// The checkpoint moves past the new events' transactions.
-			var now ferrystore.LogState
+			var now ferrystore.LeaseState
 			testsvc.WaitFor(t, 30*time.Second, func() bool {
 				now, _ = b.logState(t)
 				return now.Position != "" && now.Position != ls.Position

@@ -20,7 +20,6 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferryfault"
-	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/fault"
@@ -217,7 +216,7 @@ func TestSeedInsertIsDelivered(t *testing.T) {
 
 	code, out, errOut := ferryCLI(t, "migrate", "--database-url", dbURL)
 	require.Equal(t, exitOK, code, errOut)
-	require.Contains(t, out, "applied 0001_outbox, 0002_discard, 0003_relay, 0004_dead, 0005_log\n", "what ran, then the state")
+	require.Contains(t, out, "applied 0001_outbox, 0002_discard, 0003_relay, 0004_dead, 0005_log, 0006_lease\n", "what ran, then the state")
 	require.Contains(t, out, "outbox_event is up to date")
 	code, out, errOut = ferryCLI(t, "migrate", "--database-url", dbURL)
 	require.Equal(t, exitOK, code, errOut)
@@ -334,7 +333,7 @@ func TestMaintenanceLeaderKilledMidSweep(t *testing.T) {
 				"--broker-url", testsvc.URL(testsvc.EnvNATS), "--stream", stream, "--lanes", "1",
 				"--heartbeat", "200ms", "--sweep-interval", "100ms", "--retry-initial", "10ms"}
 			leader := func() (lead string, alive int) {
-				rs, err := ferryadmin.Relays(ctx, st.Driver.(ferrystore.Admin), 600*time.Millisecond)
+				rs, err := ferryadmin.Relays(ctx, st.Driver, 600*time.Millisecond)
 				require.NoError(t, err)
 				for _, r := range rs {
 					if r.Alive {

@@ -41,18 +41,18 @@ With --inbox it migrates a consumer's inbox tables instead (--marker-table,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			var (
-				store migratable
-				what  string
-				err   error
+				store  migratable
+				outbox ferrystore.Admin // nil with --inbox
+				what   string
+				err    error
 			)
 			if inbox {
 				store, err = tables.open(cmd, g)
 				what = "inbox tables " + tables.markers + ", " + tables.conflicts + ", " + tables.versions + ", " + tables.keys + " are"
 			} else {
-				var s ferrystore.Store
-				s, err = open.Store(ctx, g.databaseURL, g.table)
-				if s != nil {
-					store, what = s, "outbox table "+s.Table()+" is"
+				outbox, err = open.Store(ctx, g.databaseURL, g.table)
+				if outbox != nil {
+					store, what = outbox, "outbox table "+outbox.Table()+" is"
 				}
 			}
 			if err != nil {
@@ -78,21 +78,20 @@ With --inbox it migrates a consumer's inbox tables instead (--marker-table,
 				}
 				return nil
 			}
-			// What ran: the migrations missing before, when the store can
-			// tell (another ferry migrate may run some of them meanwhile;
-			// Migrate is safe to run concurrently).
+			// What ran: the outbox's migrations missing before (another
+			// ferry migrate may run some of them meanwhile; Migrate is safe
+			// to run concurrently).
 			var before []ferrystore.MigrationID
-			checker, _ := store.(ferrystore.SchemaChecker)
-			if checker != nil {
-				if sc, err := checker.CheckSchema(ctx); err == nil {
+			if outbox != nil {
+				if sc, err := outbox.CheckSchema(ctx); err == nil {
 					before = sc.Missing
 				}
 			}
 			if err := store.Migrate(ctx); err != nil {
 				return err
 			}
-			if checker != nil && len(before) > 0 {
-				if sc, err := checker.CheckSchema(ctx); err == nil {
+			if outbox != nil && len(before) > 0 {
+				if sc, err := outbox.CheckSchema(ctx); err == nil {
 					still := map[ferrystore.MigrationID]bool{}
 					for _, m := range sc.Missing {
 						still[m] = true
@@ -110,8 +109,8 @@ With --inbox it migrates a consumer's inbox tables instead (--marker-table,
 			}
 			// Events that died before migration 0004 recorded no error
 			// class: record it once, so that the database groups them.
-			if a, ok := store.(ferrystore.Admin); ok && !inbox {
-				n, err := ferryadmin.ClassifyErrors(ctx, a)
+			if outbox != nil {
+				n, err := ferryadmin.ClassifyErrors(ctx, outbox)
 				if err != nil {
 					return err
 				}

@@ -69,7 +69,7 @@ type checkResult struct {
 // relay starts and runs.
 type relayDeps struct {
 	mu         sync.Mutex
-	store      ferrystore.Store
+	store      ferrystore.Admin
 	dbErr      error // the last failure to open the database
 	schemaErr  error // why the outbox table cannot be used (nil once it can)
 	schemaNote string
@@ -77,7 +77,7 @@ type relayDeps struct {
 	brokerErr  error // the last failure to connect to the broker
 }
 
-func (d *relayDeps) setStore(s ferrystore.Store, err error) {
+func (d *relayDeps) setStore(s ferrystore.Admin, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.store, d.dbErr = s, err
@@ -157,11 +157,7 @@ func readiness(ctx context.Context, deps *relayDeps, timeout time.Duration) (boo
 	case schemaErr != nil:
 		set("database", fail(schemaErr))
 	default:
-		if a, ok := store.(ferrystore.Admin); ok {
-			run("database", a.Ping, schemaNote)
-		} else {
-			run("database", func(ctx context.Context) error { _, err := store.Stats(ctx); return err }, schemaNote)
-		}
+		run("database", store.Ping, schemaNote)
 	}
 	c, canCheck := pub.(ferrybroker.Checker)
 	switch {

@@ -421,7 +421,7 @@ reconcile:
 	}
 }
 
-func keysOf(m []ferryadmin.MissingEvent) []string {
+func keysOf(m []ferrystore.MissingEvent) []string {
 	out := make([]string, len(m))
 	for i := range m {
 		out[i] = m[i].Key

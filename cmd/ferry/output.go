@@ -15,17 +15,12 @@ import (
 
 // openAdmin opens the outbox table of g for the operator's commands.
 func openAdmin(ctx context.Context, g *globals) (ferrystore.Admin, error) {
-	store, err := open.Store(ctx, g.databaseURL, g.table)
+	a, err := open.Store(ctx, g.databaseURL, g.table)
 	if err != nil {
 		return nil, err
 	}
-	a, ok := store.(ferrystore.Admin)
-	if !ok {
-		store.Close()
-		return nil, fmt.Errorf("the %s store does not support this command", store.Dialect())
-	}
-	if err := checkSchema(ctx, store, g.stderr); err != nil {
-		store.Close()
+	if err := checkSchema(ctx, a, g.stderr); err != nil {
+		a.Close()
 		return nil, err
 	}
 	return a, nil
@@ -37,11 +32,7 @@ func openAdmin(ctx context.Context, g *globals) (ferrystore.Admin, error) {
 // missing column. A table migrated by a newer ferry, or by another tool,
 // is worth a warning on w only.
 func checkSchema(ctx context.Context, store ferrystore.Store, w io.Writer) error {
-	sc, ok := store.(ferrystore.SchemaChecker)
-	if !ok {
-		return nil
-	}
-	s, err := sc.CheckSchema(ctx)
+	s, err := store.CheckSchema(ctx)
 	if err != nil {
 		return err
 	}

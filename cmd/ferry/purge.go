@@ -9,7 +9,6 @@ import (
 
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferryadmin"
-	"github.com/ferrydev/ferry/ferrystore"
 )
 
 type purgeFlags struct {
@@ -121,11 +120,7 @@ func runPurge(cmd *cobra.Command, g *globals, f *purgeFlags) error {
 			return oerr
 		}
 		defer s.Close()
-		ks, ok := s.(ferrystore.IdempotencyStore)
-		if !ok {
-			return fmt.Errorf("the store at --database-url keeps no idempotency keys")
-		}
-		rep, err = ferryadmin.PurgeIdempotencyKeys(ctx, ks, opts)
+		rep, err = ferryadmin.PurgeIdempotencyKeys(ctx, s, opts)
 		rep.Table = f.inbox.keys
 	} else if f.markers {
 		s, oerr := f.inbox.open(cmd, g)

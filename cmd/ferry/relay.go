@@ -142,8 +142,8 @@ REPLICATION SLAVE and REPLICATION CLIENT), PostgreSQL's logical replication
 each event by id as its transaction commits, in the same table and state
 machine as the polling relay: retries, DEAD events and --ordered are the same,
 and polling relays may run beside it. One relay reads the log at a time,
-holding a lease in <table>_log (outbox migration 0005) where it keeps its
-checkpoint; other --source log relays stand by, probing the table every
+holding the lease "log" in <table>_lease (outbox migration 0006) where it keeps
+its checkpoint; other --source log relays stand by, probing the table every
 --log-poll-interval, and take over within --log-lease. At start the relay checks the database's settings and exits 2
 naming what is missing and how to fix it. A gap in the log (the binlog purged
 past the checkpoint, the slot invalidated or dropped) is logged as an error
@@ -419,7 +419,7 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 // the table (countLeft): of several relays draining one table, only the
 // one that leads its maintenance counts it, the others print what they
 // sent.
-func drainProgress(ctx context.Context, w io.Writer, interval time.Duration, store ferrystore.Store, relay *ferry.Relay) (stop func()) {
+func drainProgress(ctx context.Context, w io.Writer, interval time.Duration, store ferrystore.Admin, relay *ferry.Relay) (stop func()) {
 	if interval <= 0 {
 		return func() {}
 	}
@@ -457,16 +457,12 @@ func drainProgress(ctx context.Context, w io.Writer, interval time.Duration, sto
 	return func() { cancel(); <-done }
 }
 
-// countLeft counts the NEW and SENDING events: from the pending index
-// alone (Admin.CountByStatus) where the store has it; Store.Stats also
-// reads every pending row to find the oldest.
-func countLeft(ctx context.Context, store ferrystore.Store) (newN, sending int64, err error) {
-	if a, ok := store.(ferrystore.Admin); ok {
-		n, err := a.CountByStatus(ctx, ferrytype.StatusNew, ferrytype.StatusSending)
-		return n[ferrytype.StatusNew], n[ferrytype.StatusSending], err
-	}
-	st, err := store.Stats(ctx)
-	return st.New, st.Sending, err
+// countLeft counts the NEW and SENDING events from the pending index alone
+// (Admin.CountByStatus); Store.Stats also reads every pending row to find
+// the oldest.
+func countLeft(ctx context.Context, store ferrystore.Admin) (newN, sending int64, err error) {
+	n, err := store.CountByStatus(ctx, ferrytype.StatusNew, ferrytype.StatusSending)
+	return n[ferrytype.StatusNew], n[ferrytype.StatusSending], err
 }
 
 // logStats logs the relay's counters every interval until ctx ends.

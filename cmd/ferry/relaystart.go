@@ -111,8 +111,8 @@ func (o *relayOps) stop(ctx context.Context) {
 
 // openRelayStore opens the database, retrying for wait (foreverWait: as
 // long as ctx lasts); deps records each failure for /readyz.
-func openRelayStore(ctx context.Context, g *globals, wait time.Duration, deps *relayDeps, log *slog.Logger) (ferrystore.Store, error) {
-	return connect(ctx, wait, "database", log, func() (ferrystore.Store, error) {
+func openRelayStore(ctx context.Context, g *globals, wait time.Duration, deps *relayDeps, log *slog.Logger) (ferrystore.Admin, error) {
+	return connect(ctx, wait, "database", log, func() (ferrystore.Admin, error) {
 		s, err := open.Store(ctx, g.databaseURL, g.table)
 		deps.setStore(s, err)
 		return s, err
@@ -140,15 +140,11 @@ func openRelayPublisher(ctx context.Context, url string, bc *open.BrokerConfig, 
 // migrated by a newer ferry is a warning, not a refusal: migrations only
 // add, so this relay keeps working with the columns it knows.
 func awaitSchema(ctx context.Context, store ferrystore.Store, wait bool, deps *relayDeps, log *slog.Logger) error {
-	sc, ok := store.(ferrystore.SchemaChecker)
-	if !ok {
-		return nil
-	}
 	pause := time.Second
 	var last string
 	var lastLog time.Time
 	for {
-		s, err := sc.CheckSchema(ctx)
+		s, err := store.CheckSchema(ctx)
 		if err == nil {
 			err = s.Err()
 		}
@@ -184,13 +180,7 @@ func awaitSchema(ctx context.Context, store ferrystore.Store, wait bool, deps *r
 // would, before the relay waits for anything: a relay that can never start
 // exits 2 at once instead of waiting for its database first.
 func validateRelayConfig(rc *ferry.RelayConfig) error {
-	var store ferrystore.Store = tableOnly{}
-	if rc.Log.Feed != nil {
-		// A log relay needs a store that keeps log checkpoints; whether
-		// the real one does, ferry.NewRelay says once it is open.
-		store = tableOnlyLog{}
-	}
-	_, err := ferry.NewRelay(store, struct{ ferrybroker.Publisher }{}, rc)
+	_, err := ferry.NewRelay(tableOnly{}, struct{ ferrybroker.Publisher }{}, rc)
 	return err
 }
 
@@ -198,10 +188,3 @@ func validateRelayConfig(rc *ferry.RelayConfig) error {
 type tableOnly struct{ ferrystore.Store }
 
 func (tableOnly) Table() string { return "" }
-
-// tableOnlyLog is tableOnly for a log relay: ferry.NewRelay requires the
-// store to keep log checkpoints, and calls none of their methods.
-type tableOnlyLog struct {
-	tableOnly
-	ferrystore.LogCheckpoints
-}

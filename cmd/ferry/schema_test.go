@@ -47,7 +47,7 @@ func TestRelayWaitsForMigrations(t *testing.T) {
 			}
 			require.NoError(t, err)
 			t.Cleanup(func() {
-				for _, q := range []string{"DROP TABLE IF EXISTS " + table + "_log", "DROP TABLE IF EXISTS " + table + "_relay", "DROP TABLE IF EXISTS " + table + "_seq", "DROP TABLE IF EXISTS " + table,
+				for _, q := range []string{"DROP TABLE IF EXISTS " + table + "_lease", "DROP TABLE IF EXISTS " + table + "_relay", "DROP TABLE IF EXISTS " + table + "_seq", "DROP TABLE IF EXISTS " + table,
 					"DELETE FROM ferry_migration WHERE component = 'outbox:" + table + "'"} {
 					if _, err := db.Exec(q); err != nil {
 						t.Logf("%s: %v", q, err)
@@ -164,10 +164,10 @@ func TestAdminCommandsOnOldSchema(t *testing.T) {
 }
 
 // A table an older ferry migrated (up to 0002, without the relays'
-// heartbeat table; 0004 kept, as by a ferry that had it, and 0005, which
-// changes the heartbeat table, removed): status and relay --drain name the
-// missing migrations and exit 7; ferry migrate adds the tables in place,
-// in order, keeping the events, and both work.
+// heartbeat table; 0004 kept, as by a ferry that had it, and 0005 and
+// 0006, which change the heartbeat table, removed): status and relay
+// --drain name the missing migrations and exit 7; ferry migrate adds the
+// tables in place, in order, keeping the events, and both work.
 func TestCommandsOnTableWithoutHeartbeats(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []string{"mysql", "postgres", "sqlite"} {
@@ -177,8 +177,8 @@ func TestCommandsOnTableWithoutHeartbeats(t *testing.T) {
 			nc := testsvc.NATS(t)
 			stream, prefix := testsvc.JetStreamStream(t, nc)
 			id := b.enqueue(t, orderPaid("1", prefix+".paid"))[0]
-			for _, q := range []string{"DROP TABLE " + table + "_relay", "DROP TABLE " + table + "_log",
-				"DELETE FROM ferry_migration WHERE component = 'outbox:" + table + "' AND version IN (3, 5)"} {
+			for _, q := range []string{"DROP TABLE " + table + "_relay", "DROP TABLE " + table + "_lease",
+				"DELETE FROM ferry_migration WHERE component = 'outbox:" + table + "' AND version IN (3, 5, 6)"} {
 				_, err := b.st.DB.ExecContext(b.ctx, q)
 				require.NoError(t, err, q)
 			}
@@ -187,7 +187,7 @@ func TestCommandsOnTableWithoutHeartbeats(t *testing.T) {
 			for _, args := range [][]string{{"status"}, relay} {
 				code, out, errOut := b.cli(t, args...)
 				require.Equal(t, exitSchema, code, "%v: %s\n%s", args, out, errOut)
-				require.Contains(t, errOut, "lacks migrations 0003_relay, 0005_log (it has 0001_outbox, 0002_discard, 0004_dead): run ferry migrate", args)
+				require.Contains(t, errOut, "lacks migrations 0003_relay, 0005_log, 0006_lease (it has 0001_outbox, 0002_discard, 0004_dead): run ferry migrate", args)
 			}
 			code, _, errOut := b.cli(t, "migrate")
 			require.Equal(t, exitOK, code, errOut)

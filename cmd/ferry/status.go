@@ -136,7 +136,7 @@ func printStatus(w io.Writer, rep *ferryadmin.StatusReport) {
 		rows := make([]string, len(rep.Destinations))
 		for i, d := range rep.Destinations {
 			rows[i] = fmt.Sprintf("%s\t%d\t%d\t%s", d.Destination, d.New, d.Sending,
-				ferryadmin.FormatAge(time.Duration(d.OldestPendingSeconds*float64(time.Second))))
+				ferryadmin.FormatAge(d.OldestPending))
 		}
 		table(w, "  ", "DESTINATION\tNEW\tSENDING\tOLDEST", rows)
 	}
@@ -239,7 +239,7 @@ func measureLogLag(ctx context.Context, g *globals, li *ferryadmin.LogInfo) {
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if lag, err := feed.Lag(lctx); err == nil {
-		li.LagBytes, li.Head = lag.Bytes, string(lag.Head)
+		li.LagBytes, li.Head = lag.Bytes, lag.Head
 	}
 }
 
@@ -262,5 +262,5 @@ func printLog(w io.Writer, li *ferryadmin.LogInfo) {
 	}
 	fmt.Fprintf(w, "\nlog relay: %s\n", li.Source)
 	table(w, "  ", "READER\tCHECKPOINT\tSAVED\tLAG\tSTANDBY", []string{fmt.Sprintf("%s\t%s\t%s ago\t%s\t%s", reader,
-		orDash(li.Position), ferryadmin.FormatAge(li.SavedAge), lag, standbys)})
+		orDash(string(li.Position)), ferryadmin.FormatAge(li.SavedAge), lag, standbys)})
 }

@@ -40,7 +40,7 @@ import (
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 	"github.com/ferrydev/ferry/ferrystore/ferrypg"
 	"github.com/ferrydev/ferry/ferrystore/ferrysqlite"
-	"github.com/ferrydev/ferry/internal/sqlutil"
+	"github.com/ferrydev/ferry/internal/sqlstore"
 )
 
 // Event types and their destinations (NATS subjects, AMQP routing keys).
@@ -135,7 +135,7 @@ func Open(ctx context.Context, url string) (*DB, error) {
 func (db *DB) Close() error { return db.close() }
 
 // Q rewrites ? placeholders for PostgreSQL.
-func (db *DB) Q(q string) string { return sqlutil.Rebind(db.Dialect, q) }
+func (db *DB) Q(q string) string { return sqlstore.Rebind(db.Dialect, q) }
 
 // Outbox returns the outbox store of table on db.
 func (db *DB) Outbox(table string) (ferrystore.Driver[*sql.Tx], error) {

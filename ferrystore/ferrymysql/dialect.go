@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/ferrydev/ferry/internal/sqlstore"
-	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
 // dialect spells MySQL's and MariaDB's SQL for the shared store: DATETIME(6)
@@ -40,7 +39,7 @@ func (dialect) Update() string {
 func (dialect) AgeMicros(expr string) string {
 	return "TIMESTAMPDIFF(MICROSECOND, " + expr + ", NOW(6))"
 }
-func (dialect) In(col string, vals []string) (string, []any) { return sqlutil.InList(col, vals) }
+func (dialect) In(col string, vals []string) (string, []any) { return sqlstore.InList(col, vals) }
 
 // KeyText converts the key to utf8mb4 text in the outbox's binary
 // collation, so that the comparison with aggregate_id can use its index.
@@ -63,6 +62,20 @@ func (dialect) After(col string, at time.Time, id string) (string, []any) {
 // Route and Settled are migration 0004's virtual columns.
 func (dialect) Route() string   { return "route" }
 func (dialect) Settled() string { return "settled_status" }
+
+// UpsertIf sets each column to IF(cond, VALUES(col), col): MySQL evaluates
+// the assignments in order, so cond is asked again for each, and must keep
+// its answer once the first column holds its new value.
+func (dialect) UpsertIf(_ string, cols []string, cond string) string {
+	set := make([]string, len(cols))
+	for i, c := range cols {
+		set[i] = c + " = IF(" + cond + ", VALUES(" + c + "), " + c + ")"
+	}
+	return "ON DUPLICATE KEY UPDATE " + strings.Join(set, ", ")
+}
+
+// Inserted is VALUES(col).
+func (dialect) Inserted(col string) string { return "VALUES(" + col + ")" }
 
 // Upsert uses ON DUPLICATE KEY UPDATE with VALUES(col), which MariaDB and
 // MySQL 8 both read (MySQL 8.0.20+ prefers a row alias, which MariaDB

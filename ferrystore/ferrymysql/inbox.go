@@ -12,7 +12,6 @@ import (
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/migrate"
 	"github.com/ferrydev/ferry/internal/sqlstore"
-	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
 //go:embed inbox_migrations/*.sql
@@ -39,19 +38,14 @@ type InboxConfig struct {
 // Inbox is the inbox tables in MySQL or MariaDB. It implements
 // ferrystore.InboxDriver[*sql.Tx].
 type Inbox struct {
-	sqlutil.InboxBase
+	sqlstore.InboxBase
 	sqlstore.SQLTxs
 	sqlstore.Keys
-	tables     sqlutil.InboxTables
+	tables     sqlstore.InboxTables
 	m, c, v, k string // quoted
 }
 
-var (
-	_ ferrystore.IdempotencyDriver[*sql.Tx] = (*Inbox)(nil)
-	_ ferrystore.InboxActivity              = (*Inbox)(nil)
-	_ ferrystore.MarkerPurgeCounter         = (*Inbox)(nil)
-	_ ferrystore.KeyPurgeCounter            = (*Inbox)(nil)
-)
+var _ ferrystore.IdempotencyDriver[*sql.Tx] = (*Inbox)(nil)
 
 // NewInbox returns the inbox tables on db. It never closes db.
 func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
@@ -61,13 +55,13 @@ func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
 	if cfg == nil {
 		cfg = &InboxConfig{}
 	}
-	t, err := sqlutil.ResolveInboxTables(cfg.MarkerTable, cfg.ConflictTable, cfg.VersionTable, cfg.KeyTable, 64)
+	t, err := sqlstore.ResolveInboxTables(cfg.MarkerTable, cfg.ConflictTable, cfg.VersionTable, cfg.KeyTable, 64)
 	if err != nil {
 		return nil, err
 	}
 	s := &Inbox{SQLTxs: sqlstore.SQLTxs{SQLDB: sqlstore.NewSQLDB(db, false)}, tables: t,
 		m: quote(t.Markers), c: quote(t.Conflicts), v: quote(t.Versions), k: quote(t.Keys)}
-	s.InboxBase = sqlutil.InboxBase{Pool: ferrystore.SQL(db), SQL: sqlutil.PlainInboxSQL(s.m, s.c, "NOW(6)")}
+	s.InboxBase = sqlstore.InboxBase{Pool: ferrystore.SQL(db), SQL: sqlstore.PlainInboxSQL(s.m, s.c, "NOW(6)")}
 	s.Keys = sqlstore.NewKeys(dialect{}, ferrystore.SQL(db), s.k,
 		"DELETE FROM "+s.k+" WHERE expires_at <= NOW(6) ORDER BY expires_at LIMIT ?")
 	return s, nil
@@ -96,8 +90,8 @@ func (s *Inbox) RecordConflict(ctx context.Context, c ferrystore.Conflict) (int6
 	res, err := s.DB().ExecContext(ctx, "INSERT INTO "+s.c+" (consumer_name, business_key, stored_event_id, stored_fields,"+
 		" stored_fingerprint, incoming_event_id, incoming_fields, incoming_fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"+
 		" ON DUPLICATE KEY UPDATE occurrences = occurrences + 1, last_seen = NOW(6), id = LAST_INSERT_ID(id)",
-		c.Consumer, c.Key, c.StoredEventID, string(c.StoredFields), c.StoredFingerprint,
-		c.IncomingEventID, string(c.IncomingFields), c.IncomingFingerprint)
+		c.Consumer, c.Key, c.Stored.EventID, string(c.Stored.Fields), c.Stored.Fingerprint,
+		c.Incoming.EventID, string(c.Incoming.Fields), c.Incoming.Fingerprint)
 	if err != nil {
 		return 0, fmt.Errorf("record conflict: %w", err)
 	}
@@ -112,7 +106,7 @@ func (s *Inbox) AdvanceVersion(ctx context.Context, ex ferrystore.Executor, cons
 		" ON DUPLICATE KEY UPDATE version = version", consumer, aggregate); err != nil {
 		return 0, false, fmt.Errorf("version guard: %w", err)
 	}
-	return sqlutil.AdvanceVersion(ctx, ex, "SELECT version FROM "+s.v+" WHERE consumer_name = ? AND aggregate = ? FOR UPDATE",
+	return sqlstore.AdvanceVersion(ctx, ex, "SELECT version FROM "+s.v+" WHERE consumer_name = ? AND aggregate = ? FOR UPDATE",
 		"UPDATE "+s.v+" SET version = ? WHERE consumer_name = ? AND aggregate = ?", consumer, aggregate, version, contiguous)
 }
 
@@ -125,23 +119,23 @@ func (s *Inbox) Classify(err error) error { return classify(err) }
 func (s *Inbox) RecentMarkers(ctx context.Context, within time.Duration) ([]ferrystore.MarkerCount, error) {
 	rows, err := ferrystore.SQL(s.DB()).Query(ctx, "SELECT consumer_name, outcome, COUNT(*) FROM "+s.m+
 		" WHERE created_at >= NOW(6) - INTERVAL ? MICROSECOND GROUP BY consumer_name, outcome"+
-		" ORDER BY consumer_name, outcome", sqlutil.Micros(within))
+		" ORDER BY consumer_name, outcome", sqlstore.Micros(within))
 	if err != nil {
 		return nil, fmt.Errorf("recent markers: %w", err)
 	}
-	return sqlutil.ScanMarkerCounts(rows)
+	return sqlstore.ScanMarkerCounts(rows)
 }
 
 // PurgeableMarkers counts the markers older than olderThan.
 func (s *Inbox) PurgeableMarkers(ctx context.Context, olderThan time.Duration) (int64, error) {
-	return sqlutil.QueryCount(ctx, ferrystore.SQL(s.DB()), "count purgeable markers",
-		"SELECT COUNT(*) FROM "+s.m+" WHERE created_at < NOW(6) - INTERVAL ? MICROSECOND", sqlutil.Micros(olderThan))
+	return sqlstore.QueryCount(ctx, ferrystore.SQL(s.DB()), "count purgeable markers",
+		"SELECT COUNT(*) FROM "+s.m+" WHERE created_at < NOW(6) - INTERVAL ? MICROSECOND", sqlstore.Micros(olderThan))
 }
 
 // PurgeMarkers deletes up to limit markers older than olderThan.
 func (s *Inbox) PurgeMarkers(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
 	n, err := ferrystore.SQL(s.DB()).Exec(ctx, "DELETE FROM "+s.m+" WHERE created_at < NOW(6) - INTERVAL ? MICROSECOND"+
-		" ORDER BY created_at LIMIT ?", sqlutil.Micros(olderThan), limit)
+		" ORDER BY created_at LIMIT ?", sqlstore.Micros(olderThan), limit)
 	if err != nil {
 		return 0, fmt.Errorf("purge markers: %w", err)
 	}

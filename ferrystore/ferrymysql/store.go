@@ -22,13 +22,13 @@ import (
 	"io/fs"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/sqlstore"
-	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
 //go:embed migrations/*.sql
@@ -61,7 +61,6 @@ type Store struct {
 var (
 	_ ferrystore.Driver[*sql.Tx] = (*Store)(nil)
 	_ ferrystore.Admin           = (*Store)(nil)
-	_ ferrystore.RelayRegistry   = (*Store)(nil)
 )
 
 type queries struct {
@@ -161,9 +160,9 @@ func (s *Store) enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferr
 	for i := range seqExpr {
 		seqExpr[i] = "0"
 	}
-	var groups []sqlutil.AggregateGroup
+	var groups []sqlstore.AggregateGroup
 	if !opts.SkipSequence {
-		groups = sqlutil.GroupByAggregate(rows)
+		groups = sqlstore.GroupByAggregate(rows)
 	}
 	if len(groups) == 0 {
 		return sqlstore.Insert(ctx, &s.Outbox, ex, rows, seqExpr)
@@ -204,7 +203,7 @@ func (s *Store) enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferr
 	return sqlstore.Insert(ctx, &s.Outbox, ex, rows, seqExpr)
 }
 
-func (s *Store) bumpSeq(ctx context.Context, ex ferrystore.Executor, g sqlutil.AggregateGroup) error {
+func (s *Store) bumpSeq(ctx context.Context, ex ferrystore.Executor, g sqlstore.AggregateGroup) error {
 	n := len(g.Rows)
 	if _, err := ex.Exec(ctx, s.q.seqUpsert, g.Type, g.ID, n, n); err != nil {
 		return fmt.Errorf("enqueue: assign aggregate sequence: %w", err)
@@ -235,6 +234,22 @@ func (s *Store) Release(ctx context.Context, token string, ids []string) (int64,
 // InnoDB picks it as a deadlock victim.
 func (s *Store) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (ferrystore.MarkFailedResult, error) {
 	return againOnDeadlock(func() (ferrystore.MarkFailedResult, error) { return s.Outbox.MarkFailed(ctx, fails) })
+}
+
+// AcquireLease takes or renews a lease in one upsert, run again when
+// InnoDB picks it as a deadlock victim: relays inserting an absent lease
+// row at once each take a lock on the new key, and InnoDB may roll one
+// back; the statement that lost changed nothing.
+func (s *Store) AcquireLease(ctx context.Context, name, owner, source string, ttl time.Duration) (ferrystore.LeaseState, bool, error) {
+	type acquired struct {
+		st   ferrystore.LeaseState
+		held bool
+	}
+	a, err := againOnDeadlock(func() (acquired, error) {
+		st, held, err := s.Outbox.AcquireLease(ctx, name, owner, source, ttl)
+		return acquired{st, held}, err
+	})
+	return a.st, a.held, err
 }
 
 // againOnDeadlock runs fn, and again at once, up to deadlockAttempts
@@ -284,7 +299,7 @@ func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) (_ []ferryt
 	case len(p.IDs) > 0:
 		// By primary key; an ordered claim's candidates are checked by
 		// blocked below, as every ordered claim's are.
-		cond, ids := sqlutil.InList("event_id", p.IDs)
+		cond, ids := sqlstore.InList("event_id", p.IDs)
 		query, args = s.q.claimSelectIDs+cond+s.q.claimSelectIDsTail, append(ids, p.Limit)
 	case p.Ordered:
 		query = s.q.claimSelectOrdered
@@ -309,8 +324,8 @@ func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) (_ []ferryt
 		return nil, tx.Commit()
 	}
 	claimed := append(msgIDs(msgs), badIDs(bad)...)
-	cond, ids := sqlutil.InList("event_id", claimed)
-	n, err := ferrystore.SQL(tx).Exec(ctx, s.q.claimUpdate+cond, append([]any{p.Token, sqlutil.Micros(p.Lease)}, ids...)...)
+	cond, ids := sqlstore.InList("event_id", claimed)
+	n, err := ferrystore.SQL(tx).Exec(ctx, s.q.claimUpdate+cond, append([]any{p.Token, sqlstore.Micros(p.Lease)}, ids...)...)
 	if err != nil {
 		return nil, fmt.Errorf("claim: update: %w", err)
 	}
@@ -334,7 +349,7 @@ func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) (_ []ferryt
 // blocked returns the candidates that have an earlier event of their
 // aggregate not yet SENT, judged by a consistent (non-locking) read.
 func (s *Store) blocked(ctx context.Context, tx *sql.Tx, candidates []string) (map[string]bool, error) {
-	cond, args := sqlutil.InList("e.event_id", candidates)
+	cond, args := sqlstore.InList("e.event_id", candidates)
 	rows, err := tx.QueryContext(ctx, s.q.orderCheck+cond, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim: order check: %w", err)
@@ -388,7 +403,7 @@ func MigrationFS(table string) (fs.FS, error) {
 }
 
 // CheckSchema compares the table with the embedded migrations
-// (ferrystore.SchemaChecker).
+// (ferrystore.Store.CheckSchema).
 func (s *Store) CheckSchema(ctx context.Context) (ferrystore.Schema, error) {
 	fsys, err := s.Migrations()
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/ferrydev/ferry/internal/sqlstore"
-	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
 // dialect spells PostgreSQL's SQL for the shared store: timestamptz times
@@ -20,7 +19,7 @@ func (dialect) Classify(err error) error { return classify(err) }
 
 func (dialect) Name() string                 { return "postgres" }
 func (dialect) Quote(name string) string     { return quote(name) }
-func (dialect) Rebind(q string) string       { return sqlutil.Rebind("postgres", q) }
+func (dialect) Rebind(q string) string       { return sqlstore.Rebind("postgres", q) }
 func (dialect) Now() string                  { return "now()" }
 func (dialect) Shift() string                { return "now() + ?::bigint * interval '1 microsecond'" }
 func (dialect) Duration(d time.Duration) any { return d.Microseconds() }
@@ -65,6 +64,15 @@ func (dialect) Route() string {
 
 // Settled is status: the DEAD and DISCARDED indexes are partial.
 func (dialect) Settled() string { return "status" }
+
+// UpsertIf is ON CONFLICT ... DO UPDATE ... WHERE cond: the statement
+// changes no row when cond does not hold.
+func (d dialect) UpsertIf(key string, cols []string, cond string) string {
+	return d.Upsert(key, cols) + " WHERE " + cond
+}
+
+// Inserted is the excluded row's value.
+func (dialect) Inserted(col string) string { return "excluded." + col }
 
 // Upsert is ON CONFLICT ... DO UPDATE with the excluded row's values.
 func (dialect) Upsert(key string, cols []string) string {

@@ -15,7 +15,6 @@ import (
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/migrate"
 	"github.com/ferrydev/ferry/internal/sqlstore"
-	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
 //go:embed inbox_migrations/*.sql
@@ -38,11 +37,11 @@ type InboxConfig struct {
 }
 
 type inboxCore struct {
-	sqlutil.InboxBase
+	sqlstore.InboxBase
 	sqlstore.Keys
 	c           sqlstore.Pool
 	close       func()
-	tables      sqlutil.InboxTables
+	tables      sqlstore.InboxTables
 	m, cf, v, k string
 }
 
@@ -63,25 +62,20 @@ type StdlibInbox struct {
 var (
 	_ ferrystore.IdempotencyDriver[pgx.Tx]  = (*Inbox)(nil)
 	_ ferrystore.IdempotencyDriver[*sql.Tx] = (*StdlibInbox)(nil)
-	_ ferrystore.InboxActivity              = (*Inbox)(nil)
-	_ ferrystore.InboxActivity              = (*StdlibInbox)(nil)
-	_ ferrystore.MarkerPurgeCounter         = (*Inbox)(nil)
-	_ ferrystore.MarkerPurgeCounter         = (*StdlibInbox)(nil)
-	_ ferrystore.KeyPurgeCounter            = (*Inbox)(nil)
 )
 
 func newInboxCore(c sqlstore.Pool, cfg *InboxConfig) (inboxCore, error) {
 	if cfg == nil {
 		cfg = &InboxConfig{}
 	}
-	t, err := sqlutil.ResolveInboxTables(cfg.MarkerTable, cfg.ConflictTable, cfg.VersionTable, cfg.KeyTable, 49)
+	t, err := sqlstore.ResolveInboxTables(cfg.MarkerTable, cfg.ConflictTable, cfg.VersionTable, cfg.KeyTable, 49)
 	if err != nil {
 		return inboxCore{}, err
 	}
 	s := inboxCore{c: c, tables: t, m: quote(t.Markers), cf: quote(t.Conflicts), v: quote(t.Versions), k: quote(t.Keys)}
 	s.Keys = sqlstore.NewKeys(dialect{}, c, s.k, "DELETE FROM "+s.k+" WHERE key_hash IN (SELECT key_hash FROM "+s.k+
 		" WHERE expires_at <= now() ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED)")
-	s.InboxBase = sqlutil.InboxBase{Pool: c, SQL: sqlutil.InboxSQL{
+	s.InboxBase = sqlstore.InboxBase{Pool: c, SQL: sqlstore.InboxSQL{
 		InsertMarker: "INSERT INTO " + s.m + " (consumer_name, business_key, event_id, fields, fingerprint, outcome)" +
 			" VALUES ($1, $2, $3, $4::jsonb, $5, $6)",
 		GetMarker: "SELECT consumer_name, business_key, event_id, fields::text, fingerprint, outcome, created_at FROM " +
@@ -176,8 +170,8 @@ func (s *inboxCore) RecordConflict(ctx context.Context, c ferrystore.Conflict) (
 		" VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::jsonb, $8)"+
 		" ON CONFLICT (consumer_name, business_key, incoming_fingerprint)"+
 		" DO UPDATE SET occurrences = c.occurrences + 1, last_seen = now() RETURNING id",
-		c.Consumer, c.Key, c.StoredEventID, string(c.StoredFields), c.StoredFingerprint,
-		c.IncomingEventID, string(c.IncomingFields), c.IncomingFingerprint)
+		c.Consumer, c.Key, c.Stored.EventID, string(c.Stored.Fields), c.Stored.Fingerprint,
+		c.Incoming.EventID, string(c.Incoming.Fields), c.Incoming.Fingerprint)
 	if err != nil {
 		return 0, fmt.Errorf("record conflict: %w", err)
 	}
@@ -201,7 +195,7 @@ func (s *inboxCore) AdvanceVersion(ctx context.Context, ex ferrystore.Executor, 
 		" ON CONFLICT (consumer_name, aggregate) DO NOTHING", consumer, aggregate); err != nil {
 		return 0, false, fmt.Errorf("version guard: %w", err)
 	}
-	return sqlutil.AdvanceVersion(ctx, ex,
+	return sqlstore.AdvanceVersion(ctx, ex,
 		"SELECT version FROM "+s.v+" WHERE consumer_name = $1 AND aggregate = $2 FOR UPDATE",
 		"UPDATE "+s.v+" SET version = $1 WHERE consumer_name = $2 AND aggregate = $3",
 		consumer, aggregate, version, contiguous)
@@ -216,24 +210,24 @@ func (s *inboxCore) Classify(err error) error { return classify(err) }
 func (s *inboxCore) RecentMarkers(ctx context.Context, within time.Duration) ([]ferrystore.MarkerCount, error) {
 	rows, err := s.c.Query(ctx, "SELECT consumer_name, outcome, COUNT(*) FROM "+s.m+
 		" WHERE created_at >= now() - $1::bigint * interval '1 microsecond' GROUP BY consumer_name, outcome"+
-		" ORDER BY consumer_name, outcome", sqlutil.Micros(within))
+		" ORDER BY consumer_name, outcome", sqlstore.Micros(within))
 	if err != nil {
 		return nil, fmt.Errorf("recent markers: %w", err)
 	}
-	return sqlutil.ScanMarkerCounts(rows)
+	return sqlstore.ScanMarkerCounts(rows)
 }
 
 // PurgeableMarkers counts the markers older than olderThan.
 func (s *inboxCore) PurgeableMarkers(ctx context.Context, olderThan time.Duration) (int64, error) {
-	return sqlutil.QueryCount(ctx, s.c, "count purgeable markers",
-		"SELECT COUNT(*) FROM "+s.m+" WHERE created_at < now() - $1::bigint * interval '1 microsecond'", sqlutil.Micros(olderThan))
+	return sqlstore.QueryCount(ctx, s.c, "count purgeable markers",
+		"SELECT COUNT(*) FROM "+s.m+" WHERE created_at < now() - $1::bigint * interval '1 microsecond'", sqlstore.Micros(olderThan))
 }
 
 // PurgeMarkers deletes up to limit markers older than olderThan.
 func (s *inboxCore) PurgeMarkers(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
 	n, err := s.c.Exec(ctx, "DELETE FROM "+s.m+" WHERE (consumer_name, business_key) IN (SELECT consumer_name, business_key FROM "+
 		s.m+" WHERE created_at < now() - $1::bigint * interval '1 microsecond' ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
-		sqlutil.Micros(olderThan), limit)
+		sqlstore.Micros(olderThan), limit)
 	if err != nil {
 		return 0, fmt.Errorf("purge markers: %w", err)
 	}

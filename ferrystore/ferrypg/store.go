@@ -24,7 +24,7 @@ import (
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/errclass"
 	"github.com/ferrydev/ferry/internal/sqlstore"
-	"github.com/ferrydev/ferry/internal/sqlutil"
+	"github.com/ferrydev/ferry/internal/token"
 )
 
 //go:embed migrations/*.sql
@@ -83,8 +83,6 @@ var (
 	_ ferrystore.Listener        = (*StdlibStore)(nil)
 	_ ferrystore.Admin           = (*Store)(nil)
 	_ ferrystore.Admin           = (*StdlibStore)(nil)
-	_ ferrystore.RelayRegistry   = (*Store)(nil)
-	_ ferrystore.RelayRegistry   = (*StdlibStore)(nil)
 )
 
 // New returns a store on pool. The store never closes pool.
@@ -229,7 +227,7 @@ func (s *core) enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferry
 		seq[i] = "0"
 	}
 	if !opts.SkipSequence {
-		for g, grp := range sqlutil.GroupByAggregate(rows) {
+		for g, grp := range sqlstore.GroupByAggregate(rows) {
 			with()
 			fmt.Fprintf(&b, "s%d AS (%s VALUES (?, ?, ?::bigint) ON CONFLICT (aggregate_type, aggregate_id)"+
 				" DO UPDATE SET last_seq = s.last_seq + EXCLUDED.last_seq RETURNING last_seq)", g, s.q.seqInsert)
@@ -250,13 +248,13 @@ func (s *core) enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferry
 	b.WriteString(ins)
 	args = append(args, insArgs...)
 	if !s.notify {
-		if _, err := ex.Exec(ctx, sqlutil.Rebind("postgres", b.String()), args...); err != nil {
+		if _, err := ex.Exec(ctx, sqlstore.Rebind("postgres", b.String()), args...); err != nil {
 			return fmt.Errorf("enqueue: insert into %s: %w", s.Table(), err)
 		}
 		return nil
 	}
 	b.WriteString(" RETURNING 1) SELECT pg_notify(?, '') FROM (SELECT 1 FROM ins LIMIT 1) x")
-	r, err := ex.Query(ctx, sqlutil.Rebind("postgres", b.String()), append(args, s.channel)...)
+	r, err := ex.Query(ctx, sqlstore.Rebind("postgres", b.String()), append(args, s.channel)...)
 	if err != nil {
 		return fmt.Errorf("enqueue: insert into %s: %w", s.Table(), err)
 	}
@@ -275,7 +273,7 @@ func (s *core) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype
 }
 
 func (s *core) claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype.Message, error) {
-	query, args := s.q.claim, []any{p.Limit, p.Token, sqlutil.Micros(p.Lease)}
+	query, args := s.q.claim, []any{p.Limit, p.Token, sqlstore.Micros(p.Lease)}
 	switch {
 	case len(p.IDs) > 0 && p.Ordered:
 		query, args = s.q.claimIDsOrdered, append(args, p.IDs)
@@ -321,7 +319,7 @@ func (s *core) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (ferr
 	errs := make([]string, len(fails))
 	classes := make([]string, len(fails))
 	for i, f := range fails {
-		ids[i], tokens[i], delays[i], errs[i] = f.ID, f.Token, sqlutil.Micros(f.Delay), sqlutil.Truncate(f.Error, 2000)
+		ids[i], tokens[i], delays[i], errs[i] = f.ID, f.Token, sqlstore.Micros(f.Delay), token.Truncate(f.Error, 2000)
 		classes[i] = errclass.Of(errs[i])
 		statuses[i] = string(ferrytype.TransitionFailRetry.To)
 		if f.Dead {
@@ -332,7 +330,7 @@ func (s *core) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (ferr
 	if err != nil {
 		return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed: %w", classify(err))
 	}
-	changed, err := sqlutil.ScanKeys(rows)
+	changed, err := sqlstore.ScanSet(rows)
 	if err != nil {
 		return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed: %w", classify(err))
 	}
@@ -349,7 +347,7 @@ func MigrationFS(table string) (fs.FS, error) {
 }
 
 // CheckSchema compares the table with the embedded migrations
-// (ferrystore.SchemaChecker).
+// (ferrystore.Store.CheckSchema).
 func (s *core) CheckSchema(ctx context.Context) (ferrystore.Schema, error) {
 	fsys, err := s.Migrations()
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/ferrydev/ferry/internal/sqlstore"
-	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
 // now is the database clock as stored: UTC text with milliseconds.
@@ -54,7 +53,7 @@ func (dialect) ContainsFold(col string) string { return col + " LIKE ? ESCAPE '!
 
 func (dialect) Concat(exprs ...string) string { return "(" + strings.Join(exprs, " || ") + ")" }
 
-func (dialect) In(col string, vals []string) (string, []any) { return sqlutil.InList(col, vals) }
+func (dialect) In(col string, vals []string) (string, []any) { return sqlstore.InList(col, vals) }
 
 func (dialect) DeleteLimited(table, where, order string) string {
 	return "DELETE FROM " + table + " WHERE event_id IN (SELECT event_id FROM " + table +
@@ -80,6 +79,15 @@ func (dialect) Route() string {
 
 // Settled is status: the DEAD and DISCARDED indexes are partial.
 func (dialect) Settled() string { return "status" }
+
+// UpsertIf is ON CONFLICT ... DO UPDATE ... WHERE cond: the statement
+// changes no row when cond does not hold.
+func (d dialect) UpsertIf(key string, cols []string, cond string) string {
+	return d.Upsert(key, cols) + " WHERE " + cond
+}
+
+// Inserted is the excluded row's value.
+func (dialect) Inserted(col string) string { return "excluded." + col }
 
 // Upsert is ON CONFLICT ... DO UPDATE with the excluded row's values.
 func (dialect) Upsert(key string, cols []string) string {

@@ -12,7 +12,6 @@ import (
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/migrate"
 	"github.com/ferrydev/ferry/internal/sqlstore"
-	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
 //go:embed inbox_migrations/*.sql
@@ -39,19 +38,14 @@ type InboxConfig struct {
 // (Open, or _txlock=immediate): a transaction then takes the write lock at
 // BEGIN, which serialises concurrent deliveries of one operation.
 type Inbox struct {
-	sqlutil.InboxBase
+	sqlstore.InboxBase
 	sqlstore.SQLTxs
 	sqlstore.Keys
-	tables     sqlutil.InboxTables
+	tables     sqlstore.InboxTables
 	m, c, v, k string
 }
 
-var (
-	_ ferrystore.IdempotencyDriver[*sql.Tx] = (*Inbox)(nil)
-	_ ferrystore.InboxActivity              = (*Inbox)(nil)
-	_ ferrystore.MarkerPurgeCounter         = (*Inbox)(nil)
-	_ ferrystore.KeyPurgeCounter            = (*Inbox)(nil)
-)
+var _ ferrystore.IdempotencyDriver[*sql.Tx] = (*Inbox)(nil)
 
 // NewInbox returns the inbox tables on db. It never closes db.
 func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
@@ -61,13 +55,13 @@ func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
 	if cfg == nil {
 		cfg = &InboxConfig{}
 	}
-	t, err := sqlutil.ResolveInboxTables(cfg.MarkerTable, cfg.ConflictTable, cfg.VersionTable, cfg.KeyTable, 49)
+	t, err := sqlstore.ResolveInboxTables(cfg.MarkerTable, cfg.ConflictTable, cfg.VersionTable, cfg.KeyTable, 49)
 	if err != nil {
 		return nil, err
 	}
 	s := &Inbox{SQLTxs: sqlstore.SQLTxs{SQLDB: sqlstore.NewSQLDB(db, false)}, tables: t,
 		m: quote(t.Markers), c: quote(t.Conflicts), v: quote(t.Versions), k: quote(t.Keys)}
-	s.InboxBase = sqlutil.InboxBase{Pool: ferrystore.SQL(db), SQL: sqlutil.PlainInboxSQL(s.m, s.c, now)}
+	s.InboxBase = sqlstore.InboxBase{Pool: ferrystore.SQL(db), SQL: sqlstore.PlainInboxSQL(s.m, s.c, now)}
 	s.Keys = sqlstore.NewKeys(dialect{}, ferrystore.SQL(db), s.k, "DELETE FROM "+s.k+" WHERE key_hash IN (SELECT key_hash FROM "+
 		s.k+" WHERE expires_at <= "+now+" ORDER BY expires_at LIMIT ?)")
 	return s, nil
@@ -102,8 +96,8 @@ func (s *Inbox) RecordConflict(ctx context.Context, c ferrystore.Conflict) (int6
 		" stored_fingerprint, incoming_event_id, incoming_fields, incoming_fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"+
 		" ON CONFLICT (consumer_name, business_key, incoming_fingerprint)"+
 		" DO UPDATE SET occurrences = occurrences + 1, last_seen = "+now+" RETURNING id",
-		c.Consumer, c.Key, c.StoredEventID, string(c.StoredFields), c.StoredFingerprint,
-		c.IncomingEventID, string(c.IncomingFields), c.IncomingFingerprint).Scan(&id)
+		c.Consumer, c.Key, c.Stored.EventID, string(c.Stored.Fields), c.Stored.Fingerprint,
+		c.Incoming.EventID, string(c.Incoming.Fields), c.Incoming.Fingerprint).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("record conflict: %w", err)
 	}
@@ -117,7 +111,7 @@ func (s *Inbox) AdvanceVersion(ctx context.Context, ex ferrystore.Executor, cons
 		consumer, aggregate); err != nil {
 		return 0, false, fmt.Errorf("version guard: %w", err)
 	}
-	return sqlutil.AdvanceVersion(ctx, ex,
+	return sqlstore.AdvanceVersion(ctx, ex,
 		"SELECT version FROM "+s.v+" WHERE consumer_name = ? AND aggregate = ?",
 		"UPDATE "+s.v+" SET version = ? WHERE consumer_name = ? AND aggregate = ?",
 		consumer, aggregate, version, contiguous)
@@ -135,12 +129,12 @@ func (s *Inbox) RecentMarkers(ctx context.Context, within time.Duration) ([]ferr
 	if err != nil {
 		return nil, fmt.Errorf("recent markers: %w", err)
 	}
-	return sqlutil.ScanMarkerCounts(rows)
+	return sqlstore.ScanMarkerCounts(rows)
 }
 
 // PurgeableMarkers counts the markers older than olderThan.
 func (s *Inbox) PurgeableMarkers(ctx context.Context, olderThan time.Duration) (int64, error) {
-	return sqlutil.QueryCount(ctx, ferrystore.SQL(s.DB()), "count purgeable markers",
+	return sqlstore.QueryCount(ctx, ferrystore.SQL(s.DB()), "count purgeable markers",
 		"SELECT COUNT(*) FROM "+s.m+" WHERE created_at < "+nowPlus, modifier(-olderThan))
 }
 

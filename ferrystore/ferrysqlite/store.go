@@ -21,7 +21,6 @@ import (
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/sqlstore"
-	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
 //go:embed migrations/*.sql
@@ -51,7 +50,6 @@ type Store struct {
 var (
 	_ ferrystore.Driver[*sql.Tx] = (*Store)(nil)
 	_ ferrystore.Admin           = (*Store)(nil)
-	_ ferrystore.RelayRegistry   = (*Store)(nil)
 )
 
 type queries struct {
@@ -115,9 +113,9 @@ func (s *Store) enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferr
 		return nil
 	}
 	seqs := make([]int64, len(rows))
-	var groups []sqlutil.AggregateGroup
+	var groups []sqlstore.AggregateGroup
 	if !opts.SkipSequence {
-		groups = sqlutil.GroupByAggregate(rows)
+		groups = sqlstore.GroupByAggregate(rows)
 	}
 	for _, g := range groups {
 		r, err := ex.Query(ctx, s.q.seqUpsert, g.Type, g.ID, len(g.Rows))
@@ -159,7 +157,7 @@ func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytyp
 		if p.Ordered {
 			q = s.q.claimIDsOrdered
 		}
-		cond, ids := sqlutil.InList("e.event_id", p.IDs)
+		cond, ids := sqlstore.InList("e.event_id", p.IDs)
 		query = strings.Replace(q, "{{IDS}}", cond, 1)
 		args = append(append([]any{p.Token, modifier(p.Lease)}, ids...), p.Limit)
 	case p.Ordered:
@@ -192,7 +190,7 @@ func MigrationFS(table string) (fs.FS, error) {
 }
 
 // CheckSchema compares the table with the embedded migrations
-// (ferrystore.SchemaChecker).
+// (ferrystore.Store.CheckSchema).
 func (s *Store) CheckSchema(ctx context.Context) (ferrystore.Schema, error) {
 	fsys, err := s.Migrations()
 	if err != nil {

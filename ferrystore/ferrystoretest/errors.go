@@ -15,9 +15,7 @@ import (
 // classify classifies err with the store's Classifier.
 func (b *bundle[TTx]) classify(t *testing.T, err error) error {
 	t.Helper()
-	c, ok := b.store.(ferrystore.Classifier)
-	require.True(t, ok, "%T does not implement ferrystore.Classifier", b.store)
-	return c.Classify(err)
+	return b.store.Classify(err)
 }
 
 // DuplicateEvent enqueues the same event id twice, in two committed

@@ -112,7 +112,8 @@ func Exercise[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("Enqueue", func(t *testing.T) { exerciseEnqueue(t, h) })
 	t.Run("Claim", func(t *testing.T) { exerciseClaim(t, h) })
 	t.Run("ClaimIDs", func(t *testing.T) { exerciseClaimIDs(t, h) })
-	t.Run("LogCheckpoints", func(t *testing.T) { exerciseLogCheckpoints(t, h) })
+	t.Run("Leases", func(t *testing.T) { exerciseLeases(t, h) })
+	t.Run("ClaimsOf", func(t *testing.T) { exerciseClaimsOf(t, h) })
 	t.Run("OrderedClaim", func(t *testing.T) { exerciseOrderedClaim(t, h) })
 	t.Run("Marks", func(t *testing.T) { exerciseMarks(t, h) })
 	t.Run("Sweeper", func(t *testing.T) { exerciseSweeper(t, h) })
@@ -138,13 +139,9 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 // serialization failure, busy database: ferrytype.ErrRetryable once the
 // store classified them) a bounded number of times.
 func retryTx(ctx context.Context, s ferrystore.Store, fn func() error) error {
-	classify := func(err error) error { return err }
-	if c, ok := s.(ferrystore.Classifier); ok {
-		classify = c.Classify
-	}
 	var err error
 	for i := 0; i < 20; i++ {
-		if err = classify(fn()); err == nil || !errors.Is(err, ferrytype.ErrRetryable) {
+		if err = s.Classify(fn()); err == nil || !errors.Is(err, ferrytype.ErrRetryable) {
 			return err
 		}
 		if ctx.Err() != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/sqlutil"
+	"github.com/ferrydev/ferry/internal/sqlstore"
 )
 
 // InboxHarness adapts one inbox store to the suite.
@@ -38,7 +38,7 @@ type inboxBundle[TTx any] struct {
 }
 
 // bind rewrites ? placeholders for the store's dialect.
-func bind(dialect, q string) string { return sqlutil.Rebind(dialect, q) }
+func bind(dialect, q string) string { return sqlstore.Rebind(dialect, q) }
 
 func setupInbox[TTx any](t *testing.T, h InboxHarness[TTx]) *inboxBundle[TTx] {
 	t.Helper()
@@ -134,10 +134,10 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 		require.NoError(t, err)
 		require.Equal(t, "points-award", c.Consumer)
 		require.Equal(t, "order:42:paid", c.Key)
-		require.Equal(t, "event-001", c.StoredEventID)
-		require.Equal(t, "event-003", c.IncomingEventID)
-		require.JSONEq(t, `{"amount":10,"user_id":7}`, string(c.StoredFields))
-		require.JSONEq(t, `{"amount":20,"user_id":7}`, string(c.IncomingFields))
+		require.Equal(t, "event-001", c.Stored.EventID)
+		require.Equal(t, "event-003", c.Incoming.EventID)
+		require.JSONEq(t, `{"amount":10,"user_id":7}`, string(c.Stored.Fields))
+		require.JSONEq(t, `{"amount":20,"user_id":7}`, string(c.Incoming.Fields))
 		require.Equal(t, "OPEN", c.Status)
 		require.Equal(t, int64(1), c.Occurrences)
 		// Seen again: the same conflict, counted.
@@ -362,6 +362,7 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 		open, err := b.store.Conflicts(b.ctx, ferrystore.ConflictFilter{Consumer: "points-award"})
 		require.NoError(t, err)
 		require.Len(t, open, 1)
+		require.Nil(t, open[0].Resolution, "no decision on an open conflict")
 		counts, err := b.store.OpenConflicts(b.ctx)
 		require.NoError(t, err)
 		require.Equal(t, map[string]int64{"points-award": 1}, counts)
@@ -377,7 +378,10 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 		require.NoError(t, err)
 		require.Len(t, all, 1)
 		require.Equal(t, "RESOLVED", all[0].Status)
-		require.Equal(t, ferrystore.Resolution{Decision: "keep-stored", By: "alice", Note: "typo upstream"}, all[0].Resolution)
+		r := all[0].Resolution
+		require.NotNil(t, r)
+		require.WithinDuration(t, time.Now(), r.ResolvedAt, time.Hour, "stamped by the database clock")
+		require.Equal(t, &ferrystore.Resolution{Decision: "keep-stored", By: "alice", Note: "typo upstream", ResolvedAt: r.ResolvedAt}, r)
 		require.Equal(t, int64(10), b.points(t, 7), "resolving changes no business data")
 	})
 
@@ -392,13 +396,11 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 			_, err := in.Process(b.ctx, ferry.Operation{Key: fmt.Sprint(i), EventID: fmt.Sprint(i), Fields: award{7, 1}}, b.award(7, 1))
 			require.NoError(t, err)
 		}
-		counter, ok := b.store.(ferrystore.MarkerPurgeCounter)
-		require.True(t, ok, "%T counts purgeable markers", b.store)
-		n, err := counter.PurgeableMarkers(b.ctx, time.Hour)
+		n, err := b.store.PurgeableMarkers(b.ctx, time.Hour)
 		require.NoError(t, err)
 		require.Zero(t, n, "none is an hour old")
 		waitFor(t, 10*time.Second, func() bool {
-			n, err = counter.PurgeableMarkers(b.ctx, time.Millisecond)
+			n, err = b.store.PurgeableMarkers(b.ctx, time.Millisecond)
 			require.NoError(t, err)
 			return n == 5
 		})
@@ -452,10 +454,6 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 
 	t.Run("RecentMarkersCountsTheWindowByConsumerAndOutcome", func(t *testing.T) {
 		b := setupInbox(t, h)
-		act, ok := any(b.store).(ferrystore.InboxActivity)
-		if !ok {
-			t.Skipf("the %s inbox store does not implement ferrystore.InboxActivity", b.store.Dialect())
-		}
 		require.NoError(t, b.exec("INSERT INTO "+b.table+" VALUES (7, 0)"))
 		points, sms, view := b.inbox(t, "points-award"), b.inbox(t, "sms"), b.inbox(t, "order-view")
 		for _, k := range []string{"order:1:paid", "order:2:paid"} {
@@ -476,14 +474,14 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 		require.NoError(t, err)
 		require.Equal(t, ferry.InboxDuplicate, res.Outcome)
 
-		got, err := act.RecentMarkers(b.ctx, time.Hour)
+		got, err := b.store.RecentMarkers(b.ctx, time.Hour)
 		require.NoError(t, err)
 		require.Equal(t, []ferrystore.MarkerCount{{Consumer: "order-view", Outcome: "applied", Markers: 1},
 			{Consumer: "order-view", Outcome: "stale", Markers: 1}, {Consumer: "points-award", Outcome: "applied", Markers: 2},
 			{Consumer: "sms", Outcome: "applied", Markers: 1}}, got)
 		// A window shorter than the markers' age counts none of them.
 		waitFor(t, 10*time.Second, func() bool {
-			got, err := act.RecentMarkers(b.ctx, time.Millisecond)
+			got, err := b.store.RecentMarkers(b.ctx, time.Millisecond)
 			require.NoError(t, err)
 			return len(got) == 0
 		})

@@ -12,14 +12,9 @@ import (
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
-// exerciseRelays checks the relays' heartbeat table (ferrystore.RelayRegistry).
+// exerciseRelays checks the relays' heartbeat table (ferrystore.RelayRegistry,
+// part of every Store).
 func exerciseRelays[TTx any](t *testing.T, h Harness[TTx]) {
-	registry := func(t *testing.T, b *bundle[TTx]) ferrystore.RelayRegistry {
-		t.Helper()
-		r, ok := b.store.(ferrystore.RelayRegistry)
-		require.True(t, ok, "the store implements ferrystore.RelayRegistry")
-		return r
-	}
 	find := func(t *testing.T, beats []ferrystore.RelayBeat, id string) (ferrystore.RelayBeat, bool) {
 		t.Helper()
 		for _, b := range beats {
@@ -45,14 +40,14 @@ func exerciseRelays[TTx any](t *testing.T, h Harness[TTx]) {
 
 	t.Run("BeatRecordsAndUpdates", func(t *testing.T) {
 		b := setup(t, h)
-		reg := registry(t, b)
+		reg := b.store
 		beats, err := reg.Relays(b.ctx)
 		require.NoError(t, err)
 		require.Empty(t, beats, "no relay has beat on a fresh table")
 
 		want := ferrystore.RelayBeat{ID: "host-a-42-x1", Host: "host-a", PID: 42, Version: "v1.2.3", Lanes: 3,
 			Ordered: true, InFlight: 7, BrokerConnected: true, Broker: "nats://broker:4222", Sent: 1 << 40, SentLastMinute: 12345,
-			Source: ferrystore.RelaySourceLog}
+			Source: ferrystore.RelaySourceLog, Claims: "0123456789abcdef"}
 		require.NoError(t, reg.Beat(b.ctx, want))
 		beats, err = reg.Relays(b.ctx)
 		require.NoError(t, err)
@@ -67,7 +62,7 @@ func exerciseRelays[TTx any](t *testing.T, h Harness[TTx]) {
 		// while the last beat moves on with the database clock.
 		next := want
 		next.InFlight, next.BrokerConnected, next.BrokerError, next.Ordered, next.Lanes = 0, false, "dial tcp: refused", false, 1
-		next.Sent, next.SentLastMinute, next.Source = 1<<40+5, 0, ferrystore.RelaySourceTable
+		next.Sent, next.SentLastMinute, next.Source, next.Claims = 1<<40+5, 0, ferrystore.RelaySourceTable, "fedcba9876543210"
 		var last ferrystore.RelayBeat
 		waitFor(t, 30*time.Second, func() bool {
 			require.NoError(t, reg.Beat(b.ctx, next))
@@ -85,11 +80,12 @@ func exerciseRelays[TTx any](t *testing.T, h Harness[TTx]) {
 		require.Equal(t, int64(1<<40+5), last.Sent)
 		require.Zero(t, last.SentLastMinute)
 		require.Equal(t, ferrystore.RelaySourceTable, last.Source)
+		require.Equal(t, "fedcba9876543210", last.Claims, "a restarted process beats with its new prefix")
 	})
 
 	t.Run("SecretsAndSizes", func(t *testing.T) {
 		b := setup(t, h)
-		reg := registry(t, b)
+		reg := b.store
 		long := strings.Repeat("h", 400)
 		require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "r1", Host: long, Version: long, Source: long,
 			Broker: "amqp://ferry:s3cr3tpw@mq:5672/", BrokerError: "dial amqp://ferry:s3cr3tpw@mq:5672/: refused " + long}))
@@ -111,11 +107,27 @@ func exerciseRelays[TTx any](t *testing.T, h Harness[TTx]) {
 			require.ErrorIs(t, err, ferrytype.ErrInvalidConfig, "id %q", id)
 		}
 		require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: strings.Repeat("i", ferrystore.MaxRelayIDLen)}))
+
+		// The claims prefix is checked, never cut: a cut prefix would name
+		// another relay's claims.
+		for _, claims := range []string{"ABCDEF", "01234x", "0123.", strings.Repeat("a", ferrystore.MaxClaimsPrefixLen+1)} {
+			err := reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "r2", Claims: claims})
+			require.ErrorIs(t, err, ferrytype.ErrInvalidConfig, "claims %q", claims)
+		}
+		longest := strings.Repeat("a", ferrystore.MaxClaimsPrefixLen)
+		require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "r2", Claims: longest}))
+		beats, err = reg.Relays(b.ctx)
+		require.NoError(t, err)
+		r2, ok := find(t, beats, "r2")
+		require.True(t, ok)
+		require.Equal(t, longest, r2.Claims)
+		_, ok = find(t, beats, "r1")
+		require.True(t, ok)
 	})
 
 	t.Run("ForgetAndPrune", func(t *testing.T) {
 		b := setup(t, h)
-		reg := registry(t, b)
+		reg := b.store
 		for _, id := range []string{"alive", "stopped", "killed"} {
 			require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: id, Host: "h", PID: 1}))
 		}
@@ -158,7 +170,7 @@ func exerciseRelays[TTx any](t *testing.T, h Harness[TTx]) {
 
 	t.Run("BeatTouchesNoEvent", func(t *testing.T) {
 		b := setup(t, h)
-		reg := registry(t, b)
+		reg := b.store
 		id := b.enqueue(t, ev("OrderPaid", "1", `{}`))[0]
 		before := b.get(t, id)
 		require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "r"}))

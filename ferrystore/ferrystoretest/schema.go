@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
@@ -27,13 +26,11 @@ func exerciseSchema[TTx any](t *testing.T, h Harness[TTx]) {
 
 	t.Run("CheckSchema", func(t *testing.T) {
 		b := setup(t, h)
-		sc, ok := b.store.(ferrystore.SchemaChecker)
-		require.True(t, ok, "the store implements ferrystore.SchemaChecker")
 		fsys, err := b.store.Migrations()
 		require.NoError(t, err)
 		ups, err := fs.Glob(fsys, "*.up.sql")
 		require.NoError(t, err)
-		s, err := sc.CheckSchema(b.ctx)
+		s, err := b.store.CheckSchema(b.ctx)
 		require.NoError(t, err)
 		require.True(t, s.Current(), "%+v", s)
 		require.NoError(t, s.Err())
@@ -50,7 +47,7 @@ func exerciseSchema[TTx any](t *testing.T, h Harness[TTx]) {
 		last := strings.TrimSuffix(ups[len(ups)-1], ".up.sql")
 		version, name, _ := strings.Cut(last, "_")
 		h.Exec(b.ctx, t, b.store, "DELETE FROM ferry_migration WHERE component = "+component+" AND version = "+version)
-		s, err = sc.CheckSchema(b.ctx)
+		s, err = b.store.CheckSchema(b.ctx)
 		require.NoError(t, err)
 		require.False(t, s.Current())
 		require.Equal(t, name, s.Missing[0].Name)
@@ -62,7 +59,7 @@ func exerciseSchema[TTx any](t *testing.T, h Harness[TTx]) {
 
 		// A table a newer ferry migrated: usable, with a warning.
 		h.Exec(b.ctx, t, b.store, "INSERT INTO ferry_migration (component, version, name) VALUES ("+component+", 9999, 'future')")
-		s, err = sc.CheckSchema(b.ctx)
+		s, err = b.store.CheckSchema(b.ctx)
 		require.NoError(t, err)
 		require.True(t, s.Current())
 		require.NoError(t, s.Err())
@@ -71,7 +68,7 @@ func exerciseSchema[TTx any](t *testing.T, h Harness[TTx]) {
 
 		// A table another tool created (ferry migrate --print): usable, unchecked.
 		h.Exec(b.ctx, t, b.store, "DELETE FROM ferry_migration WHERE component = "+component)
-		s, err = sc.CheckSchema(b.ctx)
+		s, err = b.store.CheckSchema(b.ctx)
 		require.NoError(t, err)
 		require.True(t, s.Unrecorded)
 		require.NoError(t, s.Err())
@@ -80,7 +77,7 @@ func exerciseSchema[TTx any](t *testing.T, h Harness[TTx]) {
 		// A table dropped by hand while its migrations stay recorded.
 		h.Exec(b.ctx, t, b.store, "INSERT INTO ferry_migration (component, version, name) VALUES ("+component+", 1, 'outbox')")
 		h.Exec(b.ctx, t, b.store, "DROP TABLE "+b.store.Table())
-		s, err = sc.CheckSchema(b.ctx)
+		s, err = b.store.CheckSchema(b.ctx)
 		require.NoError(t, err)
 		require.False(t, s.TableExists)
 		require.ErrorIs(t, s.Err(), ferrytype.ErrSchemaOutdated)

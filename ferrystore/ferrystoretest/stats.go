@@ -38,10 +38,7 @@ func exerciseStats[TTx any](t *testing.T, h Harness[TTx]) {
 
 	t.Run("StatsCountARetriedEventPendingFromItsRetry", func(t *testing.T) {
 		b := setup(t, h)
-		a, ok := b.store.(ferrystore.Admin)
-		if !ok {
-			t.Skip("not an Admin")
-		}
+		a := b.admin(t)
 		old := b.enqueueDead(t, ev("A", "1", `{}`))[0]
 		later := b.enqueue(t, ev("A", "2", `{}`))[0]
 		waitFor(t, 10*time.Second, func() bool { // later has waited a while

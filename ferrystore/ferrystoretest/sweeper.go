@@ -19,13 +19,13 @@ func exerciseSweeper[TTx any](t *testing.T, h Harness[TTx]) {
 		msgs, err := b.store.Claim(b.ctx, ferrystore.ClaimParams{Limit: 1, Token: oldToken, Lease: time.Millisecond})
 		require.NoError(t, err)
 		require.Len(t, msgs, 1)
-		var leases []ferrystore.Lease
+		var leases []ferrystore.Claimed
 		waitFor(t, 10*time.Second, func() bool {
-			leases, err = b.store.ExpiredLeases(b.ctx, 10)
+			leases, err = b.store.ExpiredClaims(b.ctx, 10)
 			require.NoError(t, err)
 			return len(leases) == 1
 		})
-		require.Equal(t, ferrystore.Lease{ID: id, Token: oldToken, Attempts: 1, Destination: "A"}, leases[0],
+		require.Equal(t, ferrystore.Claimed{ID: id, Token: oldToken, Attempts: 1, Destination: "A"}, leases[0],
 			"an event without a destination goes to its type")
 		res, err := b.store.MarkFailed(b.ctx, []ferrystore.Failure{{ID: id, Token: oldToken, Error: "lease expired"}})
 		require.NoError(t, err)

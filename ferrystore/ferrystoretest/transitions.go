@@ -260,9 +260,9 @@ func exerciseTransitions[TTx any](t *testing.T, h Harness[TTx]) {
 		got := b.enqueue(t, ev("A", "1", `{}`), routed)
 		_, err := b.store.Claim(b.ctx, ferrystore.ClaimParams{Limit: 10, Token: "short", Lease: time.Millisecond})
 		require.NoError(t, err)
-		var leases []ferrystore.Lease
+		var leases []ferrystore.Claimed
 		waitFor(t, 10*time.Second, func() bool {
-			leases, err = b.store.ExpiredLeases(b.ctx, 10)
+			leases, err = b.store.ExpiredClaims(b.ctx, 10)
 			require.NoError(t, err)
 			return len(leases) == 2
 		})
@@ -285,7 +285,7 @@ func exerciseTransitions[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("SweepSeesOnlyExpiredSendingRows", func(t *testing.T) {
 		b := setup(t, h)
 		b.everyStatus(t) // its SENDING row holds a lease of a minute
-		leases, err := b.store.ExpiredLeases(b.ctx, 10)
+		leases, err := b.store.ExpiredClaims(b.ctx, 10)
 		require.NoError(t, err)
 		require.Empty(t, leases)
 	})

@@ -106,7 +106,7 @@ func TestChainOutboxRelayConsumerInbox(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, conflicts, 1)
 	require.Equal(t, "order:7:paid", conflicts[0].Key)
-	require.JSONEq(t, `{"amount":9999,"user_id":8}`, string(conflicts[0].IncomingFields))
+	require.JSONEq(t, `{"amount":9999,"user_id":8}`, string(conflicts[0].Incoming.Fields))
 
 	parkedMsgs := readSubject(t, producer.nc, producer.stream, parkSubject, 2)
 	reasons := map[string]bool{}

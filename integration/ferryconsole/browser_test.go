@@ -271,7 +271,7 @@ func testBrowser(t *testing.T, kind string) {
 	b.applied(t, "sms", 2)
 	cid := b.conflict(t, "points-award", "order:1:paid")
 	// Two relays beat: one alive, one whose broker is down.
-	reg := b.admin.(ferrystore.RelayRegistry)
+	reg := b.admin
 	require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "relay-a-7-3f9c0e1d", Host: "relay-a", PID: 7, Version: "v1.4.0",
 		Lanes: 2, InFlight: 18, BrokerConnected: true, Broker: "nats://mq:4222", Sent: 1284730, SentLastMinute: 3120}))
 	require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "relay-b-9-0b81d2aa", Host: "relay-b", PID: 9, Version: "v1.4.0",
@@ -400,7 +400,7 @@ func testBrowser(t *testing.T, kind string) {
 		require.Contains(t, text(t, ctx, "#result"), "Resolved 1 conflict: keep-stored by "+testUser)
 		c := b.getConflict(t, cid)
 		require.Equal(t, "RESOLVED", c.Status)
-		require.Equal(t, &ferryadmin.Resolution{Decision: "keep-stored", By: testUser, Note: "producer bug, INC-9",
+		require.Equal(t, &ferrystore.Resolution{Decision: "keep-stored", By: testUser, Note: "producer bug, INC-9",
 			ResolvedAt: c.Resolution.ResolvedAt}, c.Resolution)
 		require.True(t, c.Marker.Found && c.Marker.EventID == c.Stored.EventID, "resolving changes no marker")
 		require.NotEmpty(t, b.logs.Lines("console action", "action=resolve", "decision=keep-stored", "changed=1"))

@@ -27,7 +27,7 @@ import (
 func TestNewValidatesTheConfig(t *testing.T) {
 	t.Parallel()
 	st := testsvc.Store(t, "sqlite")
-	a := st.Driver.(ferrystore.Admin)
+	a := st.Driver
 	outboxes := map[string]ferrystore.Admin{"orders": a}
 	auth := ferryconsole.BasicAuth("u", "p")
 	for _, c := range []struct {
@@ -335,7 +335,7 @@ func TestDatabaseErrorsShowNoInternals(t *testing.T) {
 	_, err := missing.DB.Exec(`DROP TABLE "` + missing.Driver.Table() + `"`)
 	require.NoError(t, err)
 	b2 := setup(t, "sqlite", func(c *ferryconsole.Config) {
-		c.Outboxes = map[string]ferrystore.Admin{"orders": b.admin, "broken": missing.Driver.(ferrystore.Admin)}
+		c.Outboxes = map[string]ferrystore.Admin{"orders": b.admin, "broken": missing.Driver}
 	})
 	c := b2.client(t)
 	p := c.get("")
@@ -483,7 +483,7 @@ func TestInboxPageCountsMarkersAndShowsTasks(t *testing.T) {
 	p = c.post("tasks/points/retry", form(tok, "id", deadTask))
 	eq(t, http.StatusOK, p)
 	mustContain(t, p, "1 of 1 selected tasks changed")
-	require.Equal(t, ferrytype.StatusNew, b.row(t, b.tasks.Driver.(ferrystore.Admin), deadTask).Status)
+	require.Equal(t, ferrytype.StatusNew, b.row(t, b.tasks.Driver, deadTask).Status)
 	require.NotEmpty(t, b.logs.Lines("console action", "action=retry", "table_kind=tasks", "table=points", "changed=1"))
 }
 
@@ -612,7 +612,7 @@ func TestOverviewShowsTheRelays(t *testing.T) {
 	p := c.get("")
 	eq(t, http.StatusOK, p)
 	mustContain(t, p, "No relay has recorded itself on this table")
-	reg := b.admin.(ferrystore.RelayRegistry)
+	reg := b.admin
 	require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "relay-a", Host: "relay-host", PID: 7, Version: "v1.4.0",
 		Lanes: 2, InFlight: 18, BrokerConnected: true, Broker: "nats://mq:4222", Sent: 90210, SentLastMinute: 3021}))
 	require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "relay-b", Host: "other", PID: 8, Version: "v1.4.0",
@@ -791,11 +791,11 @@ func TestOverviewShowsTheLogRelay(t *testing.T) {
 	eq(t, http.StatusOK, p, b.logs)
 	require.NotContains(t, p.body, `id="log-relay"`, "no log relay ever read this table")
 
-	lc := b.st.Driver.(ferrystore.LogCheckpoints)
-	_, held, err := lc.AcquireLog(b.ctx, "relay-a", "binlog db-1:3306", time.Minute)
+	lc := b.st.Driver
+	_, held, err := lc.AcquireLease(b.ctx, ferrystore.LeaseLog, "relay-a", "binlog db-1:3306", time.Minute)
 	require.NoError(t, err)
 	require.True(t, held)
-	saved, err := lc.SaveLog(b.ctx, "relay-a", "binlog.000042:4711", time.Minute)
+	saved, err := lc.RenewLease(b.ctx, ferrystore.LeaseLog, "relay-a", "binlog.000042:4711", time.Minute)
 	require.NoError(t, err)
 	require.True(t, saved)
 	p = c.get("")
@@ -807,7 +807,7 @@ func TestOverviewShowsTheLogRelay(t *testing.T) {
 	mustContain(t, p, "no standby")
 
 	// relay-a reads, relay-b stands by, relay-c polls the table.
-	reg := b.st.Driver.(ferrystore.RelayRegistry)
+	reg := b.st.Driver
 	for id, source := range map[string]string{"relay-a": ferrystore.RelaySourceLog, "relay-b": ferrystore.RelaySourceLog,
 		"relay-c": ferrystore.RelaySourceTable} {
 		require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: id, Source: source}))
@@ -819,7 +819,7 @@ func TestOverviewShowsTheLogRelay(t *testing.T) {
 	require.Regexp(t, `<code>relay-b</code>[^\n]*log standby`, p.body)
 	require.NotRegexp(t, `<code>relay-c</code>[^\n]*log (reader|standby)`, p.body)
 
-	require.NoError(t, lc.ReleaseLog(b.ctx, "relay-a"))
+	require.NoError(t, lc.ReleaseLease(b.ctx, ferrystore.LeaseLog, "relay-a"))
 	p = c.get("")
 	mustContain(t, p, "no reader")
 }

@@ -84,7 +84,7 @@ func benchDeadAtScale(b *testing.B, kind string, n int) {
 	testsvc.InsertDead(b, st, n, scaleMix...)
 	analyze(ctx, b, st)
 	b.Logf("%d DEAD events written in %s", n, time.Since(start).Round(time.Millisecond))
-	a := st.Driver.(ferrystore.Admin)
+	a := st.Driver
 	h, err := ferryconsole.New(ferryconsole.Config{
 		Outboxes:     map[string]ferrystore.Admin{"orders": a},
 		Authenticate: ferryconsole.BasicAuth(testUser, testPassword),

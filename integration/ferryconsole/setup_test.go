@@ -59,7 +59,7 @@ func setup(t *testing.T, kind string, mod ...func(*ferryconsole.Config)) *bundle
 	t.Helper()
 	b := &bundle{ctx: testsvc.Context(t, 3*time.Minute), kind: kind, st: testsvc.Store(t, kind), tasks: testsvc.Store(t, kind),
 		logs: &testsvc.LogBuffer{}}
-	b.admin = b.st.Driver.(ferrystore.Admin)
+	b.admin = b.st.Driver
 	var err error
 	b.ob, err = ferry.NewOutbox(b.st.Driver, nil)
 	require.NoError(t, err)
@@ -83,7 +83,7 @@ func setup(t *testing.T, kind string, mod ...func(*ferryconsole.Config)) *bundle
 	b.cfg = ferryconsole.Config{
 		Outboxes:     map[string]ferrystore.Admin{"orders": b.admin},
 		Inboxes:      map[string]ferrystore.InboxStore{"points": b.inbox},
-		Tasks:        map[string]ferrystore.Admin{"points": b.tasks.Driver.(ferrystore.Admin)},
+		Tasks:        map[string]ferrystore.Admin{"points": b.tasks.Driver},
 		Authenticate: ferryconsole.BasicAuth(testUser, testPassword),
 		Logger:       slog.New(slog.NewTextHandler(b.logs, nil)),
 	}
@@ -131,7 +131,7 @@ func (b *bundle) dead(t *testing.T, s testsvc.SQLStore, lastError string, events
 	for i, m := range msgs {
 		fails[i] = ferrystore.Failure{ID: m.ID, Token: tok, Dead: true, Error: lastError}
 	}
-	_, err = s.Driver.(ferrystore.Admin).MarkFailed(b.ctx, fails)
+	_, err = s.Driver.MarkFailed(b.ctx, fails)
 	require.NoError(t, err)
 	return ids
 }
@@ -144,7 +144,7 @@ func (b *bundle) redead(t *testing.T, s testsvc.SQLStore, id, lastError string) 
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
 	require.Equal(t, id, msgs[0].ID)
-	_, err = s.Driver.(ferrystore.Admin).MarkFailed(b.ctx, []ferrystore.Failure{{ID: id, Token: tok, Dead: true, Error: lastError}})
+	_, err = s.Driver.MarkFailed(b.ctx, []ferrystore.Failure{{ID: id, Token: tok, Dead: true, Error: lastError}})
 	require.NoError(t, err)
 }
 

@@ -23,7 +23,7 @@ import (
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 	"github.com/ferrydev/ferry/ferrystore/ferrypg"
 	"github.com/ferrydev/ferry/ferrystore/ferrysqlite"
-	"github.com/ferrydev/ferry/internal/sqlutil"
+	"github.com/ferrydev/ferry/internal/sqlstore"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
@@ -76,7 +76,7 @@ func openKeys(kind string, db *sql.DB, tb tables) (ferrystore.IdempotencyDriver[
 	}
 }
 
-func (b *bed) q(s string) string { return sqlutil.Rebind(b.kind, s) }
+func (b *bed) q(s string) string { return sqlstore.Rebind(b.kind, s) }
 
 type payment struct {
 	OrderID string `json:"order_id"`

@@ -37,7 +37,6 @@ var kinds = []string{"mysql", "postgres"}
 // log's events) or from the table's pending index; and its probes.
 type countingStore struct {
 	ferrystore.Store
-	ferrystore.LogCheckpoints
 	byID, byScan atomic.Int64 // events claimed each way
 	claims       atomic.Int64 // calls of Claim that returned
 	probes       atomic.Int64 // calls of Ready
@@ -76,7 +75,7 @@ func setup(t *testing.T, kind string) *bundle {
 	t.Helper()
 	st, url := testsvc.LogStore(t, kind)
 	b := &bundle{kind: kind, ctx: testsvc.Context(t, 5*time.Minute), st: st, url: url, logs: &testsvc.LogBuffer{}}
-	b.store = &countingStore{Store: st.Driver, LogCheckpoints: st.Driver.(ferrystore.LogCheckpoints)}
+	b.store = &countingStore{Store: st.Driver}
 	var err error
 	b.ob, err = ferry.NewOutbox(st.Driver, nil)
 	require.NoError(t, err)
@@ -393,7 +392,7 @@ func TestLogRelayStandbyTakesOverFromTheCheckpoint(t *testing.T) {
 			// The standby has a store of its own, to count its probes;
 			// its PollInterval would have it probe every 5 ms were it
 			// polling the table.
-			sbStore := &countingStore{Store: b.st.Driver, LogCheckpoints: b.store.LogCheckpoints}
+			sbStore := &countingStore{Store: b.st.Driver}
 			standby, err := ferry.NewRelay(sbStore, br.pub, &ferry.RelayConfig{
 				ID:           "standby",
 				PollInterval: 5 * time.Millisecond,
@@ -418,8 +417,7 @@ func TestLogRelayStandbyTakesOverFromTheCheckpoint(t *testing.T) {
 			require.Zero(t, sbStore.byScan.Load()+sbStore.byID.Load())
 
 			require.NoError(t, first.Stop(b.ctx))
-			lc := b.st.Driver.(ferrystore.LogCheckpoints)
-			st, ok, err := lc.LogState(b.ctx)
+			st, ok, err := b.st.Driver.LeaseState(b.ctx, ferrystore.LeaseLog)
 			require.NoError(t, err)
 			require.True(t, ok)
 			require.NotEmpty(t, st.Position)
@@ -461,7 +459,7 @@ func TestLogRelayGapFallsBackToTheTable(t *testing.T) {
 
 			missed := b.enqueue(t, 30, 3, br.dest, func(i int) string { return fmt.Sprint(i) })
 			if kind == "mysql" {
-				st, _, err := b.st.Driver.(ferrystore.LogCheckpoints).LogState(b.ctx)
+				st, _, err := b.st.Driver.LeaseState(b.ctx, ferrystore.LeaseLog)
 				require.NoError(t, err)
 				file, _, _ := strings.Cut(string(st.Position), ":")
 				// MariaDB keeps a file crash recovery still needs, with a

@@ -35,11 +35,11 @@ func scheme(raw string) string {
 type database struct {
 	schemes func() []string
 	check   func(rawURL string) error // the URL's form, without connecting
-	store   func(ctx context.Context, rawURL, table string) (ferrystore.Store, error)
+	store   func(ctx context.Context, rawURL, table string) (ferrystore.Admin, error)
 	// feed opens the database's log feed for the log relay; nil where
 	// the database keeps no log a relay can read.
 	feed  func(rawURL, table string, c *FeedConfig) (ferrystore.LogFeed, error)
-	inbox func(ctx context.Context, rawURL string, cfg *InboxConfig) (ferrystore.InboxStore, error)
+	inbox func(ctx context.Context, rawURL string, cfg *InboxConfig) (Inbox, error)
 }
 
 // databases lists the store packages; each parses and opens its own URLs.
@@ -49,13 +49,13 @@ var databases = []database{
 		check: func(rawURL string) error {
 			return checkMySQL(rawURL, func(u string) error { _, err := ferrymysql.ParseURL(u); return err })
 		},
-		store: func(ctx context.Context, rawURL, table string) (ferrystore.Store, error) {
+		store: func(ctx context.Context, rawURL, table string) (ferrystore.Admin, error) {
 			return asStore(ferrymysql.Open(ctx, rawURL, &ferrymysql.Config{Table: table}))
 		},
 		feed: func(rawURL, table string, c *FeedConfig) (ferrystore.LogFeed, error) {
 			return asFeed(ferrybinlog.New(&ferrybinlog.Config{URL: rawURL, Table: table, Logger: c.Logger}))
 		},
-		inbox: func(ctx context.Context, rawURL string, c *InboxConfig) (ferrystore.InboxStore, error) {
+		inbox: func(ctx context.Context, rawURL string, c *InboxConfig) (Inbox, error) {
 			return asInbox(ferrymysql.OpenInbox(ctx, rawURL, &ferrymysql.InboxConfig{MarkerTable: c.MarkerTable,
 				ConflictTable: c.ConflictTable, VersionTable: c.VersionTable, KeyTable: c.KeyTable}))
 		},
@@ -65,14 +65,14 @@ var databases = []database{
 		check: func(rawURL string) error {
 			return checkPostgres(rawURL, func(u string) error { _, err := ferrypg.ParseURL(u); return err })
 		},
-		store: func(ctx context.Context, rawURL, table string) (ferrystore.Store, error) {
+		store: func(ctx context.Context, rawURL, table string) (ferrystore.Admin, error) {
 			return asStore(ferrypg.Open(ctx, rawURL, &ferrypg.Config{Table: table}))
 		},
 		feed: func(rawURL, table string, c *FeedConfig) (ferrystore.LogFeed, error) {
 			return asFeed(ferrypgoutput.New(&ferrypgoutput.Config{URL: rawURL, Table: table, Slot: c.Slot,
 				Publication: c.Publication, Logger: c.Logger}))
 		},
-		inbox: func(ctx context.Context, rawURL string, c *InboxConfig) (ferrystore.InboxStore, error) {
+		inbox: func(ctx context.Context, rawURL string, c *InboxConfig) (Inbox, error) {
 			return asInbox(ferrypg.OpenInbox(ctx, rawURL, &ferrypg.InboxConfig{MarkerTable: c.MarkerTable,
 				ConflictTable: c.ConflictTable, VersionTable: c.VersionTable, KeyTable: c.KeyTable}))
 		},
@@ -83,10 +83,10 @@ var databases = []database{
 			_, _, err := ferrysqlite.DSN(rawURL)
 			return err
 		},
-		store: func(ctx context.Context, rawURL, table string) (ferrystore.Store, error) {
+		store: func(ctx context.Context, rawURL, table string) (ferrystore.Admin, error) {
 			return asStore(ferrysqlite.Open(ctx, rawURL, &ferrysqlite.Config{Table: table}))
 		},
-		inbox: func(ctx context.Context, rawURL string, c *InboxConfig) (ferrystore.InboxStore, error) {
+		inbox: func(ctx context.Context, rawURL string, c *InboxConfig) (Inbox, error) {
 			return asInbox(ferrysqlite.OpenInbox(ctx, rawURL, &ferrysqlite.InboxConfig{MarkerTable: c.MarkerTable,
 				ConflictTable: c.ConflictTable, VersionTable: c.VersionTable, KeyTable: c.KeyTable}))
 		},
@@ -96,7 +96,7 @@ var databases = []database{
 // asStore and asInbox return a store package's result as the interface,
 // checking err first: a typed nil pointer returned as the interface would
 // not compare equal to nil.
-func asStore[S ferrystore.Store](s S, err error) (ferrystore.Store, error) {
+func asStore[S ferrystore.Admin](s S, err error) (ferrystore.Admin, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +139,7 @@ func Feed(rawURL, table string, cfg *FeedConfig) (ferrystore.LogFeed, error) {
 	return d.feed(rawURL, table, cfg)
 }
 
-func asInbox[S ferrystore.InboxStore](s S, err error) (ferrystore.InboxStore, error) {
+func asInbox[S Inbox](s S, err error) (Inbox, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +159,9 @@ func databaseFor(rawURL string) (database, error) {
 
 // Store opens the outbox table named table (default when empty) in the
 // database at rawURL: mysql://, postgres:// (or postgresql://), sqlite:.
-func Store(ctx context.Context, rawURL, table string) (ferrystore.Store, error) {
+// Every store is an Admin: the relay uses its Store part, the operator's
+// commands the rest.
+func Store(ctx context.Context, rawURL, table string) (ferrystore.Admin, error) {
 	d, err := databaseFor(rawURL)
 	if err != nil {
 		return nil, err
@@ -185,11 +187,19 @@ type InboxConfig struct {
 	MarkerTable, ConflictTable, VersionTable, KeyTable string
 }
 
-// InboxStore opens the inbox tables (markers, conflicts, versions) of the
-// consumer database at rawURL, with the same schemes as Store. The store it
-// returns closes its connections on Close. It checks that the database
-// answers, not that the tables exist: the first query says so.
-func InboxStore(ctx context.Context, rawURL string, cfg *InboxConfig) (ferrystore.InboxStore, error) {
+// Inbox is an inbox store with the idempotency keys of its database, as
+// every store package opens it.
+type Inbox interface {
+	ferrystore.InboxStore
+	ferrystore.IdempotencyStore
+}
+
+// InboxStore opens the inbox tables (markers, conflicts, versions,
+// idempotency keys) of the consumer database at rawURL, with the same
+// schemes as Store. The store it returns closes its connections on Close.
+// It checks that the database answers, not that the tables exist: the
+// first query says so.
+func InboxStore(ctx context.Context, rawURL string, cfg *InboxConfig) (Inbox, error) {
 	if cfg == nil {
 		cfg = &InboxConfig{}
 	}

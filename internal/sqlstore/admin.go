@@ -9,7 +9,7 @@ import (
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/errclass"
-	"github.com/ferrydev/ferry/internal/sqlutil"
+	"github.com/ferrydev/ferry/internal/token"
 )
 
 // Ping checks that the database answers, with one round trip.
@@ -42,7 +42,7 @@ func (o *Outbox) CountByStatus(ctx context.Context, statuses ...ferrytype.Status
 	if err != nil {
 		return nil, fmt.Errorf("count by status: %w", err)
 	}
-	counts, err := sqlutil.ScanCounts(rows)
+	counts, err := scanCounts(rows)
 	if err != nil {
 		return nil, fmt.Errorf("count by status: %w", err)
 	}
@@ -88,8 +88,6 @@ func (o *Outbox) PendingByDestination(ctx context.Context, limit int) ([]ferryst
 	return out, rows.Err()
 }
 
-var _ ferrystore.DeadCounter = (*Outbox)(nil)
-
 // DeadByDestination counts the DEAD rows by destination: one statement
 // over the DEAD index, which holds the destination, exact at any number of
 // events.
@@ -134,7 +132,7 @@ func (o *Outbox) GroupErrors(ctx context.Context, f ferrystore.Filter) ([]ferrys
 	for rows.Next() {
 		var (
 			g              ferrystore.ErrorGroup
-			oldest, newest sqlutil.NullTime
+			oldest, newest nullTime
 		)
 		if err := rows.Scan(&g.Destination, &g.Type, &g.ErrorClass, &g.Count, &oldest, &newest); err != nil {
 			return nil, fmt.Errorf("group errors: %w", err)
@@ -153,7 +151,7 @@ func (o *Outbox) Attempts(ctx context.Context) ([]ferrystore.AttemptCount, error
 	if err != nil {
 		return nil, fmt.Errorf("attempts: %w", err)
 	}
-	return sqlutil.ScanAttempts(rows)
+	return scanAttempts(rows)
 }
 
 // where builds the WHERE clause of f (validated) and its arguments. The
@@ -205,7 +203,7 @@ func (o *Outbox) where(f ferrystore.Filter) (string, []any) {
 	}
 	for _, s := range f.ErrorContains {
 		if s != "" {
-			add(o.d.ContainsFold("last_error"), "%"+LikeEscape(s)+"%")
+			add(o.d.ContainsFold("last_error"), "%"+likeEscape(s)+"%")
 		}
 	}
 	if f.MinAge > 0 {
@@ -221,9 +219,9 @@ func (o *Outbox) where(f ferrystore.Filter) (string, []any) {
 	return strings.Join(where, " AND "), args
 }
 
-// LikeEscape makes s match itself in a LIKE pattern whose escape
+// likeEscape makes s match itself in a LIKE pattern whose escape
 // character is '!'.
-func LikeEscape(s string) string {
+func likeEscape(s string) string {
 	return strings.NewReplacer("!", "!!", "%", "!%", "_", "!_").Replace(s)
 }
 
@@ -253,7 +251,7 @@ func (o *Outbox) List(ctx context.Context, f ferrystore.Filter) ([]ferrystore.Ro
 	if f.KeysOnly {
 		return scanKeys(rows)
 	}
-	return sqlutil.ScanRows(rows)
+	return ScanRows(rows)
 }
 
 // scanKeys reads rows of event_id and created_at.
@@ -263,7 +261,7 @@ func scanKeys(rows ferrystore.Rows) ([]ferrystore.Row, error) {
 	for rows.Next() {
 		var (
 			r  ferrystore.Row
-			at sqlutil.NullTime
+			at nullTime
 		)
 		if err := rows.Scan(&r.ID, &at); err != nil {
 			return nil, fmt.Errorf("list events: %w", err)
@@ -322,7 +320,7 @@ func (o *Outbox) Retry(ctx context.Context, ids []string) (int64, error) {
 // record: the reason is appended to it.
 func (o *Outbox) Discard(ctx context.Context, ids []string, reason string) (int64, error) {
 	t := ferrytype.TransitionDiscard
-	reason = sqlutil.Truncate(reason, 2000)
+	reason = token.Truncate(reason, 2000)
 	return o.byID(ctx, "discard dead events", o.d.Update()+o.t+" SET status = "+lit(t.To)+", discarded_at = "+o.d.Now()+
 		", discard_reason = CASE WHEN discard_reason IS NULL OR discard_reason = '' THEN ? ELSE "+
 		o.d.Concat("discard_reason", "'; '", "?")+" END WHERE status = "+lit(t.From)+" AND ", ids, reason, reason)
@@ -335,7 +333,7 @@ func (o *Outbox) Restore(ctx context.Context, ids []string, note string) (int64,
 	return o.byID(ctx, "restore discarded events", o.d.Update()+o.t+" SET status = "+lit(t.To)+", discarded_at = NULL"+
 		", discard_reason = CASE WHEN discard_reason IS NULL OR discard_reason = '' THEN ? ELSE "+
 		o.d.Concat("discard_reason", "'; '", "?")+" END WHERE status = "+lit(t.From)+" AND ", ids,
-		sqlutil.Truncate(note, 2000), sqlutil.Truncate(note, 2000))
+		token.Truncate(note, 2000), token.Truncate(note, 2000))
 }
 
 // SetErrorClass records class on the rows among ids without one.
@@ -399,7 +397,7 @@ func (o *Outbox) MissingEvents(ctx context.Context, q ferrystore.MissingEventsQu
 	if err != nil {
 		return nil, fmt.Errorf("missing events in %s: %w", q.Table, err)
 	}
-	return sqlutil.ScanMissing(rows)
+	return scanMissing(rows)
 }
 
 // SentEvents returns a page of SENT events for reconciliation. It walks
@@ -427,5 +425,41 @@ func (o *Outbox) SentEvents(ctx context.Context, q ferrystore.SentEventsQuery) (
 	if err != nil {
 		return nil, fmt.Errorf("sent events: %w", err)
 	}
-	return sqlutil.ScanRows(rows)
+	return ScanRows(rows)
+}
+
+// scanAttempts reads (status, attempts, count) rows and closes them.
+func scanAttempts(rows ferrystore.Rows) ([]ferrystore.AttemptCount, error) {
+	defer rows.Close()
+	var out []ferrystore.AttemptCount
+	for rows.Next() {
+		var (
+			a  ferrystore.AttemptCount
+			st string
+		)
+		if err := rows.Scan(&st, &a.Attempts, &a.Events); err != nil {
+			return nil, fmt.Errorf("attempts: %w", err)
+		}
+		a.Status = ferrytype.Status(st)
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// scanMissing reads (key, time) rows and closes them.
+func scanMissing(rows ferrystore.Rows) ([]ferrystore.MissingEvent, error) {
+	defer rows.Close()
+	var out []ferrystore.MissingEvent
+	for rows.Next() {
+		var (
+			m  ferrystore.MissingEvent
+			tm nullTime
+		)
+		if err := rows.Scan(&m.Key, &tm); err != nil {
+			return nil, fmt.Errorf("missing events: %w", err)
+		}
+		m.Time = tm.Time
+		out = append(out, m)
+	}
+	return out, rows.Err()
 }

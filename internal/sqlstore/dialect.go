@@ -1,9 +1,19 @@
-// Package sqlstore is the outbox store that the SQL dialects share: every
-// operation whose statement differs between MySQL, PostgreSQL and SQLite
-// only in spelling (the clock, durations, placeholders, id lists, bounded
-// deletes) is written here once against a Dialect. A dialect package keeps
-// what truly differs: its claim, its enqueue, LISTEN, opening URLs, and the
-// Dialect value itself.
+// Package sqlstore is the SQL that ferry's three stores share: the outbox
+// (enqueue, claims, marks, the sweep, retention, the operator's listings),
+// the heartbeat and lease tables beside it, the inbox (markers, conflicts,
+// the version guard) and the idempotency keys. Every statement that differs
+// between MySQL, PostgreSQL and SQLite only in spelling (the clock,
+// durations, placeholders, id lists, bounded deletes, upserts) is written
+// here once against a Dialect, with the decoding of the rows it reads. A
+// store package (ferrymysql, ferrypg, ferrysqlite) keeps what truly
+// differs: its claim, its enqueue, LISTEN, opening URLs, its migrations and
+// the Dialect value itself. So a store call runs in its store package and
+// this one, and nowhere else.
+//
+// The package is internal because the Dialect is not a stable API before
+// ferry's first tag: it changes with every statement the stores come to
+// share. A store outside this repository implements ferrystore.Store
+// directly and runs the conformance suite (ferrystoretest).
 package sqlstore
 
 import (
@@ -76,6 +86,17 @@ type Dialect interface {
 	// Upsert ends an INSERT whose row may exist already, by its primary
 	// key key: the existing row takes the inserted values of cols instead.
 	Upsert(key string, cols []string) string
+	// UpsertIf ends an INSERT of one row whose primary key key may be
+	// taken already: the existing row then takes the inserted values of
+	// cols where cond holds of it, and stays as it is where it does not,
+	// in the one statement, under the row's lock. cond names the existing
+	// row's columns qualified by the quoted table's name, and an inserted
+	// value as Inserted(col). MySQL sets cols in order, each assignment
+	// seeing the ones before it: cond must still hold once the first of
+	// cols holds its inserted value.
+	UpsertIf(key string, cols []string, cond string) string
+	// Inserted is the value the INSERT of an UpsertIf inserts in col.
+	Inserted(col string) string
 	// Update begins an UPDATE of outbox rows that changes no JSON column:
 	// "UPDATE ", or on MySQL "UPDATE " behind MariaDB's executable comment
 	// that skips CHECK constraints for the statement. MariaDB's JSON is a

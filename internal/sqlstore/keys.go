@@ -9,7 +9,6 @@ import (
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/sqlutil"
 )
 
 // Keys is the idempotency key table of an inbox database, written once for
@@ -21,10 +20,7 @@ type Keys struct {
 	purge string
 }
 
-var (
-	_ ferrystore.IdempotencyStore = (*Keys)(nil)
-	_ ferrystore.KeyPurgeCounter  = (*Keys)(nil)
-)
+var _ ferrystore.IdempotencyStore = (*Keys)(nil)
 
 // NewKeys returns the key table (quoted) on pool. purge is the dialect's
 // statement that deletes a bounded number of expired keys, oldest expiry
@@ -185,7 +181,7 @@ func (k *Keys) GetKey(ctx context.Context, hash string) (ferrystore.IdempotencyK
 
 // PurgeableKeys counts the expired keys, as PurgeKeys finds them.
 func (k *Keys) PurgeableKeys(ctx context.Context) (int64, error) {
-	n, err := sqlutil.QueryCount(ctx, k.pool, "count expired idempotency keys",
+	n, err := QueryCount(ctx, k.pool, "count expired idempotency keys",
 		"SELECT COUNT(*) FROM "+k.table+" WHERE expires_at <= "+k.d.Now())
 	if err != nil {
 		return 0, k.d.Classify(err)

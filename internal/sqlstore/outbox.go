@@ -9,7 +9,7 @@ import (
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/errclass"
-	"github.com/ferrydev/ferry/internal/sqlutil"
+	"github.com/ferrydev/ferry/internal/token"
 )
 
 // Outbox implements the ferrystore.Store and ferrystore.Admin operations
@@ -24,18 +24,18 @@ type Outbox struct {
 	pool Pool
 	// name is the table's name; t is it quoted.
 	name, t string
-	// cols lists sqlutil.RowColumns as the dialect selects them;
+	// cols lists rowColumns as the dialect selects them;
 	// stateCols the same with a constant payload and no headers.
 	cols, stateCols string
 	// The conditions of PurgeSent and PurgeDiscarded; each ? takes the
 	// same age.
 	purgeSentWhere, purgeDiscardedWhere string
 
-	markSent, markFailed, release, expired, purge, stats, ready, pending, get string
+	markSent, markFailed, release, expired, claimsOf, purge, stats, ready, pending, get string
 	// relays are the statements of the heartbeat table, table_relay.
 	relays relayStatements
-	// logs are the statements of the log relay's checkpoint, table_log.
-	logs logStatements
+	// leases are the statements of the lease table, table_lease.
+	leases leaseStatements
 }
 
 // NewOutbox returns the shared store of the validated table on pool. Every
@@ -47,8 +47,8 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 	}
 	o := Outbox{d: d, pool: pool, name: table, t: t}
 	o.cols = strings.NewReplacer("payload,", d.Text("payload")+",", "headers,", d.Text("headers")+",").
-		Replace(sqlutil.RowColumns)
-	o.stateCols = strings.NewReplacer("payload,", "'{}',", "headers,", "NULL,").Replace(sqlutil.RowColumns)
+		Replace(rowColumns)
+	o.stateCols = strings.NewReplacer("payload,", "'{}',", "headers,", "NULL,").Replace(rowColumns)
 	now, shift := d.Now(), d.Shift()
 	// TransitionConfirm, by the primary key; the id list is spliced in.
 	o.markSent = "UPDATE " + t + " SET status = " + lit(ferrytype.TransitionConfirm.To) +
@@ -64,9 +64,14 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 		", available_at = " + now + ", lease_token = NULL, locked_until = NULL" +
 		" WHERE status = " + lit(ferrytype.TransitionRelease.From) + " AND lease_token = ? AND "
 	// The pending index, status SENDING.
-	o.expired = d.Rebind("SELECT event_id, lease_token, attempts," +
-		" CASE WHEN destination = '' THEN event_type ELSE destination END FROM " + t +
-		" WHERE status = " + lit(ferrytype.StatusSending) + " AND locked_until < " + now + " ORDER BY locked_until LIMIT ?")
+	claimed := "SELECT event_id, lease_token, attempts, CASE WHEN destination = '' THEN event_type ELSE destination END" +
+		" FROM " + t + " WHERE status = " + lit(ferrytype.StatusSending)
+	o.expired = d.Rebind(claimed + " AND locked_until < " + now + " ORDER BY locked_until LIMIT ?")
+	// The pending index (status, available_at, event_id), status
+	// SENDING, in its order: no sort, and no lock. Each SENDING row is
+	// read for its token, whose prefix is compared exactly (LIKE would
+	// ignore case on SQLite); the prefix's length is spliced in.
+	o.claimsOf = claimed + " AND SUBSTR(lease_token, 1, %d) = ? ORDER BY available_at, event_id LIMIT ?"
 	// TransitionPurgeSent: the pending index, status SENT, oldest first.
 	o.purgeSentWhere = "status = " + lit(ferrytype.TransitionPurgeSent.From) + " AND available_at < " + shift +
 		" AND sent_at < " + shift
@@ -90,7 +95,7 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 		lit(ferrytype.StatusSending) + ") LIMIT 1"
 	o.get = d.Rebind("SELECT " + o.cols + " FROM " + t + " WHERE event_id = ?")
 	o.relays = newRelayStatements(d, table)
-	o.logs = newLogStatements(d, table)
+	o.leases = newLeaseStatements(d, table)
 	return o
 }
 
@@ -161,7 +166,7 @@ func (o *Outbox) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (_ 
 		if f.Dead {
 			to = ferrytype.TransitionFailDead.To
 		}
-		msg := sqlutil.Truncate(f.Error, 2000)
+		msg := token.Truncate(f.Error, 2000)
 		n, err := tx.Exec(ctx, o.markFailed, string(to), later(o.d, f.Delay), msg, errclass.Of(msg), f.Token, f.ID)
 		if err != nil {
 			return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed %s: %w", f.ID, err)
@@ -174,22 +179,46 @@ func (o *Outbox) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (_ 
 	return ferrystore.MarkFailedResultOf(fails, func(i int) bool { return changed[i] }), nil
 }
 
-// ExpiredLeases returns up to limit SENDING rows whose lease ended.
-func (o *Outbox) ExpiredLeases(ctx context.Context, limit int) ([]ferrystore.Lease, error) {
+// ExpiredClaims returns up to limit SENDING rows whose lease ended.
+func (o *Outbox) ExpiredClaims(ctx context.Context, limit int) ([]ferrystore.Claimed, error) {
 	rows, err := o.pool.Query(ctx, o.expired, limit)
 	if err != nil {
-		return nil, fmt.Errorf("expired leases: %w", err)
+		return nil, fmt.Errorf("expired claims: %w", err)
 	}
+	return scanClaimed(rows, "expired claims")
+}
+
+// ClaimsOf returns up to limit SENDING rows claimed under prefix + ".".
+func (o *Outbox) ClaimsOf(ctx context.Context, prefix string, limit int) ([]ferrystore.Claimed, error) {
+	if err := ferrystore.ValidateClaimsPrefix(prefix); err != nil {
+		return nil, err
+	}
+	if limit < 1 {
+		return nil, fmt.Errorf("%w: claims of %s: limit %d must be positive", ferrytype.ErrInvalidConfig, prefix, limit)
+	}
+	rows, err := o.pool.Query(ctx, o.d.Rebind(fmt.Sprintf(o.claimsOf, len(prefix)+1)), prefix+".", limit)
+	if err != nil {
+		return nil, fmt.Errorf("claims of %s: %w", prefix, err)
+	}
+	return scanClaimed(rows, "claims of "+prefix)
+}
+
+// scanClaimed reads (event_id, lease_token, attempts, route) rows and
+// closes them.
+func scanClaimed(rows ferrystore.Rows, what string) ([]ferrystore.Claimed, error) {
 	defer rows.Close()
-	var out []ferrystore.Lease
+	var out []ferrystore.Claimed
 	for rows.Next() {
-		var l ferrystore.Lease
-		if err := rows.Scan(&l.ID, &l.Token, &l.Attempts, &l.Destination); err != nil {
-			return nil, fmt.Errorf("expired leases: %w", err)
+		var c ferrystore.Claimed
+		if err := rows.Scan(&c.ID, &c.Token, &c.Attempts, &c.Destination); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		out = append(out, l)
+		out = append(out, c)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
 }
 
 // PurgeSent deletes up to limit SENT rows older than olderThan.
@@ -260,7 +289,7 @@ func (o *Outbox) Get(ctx context.Context, id string) (ferrystore.Row, error) {
 	if err != nil {
 		return ferrystore.Row{}, fmt.Errorf("get event %s: %w", id, err)
 	}
-	return sqlutil.ScanRow(rows, id)
+	return ScanRow(rows, id)
 }
 
 // InsertRows is o's INSERT of rows, with ? placeholders (not yet
@@ -278,7 +307,7 @@ func InsertRows(o *Outbox, rows []ferrytype.Event, seq []string) (string, []any,
 			b.WriteByte(',')
 		}
 		b.WriteString("(?, ?, ?, " + seq[i] + ", ?, " + js + ", " + js + ", ?, ?, " + o.d.Shift() + ")")
-		h, err := sqlutil.EncodeHeaders(ev.Headers)
+		h, err := EncodeHeaders(ev.Headers)
 		if err != nil {
 			return "", nil, fmt.Errorf("enqueue: %w", err)
 		}
@@ -290,6 +319,34 @@ func InsertRows(o *Outbox, rows []ferrytype.Event, seq []string) (string, []any,
 			ev.Destination, ev.Exchange, later(o.d, ev.Delay))
 	}
 	return b.String(), args, nil
+}
+
+// AggregateGroup is the rows of one aggregate within an enqueue, in order.
+type AggregateGroup struct {
+	Type, ID string
+	Rows     []int // indexes into the enqueued slice
+}
+
+// GroupByAggregate groups the events that carry an AggregateID, keeping
+// first-seen order of aggregates and enqueue order within each.
+func GroupByAggregate(events []ferrytype.Event) []AggregateGroup {
+	var groups []AggregateGroup
+	idx := map[[2]string]int{}
+	for i := range events {
+		ev := &events[i]
+		if ev.AggregateID == "" {
+			continue
+		}
+		k := [2]string{ev.AggregateType, ev.AggregateID}
+		g, ok := idx[k]
+		if !ok {
+			g = len(groups)
+			idx[k] = g
+			groups = append(groups, AggregateGroup{Type: ev.AggregateType, ID: ev.AggregateID})
+		}
+		groups[g].Rows = append(groups[g].Rows, i)
+	}
+	return groups
 }
 
 // Insert runs InsertRows in ex.
@@ -311,12 +368,12 @@ type Malformed struct {
 	Reason error
 }
 
-// ScanClaimed reads claimed rows (sqlutil.MessageColumns) and closes them.
-// A row that sqlutil.DecodeMessage finds malformed is returned among bad,
+// ScanClaimed reads claimed rows (messageColumns) and closes them.
+// A row that DecodeMessage finds malformed is returned among bad,
 // never among msgs: one bad row never fails the claim.
 func ScanClaimed(rows ferrystore.Rows) (msgs []ferrytype.Message, bad []Malformed, err error) {
 	defer rows.Close()
-	vals := make([]any, sqlutil.NumMessageColumns)
+	vals := make([]any, numMessageColumns)
 	dest := make([]any, len(vals))
 	for i := range vals {
 		dest[i] = &vals[i]
@@ -326,7 +383,7 @@ func ScanClaimed(rows ferrystore.Rows) (msgs []ferrytype.Message, bad []Malforme
 		if err := rows.Scan(dest...); err != nil {
 			return nil, nil, fmt.Errorf("scan: %w", err)
 		}
-		m, err := sqlutil.DecodeMessage(vals)
+		m, err := DecodeMessage(vals)
 		if err != nil {
 			bad = append(bad, Malformed{ID: m.ID, Reason: err})
 			continue
@@ -339,14 +396,14 @@ func ScanClaimed(rows ferrystore.Rows) (msgs []ferrytype.Message, bad []Malforme
 	return msgs, bad, nil
 }
 
-// Bury records malformed rows claimed under token as DEAD
+// Bury records malformed rows claimed under the token claim as DEAD
 // (ferrytype.TransitionMalformed), each with its reason as last_error, in
 // ex: the claim's transaction, or the pool right after a claim statement.
-func (o *Outbox) Bury(ctx context.Context, ex ferrystore.Executor, token string, bad []Malformed) error {
+func (o *Outbox) Bury(ctx context.Context, ex ferrystore.Executor, claim string, bad []Malformed) error {
 	for _, b := range bad {
-		msg := sqlutil.Truncate(b.Reason.Error(), 2000)
+		msg := token.Truncate(b.Reason.Error(), 2000)
 		if _, err := ex.Exec(ctx, o.markFailed, string(ferrytype.TransitionMalformed.To), later(o.d, 0),
-			msg, errclass.Of(msg), token, b.ID); err != nil {
+			msg, errclass.Of(msg), claim, b.ID); err != nil {
 			return fmt.Errorf("record malformed row %s dead: %w", b.ID, err)
 		}
 	}

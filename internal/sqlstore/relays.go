@@ -8,10 +8,8 @@ import (
 
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
-	"github.com/ferrydev/ferry/internal/sqlutil"
+	"github.com/ferrydev/ferry/internal/token"
 )
-
-var _ ferrystore.RelayRegistry = (*Outbox)(nil)
 
 // relayStatements are the heartbeat table's statements, by its primary key
 // (relay_id); the table holds one row per relay, so the prune and the
@@ -23,13 +21,13 @@ type relayStatements struct {
 func newRelayStatements(d Dialect, table string) relayStatements {
 	rt := d.Quote(RelayTable(table))
 	cols := []string{"host", "pid", "version", "broker", "broker_connected", "broker_error", "lanes", "ordered",
-		"in_flight", "sent", "sent_last_minute", "source", "last_seen"}
+		"in_flight", "sent", "sent_last_minute", "source", "claims", "last_seen"}
 	return relayStatements{
 		// One row, one statement: started_at is set on insert only.
 		beat: d.Rebind("INSERT INTO " + rt + " (relay_id, " + strings.Join(cols, ", ") + ", started_at)" +
-			" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, " + d.Now() + ", " + d.Now() + ") " + d.Upsert("relay_id", cols)),
+			" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, " + d.Now() + ", " + d.Now() + ") " + d.Upsert("relay_id", cols)),
 		list: d.Rebind("SELECT relay_id, host, pid, version, broker, broker_connected, broker_error, lanes, ordered," +
-			" in_flight, sent, sent_last_minute, source, " + d.AgeMicros("started_at") + ", " + d.AgeMicros("last_seen") +
+			" in_flight, sent, sent_last_minute, source, claims, " + d.AgeMicros("started_at") + ", " + d.AgeMicros("last_seen") +
 			" FROM " + rt + " ORDER BY relay_id LIMIT ?"),
 		forget: d.Rebind("DELETE FROM " + rt + " WHERE relay_id = ?"),
 		prune:  d.Rebind("DELETE FROM " + rt + " WHERE last_seen < " + d.Shift()),
@@ -42,12 +40,12 @@ func (o *Outbox) Beat(ctx context.Context, b ferrystore.RelayBeat) error {
 		return err
 	}
 	_, err := o.pool.Exec(ctx, o.relays.beat, b.ID,
-		sqlutil.Truncate(b.Host, ferrystore.MaxRelayHostLen), int64(b.PID),
-		sqlutil.Truncate(b.Version, ferrystore.MaxRelayVersionLen),
-		sqlutil.Truncate(ferrytype.RedactURL(b.Broker), ferrystore.MaxRelayBrokerLen), b.BrokerConnected,
-		sqlutil.Truncate(ferrytype.RedactURL(b.BrokerError), ferrystore.MaxRelayBrokerErrorLen),
+		token.Truncate(b.Host, ferrystore.MaxRelayHostLen), int64(b.PID),
+		token.Truncate(b.Version, ferrystore.MaxRelayVersionLen),
+		token.Truncate(ferrytype.RedactURL(b.Broker), ferrystore.MaxRelayBrokerLen), b.BrokerConnected,
+		token.Truncate(ferrytype.RedactURL(b.BrokerError), ferrystore.MaxRelayBrokerErrorLen),
 		int64(b.Lanes), b.Ordered, b.InFlight, b.Sent, b.SentLastMinute,
-		sqlutil.Truncate(b.Source, ferrystore.MaxRelaySourceLen))
+		token.Truncate(b.Source, ferrystore.MaxRelaySourceLen), b.Claims)
 	if err != nil {
 		return fmt.Errorf("relay heartbeat: %w", err)
 	}
@@ -70,7 +68,7 @@ func (o *Outbox) Relays(ctx context.Context) ([]ferrystore.RelayBeat, error) {
 			started, lastSeen int64
 		)
 		if err := rows.Scan(&b.ID, &b.Host, &pid, &b.Version, &b.Broker, &b.BrokerConnected, &b.BrokerError,
-			&lanes, &b.Ordered, &b.InFlight, &b.Sent, &b.SentLastMinute, &b.Source, &started, &lastSeen); err != nil {
+			&lanes, &b.Ordered, &b.InFlight, &b.Sent, &b.SentLastMinute, &b.Source, &b.Claims, &started, &lastSeen); err != nil {
 			return nil, fmt.Errorf("list relays: %w", err)
 		}
 		b.PID, b.Lanes = int(pid), int(lanes)

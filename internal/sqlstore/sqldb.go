@@ -27,8 +27,10 @@ func TableName(configured string, maxLen int) (string, error) {
 
 // MigrationFS renders the outbox migration templates in src's
 // "migrations" directory for table (DefaultTable when empty, at most
-// maxLen bytes). The templates see Table, SeqTable, RelayTable, LogTable,
-// PendingIndex, AggregateIndex, SettledIndex and DeadIndex quoted, and Name as it is.
+// maxLen bytes). The templates see Table, SeqTable, RelayTable,
+// LeaseTable, LogTable (migration 0005's, which 0006 moves into
+// LeaseTable), PendingIndex, AggregateIndex, SettledIndex and DeadIndex
+// quoted, and Name as it is.
 func MigrationFS(d Dialect, src fs.FS, table string, maxLen int) (fs.FS, error) {
 	table, err := TableName(table, maxLen)
 	if err != nil {
@@ -38,7 +40,8 @@ func MigrationFS(d Dialect, src fs.FS, table string, maxLen int) (fs.FS, error) 
 		"Table":          d.Quote(table),
 		"SeqTable":       d.Quote(table + "_seq"),
 		"RelayTable":     d.Quote(RelayTable(table)),
-		"LogTable":       d.Quote(LogTable(table)),
+		"LeaseTable":     d.Quote(LeaseTable(table)),
+		"LogTable":       d.Quote(table + "_log"),
 		"PendingIndex":   d.Quote(table + "_pending_idx"),
 		"AggregateIndex": d.Quote(table + "_aggregate_idx"),
 		"SettledIndex":   d.Quote(table + "_settled_idx"),
@@ -51,9 +54,10 @@ func MigrationFS(d Dialect, src fs.FS, table string, maxLen int) (fs.FS, error) 
 // table + "_relay".
 func RelayTable(table string) string { return table + "_relay" }
 
-// LogTable is the name of the log relay's checkpoint table of the outbox
-// table: table + "_log".
-func LogTable(table string) string { return table + "_log" }
+// LeaseTable is the name of the lease table of the outbox table: table +
+// "_lease", one row per lease (ferrystore.LeaseMaintenance,
+// ferrystore.LeaseLog).
+func LeaseTable(table string) string { return table + "_lease" }
 
 // SQLDB is the database/sql pool of a store or an inbox, and whether the
 // store opened it (and so closes it).

@@ -184,7 +184,7 @@ func Migrated(t testing.TB, s ferrystore.Store, exec func(string) error) {
 		t.Fatalf("migrate %s: %v", s.Table(), err)
 	}
 	t.Cleanup(func() {
-		for _, name := range []string{s.Table() + "_log", s.Table() + "_relay", s.Table() + "_seq", s.Table()} {
+		for _, name := range []string{s.Table() + "_lease", s.Table() + "_log", s.Table() + "_relay", s.Table() + "_seq", s.Table()} {
 			if err := exec(dropTable(s.Dialect(), name)); err != nil {
 				t.Logf("drop %s: %v", name, err)
 			}

@@ -198,7 +198,14 @@ var Kinds = []string{"mysql", "postgres", "sqlite"}
 type SQLStore struct {
 	Kind   string
 	DB     *sql.DB
-	Driver ferrystore.Driver[*sql.Tx]
+	Driver SQLDriver
+}
+
+// SQLDriver is what every store of database/sql is: a driver of *sql.Tx
+// with the operator's surface.
+type SQLDriver interface {
+	ferrystore.Driver[*sql.Tx]
+	ferrystore.Admin
 }
 
 // Store returns a migrated store of kind on a fresh table, dropped when the
@@ -209,7 +216,7 @@ func Store(t testing.TB, kind string) SQLStore {
 	table := Name("ft_")
 	var (
 		db  *sql.DB
-		drv ferrystore.Driver[*sql.Tx]
+		drv SQLDriver
 		err error
 	)
 	switch kind {
@@ -318,7 +325,7 @@ func LogStore(t testing.TB, kind string) (SQLStore, string) {
 	db := logDBs[kind]
 	table := Name("ft_")
 	var (
-		drv ferrystore.Driver[*sql.Tx]
+		drv SQLDriver
 		err error
 	)
 	if kind == "mysql" {

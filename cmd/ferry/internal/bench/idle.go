@@ -119,14 +119,14 @@ func (t *Target) statements(ctx context.Context) (int64, bool, error) {
 	case "postgres":
 		// The scans of the outbox's tables, each statement of the relay
 		// being one: unlike the database's transaction count, this leaves
-		// out autovacuum and other clients' work (<table>_log: the log
-		// relay's lease and checkpoint). Sessions report their
+		// out autovacuum and other clients' work (<table>_lease: the
+		// relays' leases and the log's checkpoint). Sessions report their
 		// counts within about a second of going idle: a window of many
 		// seconds keeps that error small.
 		table := t.Store.Table()
 		q := "SELECT COALESCE(SUM(seq_scan + COALESCE(idx_scan, 0)), 0) FROM pg_stat_user_tables" +
 			" WHERE schemaname = current_schema() AND relname IN ($1, $2, $3, $4)"
-		if err := t.DB.QueryRowContext(ctx, q, table, table+"_relay", table+"_seq", table+"_log").Scan(&n); err != nil {
+		if err := t.DB.QueryRowContext(ctx, q, table, table+"_relay", table+"_seq", table+"_lease").Scan(&n); err != nil {
 			return 0, false, fmt.Errorf("count statements: %w", err)
 		}
 	default:

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/open"
 )
@@ -101,8 +102,8 @@ func openLogTarget(ctx context.Context, url, prefix string) (*Target, error) {
 		return nil, err
 	}
 	table := t.Store.Table()
-	if !slices.Contains(t.tables, table+"_log") {
-		t.tables = append(t.tables, table+"_log") // the log relay's lease and checkpoint
+	if !slices.Contains(t.tables, table+"_lease") {
+		t.tables = append(t.tables, table+"_lease") // the log relay's lease and checkpoint
 	}
 	feed, err := open.Feed(url, table, &open.FeedConfig{})
 	if err != nil {
@@ -433,7 +434,8 @@ func produceDrain(ctx context.Context, t *Target, b *Broker, n, producers, perTx
 // reads the log from its end as a first start does, not the transactions
 // of the runs before it (whose events the bench removed since).
 func (t *Target) resetLog(ctx context.Context) error {
-	if _, err := t.DB.ExecContext(ctx, "DELETE FROM "+t.quote(t.Store.Table()+"_log")); err != nil {
+	if _, err := t.DB.ExecContext(ctx, "DELETE FROM "+t.quote(t.Store.Table()+"_lease")+
+		" WHERE name = '"+ferrystore.LeaseLog+"'"); err != nil {
 		return fmt.Errorf("reset the log checkpoint: %w", err)
 	}
 	return nil

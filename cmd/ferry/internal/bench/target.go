@@ -16,7 +16,7 @@ import (
 	"github.com/ferrydev/ferry/ferrystore/ferrysqlite"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/open"
-	"github.com/ferrydev/ferry/internal/sqlutil"
+	"github.com/ferrydev/ferry/internal/sqlstore"
 )
 
 // Target is the database a bench runs against, on tables of its own: the
@@ -84,7 +84,7 @@ func OpenTarget(ctx context.Context, rawURL, prefix string) (*Target, error) {
 		return nil, fmt.Errorf("%w: database URL %s: the bench has no producers for a %s store",
 			ferrytype.ErrInvalidConfig, ferrytype.RedactURL(rawURL), st.Dialect())
 	}
-	t.tables = append(t.tables, table, table+"_seq", table+"_relay", table+"_log")
+	t.tables = append(t.tables, table, table+"_seq", table+"_relay", table+"_lease")
 	if err := t.Store.Migrate(ctx); err != nil {
 		t.Close()
 		return nil, fmt.Errorf("create the bench's outbox table %s: %w", table, err)
@@ -115,7 +115,7 @@ func (t *Target) quote(name string) string {
 }
 
 // bind rewrites ? placeholders as $1, $2, ... for PostgreSQL.
-func (t *Target) bind(q string) string { return sqlutil.Rebind(t.Dialect, q) }
+func (t *Target) bind(q string) string { return sqlstore.Rebind(t.Dialect, q) }
 
 // now is the dialect's current-time expression with sub-second precision.
 func (t *Target) now() string {

@@ -1,4 +1,4 @@
-package sqlutil
+package sqlstore
 
 import (
 	"encoding/json"
@@ -9,21 +9,22 @@ import (
 	"time"
 
 	"github.com/ferrydev/ferry/ferrytype"
+	"github.com/ferrydev/ferry/internal/token"
 )
 
-// MessageColumns lists the columns DecodeMessage reads, in order: what a
-// claim returns. RowColumns begins with the same columns.
-const MessageColumns = "event_id, aggregate_type, aggregate_id, aggregate_seq, event_type, payload, headers," +
+// messageColumns lists the columns DecodeMessage reads, in order: what a
+// claim returns. rowColumns begins with the same columns.
+const messageColumns = "event_id, aggregate_type, aggregate_id, aggregate_seq, event_type, payload, headers," +
 	" destination, exchange, attempts, created_at"
 
-// messageColumnNames are MessageColumns one by one, for errors.
+// messageColumnNames are messageColumns one by one, for errors.
 var messageColumnNames = [...]string{"event_id", "aggregate_type", "aggregate_id", "aggregate_seq", "event_type",
 	"payload", "headers", "destination", "exchange", "attempts", "created_at"}
 
-// NumMessageColumns is the number of MessageColumns.
-const NumMessageColumns = len(messageColumnNames)
+// numMessageColumns is the number of messageColumns.
+const numMessageColumns = len(messageColumnNames)
 
-// DecodeMessage turns the values of one row's MessageColumns, as the
+// DecodeMessage turns the values of one row's messageColumns, as the
 // driver returned them (scanned into *any), into a message.
 //
 // A row that EnqueueTx would have refused, or whose values are not of
@@ -42,8 +43,8 @@ func DecodeMessage(v []any) (ferrytype.Message, error) {
 		m     ferrytype.Message
 		first error
 	)
-	if len(v) != NumMessageColumns {
-		return m, fmt.Errorf("%w: %d columns, want %d", ferrytype.ErrMalformedRow, len(v), NumMessageColumns)
+	if len(v) != numMessageColumns {
+		return m, fmt.Errorf("%w: %d columns, want %d", ferrytype.ErrMalformedRow, len(v), numMessageColumns)
 	}
 	fail := func(col int, err error) {
 		if first == nil {
@@ -96,7 +97,7 @@ func DecodeMessage(v []any) (ferrytype.Message, error) {
 	} else {
 		m.Attempt = int(attempts)
 	}
-	var created NullTime
+	var created nullTime
 	if err := created.Scan(v[10]); err != nil {
 		fail(10, err)
 	}
@@ -165,7 +166,36 @@ func intValue(v any) (int64, error) {
 func parseInt(s string) (int64, error) {
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%q is not an integer", Truncate(s, 64))
+		return 0, fmt.Errorf("%q is not an integer", token.Truncate(s, 64))
 	}
 	return n, nil
+}
+
+// EncodeHeaders returns headers as a JSON object, or nil for none.
+func EncodeHeaders(h map[string]string) ([]byte, error) {
+	if len(h) == 0 {
+		return nil, nil
+	}
+	return json.Marshal(h)
+}
+
+// DecodeHeaders parses a JSON object of strings; nil or empty input, or
+// JSON null, gives a nil map. Anything else is an error: it never panics.
+func DecodeHeaders(b []byte) (map[string]string, error) {
+	h, err := decodeHeaders(b)
+	if err != nil {
+		return nil, fmt.Errorf("decode headers: %w", err)
+	}
+	return h, nil
+}
+
+func decodeHeaders(b []byte) (map[string]string, error) {
+	if len(b) == 0 || string(b) == "null" {
+		return nil, nil
+	}
+	var h map[string]string
+	if err := json.Unmarshal(b, &h); err != nil {
+		return nil, err
+	}
+	return h, nil
 }

@@ -1,4 +1,4 @@
-package sqlutil
+package sqlstore
 
 import (
 	"database/sql"
@@ -9,13 +9,13 @@ import (
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
-// RowColumns lists the columns ScanRow and ScanRows read, in order: the
-// MessageColumns, then the row's state. Stores select them, casting as
+// rowColumns lists the columns ScanRow and ScanRows read, in order: the
+// messageColumns, then the row's state. Stores select them, casting as
 // their dialect needs.
-const RowColumns = MessageColumns + ", status, lease_token, available_at, locked_until, sent_at, last_error," +
+const rowColumns = messageColumns + ", status, lease_token, available_at, locked_until, sent_at, last_error," +
 	" discarded_at, discard_reason, error_class, revived_at"
 
-// ScanRow reads one row of RowColumns from rows, which must be positioned
+// ScanRow reads one row of rowColumns from rows, which must be positioned
 // before it; it returns ErrNotFound when there is none.
 func ScanRow(rows ferrystore.Rows, id string) (ferrystore.Row, error) {
 	defer rows.Close()
@@ -32,7 +32,7 @@ func ScanRow(rows ferrystore.Rows, id string) (ferrystore.Row, error) {
 	return r, rows.Err()
 }
 
-// ScanRows reads every row of RowColumns from rows and closes them.
+// ScanRows reads every row of rowColumns from rows and closes them.
 func ScanRows(rows ferrystore.Rows) ([]ferrystore.Row, error) {
 	defer rows.Close()
 	var out []ferrystore.Row
@@ -52,11 +52,11 @@ func ScanRows(rows ferrystore.Rows) ([]ferrystore.Row, error) {
 func scanRow(rows ferrystore.Rows) (ferrystore.Row, error) {
 	var (
 		r                                     ferrystore.Row
-		vals                                  [NumMessageColumns]any
+		vals                                  [numMessageColumns]any
 		times                                 [5]any // available_at, locked_until, sent_at, discarded_at, revived_at
 		status, token, lastErr, reason, class sql.NullString
 	)
-	dest := make([]any, 0, NumMessageColumns+10)
+	dest := make([]any, 0, numMessageColumns+10)
 	for i := range vals {
 		dest = append(dest, &vals[i])
 	}
@@ -77,7 +77,7 @@ func scanRow(rows ferrystore.Rows) (ferrystore.Row, error) {
 	// A time that does not parse reads as zero here: the row is still
 	// listed, and its claim finds it malformed if it ever matters.
 	at := func(v any) time.Time {
-		var t NullTime
+		var t nullTime
 		_ = t.Scan(v)
 		return t.Time
 	}

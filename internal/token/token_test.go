@@ -1,17 +1,23 @@
-package sqlutil
+package token
 
 import (
+	"regexp"
 	"testing"
 	"unicode/utf8"
 )
 
-func TestRebind(t *testing.T) {
-	q := "UPDATE t SET a = ? WHERE b = ? AND c IN (?, ?)"
-	if got := Rebind("mysql", q); got != q {
-		t.Errorf("mysql: got %q, want it unchanged", got)
-	}
-	if got, want := Rebind("postgres", q), "UPDATE t SET a = $1 WHERE b = $2 AND c IN ($3, $4)"; got != want {
-		t.Errorf("postgres: got %q, want %q", got, want)
+func TestNew(t *testing.T) {
+	hex := regexp.MustCompile(`^[0-9a-f]{32}$`)
+	seen := map[string]bool{}
+	for range 100 {
+		tok := New()
+		if !hex.MatchString(tok) {
+			t.Fatalf("New() = %q, want 32 lowercase hex characters", tok)
+		}
+		if seen[tok] {
+			t.Fatalf("New() gave %q twice", tok)
+		}
+		seen[tok] = true
 	}
 }
 
