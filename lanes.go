@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -73,10 +74,14 @@ func (w *waker) wakeScan() {
 }
 
 // laneState is what the lanes are doing, which the sources and the
-// maintainer read.
+// maintainer read, and how many may run, which the maintainer sets.
 type laneState struct {
-	lanes    int64        // lanes run
-	active   atomic.Int64 // lanes inside a cycle
+	// allowed is the number of lanes that may claim: RelayConfig.Lanes,
+	// or the relay's share of RelayConfig.TableLanes (setAllowed).
+	allowed  atomic.Int64
+	mu       sync.Mutex
+	changed  chan struct{} // closed when allowed changes
+	active   atomic.Int64  // lanes inside a cycle
 	claiming atomic.Int64 // lanes inside a claim
 	// heldBack is set when an ordered claim, woken while another lane's
 	// batch was in flight, found nothing: the ready events wait for that
@@ -84,6 +89,27 @@ type laneState struct {
 	heldBack atomic.Bool
 	claimed  *atomic.Int64 // events claimed (RelayStats.Claimed)
 	inFlight atomic.Int64  // events claimed and not yet settled
+}
+
+// setAllowed sets how many lanes may claim, and reports whether that
+// changed. A lane whose index is not below it stops claiming after its
+// cycle; one below it starts at the next wake-up.
+func (s *laneState) setAllowed(n int64) bool {
+	if s.allowed.Swap(n) == n {
+		return false
+	}
+	s.mu.Lock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+	return true
+}
+
+// whenChanged is closed when allowed changes.
+func (s *laneState) whenChanged() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
 }
 
 // lanes run the relay's claim→publish→settle loops.
@@ -98,23 +124,42 @@ type lanes struct {
 	log    *slog.Logger
 	hooks  *relayHooks
 	c      *relayCounters
+	// claims prefixes every claim token: the relay's RelayBeat.Claims.
+	claims string
 }
 
 func (l *lanes) start(run *runner.Runner) {
-	for range l.cfg.Lanes {
-		run.Go(func() { l.lane(run) })
+	for i := range l.cfg.Lanes {
+		run.Go(func() { l.lane(run, int64(i)) })
 	}
 }
 
-func (l *lanes) lane(run *runner.Runner) {
+// lane is lane i's loop: while i is below the lanes allowed, it waits for
+// a wake-up and claims until it finds nothing.
+func (l *lanes) lane(run *runner.Runner, i int64) {
 	errBackoff := 50 * time.Millisecond
 	for {
+		changed := l.state.whenChanged()
+		if i >= l.state.allowed.Load() {
+			select {
+			case <-run.Stopping():
+				return
+			case <-changed:
+			}
+			continue
+		}
 		select {
 		case <-run.Stopping():
 			return
+		case <-changed:
+			continue
 		case <-l.wake.kick:
 		}
-		for {
+		if i >= l.state.allowed.Load() {
+			l.wake.wake() // for a lane that may claim
+			continue
+		}
+		for i < l.state.allowed.Load() {
 			select {
 			case <-run.Stopping():
 				return
@@ -163,7 +208,7 @@ func (l *lanes) cycle(ctx context.Context) (int, error) {
 	if !ok {
 		return 0, nil
 	}
-	tok := token.New()
+	tok := l.claims + "." + token.New()
 	start := time.Now()
 	var (
 		malformed int

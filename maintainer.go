@@ -1,11 +1,14 @@
 package ferry
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -15,17 +18,26 @@ import (
 	"github.com/ferrydev/ferry/internal/runner"
 )
 
-// maintainer keeps a relay's table in order beside its lanes: it records
-// the relay in the heartbeat table, decides whether the relay leads the
-// table's maintenance, and while it leads sweeps expired leases and prunes
-// the rows of relays gone; every relay with a retention purges SENT rows.
-// It reads the lanes' state and the outage tracker for the heartbeat, and
-// calls nothing of the relay's.
+// deadBeats is how many heartbeat intervals a relay may miss before it
+// counts as dead: its claims are returned at once, and its lease of the
+// table's maintenance, which lasts as long, has ended.
+const deadBeats = 3
+
+// maintainer keeps a relay's table in order beside its lanes. It records
+// the relay in the heartbeat table; it holds the table's maintenance lease
+// (ferrystore.LeaseMaintenance) or waits for it, and while it holds it
+// sweeps expired claims, returns at once the claims of relays that stopped
+// beating, and prunes the rows of relays gone; from the rows of the relays
+// alive it sets the lanes' share of the table; every relay with a
+// retention purges SENT rows. It reads the lanes' state and the outage
+// tracker for the heartbeat, and calls nothing of the relay's.
 type maintainer struct {
 	store ferrystore.Store
 	// registry is the store's heartbeat table, nil when the relay does
-	// not beat.
+	// not beat (Heartbeat.Interval negative): it then leads always, takes
+	// no lease and no share.
 	registry ferrystore.RelayRegistry
+	lease    *lease // the table's maintenance lease
 	cfg      *RelayConfig
 	log      *slog.Logger
 	hooks    *relayHooks
@@ -34,11 +46,17 @@ type maintainer struct {
 	outage   *outage
 	source   string // the claim source's kind, for the heartbeat
 	host     string
+	// claims is the prefix of this relay's claim tokens
+	// (RelayBeat.Claims).
+	claims string
 
 	// leading is true while this relay leads the table's maintenance:
-	// always without a heartbeat table, else as the rows read after each
-	// beat say.
+	// while it holds the lease, always without a heartbeat table.
 	leading atomic.Bool
+	// returned holds the claim prefixes of the relays found dead whose
+	// claims this relay returned, so that each is returned once; a
+	// prefix goes once its relay beats again or its row is gone.
+	returned map[string]bool
 }
 
 func (m *maintainer) start(run *runner.Runner) {
@@ -66,21 +84,33 @@ func (m *maintainer) start(run *runner.Runner) {
 	}
 }
 
-// stop deletes the relay's heartbeat row, once every goroutine of the
-// relay ended: no beat comes after. ctx is the relay's work context.
+// stop gives up the maintenance lease, so that another relay takes the
+// lead at once, and deletes the relay's heartbeat row, once every
+// goroutine of the relay ended: no beat comes after. ctx is the relay's
+// work context.
 func (m *maintainer) stop(ctx context.Context) {
-	if m.registry != nil {
-		m.forget(ctx)
+	if m.registry == nil {
+		return
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if m.leading.Load() {
+		if err := m.lease.release(ctx); err != nil {
+			m.log.Warn("giving up the maintenance lease failed; another relay takes the lead when it ends", "error", err)
+		}
+	}
+	m.forget(ctx)
 }
 
 // heartbeat records the relay in the heartbeat table as it starts, then
-// every Heartbeat.Interval until Stop; after each beat it reads the table
-// to learn whether it leads maintenance, and while it leads it deletes the
-// rows of relays that stopped beating ForgetAfter ago, at once and then
-// every ForgetAfter (at most hourly).
+// every Heartbeat.Interval until Stop. After each beat it takes or renews
+// the maintenance lease, reads the rows of the relays and sets the lanes'
+// share from them; while it leads, it returns the claims of the relays
+// found dead and deletes the rows of relays that stopped beating
+// ForgetAfter ago, at once and then every ForgetAfter (at most hourly).
 func (m *maintainer) heartbeat(run *runner.Runner) {
 	hb := m.cfg.Heartbeat
+	ctx := run.Context()
 	pruneEvery := min(hb.ForgetAfter, time.Hour)
 	var (
 		lastPrune time.Time
@@ -91,12 +121,17 @@ func (m *maintainer) heartbeat(run *runner.Runner) {
 	defer t.Stop()
 	for {
 		sent := m.c.confirmed.Load()
-		err := m.beat(run.Context(), sent, window.add(time.Now(), sent))
+		err := m.beat(ctx, sent, window.add(time.Now(), sent))
 		failing.note(m.log, m.cfg.ID, err)
-		m.elect(run.Context(), err)
+		m.lead(ctx)
+		beats, rerr := m.relays(ctx)
+		m.share(beats, rerr == nil)
+		if m.leading.Load() && rerr == nil {
+			m.returnDead(run, beats)
+		}
 		if err == nil && m.leading.Load() && time.Since(lastPrune) >= pruneEvery {
 			lastPrune = time.Now()
-			m.prune(run.Context())
+			m.prune(ctx)
 		}
 		select {
 		case <-run.Stopping():
@@ -106,36 +141,81 @@ func (m *maintainer) heartbeat(run *runner.Runner) {
 	}
 }
 
-// elect decides, after a beat that returned beatErr, whether the relay
-// leads maintenance: by the rule of ferrystore.MaintenanceLeader on the
-// heartbeat rows, the relays alive being those that beat within three of
-// this relay's heartbeat intervals. It leads when its beat or the read
-// failed, or when no row is alive. A change is logged.
-func (m *maintainer) elect(ctx context.Context, beatErr error) {
-	hb := m.cfg.Heartbeat
-	lead := true
-	if beatErr == nil {
-		ctx, cancel := context.WithTimeout(ctx, max(hb.Interval, time.Second))
-		beats, err := m.registry.Relays(ctx)
-		cancel()
-		if err == nil {
-			id := ferrystore.MaintenanceLeader(beats, time.Now(), 3*hb.Interval)
-			lead = id == "" || id == m.cfg.ID
-		}
-	}
+// lead takes or renews the maintenance lease, which lasts deadBeats
+// intervals: while the relay that holds it beats, it keeps it; once that
+// relay stops (it gives it up) or dies, the next relay to ask takes it. A
+// relay whose request failed leads meanwhile: maintenance is safe to run
+// twice, and not running it is not. A change is logged.
+func (m *maintainer) lead(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, max(m.cfg.Heartbeat.Interval, time.Second))
+	_, held, err := m.lease.acquire(ctx)
+	cancel()
+	lead := held || err != nil
 	if m.leading.Swap(lead) == lead {
 		return
 	}
 	switch {
+	case lead && err != nil:
+		m.log.Warn("taking the maintenance lease failed; maintaining the table meanwhile", "relay_id", m.cfg.ID, "error", err)
 	case lead && m.cfg.SweepInterval < 0:
 		m.log.Warn("this relay leads the table's maintenance but its sweeper is off (SweepInterval negative):"+
 			" expired leases wait until a relay that sweeps leads", "relay_id", m.cfg.ID)
 	case lead:
-		m.log.Info("leading the table's maintenance: sweeping expired leases, pruning relays gone", "relay_id", m.cfg.ID)
+		m.log.Info("leading the table's maintenance: sweeping expired leases, returning the claims of relays gone, "+
+			"pruning their rows", "relay_id", m.cfg.ID)
 	default:
 		m.log.Info("another relay leads the table's maintenance", "relay_id", m.cfg.ID)
 	}
 }
+
+// relays reads the heartbeat rows.
+func (m *maintainer) relays(ctx context.Context) ([]ferrystore.RelayBeat, error) {
+	ctx, cancel := context.WithTimeout(ctx, max(m.cfg.Heartbeat.Interval, time.Second))
+	defer cancel()
+	return m.registry.Relays(ctx)
+}
+
+// share sets how many lanes this relay runs, from the rows of the relays
+// alive that poll the table (ok: they could be read): of the table's
+// TableLanes, each relay runs an equal share, the older relays (by start,
+// then id) one more while the lanes do not divide evenly, at most its own
+// Lanes. A relay whose share is 0 stands by: it claims nothing until a
+// relay stops or dies. A relay that is not in the rows (its beats fail),
+// or that cannot read them, runs all its lanes; so does a log relay,
+// whose reader alone claims what the log tells of.
+func (m *maintainer) share(beats []ferrystore.RelayBeat, ok bool) {
+	all := int64(m.cfg.Lanes)
+	if !ok || m.source != ferrystore.RelaySourceTable {
+		m.state.setAllowed(all)
+		return
+	}
+	now := time.Now()
+	var alive []ferrystore.RelayBeat
+	for _, b := range beats {
+		if now.Sub(b.LastSeen) < m.deadAfter() && (b.Source == ferrystore.RelaySourceTable || b.Source == "") {
+			alive = append(alive, b)
+		}
+	}
+	slices.SortFunc(alive, func(a, b ferrystore.RelayBeat) int {
+		return cmp.Or(a.StartedAt.Compare(b.StartedAt), strings.Compare(a.ID, b.ID))
+	})
+	i := slices.IndexFunc(alive, func(b ferrystore.RelayBeat) bool { return b.ID == m.cfg.ID })
+	if i < 0 {
+		m.state.setAllowed(all)
+		return
+	}
+	t, n := int64(m.cfg.TableLanes), int64(len(alive))
+	share := t / n
+	if int64(i) < t%n {
+		share++
+	}
+	if m.state.setAllowed(min(share, all)) {
+		m.log.Info("lanes set by the relays alive", "lanes", min(share, all), "relays", n, "table_lanes", t)
+	}
+}
+
+// deadAfter is how long a relay's last beat may be old before it is dead.
+func (m *maintainer) deadAfter() time.Duration { return deadBeats * m.cfg.Heartbeat.Interval }
 
 // beat writes the relay's row: one statement, bounded by the heartbeat
 // interval (at least a second).
@@ -146,8 +226,9 @@ func (m *maintainer) beat(ctx context.Context, sent, lastMinute int64) error {
 	connected, cause := m.outage.state()
 	err := m.registry.Beat(ctx, ferrystore.RelayBeat{
 		ID: m.cfg.ID, Host: m.host, PID: os.Getpid(), Version: hb.Version, Broker: hb.Broker,
-		Lanes: m.cfg.Lanes, Ordered: m.cfg.Ordered, InFlight: m.state.inFlight.Load(),
+		Lanes: int(m.state.allowed.Load()), Ordered: m.cfg.Ordered, InFlight: m.state.inFlight.Load(),
 		BrokerConnected: connected, BrokerError: cause, Sent: sent, SentLastMinute: lastMinute, Source: m.source,
+		Claims: m.claims,
 	})
 	if err != nil {
 		m.c.beatErrors.Add(1)
@@ -186,38 +267,86 @@ func (m *maintainer) forget(ctx context.Context) {
 	}
 }
 
-// sweep returns expired leases, in bounded batches, through the retry
+// sweep returns expired claims, in bounded batches, through the retry
 // policy: back to NEW after a delay, or DEAD past the attempt limit.
 func (m *maintainer) sweep(run *runner.Runner) {
+	_ = m.giveBack(run, "expired leases", "lease expired before an outcome was recorded",
+		func(ctx context.Context) ([]ferrystore.Claimed, error) { return m.store.ExpiredClaims(ctx, m.cfg.SweepBatch) })
+}
+
+// returnDead returns at once the claims of the relays whose last beat is
+// older than deadAfter, each relay's once, instead of waiting for their
+// leases to end (RelayConfig.Lease): a relay that was killed holding
+// claims has them published again within a few heartbeats. A relay that
+// is not dead but only silent (its database connection lost, paused) may
+// still publish what it claimed; its marks are fenced, as after an
+// expired lease, and the consumers' inbox absorbs the duplicate.
+func (m *maintainer) returnDead(run *runner.Runner, beats []ferrystore.RelayBeat) {
+	now := time.Now()
+	seen := make(map[string]bool, len(beats))
+	for _, b := range beats {
+		if b.Claims == "" || b.Claims == m.claims || b.ID == m.cfg.ID {
+			continue
+		}
+		seen[b.Claims] = true
+		silent := now.Sub(b.LastSeen)
+		if silent < m.deadAfter() {
+			delete(m.returned, b.Claims) // alive (again)
+			continue
+		}
+		if m.returned[b.Claims] {
+			continue
+		}
+		why := fmt.Sprintf("relay %s stopped beating %s ago; its claim was returned before its lease ended",
+			b.ID, silent.Round(time.Second))
+		if m.giveBack(run, "the claims of a relay that stopped beating", why,
+			func(ctx context.Context) ([]ferrystore.Claimed, error) { return m.store.ClaimsOf(ctx, b.Claims, m.cfg.SweepBatch) },
+			"dead_relay", b.ID, "silent_for", silent.Round(time.Millisecond)) {
+			m.returned[b.Claims] = true
+		}
+	}
+	for p := range m.returned {
+		if !seen[p] {
+			delete(m.returned, p) // its row was pruned
+		}
+	}
+}
+
+// giveBack returns the claims next finds, in bounded batches, through the
+// retry policy, fenced by each claim's token: rows another relay or a
+// person changed first are left as they are. why is each row's last
+// error; what and attrs go into the log line of each batch. It reports
+// whether it found them all (no error, no fault).
+func (m *maintainer) giveBack(run *runner.Runner, what, why string,
+	next func(ctx context.Context) ([]ferrystore.Claimed, error), attrs ...any) bool {
 	ctx := run.Context()
 	for {
-		leases, err := m.store.ExpiredClaims(ctx, m.cfg.SweepBatch)
+		claims, err := next(ctx)
 		if err != nil {
 			m.c.errors.Add(1)
-			m.log.Error("sweep failed", "error", err)
-			return
+			m.log.Error("returning "+what+" failed", append(attrs, "error", err)...)
+			return false
 		}
-		if len(leases) == 0 {
-			return
+		if len(claims) == 0 {
+			return true
 		}
 		if err := ferryfault.At(ctx, ferryfault.RelayMidSweep); err != nil {
-			m.log.Warn("fault mid-sweep: expired leases left", "error", err)
-			return
+			m.log.Warn("fault mid-sweep: "+what+" left", append(attrs, "error", err)...)
+			return false
 		}
-		fails := make([]ferrystore.Failure, len(leases))
-		route := make(map[string]string, len(leases))
-		for i, l := range leases {
-			route[l.ID] = l.Destination
-			res := ferrytype.Unknown(errors.New("lease expired before an outcome was recorded"))
-			delay, dead := m.cfg.Retry.Next(l.Attempts, res)
-			fails[i] = ferrystore.Failure{ID: l.ID, Token: l.Token, Dead: dead, Delay: delay,
-				Error: fmt.Sprintf("attempt %d: unknown: lease expired before an outcome was recorded", l.Attempts)}
+		fails := make([]ferrystore.Failure, len(claims))
+		route := make(map[string]string, len(claims))
+		for i, c := range claims {
+			route[c.ID] = c.Destination
+			delay, dead := m.cfg.Retry.Next(c.Attempts, ferrytype.Unknown(errors.New(why)))
+			fails[i] = ferrystore.Failure{ID: c.ID, Token: c.Token, Dead: dead, Delay: delay,
+				Error: fmt.Sprintf("attempt %d: unknown: %s", c.Attempts, why)}
 		}
 		res, err := m.store.MarkFailed(ctx, fails)
 		if err != nil {
 			m.c.errors.Add(1)
-			m.log.Error("sweep failed", "error", err)
-			return
+			m.log.Error("returning "+what+" failed", append(attrs, "error", err)...)
+			return false
 		}
 		// Rows another sweeper or relay changed first are fenced: not
 		// counted here.
@@ -225,13 +354,13 @@ func (m *maintainer) sweep(run *runner.Runner) {
 		m.c.swept.Add(n)
 		m.hooks.sweep(n)
 		recordFailed(m.c, m.hooks, res, route)
-		m.log.Warn("returned expired leases", "events", n, "dead", len(res.Dead), "fenced", len(res.Fenced))
-		if len(leases) < m.cfg.SweepBatch {
-			return
+		m.log.Warn("returned "+what, append(attrs, "events", n, "dead", len(res.Dead), "fenced", len(res.Fenced))...)
+		if len(claims) < m.cfg.SweepBatch {
+			return true
 		}
 		select {
 		case <-run.Stopping():
-			return
+			return false
 		default:
 		}
 	}

@@ -1,8 +1,11 @@
 package ferry
 
 import (
+	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/ferrydev/ferry/ferrystore"
 )
 
 // The last minute's count is taken from the newest sample at least a minute
@@ -31,5 +34,52 @@ func TestSentWindow(t *testing.T) {
 	}
 	if len(w.samples) > 3 {
 		t.Fatalf("%d samples kept, want only those of the last minute and one older", len(w.samples))
+	}
+}
+
+// Each relay alive that polls the table runs an equal share of TableLanes,
+// the older ones one more while they do not divide evenly, at most its own
+// Lanes; a relay not in the rows, or a log relay, runs all its lanes.
+func TestMaintainerShareOfTableLanes(t *testing.T) {
+	now := time.Now()
+	beat := func(id string, startedAgo time.Duration, source string) ferrystore.RelayBeat {
+		return ferrystore.RelayBeat{ID: id, StartedAt: now.Add(-startedAgo), LastSeen: now, Source: source}
+	}
+	rows := []ferrystore.RelayBeat{
+		beat("d", 1*time.Minute, ferrystore.RelaySourceTable),
+		beat("a", 4*time.Minute, ferrystore.RelaySourceTable),
+		beat("c", 2*time.Minute, ""), // a relay older than the source column
+		beat("b", 3*time.Minute, ferrystore.RelaySourceTable),
+		beat("log", 9*time.Minute, ferrystore.RelaySourceLog),
+		{ID: "dead", StartedAt: now.Add(-time.Hour), LastSeen: now.Add(-time.Minute), Source: ferrystore.RelaySourceTable},
+	}
+	for _, c := range []struct {
+		id          string
+		tableLanes  int
+		lanes       int
+		source      string
+		rows        []ferrystore.RelayBeat
+		ok          bool
+		wantAllowed int64
+	}{
+		{"a", 6, 4, ferrystore.RelaySourceTable, rows, true, 2}, // 6 over 4: a and b two, c and d one
+		{"b", 6, 4, ferrystore.RelaySourceTable, rows, true, 2},
+		{"c", 6, 4, ferrystore.RelaySourceTable, rows, true, 1},
+		{"d", 6, 4, ferrystore.RelaySourceTable, rows, true, 1},
+		{"a", 8, 1, ferrystore.RelaySourceTable, rows, true, 1},  // at most its own lanes
+		{"d", 3, 2, ferrystore.RelaySourceTable, rows, true, 0},  // a standby
+		{"x", 3, 2, ferrystore.RelaySourceTable, rows, true, 2},  // not in the rows
+		{"a", 3, 2, ferrystore.RelaySourceTable, rows, false, 2}, // the rows could not be read
+		{"log", 3, 2, ferrystore.RelaySourceLog, rows, true, 2},  // a log relay
+	} {
+		cfg := &RelayConfig{ID: c.id, Lanes: c.lanes, TableLanes: c.tableLanes, Heartbeat: HeartbeatConfig{Interval: time.Second},
+			Logger: slog.New(slog.DiscardHandler)}
+		st := &laneState{changed: make(chan struct{})}
+		m := &maintainer{cfg: cfg, state: st, source: c.source, log: cfg.Logger}
+		m.share(c.rows, c.ok)
+		if got := st.allowed.Load(); got != c.wantAllowed {
+			t.Errorf("%s with TableLanes %d, Lanes %d, source %q, rows read %v: %d lanes, want %d", c.id, c.tableLanes,
+				c.lanes, c.source, c.ok, got, c.wantAllowed)
+		}
 	}
 }

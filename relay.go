@@ -96,8 +96,12 @@ func NewRelay(store ferrystore.Store, pub ferrybroker.Publisher, cfg *RelayConfi
 	}
 	log := c.Logger.With("table", store.Table())
 	r := &Relay{store: store, pub: pub, cfg: c, log: log, hooks: hooks}
-	r.state.lanes = int64(c.Lanes)
+	r.state.allowed.Store(int64(c.Lanes))
+	r.state.changed = make(chan struct{})
 	r.state.claimed = &r.c.claimed
+	// The prefix of this relay's claim tokens, in its heartbeat row: the
+	// maintainer of the table returns its claims at once if it dies.
+	claims := token.New()[:16]
 	wake := newWaker(c.Lanes)
 	out := newOutage(pub, store, c.PollInterval, log, &r.c.outages)
 	table := &tableSource{store: store, cfg: &r.cfg, wake: wake, state: &r.state, outage: out, log: log}
@@ -108,9 +112,10 @@ func NewRelay(store ferrystore.Store, pub ferrybroker.Publisher, cfg *RelayConfi
 	}
 	pipe := &pipeline{store: store, pub: pub, retry: c.Retry, timeout: c.PublishTimeout, log: log, hooks: &r.hooks, c: &r.c}
 	r.lanes = &lanes{cfg: &r.cfg, store: store, src: r.src, pipe: pipe, outage: out, wake: wake, state: &r.state,
-		log: log, hooks: &r.hooks, c: &r.c}
+		log: log, hooks: &r.hooks, c: &r.c, claims: claims}
 	r.maint = &maintainer{store: store, cfg: &r.cfg, log: log, hooks: &r.hooks, c: &r.c, state: &r.state, outage: out,
-		source: r.src.kind(), host: host}
+		source: r.src.kind(), host: host, claims: claims, returned: map[string]bool{},
+		lease: &lease{store: store, name: ferrystore.LeaseMaintenance, owner: c.ID, ttl: deadBeats * c.Heartbeat.Interval}}
 	if c.Heartbeat.Interval > 0 {
 		r.maint.registry = store
 	}
@@ -118,16 +123,19 @@ func NewRelay(store ferrystore.Store, pub ferrybroker.Publisher, cfg *RelayConfi
 }
 
 // Leading reports whether the relay leads its table's maintenance now: the
-// sweep of expired leases and the pruning of heartbeat rows of relays
-// gone. Of the relays of a table that record heartbeats, one leads — the
-// oldest alive, by the heartbeat table (ferrystore.MaintenanceLeader, read
-// after each beat) — so N relays sweep as often as one does; when the
-// leader stops, or stops beating for three heartbeat intervals, the next
-// oldest takes over at its next beat. A relay that records no heartbeat
-// (Heartbeat.Interval negative, or a store without a heartbeat table)
-// always leads, and so does a relay whose beat or reading of the table
-// failed: maintenance is safe to run twice, and not running it is not.
-// Retention is not elected: every relay with a Retention purges.
+// sweep of expired leases, the return of the claims of relays that stopped
+// beating and the pruning of their heartbeat rows. Of the relays of a
+// table that record heartbeats, the one that holds the table's maintenance
+// lease (ferrystore.LeaseMaintenance) leads, so N relays sweep as often as
+// one does. The lease lasts three heartbeat intervals and its holder
+// renews it at each beat: when it stops, it gives the lease up and another
+// relay takes it at its next beat; when it dies, another takes it once the
+// lease ended. The log reader's lease (ferrystore.LeaseLog) works the same
+// way: one mechanism for both. A relay that records no heartbeat
+// (Heartbeat.Interval negative) always leads, and so does a relay whose
+// request for the lease failed: maintenance is safe to run twice, and not
+// running it is not. Retention is not elected: every relay with a
+// Retention purges.
 //
 // A --drain run's progress line counts the table only in the leading
 // relay.

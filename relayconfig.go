@@ -15,6 +15,7 @@ import (
 const (
 	DefaultBatchSize       = 100
 	DefaultLanes           = 2
+	DefaultTableLanes      = 8
 	DefaultMinPollInterval = time.Millisecond
 	DefaultPollInterval    = 80 * time.Millisecond
 	DefaultLease           = 30 * time.Second
@@ -25,7 +26,7 @@ const (
 	DefaultPurgeBatch      = 1000
 
 	// Of HeartbeatConfig.
-	DefaultHeartbeat   = 5 * time.Second
+	DefaultHeartbeat   = 2 * time.Second
 	DefaultForgetAfter = 24 * time.Hour
 
 	// Of LogConfig.
@@ -49,6 +50,15 @@ type RelayConfig struct {
 	// lane in; an idle relay makes one probe per interval (see
 	// PollInterval), not one per lane.
 	Lanes int
+	// TableLanes is how many lanes the relays of the table run together:
+	// each relay alive that polls the table runs an equal share of them,
+	// at most its own Lanes, from the heartbeat rows it reads at each
+	// beat; a relay whose share is 0 stands by until a relay stops or
+	// dies. So adding relays adds standbys, not claims in flight past
+	// what the database serves best (docs/performance.md). A relay that
+	// does not beat, or whose beats fail, runs all its Lanes; so does a
+	// log relay. Default DefaultTableLanes (8).
+	TableLanes int
 	// Ordered publishes an aggregate's events one at a time, in sequence
 	// order: event N+1 is claimed only after event N was confirmed (SENT),
 	// whichever relay handles either. A DEAD event holds back every later
@@ -147,9 +157,21 @@ type RelayConfig struct {
 // A failed beat is logged (the first, then once a minute while they go
 // on), counted (RelayStats.HeartbeatErrors, HookHeartbeat), and changes
 // nothing else: the relay goes on relaying.
+//
+// The beats also carry the table's coordination: after each, the relay
+// takes or renews the table's maintenance lease (see Relay.Leading) and
+// reads the rows of the relays alive, from which it sets its share of
+// RelayConfig.TableLanes. A relay that missed three beats is dead: the
+// relay that maintains the table returns its claims at once (it records
+// the prefix of its claim tokens in its row), rather than after their
+// lease (RelayConfig.Lease). The relays of a table should beat at the same
+// interval.
 type HeartbeatConfig struct {
-	// Interval is how often the relay beats. Default DefaultHeartbeat;
-	// negative disables the heartbeat.
+	// Interval is how often the relay beats. Default DefaultHeartbeat
+	// (2s): a killed relay's claims are returned about 6-8s after its last
+	// beat. Negative disables the heartbeat: the relay is then listed
+	// nowhere, always maintains the table, runs all its Lanes, and its
+	// claims wait for their lease if it dies.
 	Interval time.Duration
 	// ForgetAfter is how long the heartbeat row of a relay that stopped
 	// beating without a clean Stop (killed, its host lost) stays before
@@ -226,6 +248,7 @@ func (c *RelayConfig) withDefaults() (RelayConfig, error) {
 	}
 	defInt(&out.BatchSize, DefaultBatchSize)
 	defInt(&out.Lanes, DefaultLanes)
+	defInt(&out.TableLanes, DefaultTableLanes)
 	def(&out.PollInterval, DefaultPollInterval)
 	def(&out.MinPollInterval, DefaultMinPollInterval)
 	out.MinPollInterval = min(out.MinPollInterval, out.PollInterval)
@@ -258,6 +281,8 @@ func (c *RelayConfig) withDefaults() (RelayConfig, error) {
 		return out, fmt.Errorf("%w: RelayConfig.BatchSize %d must be within 1..10000", ErrInvalidConfig, out.BatchSize)
 	case out.Lanes < 1 || out.Lanes > 64:
 		return out, fmt.Errorf("%w: RelayConfig.Lanes %d must be within 1..64", ErrInvalidConfig, out.Lanes)
+	case out.TableLanes < 1 || out.TableLanes > 1024:
+		return out, fmt.Errorf("%w: RelayConfig.TableLanes %d must be within 1..1024", ErrInvalidConfig, out.TableLanes)
 	case out.PollInterval < time.Millisecond:
 		return out, fmt.Errorf("%w: RelayConfig.PollInterval %s is below 1ms", ErrInvalidConfig, out.PollInterval)
 	case out.MinPollInterval < 100*time.Microsecond:

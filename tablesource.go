@@ -125,7 +125,7 @@ func (s *tableSource) poller(run *runner.Runner) {
 		switch {
 		case s.state.claiming.Load() > 0:
 			continue // a lane is looking already
-		case active >= s.state.lanes:
+		case active >= s.state.allowed.Load():
 			continue // no lane is free to claim
 		case active == 0:
 			s.state.heldBack.Store(false)

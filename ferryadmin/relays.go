@@ -2,10 +2,12 @@ package ferryadmin
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
 )
 
 // DefaultRelayStaleAfter is how long after its last beat a relay still
@@ -26,9 +28,9 @@ type RelayInfo struct {
 	// database.
 	Alive bool `json:"alive"`
 	// Leader is true for the relay that leads the table's maintenance
-	// (sweep, retention, pruning), by the rule the relays follow
-	// (ferrystore.MaintenanceLeader) with staleAfter as the relays'
-	// window: the oldest relay alive.
+	// (the sweep, the return of dead relays' claims, the pruning of their
+	// rows): the holder of the lease ferrystore.LeaseMaintenance while it
+	// lasts.
 	Leader bool `json:"leader"`
 	// Age is how long ago the relay last beat, by the database clock.
 	Age time.Duration `json:"-"`
@@ -67,8 +69,17 @@ func Relays(ctx context.Context, a ferrystore.Admin, staleAfter time.Duration) (
 	if err != nil {
 		return nil, err
 	}
+	// The leader holds the maintenance lease; a table not yet migrated to
+	// 0006_lease has none to tell.
+	var leader string
+	l, ok, err := a.LeaseState(ctx, ferrystore.LeaseMaintenance)
+	switch {
+	case err != nil && !errors.Is(err, ferrytype.ErrUndefinedTable):
+		return nil, err
+	case ok && l.LeaseLeft > 0:
+		leader = l.Owner
+	}
 	now := time.Now()
-	leader := ferrystore.MaintenanceLeader(beats, now, staleAfter)
 	out := make([]RelayInfo, 0, len(beats))
 	for _, b := range beats {
 		age := max(now.Sub(b.LastSeen), 0)

@@ -11,7 +11,7 @@ import (
 // RelayRegistry is the part of every Store that records which relays run
 // on its outbox table: one heartbeat row per relay, in the table
 // <outbox table>_relay that outbox migration 0003_relay creates. A relay
-// writes its row when it starts and every RelayConfig.Heartbeat after, and
+// writes its row when it starts and every RelayConfig.Heartbeat.Interval after, and
 // deletes it when it stops cleanly; a relay that was killed leaves its row,
 // whose last beat then ages. ferryadmin.Relays and ferry status read it to
 // tell which relays are alive now.
@@ -62,7 +62,7 @@ type RelayBeat struct {
 	// Host and PID are the relay's host name and process id.
 	Host string `json:"host"`
 	PID  int    `json:"pid"`
-	// Version is the relay's ferry version (RelayConfig.Version).
+	// Version is the relay's ferry version (RelayConfig.Heartbeat.Version).
 	Version string `json:"version"`
 	// StartedAt is when the relay first beat, LastSeen when it last did.
 	// Both are stamped by the database clock; Relays converts them to the
@@ -71,8 +71,9 @@ type RelayBeat struct {
 	// neither ages nor rejuvenates a relay.
 	StartedAt time.Time `json:"started_at"`
 	LastSeen  time.Time `json:"last_seen"`
-	// Lanes and Ordered are the relay's settings (RelayConfig.Lanes,
-	// RelayConfig.Ordered).
+	// Lanes is how many lanes the relay ran at its last beat: its
+	// RelayConfig.Lanes, or its share of RelayConfig.TableLanes among the
+	// relays alive (0: it stands by). Ordered is its RelayConfig.Ordered.
 	Lanes   int  `json:"lanes"`
 	Ordered bool `json:"ordered"`
 	// InFlight counts the events the relay had claimed and not yet
@@ -89,14 +90,14 @@ type RelayBeat struct {
 	// while a broker outage holds its claims back.
 	BrokerConnected bool `json:"broker_connected"`
 	// Broker says what the relay publishes to: a broker URL without its
-	// credentials (RelayConfig.Broker), never a secret.
+	// credentials (RelayConfig.Heartbeat.Broker), never a secret.
 	Broker string `json:"broker"`
 	// BrokerError is why the broker is not connected, redacted; empty
 	// while it is.
 	BrokerError string `json:"broker_error,omitempty"`
 	// Source is where the relay learns which events to publish:
 	// RelaySourceTable (it polls the outbox table) or RelaySourceLog (it
-	// reads the database's log, RelayConfig.Feed; of the relays with this
+	// reads the database's log, RelayConfig.Log.Feed; of the relays with this
 	// source the one holding the lease LeaseLog reads, the others stand
 	// by). Empty in the rows of relays older than migration 0005_log.
 	Source string `json:"source"`
@@ -130,35 +131,4 @@ func (b RelayBeat) Validate() error {
 		}
 	}
 	return nil
-}
-
-// MaintenanceLeader returns the id of the relay that leads the outbox
-// table's maintenance — the sweep of expired leases and the pruning of
-// heartbeat rows of relays gone — among the heartbeat rows beats of one
-// Relays call: of the relays whose last beat is less than staleAfter
-// before now, the one that started first, then the least id. It returns ""
-// when no relay is alive.
-//
-// Every relay applies this rule to the rows it reads after each of its
-// beats, so the relays of a table agree on one leader without a vote: the
-// oldest live relay leads until it stops (its row goes) or stops beating
-// (its row ages past staleAfter), and the next oldest takes over at its
-// next beat. The rule needs no lease: what maintenance does is safe to run
-// twice, so the moments when two relays both think they lead (a relay
-// that joins, one that is late to read) cost work, not correctness.
-func MaintenanceLeader(beats []RelayBeat, now time.Time, staleAfter time.Duration) string {
-	var lead *RelayBeat
-	for i := range beats {
-		b := &beats[i]
-		if now.Sub(b.LastSeen) >= staleAfter {
-			continue
-		}
-		if lead == nil || b.StartedAt.Before(lead.StartedAt) || (b.StartedAt.Equal(lead.StartedAt) && b.ID < lead.ID) {
-			lead = b
-		}
-	}
-	if lead == nil {
-		return ""
-	}
-	return lead.ID
 }

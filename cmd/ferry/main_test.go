@@ -20,6 +20,7 @@ import (
 	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferryfault"
+	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/fault"
@@ -551,4 +552,84 @@ func TestLoggedErrorsAreOneLine(t *testing.T) {
 	require.NotContains(t, out, `\t`)
 	require.Contains(t, out, "dial error: connection refused; [::1]:5432")
 	require.NotContains(t, out, "s3cr3tpw")
+}
+
+// A relay killed with SIGKILL while it holds claims gets them back within a
+// few heartbeats, not after their lease: its heartbeat row records the
+// prefix of its claim tokens, and once it missed three beats the relay
+// that maintains the table returns them. Here the lease is five minutes,
+// so nothing but that return can bring the events back before the test
+// ends. The second relay stands by (its share of --table-lanes 1 is 0)
+// until the first is dead, so the first holds every event when it dies.
+func TestRelayKilledHoldingClaimsIsReturnedWithinHeartbeats(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"mysql", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			st := testsvc.Store(t, kind)
+			ctx := testsvc.Context(t, 2*time.Minute)
+			nc := testsvc.NATS(t)
+			stream, prefix := testsvc.JetStreamStream(t, nc)
+			args := []string{"relay", "--database-url", kindURL(kind), "--table", st.Driver.Table(),
+				"--broker-url", testsvc.URL(testsvc.EnvNATS), "--stream", stream, "--table-lanes", "1",
+				"--lease", "5m", "--retry-initial", "10ms"}
+			row := func(id string) (ferrystore.RelayBeat, bool) {
+				rs, err := st.Driver.Relays(ctx)
+				require.NoError(t, err)
+				for _, r := range rs {
+					if r.ID == id {
+						return r, true
+					}
+				}
+				return ferrystore.RelayBeat{}, false
+			}
+			a, aOut := child(t, []string{envTestCrashAt + "=" + ferryfault.RelayAfterClaim}, append(args, "--relay-id", "a")...)
+			t.Cleanup(func() { _ = a.Process.Kill() })
+			testsvc.WaitFor(t, 30*time.Second, func() bool { _, ok := row("a"); return ok }, nil)
+			b, bOut := childLive(t, nil, append(args, "--relay-id", "b")...)
+			t.Cleanup(func() { _ = b.Process.Kill(); _ = b.Wait() })
+			testsvc.WaitFor(t, 30*time.Second, func() bool {
+				ra, okA := row("a")
+				rb, okB := row("b")
+				return okA && okB && ra.Lanes == 1 && rb.Lanes == 0
+			}, func() string {
+				return "the older relay runs the table's one lane, the other stands by\n" + bOut.String()
+			})
+
+			ob, err := ferry.NewOutbox(st.Driver, nil)
+			require.NoError(t, err)
+			const total = 50
+			tx, err := st.DB.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			ids, err := ob.EnqueueTx(ctx, tx, paidEvents(total, prefix+".paid")...)
+			require.NoError(t, err)
+			require.NoError(t, tx.Commit())
+			requireKilled(t, a, aOut)
+			killed := time.Now()
+			held, _ := row("a")
+			require.NotEmpty(t, held.Claims, "a records the prefix of its claims")
+			stats, err := st.Driver.Stats(ctx)
+			require.NoError(t, err)
+			require.Equal(t, int64(total), stats.Sending, "the dead relay holds every event")
+
+			testsvc.WaitFor(t, time.Minute, func() bool {
+				s, err := st.Driver.Stats(ctx)
+				require.NoError(t, err)
+				return s.New+s.Sending == 0
+			}, func() string {
+				s, err := st.Driver.Stats(ctx)
+				return fmt.Sprintf("%+v %v\n%s", s, err, bOut.String())
+			})
+			t.Logf("%s: SIGKILL → every event SENT by the other relay in %s (lease 5m, heartbeat %s)", kind,
+				time.Since(killed).Round(10*time.Millisecond), ferry.DefaultHeartbeat)
+			for i, id := range ids {
+				r, err := st.Driver.Get(ctx, id)
+				require.NoError(t, err)
+				require.Equal(t, 2, r.Attempt, "event %d: the dead relay's attempt, then b's", i)
+				require.Contains(t, r.LastError, "relay a stopped beating", "event %d", i)
+			}
+			require.Len(t, testsvc.ReadStream(t, nc, stream, total, 30*time.Second), total)
+			require.Contains(t, bOut.String(), "returned the claims of a relay that stopped beating")
+		})
+	}
 }

@@ -27,6 +27,7 @@ type relayFlags struct {
 	brokerURL       string
 	batchSize       int
 	lanes           int
+	tableLanes      int
 	ordered         bool
 	pollInterval    time.Duration
 	minPollInterval time.Duration
@@ -159,6 +160,9 @@ See docs/log-relay.md.`,
 	bindEnv(fl, "batch-size", "FERRY_BATCH_SIZE")
 	fl.IntVar(&f.lanes, "lanes", ferry.DefaultLanes, "concurrent claim→publish→mark loops")
 	bindEnv(fl, "lanes", "FERRY_LANES")
+	fl.IntVar(&f.tableLanes, "table-lanes", ferry.DefaultTableLanes,
+		"lanes of all the relays of the table together: each relay alive runs an equal share, at most --lanes (0: a standby)")
+	bindEnv(fl, "table-lanes", "FERRY_TABLE_LANES")
 	fl.BoolVar(&f.ordered, "ordered", false, "publish each aggregate's events one at a time, in order")
 	bindEnv(fl, "ordered", "FERRY_ORDERED")
 	fl.DurationVar(&f.pollInterval, "poll-interval", ferry.DefaultPollInterval,
@@ -271,7 +275,7 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 		name string
 		ok   bool
 	}{
-		{"--batch-size", f.batchSize >= 1}, {"--lanes", f.lanes >= 1}, {"--max-attempts", f.maxAttempts >= 1},
+		{"--batch-size", f.batchSize >= 1}, {"--lanes", f.lanes >= 1}, {"--table-lanes", f.tableLanes >= 1}, {"--max-attempts", f.maxAttempts >= 1},
 		{"--poll-interval", f.pollInterval > 0}, {"--min-poll-interval", f.minPollInterval > 0},
 		{"--lease", f.lease > 0}, {"--publish-timeout", f.publishTimeout > 0},
 		{"--retry-initial", f.retryInitial > 0}, {"--retry-max", f.retryMax > 0}, {"--retention", f.retention >= 0},
@@ -289,7 +293,7 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 		return err
 	}
 	rc := &ferry.RelayConfig{
-		BatchSize: f.batchSize, Lanes: f.lanes, Ordered: f.ordered, PollInterval: f.pollInterval,
+		BatchSize: f.batchSize, Lanes: f.lanes, TableLanes: f.tableLanes, Ordered: f.ordered, PollInterval: f.pollInterval,
 		MinPollInterval: f.minPollInterval,
 		Lease:           f.lease, PublishTimeout: f.publishTimeout, Retention: f.retention, SweepInterval: f.sweepInterval,
 		Retry:  ferry.ExponentialBackoff{Initial: f.retryInitial, Max: f.retryMax, MaxAttempts: f.maxAttempts},
