@@ -77,8 +77,10 @@ const LogLagInterval = 15 * time.Second
 type logSource struct {
 	table *tableSource // probes and wake-ups; only a safety net while the log is read
 	feed  ferrystore.LogFeed
-	ckpt  ferrystore.Store // the table's log lease, with the checkpoint
-	id    string           // the lease's owner: the relay's ID
+	// lease is the table's log lease (ferrystore.LeaseLog), which holds
+	// the checkpoint: the relays' one leadership mechanism, as for the
+	// table's maintenance.
+	lease *lease
 	cfg   *RelayConfig
 	wake  *waker
 	log   *slog.Logger
@@ -96,9 +98,10 @@ type logSource struct {
 
 var _ claimSource = (*logSource)(nil)
 
-func newLogSource(table *tableSource, ckpt ferrystore.Store, id string, cfg *RelayConfig, log *slog.Logger,
+func newLogSource(table *tableSource, store ferrystore.Store, id string, cfg *RelayConfig, log *slog.Logger,
 	hooks *relayHooks) *logSource {
-	s := &logSource{table: table, feed: cfg.Log.Feed, ckpt: ckpt, id: id, cfg: cfg, wake: table.wake, log: log, hooks: hooks}
+	s := &logSource{table: table, feed: cfg.Log.Feed, cfg: cfg, wake: table.wake, log: log, hooks: hooks,
+		lease: &lease{store: store, name: ferrystore.LeaseLog, owner: id, source: cfg.Log.Feed.Source(), ttl: cfg.Log.Lease}}
 	// While the log tells of new events, to this relay or to the one it
 	// stands by for, the table is probed only as a safety net (for a
 	// standby, also for the events of a reader that died, until its lease
@@ -274,7 +277,7 @@ func (s *logSource) follow(run *runner.Runner) {
 			return
 		default:
 		}
-		st, held, err := s.ckpt.AcquireLease(ctx, ferrystore.LeaseLog, s.id, s.feed.Source(), s.cfg.Log.Lease)
+		st, held, err := s.lease.acquire(ctx)
 		pos := st.Position
 		if err != nil {
 			s.log.Warn("log relay: taking the log lease failed", "error", err, "retry_in", backoff)
@@ -303,7 +306,7 @@ func (s *logSource) follow(run *runner.Runner) {
 		select {
 		case <-run.Stopping():
 			s.save(context.WithoutCancel(ctx))
-			if err := s.ckpt.ReleaseLease(context.WithoutCancel(ctx), ferrystore.LeaseLog, s.id); err != nil {
+			if err := s.lease.release(context.WithoutCancel(ctx)); err != nil {
 				s.log.Warn("log relay: releasing the log lease failed; a standby takes over when it ends", "error", err)
 			}
 			return
@@ -349,7 +352,7 @@ func (s *logSource) gap(ctx context.Context, cause error) {
 		return
 	}
 	s.q.reset(head)
-	if _, err := s.ckpt.RenewLease(ctx, ferrystore.LeaseLog, s.id, head, s.cfg.Log.Lease); err != nil {
+	if _, err := s.lease.renew(ctx, head); err != nil {
 		s.log.Error("log relay: saving the checkpoint failed", "error", err)
 	}
 	s.wake.wakeScan()
@@ -368,7 +371,7 @@ func (s *logSource) stream(run *runner.Runner, pos ferrystore.LogPosition) error
 			return err
 		}
 		pos = head
-		if saved, err := s.ckpt.RenewLease(ctx, ferrystore.LeaseLog, s.id, pos, s.cfg.Log.Lease); err != nil {
+		if saved, err := s.lease.renew(ctx, pos); err != nil {
 			return err
 		} else if !saved {
 			return errLeaseLost
@@ -403,7 +406,7 @@ func (s *logSource) stream(run *runner.Runner, pos ferrystore.LogPosition) error
 				continue
 			}
 			renew = time.Now()
-			saved, err := s.ckpt.RenewLease(ctx, ferrystore.LeaseLog, s.id, handled, s.cfg.Log.Lease)
+			saved, err := s.lease.renew(ctx, handled)
 			switch {
 			case err != nil:
 				s.log.Warn("log relay: saving the checkpoint failed", "error", err)
@@ -445,7 +448,7 @@ func (s *logSource) save(ctx context.Context) {
 	if handled == "" {
 		return
 	}
-	if saved, err := s.ckpt.RenewLease(ctx, ferrystore.LeaseLog, s.id, handled, s.cfg.Log.Lease); err == nil && saved {
+	if saved, err := s.lease.renew(ctx, handled); err == nil && saved {
 		s.feed.Flushed(handled)
 		s.update(func(st *LogStats) { st.Checkpoint = handled; st.Checkpoints++ })
 	}
