@@ -91,7 +91,8 @@
 // table: a hand-written INSERT of its original columns still works. All
 // times come from the database clock. Claims use SELECT ... FOR UPDATE
 // SKIP LOCKED and a fresh lease token per claim; the claim transaction ends
-// before any broker call.
+// before any broker call. ferrystore/ferrymem, in the core module, keeps
+// the same tables in memory with the same semantics, for tests.
 //
 // # Brokers
 //
@@ -151,4 +152,7 @@
 // them without compiling ferry's test bed. Tests skip when a service is
 // unreachable unless FERRY_REQUIRE_SERVICES=1. The tests that need more than
 // one adapter's client live in the integration module of the repository.
+// ferrystore/ferrymem passes the store suites with no server: a unit test
+// of code that enqueues or consumes events runs on it, its business state
+// committed with the transaction (ferrymem.Tx.OnCommit).
 package ferry

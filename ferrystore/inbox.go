@@ -12,7 +12,8 @@ import (
 // and the per-aggregate versions of the order guard. One InboxStore serves
 // every consumer of its database; markers are scoped by consumer name.
 type InboxStore interface {
-	// Dialect names the SQL dialect: "mysql", "postgres" or "sqlite".
+	// Dialect names the SQL dialect: "mysql", "postgres" or "sqlite";
+	// "memory" for the in-memory store (ferrymem).
 	Dialect() string
 	// Migrate creates or upgrades the inbox tables.
 	Migrate(ctx context.Context) error

@@ -5,10 +5,11 @@
 // Every SQL dialect lives in its own package (ferrymysql, ferrypg,
 // ferrysqlite); the core never branches on the dialect. The operations
 // that differ between them only in spelling are written once, against a
-// small dialect interface, in an internal package the three share. Each
-// status change a store makes is an edge of ferrytype.Transitions. Each
-// store runs the conformance suite in ferrystoretest, which tests every
-// edge.
+// small dialect interface, in an internal package the three share.
+// ferrymem, in the core module, keeps the same tables in memory, for
+// tests. Each status change a store makes is an edge of
+// ferrytype.Transitions. Each store runs the conformance suite in
+// ferrystoretest, which tests every edge.
 package ferrystore
 
 import (
@@ -24,7 +25,8 @@ import (
 // All times are computed by the database clock; durations are passed in and
 // added there.
 type Store interface {
-	// Dialect names the SQL dialect: "mysql", "postgres" or "sqlite".
+	// Dialect names the SQL dialect: "mysql", "postgres" or "sqlite";
+	// "memory" for the in-memory store (ferrymem), which runs no SQL.
 	Dialect() string
 	// Table is the outbox table's name.
 	Table() string
@@ -171,7 +173,7 @@ type Driver[TTx any] interface {
 }
 
 // Listener is implemented by stores that can tell the relay about new rows
-// as soon as they commit (PostgreSQL LISTEN/NOTIFY).
+// as soon as they commit (PostgreSQL LISTEN/NOTIFY; ferrymem, in process).
 type Listener interface {
 	// Listen calls notify after each commit that inserted outbox rows,
 	// until ctx ends. It returns ctx's error, or an error when listening

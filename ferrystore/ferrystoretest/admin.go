@@ -326,6 +326,7 @@ func exerciseAdmin[TTx any](t *testing.T, h Harness[TTx]) {
 		require.ErrorIs(t, err, ferrytype.ErrInvalidConfig)
 
 		if h.Exec == nil {
+			without(t, "Exec", "rows that failed before the table recorded classes")
 			return
 		}
 		// A row that failed before the table recorded classes.
@@ -348,9 +349,7 @@ func exerciseAdmin[TTx any](t *testing.T, h Harness[TTx]) {
 	})
 
 	t.Run("DeadMigrationRevertsAndUpgradesATableWithEvents", func(t *testing.T) {
-		if h.Exec == nil {
-			t.Skip("the harness runs no statements")
-		}
+		needs(t, h.Exec != nil, "Exec", "the migration's statements are run by hand")
 		b := setup(t, h)
 		a := b.admin(t)
 		dead := b.enqueueDead(t, dest("Paid", "1", "orders.paid"))
@@ -466,68 +465,67 @@ func exerciseAdmin[TTx any](t *testing.T, h Harness[TTx]) {
 		}
 	})
 
-	if h.Exec != nil {
-		t.Run("MissingEventsFindsBusinessRowsWithoutTheirEvent", func(t *testing.T) {
-			b := setup(t, h)
-			a := b.admin(t)
-			table := b.store.Table() + "_biz"
-			var ddl, recent, old string
-			switch d := b.store.Dialect(); d {
-			case "mysql":
-				ddl, recent, old = "DATETIME(6)", "NOW(6) - INTERVAL 1 MINUTE", "NOW(6) - INTERVAL 2 DAY"
-			case "postgres":
-				ddl, recent, old = "timestamptz", "now() - interval '1 minute'", "now() - interval '2 days'"
-			case "sqlite":
-				ddl, recent, old = "TEXT", "strftime('%Y-%m-%d %H:%M:%f', 'now', '-1 minutes')", "strftime('%Y-%m-%d %H:%M:%f', 'now', '-2 days')"
-			default:
-				t.Fatalf("no business table DDL for dialect %q", d)
-			}
-			h.Exec(b.ctx, t, b.store, "CREATE TABLE "+table+" (id BIGINT NOT NULL PRIMARY KEY, placed_at "+ddl+" NOT NULL)")
-			t.Cleanup(func() { h.Exec(context.Background(), t, b.store, "DROP TABLE "+table) })
-			// 1 has its event; 2 has none; 3 has an event of another type;
-			// 4 has none but is older than the window; 5 is an event of
-			// another aggregate type.
-			for _, row := range []string{"1, " + recent, "2, " + recent, "3, " + recent, "4, " + old, "5, " + recent} {
-				h.Exec(b.ctx, t, b.store, "INSERT INTO "+table+" (id, placed_at) VALUES ("+row+")")
-			}
-			b.enqueue(t, ev("OrderPlaced", "1", `{}`), ev("OrderPaid", "3", `{}`),
-				ferry.Event{AggregateType: "invoice", AggregateID: "5", Type: "OrderPlaced", Payload: json.RawMessage(`{}`)})
-			q := ferrystore.MissingEventsQuery{Table: table, KeyColumn: "id", TimeColumn: "placed_at",
-				AggregateType: "order", EventType: "OrderPlaced", Window: time.Hour, Grace: time.Second, Limit: 10}
-			got, err := a.MissingEvents(b.ctx, q)
-			require.NoError(t, err)
-			keys := make([]string, len(got))
-			for i, m := range got {
-				keys[i] = m.Key
-				require.WithinDuration(t, time.Now(), m.Time, 30*time.Minute, "the row's time, as stored")
-			}
-			require.ElementsMatch(t, []string{"2", "3", "5"}, keys)
+	t.Run("MissingEventsFindsBusinessRowsWithoutTheirEvent", func(t *testing.T) {
+		needs(t, h.Exec != nil, "Exec", "the business table is created and written with SQL")
+		b := setup(t, h)
+		a := b.admin(t)
+		table := b.store.Table() + "_biz"
+		var ddl, recent, old string
+		switch d := b.store.Dialect(); d {
+		case "mysql":
+			ddl, recent, old = "DATETIME(6)", "NOW(6) - INTERVAL 1 MINUTE", "NOW(6) - INTERVAL 2 DAY"
+		case "postgres":
+			ddl, recent, old = "timestamptz", "now() - interval '1 minute'", "now() - interval '2 days'"
+		case "sqlite":
+			ddl, recent, old = "TEXT", "strftime('%Y-%m-%d %H:%M:%f', 'now', '-1 minutes')", "strftime('%Y-%m-%d %H:%M:%f', 'now', '-2 days')"
+		default:
+			t.Fatalf("no business table DDL for dialect %q", d)
+		}
+		h.Exec(b.ctx, t, b.store, "CREATE TABLE "+table+" (id BIGINT NOT NULL PRIMARY KEY, placed_at "+ddl+" NOT NULL)")
+		t.Cleanup(func() { h.Exec(context.Background(), t, b.store, "DROP TABLE "+table) })
+		// 1 has its event; 2 has none; 3 has an event of another type;
+		// 4 has none but is older than the window; 5 is an event of
+		// another aggregate type.
+		for _, row := range []string{"1, " + recent, "2, " + recent, "3, " + recent, "4, " + old, "5, " + recent} {
+			h.Exec(b.ctx, t, b.store, "INSERT INTO "+table+" (id, placed_at) VALUES ("+row+")")
+		}
+		b.enqueue(t, ev("OrderPlaced", "1", `{}`), ev("OrderPaid", "3", `{}`),
+			ferry.Event{AggregateType: "invoice", AggregateID: "5", Type: "OrderPlaced", Payload: json.RawMessage(`{}`)})
+		q := ferrystore.MissingEventsQuery{Table: table, KeyColumn: "id", TimeColumn: "placed_at",
+			AggregateType: "order", EventType: "OrderPlaced", Window: time.Hour, Grace: time.Second, Limit: 10}
+		got, err := a.MissingEvents(b.ctx, q)
+		require.NoError(t, err)
+		keys := make([]string, len(got))
+		for i, m := range got {
+			keys[i] = m.Key
+			require.WithinDuration(t, time.Now(), m.Time, 30*time.Minute, "the row's time, as stored")
+		}
+		require.ElementsMatch(t, []string{"2", "3", "5"}, keys)
 
-			q.Limit = 1
-			got, err = a.MissingEvents(b.ctx, q)
-			require.NoError(t, err)
-			require.Len(t, got, 1, "bounded")
-			q.Limit, q.Window = 10, 72*time.Hour
-			got, err = a.MissingEvents(b.ctx, q)
-			require.NoError(t, err)
-			require.Len(t, got, 4, "a wider window reaches row 4")
-			q.Grace = 2 * time.Minute
-			got, err = a.MissingEvents(b.ctx, q)
-			require.NoError(t, err)
-			require.Len(t, got, 1, "rows younger than the grace are skipped")
+		q.Limit = 1
+		got, err = a.MissingEvents(b.ctx, q)
+		require.NoError(t, err)
+		require.Len(t, got, 1, "bounded")
+		q.Limit, q.Window = 10, 72*time.Hour
+		got, err = a.MissingEvents(b.ctx, q)
+		require.NoError(t, err)
+		require.Len(t, got, 4, "a wider window reaches row 4")
+		q.Grace = 2 * time.Minute
+		got, err = a.MissingEvents(b.ctx, q)
+		require.NoError(t, err)
+		require.Len(t, got, 1, "rows younger than the grace are skipped")
 
-			for _, bad := range []ferrystore.MissingEventsQuery{
-				{Table: table + "; DROP TABLE x", KeyColumn: "id", TimeColumn: "placed_at", EventType: "E", Window: time.Hour, Limit: 1},
-				{Table: table, KeyColumn: `id"`, TimeColumn: "placed_at", EventType: "E", Window: time.Hour, Limit: 1},
-				{Table: table, KeyColumn: "id", TimeColumn: "placed at", EventType: "E", Window: time.Hour, Limit: 1},
-			} {
-				_, err := a.MissingEvents(b.ctx, bad)
-				require.ErrorIs(t, err, ferrytype.ErrInvalidIdentifier)
-				require.True(t, strings.Contains(err.Error(), "MissingEventsQuery."), "the error names the field: %v", err)
-			}
-			_, err = a.MissingEvents(b.ctx, ferrystore.MissingEventsQuery{Table: table, KeyColumn: "id", TimeColumn: "placed_at",
-				Window: time.Hour, Limit: 1})
-			require.ErrorIs(t, err, ferrytype.ErrInvalidConfig, "no event type")
-		})
-	}
+		for _, bad := range []ferrystore.MissingEventsQuery{
+			{Table: table + "; DROP TABLE x", KeyColumn: "id", TimeColumn: "placed_at", EventType: "E", Window: time.Hour, Limit: 1},
+			{Table: table, KeyColumn: `id"`, TimeColumn: "placed_at", EventType: "E", Window: time.Hour, Limit: 1},
+			{Table: table, KeyColumn: "id", TimeColumn: "placed at", EventType: "E", Window: time.Hour, Limit: 1},
+		} {
+			_, err := a.MissingEvents(b.ctx, bad)
+			require.ErrorIs(t, err, ferrytype.ErrInvalidIdentifier)
+			require.True(t, strings.Contains(err.Error(), "MissingEventsQuery."), "the error names the field: %v", err)
+		}
+		_, err = a.MissingEvents(b.ctx, ferrystore.MissingEventsQuery{Table: table, KeyColumn: "id", TimeColumn: "placed_at",
+			Window: time.Hour, Limit: 1})
+		require.ErrorIs(t, err, ferrytype.ErrInvalidConfig, "no event type")
+	})
 }

@@ -63,10 +63,10 @@ func exerciseErrors[TTx any](t *testing.T, h Harness[TTx]) {
 		require.NoError(t, b.classify(t, nil))
 	})
 
-	if h.LockRow == nil {
-		return // no row locks: no deadlock (SQLite serialises writers)
-	}
 	t.Run("DeadlockIsErrLockConflictAndRetryable", func(t *testing.T) {
+		// SQLite serialises writers: no deadlock.
+		needs(t, h.LockRow != nil, "LockRow", "no row locks to deadlock on")
+		needs(t, h.Exec != nil, "Exec", "the rows are locked with SQL statements")
 		b := setup(t, h)
 		got := b.enqueue(t, ev("A", "1", `{}`), ev("A", "2", `{}`))
 		touch := bind(b.store.Dialect(), "UPDATE "+quoteFor(b.store.Dialect(), b.store.Table())+

@@ -1,6 +1,7 @@
 // Package ferrystoretest is the conformance suite every ferry store runs
-// against a real database. A store's test file builds a Harness and calls
-// Exercise.
+// against a real database (or ferrymem's in-memory one). A store's test
+// file builds a Harness and calls Exercise, ExerciseInbox and
+// ExerciseKeys.
 package ferrystoretest
 
 import (
@@ -21,6 +22,13 @@ import (
 
 // Harness adapts one store to the suite. TTx is the store's transaction
 // type.
+//
+// The fields after Begin are capabilities of the store's database that
+// some cases need: a case whose capability the harness lacks is skipped
+// (or, within a case, the checks that need it), with a message naming the
+// field. The SQL stores' harnesses set Exec, and LockRow but on SQLite;
+// the in-memory store's (ferrymem), which runs no SQL, sets InsertRaw,
+// ReadsBesideWriters and Schemaless.
 type Harness[TTx any] struct {
 	// New returns a migrated store on a fresh table that is dropped when t
 	// ends.
@@ -31,12 +39,76 @@ type Harness[TTx any] struct {
 	Begin func(ctx context.Context, t *testing.T, s ferrystore.Driver[TTx]) (tx TTx, commit, rollback func() error)
 	// LockRow opens a transaction that locks outbox row id of s, as a
 	// claim in progress does, and returns a function that ends it. Nil for
-	// databases without row locks (SQLite).
+	// databases without row locks (SQLite), or whose claims leave no row
+	// locked and still NEW (ferrymem, whose claims are atomic): the cases
+	// of a claim in progress, and of a deadlock, are skipped.
 	LockRow func(ctx context.Context, t *testing.T, s ferrystore.Store, id string) (release func())
-	// Exec runs one statement on the database of s, outside the outbox
-	// (the reconciliation cases create a business table with it). Nil
-	// skips those cases.
+	// Exec runs one SQL statement on the database of s, outside the
+	// outbox (the reconciliation cases create a business table with it;
+	// others change the migration table, or run a migration's statements).
+	// Nil for a store whose database runs no SQL (ferrymem): those cases
+	// are skipped.
 	Exec func(ctx context.Context, t *testing.T, s ferrystore.Store, query string)
+	// InsertRaw writes r into the outbox table of s as a hand-written
+	// INSERT (or an older writer) leaves it: the columns r names hold r's
+	// values as they are, unchecked, the others their defaults. The cases
+	// of malformed rows and of rows with chosen creation times need it.
+	// Nil: the suite writes r with Exec, as an INSERT of r's values as SQL
+	// text literals; nil with Exec nil skips those cases.
+	InsertRaw func(ctx context.Context, t *testing.T, s ferrystore.Store, r RawRow)
+	// ReadsBesideWriters says that the store's reads answer while a
+	// caller's transaction that wrote to the table is open, for a harness
+	// without LockRow (ferrymem). With LockRow set it is implied (MySQL,
+	// PostgreSQL); on SQLite a reader waits for the one writer's
+	// connection. The case of an uncommitted event needs it.
+	ReadsBesideWriters bool
+	// Schemaless says that the store keeps no SQL schema (ferrymem): its
+	// Migrations are empty, Migrate does nothing and CheckSchema reports
+	// the table current. The suite checks that instead of reading the
+	// migrations.
+	Schemaless bool
+}
+
+// RawRow is an outbox row written by hand (Harness.InsertRaw).
+type RawRow struct {
+	// ID is the row's event_id.
+	ID string
+	// Columns name the columns the row sets besides event_id; Values hold
+	// their values as text, in the same order.
+	Columns, Values []string
+	// Unchecked writes the row with the database's CHECK constraints off,
+	// as a session that disabled them would.
+	Unchecked bool
+}
+
+// rawWriter returns the harness's way of writing raw rows: InsertRaw, or
+// an INSERT run with Exec; nil when it has neither.
+func rawWriter[TTx any](h Harness[TTx]) func(ctx context.Context, t *testing.T, s ferrystore.Store, r RawRow) {
+	switch {
+	case h.InsertRaw != nil:
+		return h.InsertRaw
+	case h.Exec != nil:
+		return func(ctx context.Context, t *testing.T, s ferrystore.Store, r RawRow) {
+			h.Exec(ctx, t, s, insertSQL(s, r))
+		}
+	}
+	return nil
+}
+
+// needs skips t, naming the capability (a Harness field) the case lacks
+// and what it needs it for, when has is false.
+func needs(t *testing.T, has bool, capability, what string) {
+	t.Helper()
+	if !has {
+		t.Skipf("the harness has no %s: %s", capability, what)
+	}
+}
+
+// without logs that the rest of a case is left out, for want of the
+// capability.
+func without(t *testing.T, capability, what string) {
+	t.Helper()
+	t.Logf("the harness has no %s: not checked: %s", capability, what)
 }
 
 type bundle[TTx any] struct {

@@ -23,18 +23,24 @@ import (
 type InboxHarness[TTx any] struct {
 	// New returns a migrated inbox store on fresh tables, dropped when t
 	// ends, and a function that runs one statement on its database
-	// outside any transaction (for the business tables of the tests).
+	// outside any transaction (for the business tables of the tests); the
+	// function may be nil when Ledger is set.
 	New func(t *testing.T) (ferrystore.InboxDriver[TTx], func(query string, args ...any) error)
+	// Ledger, when set, returns the business data of one case, fresh, on
+	// the database of s: for a store whose database runs no SQL
+	// (ferrymem). Nil: the suite keeps it in SQL tables of the store's
+	// database, created with New's function and written through the
+	// store's transactions (UnwrapTx).
+	Ledger func(t *testing.T, s ferrystore.InboxDriver[TTx]) Ledger[TTx]
 	// ConcurrentKeys is the number of keys the concurrency test delivers
 	// from 16 goroutines at once. Default 1000.
 	ConcurrentKeys int
 }
 
 type inboxBundle[TTx any] struct {
-	ctx   context.Context
-	store ferrystore.InboxDriver[TTx]
-	exec  func(query string, args ...any) error
-	table string // the business table
+	ctx    context.Context
+	store  ferrystore.InboxDriver[TTx]
+	ledger Ledger[TTx] // the business data
 }
 
 // bind rewrites ? placeholders for the store's dialect.
@@ -45,11 +51,19 @@ func setupInbox[TTx any](t *testing.T, h InboxHarness[TTx]) *inboxBundle[TTx] {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	s, exec := h.New(t)
-	b := &inboxBundle[TTx]{ctx: ctx, store: s, exec: exec, table: fmt.Sprintf("points_account_%d", rand.Uint32())}
-	// The seed's points_account, under a fresh name.
-	require.NoError(t, exec("CREATE TABLE "+b.table+" (user_id BIGINT PRIMARY KEY, points BIGINT NOT NULL)"))
-	t.Cleanup(func() { _ = exec("DROP TABLE " + b.table) })
+	b := &inboxBundle[TTx]{ctx: ctx, store: s}
+	if h.Ledger != nil {
+		b.ledger = h.Ledger(t, s)
+	} else {
+		b.ledger = newSQLLedger(t, s, exec)
+	}
 	return b
+}
+
+// open creates user's account with 0 points.
+func (b *inboxBundle[TTx]) open(t *testing.T, user int64) {
+	t.Helper()
+	require.NoError(t, b.ledger.Open(b.ctx, user))
 }
 
 func (b *inboxBundle[TTx]) inbox(t *testing.T, consumer string, mod ...func(*ferry.InboxConfig)) *ferry.Inbox[TTx] {
@@ -67,8 +81,7 @@ func (b *inboxBundle[TTx]) inbox(t *testing.T, consumer string, mod ...func(*fer
 // that the account exists.
 func (b *inboxBundle[TTx]) award(user, amount int64) func(ctx context.Context, tx TTx) error {
 	return func(ctx context.Context, tx TTx) error {
-		n, err := b.store.UnwrapTx(tx).Exec(ctx, bind(b.store.Dialect(),
-			"UPDATE "+b.table+" SET points = points + ? WHERE user_id = ?"), amount, user)
+		n, err := b.ledger.Add(ctx, tx, user, amount)
 		if err != nil {
 			return err
 		}
@@ -78,15 +91,9 @@ func (b *inboxBundle[TTx]) award(user, amount int64) func(ctx context.Context, t
 
 func (b *inboxBundle[TTx]) points(t *testing.T, user int64) int64 {
 	t.Helper()
-	var p int64
-	tx, err := b.store.Begin(b.ctx)
+	p, found, err := b.ledger.Points(b.ctx, user)
 	require.NoError(t, err)
-	defer b.store.Rollback(b.ctx, tx)
-	rows, err := b.store.UnwrapTx(tx).Query(b.ctx, bind(b.store.Dialect(), "SELECT points FROM "+b.table+" WHERE user_id = ?"), user)
-	require.NoError(t, err)
-	defer rows.Close()
-	require.True(t, rows.Next(), "account %d exists", user)
-	require.NoError(t, rows.Scan(&p))
+	require.True(t, found, "account %d exists", user)
 	return p
 }
 
@@ -103,7 +110,7 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 
 	t.Run("SeedScenario", func(t *testing.T) {
 		b := setupInbox(t, h)
-		require.NoError(t, b.exec("INSERT INTO "+b.table+" VALUES (7, 0)"))
+		b.open(t, 7)
 		in := b.inbox(t, "points-award")
 		op := ferry.Operation{Key: "order:42:paid", EventID: "event-001", Fields: award{7, 10}}
 
@@ -161,7 +168,7 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 
 	t.Run("FieldsCompareCanonically", func(t *testing.T) {
 		b := setupInbox(t, h)
-		require.NoError(t, b.exec("INSERT INTO "+b.table+" VALUES (7, 0)"))
+		b.open(t, 7)
 		in := b.inbox(t, "points-award")
 		_, err := in.Process(b.ctx, ferry.Operation{Key: "k", EventID: "e1", Fields: map[string]any{"user_id": 7, "amount": 10}}, b.award(7, 10))
 		require.NoError(t, err)
@@ -172,7 +179,7 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 
 	t.Run("EachConsumerHasItsOwnMarkers", func(t *testing.T) {
 		b := setupInbox(t, h)
-		require.NoError(t, b.exec("INSERT INTO "+b.table+" VALUES (7, 0)"))
+		b.open(t, 7)
 		op := ferry.Operation{Key: "order:42:paid", EventID: "e1", Fields: award{7, 10}}
 		for _, consumer := range []string{"points-award", "points-audit"} {
 			res, err := b.inbox(t, consumer).Process(b.ctx, op, b.award(7, 10))
@@ -187,7 +194,7 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 
 	t.Run("BusinessErrorRollsBackTheMarker", func(t *testing.T) {
 		b := setupInbox(t, h)
-		require.NoError(t, b.exec("INSERT INTO "+b.table+" VALUES (7, 0)"))
+		b.open(t, 7)
 		in := b.inbox(t, "points-award")
 		boom := errors.New("boom")
 		op := ferry.Operation{Key: "k", EventID: "e1", Fields: award{7, 10}}
@@ -208,11 +215,8 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 	t.Run("ConcurrentDeliveriesApplyOnce", func(t *testing.T) {
 		b := setupInbox(t, h)
 		keys := h.ConcurrentKeys
-		require.NoError(t, b.exec("INSERT INTO "+b.table+" VALUES (7, 0)"))
-		// An effect log without a unique key: a second effect would show.
-		logTable := b.table + "_log"
-		require.NoError(t, b.exec("CREATE TABLE "+logTable+" (business_key VARCHAR(128) NOT NULL)"))
-		t.Cleanup(func() { _ = b.exec("DROP TABLE " + logTable) })
+		b.open(t, 7)
+		// The effect log has no unique key: a second effect would show.
 		in := b.inbox(t, "points-award")
 		var applied, duplicates atomic.Int64
 		var wg sync.WaitGroup
@@ -226,8 +230,7 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 					key := fmt.Sprintf("order:%d:paid", k)
 					res, err := in.Process(b.ctx, ferry.Operation{Key: key, EventID: fmt.Sprintf("e-%d-%d", g, k), Fields: award{7, 1}},
 						func(ctx context.Context, tx TTx) error {
-							ex := b.store.UnwrapTx(tx)
-							if _, err := ex.Exec(ctx, bind(b.store.Dialect(), "INSERT INTO "+logTable+" VALUES (?)"), key); err != nil {
+							if err := b.ledger.Log(ctx, tx, key); err != nil {
 								return err
 							}
 							return b.award(7, 1)(ctx, tx)
@@ -259,15 +262,8 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 		n, err := b.store.MarkerCount(b.ctx, "points-award")
 		require.NoError(t, err)
 		require.Equal(t, int64(keys), n)
-		tx, err := b.store.Begin(b.ctx)
+		total, distinct, err := b.ledger.Logged(b.ctx)
 		require.NoError(t, err)
-		defer b.store.Rollback(b.ctx, tx)
-		rows, err := b.store.UnwrapTx(tx).Query(b.ctx, "SELECT COUNT(*), COUNT(DISTINCT business_key) FROM "+logTable)
-		require.NoError(t, err)
-		var total, distinct int64
-		require.True(t, rows.Next())
-		require.NoError(t, rows.Scan(&total, &distinct))
-		rows.Close()
 		require.Equal(t, int64(keys), total, "no effect applied twice")
 		require.Equal(t, int64(keys), distinct, "no key lost")
 	})
@@ -275,11 +271,11 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 	t.Run("VersionGuardEndsInTheNewestState", func(t *testing.T) {
 		b := setupInbox(t, h)
 		const versions = 30
-		require.NoError(t, b.exec("INSERT INTO "+b.table+" VALUES (1, 0)"))
+		b.open(t, 1)
 		in := b.inbox(t, "order-view")
 		setState := func(v int64) func(ctx context.Context, tx TTx) error {
 			return func(ctx context.Context, tx TTx) error {
-				n, err := b.store.UnwrapTx(tx).Exec(ctx, bind(b.store.Dialect(), "UPDATE "+b.table+" SET points = ? WHERE user_id = 1"), v)
+				n, err := b.ledger.Set(ctx, tx, 1, v)
 				if err != nil {
 					return err
 				}
@@ -314,14 +310,13 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 	t.Run("ContiguousOrderWaitsForTheGap", func(t *testing.T) {
 		b := setupInbox(t, h)
 		const versions = 9 // 2 digits each: the encoding fits an int64
-		require.NoError(t, b.exec("INSERT INTO "+b.table+" VALUES (1, 0)"))
+		b.open(t, 1)
 		in := b.inbox(t, "order-ledger")
 		// points = points*100 + v: the final value encodes the order of
 		// application.
 		apply := func(v int64) func(ctx context.Context, tx TTx) error {
 			return func(ctx context.Context, tx TTx) error {
-				n, err := b.store.UnwrapTx(tx).Exec(ctx, bind(b.store.Dialect(),
-					"UPDATE "+b.table+" SET points = points * 100 + ? WHERE user_id = 1"), v%100)
+				n, err := b.ledger.Append(ctx, tx, 1, v%100)
 				if err != nil {
 					return err
 				}
@@ -353,7 +348,7 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 
 	t.Run("ResolveConflictRecordsADecision", func(t *testing.T) {
 		b := setupInbox(t, h)
-		require.NoError(t, b.exec("INSERT INTO "+b.table+" VALUES (7, 0)"))
+		b.open(t, 7)
 		in := b.inbox(t, "points-award")
 		_, err := in.Process(b.ctx, ferry.Operation{Key: "k", EventID: "e1", Fields: award{7, 10}}, b.award(7, 10))
 		require.NoError(t, err)
@@ -387,7 +382,7 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 
 	t.Run("PurgeMarkersRespectsTheReplayWindow", func(t *testing.T) {
 		b := setupInbox(t, h)
-		require.NoError(t, b.exec("INSERT INTO "+b.table+" VALUES (7, 0)"))
+		b.open(t, 7)
 		strict := b.inbox(t, "points-award")
 		_, err := strict.PurgeMarkers(b.ctx, time.Hour, 10)
 		require.ErrorIs(t, err, ferrytype.ErrInvalidConfig, "a retention under the 7-day default window is refused")
@@ -421,7 +416,7 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 
 	t.Run("ExistingMarkersFindsCommittedMarkersOfOneConsumer", func(t *testing.T) {
 		b := setupInbox(t, h)
-		require.NoError(t, b.exec("INSERT INTO "+b.table+" VALUES (7, 0)"))
+		b.open(t, 7)
 		points, sms := b.inbox(t, "points-award"), b.inbox(t, "sms")
 		for _, k := range []string{"order:1:paid", "order:2:paid"} {
 			_, err := points.Process(b.ctx, ferry.Operation{Key: k, EventID: k, Fields: award{7, 1}}, b.award(7, 1))
@@ -454,7 +449,7 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 
 	t.Run("RecentMarkersCountsTheWindowByConsumerAndOutcome", func(t *testing.T) {
 		b := setupInbox(t, h)
-		require.NoError(t, b.exec("INSERT INTO "+b.table+" VALUES (7, 0)"))
+		b.open(t, 7)
 		points, sms, view := b.inbox(t, "points-award"), b.inbox(t, "sms"), b.inbox(t, "order-view")
 		for _, k := range []string{"order:1:paid", "order:2:paid"} {
 			_, err := points.Process(b.ctx, ferry.Operation{Key: k, EventID: k, Fields: award{7, 1}}, b.award(7, 1))
@@ -489,7 +484,7 @@ func ExerciseInbox[TTx any](t *testing.T, h InboxHarness[TTx]) {
 
 	t.Run("FilterIsNeverAuthoritative", func(t *testing.T) {
 		b := setupInbox(t, h)
-		require.NoError(t, b.exec("INSERT INTO "+b.table+" VALUES (7, 0)"))
+		b.open(t, 7)
 		f := &liar{}
 		in := b.inbox(t, "points-award", func(c *ferry.InboxConfig) { c.Filter = f })
 		// The filter claims every key was seen; the database has no marker,

@@ -65,9 +65,7 @@ func exercisePages[TTx any](t *testing.T, h Harness[TTx]) {
 	dead := []ferrytype.Status{ferrytype.StatusDead}
 
 	t.Run("ListPagesThroughTiesOnceEach", func(t *testing.T) {
-		if h.Exec == nil {
-			t.Skip("the harness cannot run raw SQL")
-		}
+		needs(t, rawWriter(h) != nil, "InsertRaw (nor Exec)", "the rows with chosen creation times are written by hand")
 		b := setup(t, h)
 		// Rows written by hand with chosen creation times: three share
 		// one, so that pages must break ties by event id.
@@ -80,8 +78,8 @@ func exercisePages[TTx any](t *testing.T, h Harness[TTx]) {
 			want = append(want, "k5")
 		}
 		for id, at := range times {
-			b.insertRaw(t, rawRow{cols: "aggregate_id, event_type, payload, status, last_error, created_at",
-				vals: "'" + id + "', 'T', '{}', 'DEAD', 'boom', '" + at + "'"}, id)
+			b.insertRaw(t, rawRow{cols: []string{"aggregate_id", "event_type", "payload", "status", "last_error", "created_at"},
+				vals: []string{id, "T", "{}", "DEAD", "boom", at}}, id)
 		}
 		pending := b.enqueue(t, ev("A", "new", `{}`))
 		for _, limit := range []int{1, 2, 3, 100} {

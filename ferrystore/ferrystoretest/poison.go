@@ -14,12 +14,12 @@ import (
 )
 
 // rawRow is an outbox row written by hand, as a hand-written INSERT or an
-// older writer leaves it: SQL literals for the columns it sets.
+// older writer leaves it.
 type rawRow struct {
 	name string
-	// cols and vals are the INSERT's columns and SQL literals; event_id
-	// is added.
-	cols, vals string
+	// cols and vals are the columns the row sets and their values, as
+	// text; event_id is added.
+	cols, vals []string
 	// reason is what last_error must contain when the row is malformed;
 	// empty for a row that is delivered as it is.
 	reason string
@@ -32,51 +32,68 @@ type rawRow struct {
 
 // poisonRows is every kind of hand-written row the suite writes next to
 // well-formed events: those that must end DEAD with their reason, and
-// those that are delivered as they are.
+// those that are delivered as they are. Each row's first value is its
+// aggregate id.
 func poisonRows() []rawRow {
-	const seed = "aggregate_id, event_type, payload"
+	seed := func(more ...string) []string {
+		return append([]string{"aggregate_id", "event_type", "payload"}, more...)
+	}
+	vals := func(v ...string) []string { return v }
 	return []rawRow{
 		// Malformed: DEAD at once, with the reason.
-		{name: "HeadersObjectOfNumbers", cols: seed + ", headers", vals: `'p', 'T', '{}', '{"retry":1}'`,
+		{name: "HeadersObjectOfNumbers", cols: seed("headers"), vals: vals("p", "T", "{}", `{"retry":1}`),
 			reason: "malformed row: headers: json: cannot unmarshal number"},
-		{name: "HeadersArray", cols: seed + ", headers", vals: `'p', 'T', '{}', '[1,2]'`,
+		{name: "HeadersArray", cols: seed("headers"), vals: vals("p", "T", "{}", "[1,2]"),
 			reason: "malformed row: headers: json: cannot unmarshal array"},
-		{name: "HeadersString", cols: seed + ", headers", vals: `'p', 'T', '{}', '"x"'`,
+		{name: "HeadersString", cols: seed("headers"), vals: vals("p", "T", "{}", `"x"`),
 			reason: "malformed row: headers: json: cannot unmarshal string"},
-		{name: "HeadersNested", cols: seed + ", headers", vals: `'p', 'T', '{}', '{"a":{"b":"c"}}'`,
+		{name: "HeadersNested", cols: seed("headers"), vals: vals("p", "T", "{}", `{"a":{"b":"c"}}`),
 			reason: "malformed row: headers: json: cannot unmarshal object"},
-		{name: "HeaderNameEmpty", cols: seed + ", headers", vals: `'p', 'T', '{}', '{"":"x"}'`,
+		{name: "HeaderNameEmpty", cols: seed("headers"), vals: vals("p", "T", "{}", `{"":"x"}`),
 			reason: "malformed row: headers: a header name is empty"},
-		{name: "HeadersNotJSON", cols: seed + ", headers", vals: `'p', 'T', '{}', '{oops'`,
-			reason: "malformed row: headers: invalid character", dialects: []string{"mysql", "sqlite"}, unchecked: true},
-		{name: "PayloadNotJSON", cols: seed, vals: `'p', 'T', 'not json'`,
-			reason: "malformed row: payload: not valid JSON", dialects: []string{"mysql", "sqlite"}, unchecked: true},
-		{name: "PayloadEmpty", cols: seed, vals: `'p', 'T', ''`,
-			reason: "malformed row: payload: empty", dialects: []string{"mysql", "sqlite"}, unchecked: true},
-		{name: "EventTypeEmpty", cols: seed, vals: `'p', '', '{}'`,
+		{name: "HeadersNotJSON", cols: seed("headers"), vals: vals("p", "T", "{}", "{oops"),
+			reason: "malformed row: headers: invalid character", dialects: []string{"mysql", "sqlite", "memory"}, unchecked: true},
+		{name: "PayloadNotJSON", cols: seed(), vals: vals("p", "T", "not json"),
+			reason: "malformed row: payload: not valid JSON", dialects: []string{"mysql", "sqlite", "memory"}, unchecked: true},
+		{name: "PayloadEmpty", cols: seed(), vals: vals("p", "T", ""),
+			reason: "malformed row: payload: empty", dialects: []string{"mysql", "sqlite", "memory"}, unchecked: true},
+		{name: "EventTypeEmpty", cols: seed(), vals: vals("p", "", "{}"),
 			reason: "malformed row: event_type: empty"},
-		{name: "SequenceNotAnInteger", cols: seed + ", aggregate_seq", vals: `'p', 'T', '{}', 'abc'`,
+		{name: "SequenceNotAnInteger", cols: seed("aggregate_seq"), vals: vals("p", "T", "{}", "abc"),
 			reason: `malformed row: aggregate_seq: "abc" is not an integer`, dialects: []string{"sqlite"}},
-		{name: "CreatedAtNotATime", cols: seed + ", created_at", vals: `'p', 'T', '{}', 'yesterday'`,
+		{name: "CreatedAtNotATime", cols: seed("created_at"), vals: vals("p", "T", "{}", "yesterday"),
 			reason: `malformed row: created_at: cannot parse time "yesterday"`, dialects: []string{"sqlite"}},
 		// Well-formed: delivered as they are.
-		{name: "SeedColumnsOnly", cols: seed, vals: `'p', 'T', '{"a":1}'`},
-		{name: "HeadersNull", cols: seed + ", headers", vals: `'p', 'T', '{}', 'null'`},
-		{name: "HeadersOfStrings", cols: seed + ", headers", vals: `'p', 'T', '{}', '{"k":"v"}'`},
-		{name: "PayloadScalar", cols: seed, vals: `'p', 'T', '42'`},
+		{name: "SeedColumnsOnly", cols: seed(), vals: vals("p", "T", `{"a":1}`)},
+		{name: "HeadersNull", cols: seed("headers"), vals: vals("p", "T", "{}", "null")},
+		{name: "HeadersOfStrings", cols: seed("headers"), vals: vals("p", "T", "{}", `{"k":"v"}`)},
+		{name: "PayloadScalar", cols: seed(), vals: vals("p", "T", "42")},
 	}
 }
 
 // insertRaw writes r with id into s's table, by hand.
 func (b *bundle[TTx]) insertRaw(t *testing.T, r rawRow, id string) {
 	t.Helper()
-	dialect := b.store.Dialect()
-	table := `"` + b.store.Table() + `"`
+	write := rawWriter(b.h)
+	require.NotNil(t, write, "the case needs Harness.InsertRaw or Harness.Exec")
+	write(b.ctx, t, b.store, RawRow{ID: id, Columns: r.cols, Values: r.vals, Unchecked: r.unchecked})
+}
+
+// insertSQL is the INSERT that writes r into s's table: its values are SQL
+// text literals.
+func insertSQL(s ferrystore.Store, r RawRow) string {
+	dialect := s.Dialect()
+	table := `"` + s.Table() + `"`
 	if dialect == "mysql" {
-		table = "`" + b.store.Table() + "`"
+		table = "`" + s.Table() + "`"
 	}
-	q := fmt.Sprintf("INSERT INTO %s (event_id, %s) VALUES ('%s', %s)", table, r.cols, id, r.vals)
-	if r.unchecked {
+	vals := make([]string, len(r.Values))
+	for i, v := range r.Values {
+		vals[i] = "'" + strings.ReplaceAll(v, "'", "''") + "'"
+	}
+	q := fmt.Sprintf("INSERT INTO %s (event_id, %s) VALUES ('%s', %s)", table, strings.Join(r.Columns, ", "), r.ID,
+		strings.Join(vals, ", "))
+	if r.Unchecked {
 		switch dialect {
 		case "mysql": // MariaDB's JSON is LONGTEXT with a CHECK (json_valid)
 			q = "SET STATEMENT check_constraint_checks = 0 FOR " + q
@@ -84,7 +101,7 @@ func (b *bundle[TTx]) insertRaw(t *testing.T, r rawRow, id string) {
 			q = "PRAGMA ignore_check_constraints = ON; " + q + "; PRAGMA ignore_check_constraints = OFF"
 		}
 	}
-	b.h.Exec(b.ctx, t, b.store, q)
+	return q
 }
 
 // exercisePoison checks that rows the relay cannot turn into messages
@@ -92,9 +109,7 @@ func (b *bundle[TTx]) insertRaw(t *testing.T, r rawRow, id string) {
 // with its reason (ferrytype.TransitionMalformed), every other row of the
 // batch is claimed as usual, and operators can still read them.
 func exercisePoison[TTx any](t *testing.T, h Harness[TTx]) {
-	if h.Exec == nil {
-		t.Skip("the harness cannot run raw SQL")
-	}
+	needs(t, rawWriter(h) != nil, "InsertRaw (nor Exec)", "the malformed rows are written by hand")
 	for _, ordered := range []bool{false, true} {
 		t.Run(fmt.Sprintf("MalformedRowsEndDeadAndTheBatchIsClaimed/ordered=%v", ordered), func(t *testing.T) {
 			b := setup(t, h)
@@ -107,7 +122,7 @@ func exercisePoison[TTx any](t *testing.T, h Harness[TTx]) {
 				// Each row has its own aggregate, so that none holds back
 				// another in an ordered claim.
 				id := fmt.Sprintf("raw-%02d-%s", i, r.name)
-				r.vals = strings.Replace(r.vals, "'p'", "'"+id+"'", 1)
+				r.vals = append([]string{id}, r.vals[1:]...)
 				b.insertRaw(t, r, id)
 				if r.reason == "" {
 					good = append(good, id)

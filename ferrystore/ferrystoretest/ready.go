@@ -37,9 +37,8 @@ func exerciseReady[TTx any](t *testing.T, h Harness[TTx]) {
 
 	t.Run("UncommittedEventIsNotReady", func(t *testing.T) {
 		b := setup(t, h)
-		if h.LockRow == nil {
-			t.Skip("a writer's open transaction blocks readers on this database")
-		}
+		needs(t, h.LockRow != nil || h.ReadsBesideWriters, "LockRow nor ReadsBesideWriters",
+			"a writer's open transaction blocks readers on this database")
 		tx, _, rollback := h.Begin(b.ctx, t, b.store)
 		_, err := b.ob.EnqueueTx(b.ctx, tx, ev("A", "1", `{}`))
 		require.NoError(t, err)

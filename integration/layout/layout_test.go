@@ -335,6 +335,22 @@ func TestLibraryPackagesLinkNoTestBed(t *testing.T) {
 	}
 }
 
+// The in-memory store (ferrymem) links the standard library and the core's
+// own packages, nothing else: a user's unit test that runs on it gets no
+// module it did not have (no driver, not even uuid or testify).
+func TestMemStoreLinksOnlyTheCore(t *testing.T) {
+	t.Parallel()
+	dir := root(t)
+	pkg := core + "/ferrystore/ferrymem"
+	out := run(t, dir, nil, "go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}} {{.Module.Path}}{{end}}", pkg)
+	lines := strings.Split(out, "\n")
+	require.Contains(t, lines, pkg+" "+core, "go list read the package")
+	for _, line := range lines {
+		dep, mod, _ := strings.Cut(line, " ")
+		require.Equal(t, core, mod, "%s links %s, of module %s", pkg, dep, mod)
+	}
+}
+
 // The ferry command (what runs `ferry relay`) links no test bed: not the
 // reference shop, not the crash code, not the test services, the fault
 // proxy or a test library.
