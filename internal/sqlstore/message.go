@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -75,11 +76,20 @@ func DecodeMessage(v []any) (ferrytype.Message, error) {
 	m.AggregateID = str(2, false)
 	m.Sequence = num(3)
 	m.Type = str(4, true)
-	payload := str(5, true)
-	if payload != "" && !json.Valid([]byte(payload)) {
+	// The payload is the event's largest value: copied once, from the
+	// driver's value, and checked as bytes.
+	payload, null, perr := bytesValue(v[5])
+	switch {
+	case perr != nil:
+		fail(5, perr)
+	case null:
+		fail(5, errNull)
+	case len(payload) == 0:
+		fail(5, errEmpty)
+	case !json.Valid(payload):
 		fail(5, errNotJSON)
 	}
-	m.Payload = []byte(payload)
+	m.Payload = payload
 	headers := str(6, false)
 	h, err := decodeHeaders([]byte(headers))
 	if err != nil {
@@ -130,6 +140,21 @@ func textValue(v any) (s string, null bool, err error) {
 		return strconv.FormatFloat(x, 'g', -1, 64), false, nil
 	}
 	return "", false, fmt.Errorf("a %T, not text", v)
+}
+
+// bytesValue reads a text column's driver value as a copy of its bytes:
+// the value may be the driver's own buffer.
+func bytesValue(v any) (b []byte, null bool, err error) {
+	switch x := v.(type) {
+	case nil:
+		return nil, true, nil
+	case []byte:
+		return bytes.Clone(x), false, nil
+	case string:
+		return []byte(x), false, nil
+	}
+	s, null, err := textValue(v)
+	return []byte(s), null, err
 }
 
 // intValue reads an integer column's driver value; NULL is 0.
