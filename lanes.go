@@ -82,7 +82,7 @@ type laneState struct {
 	mu       sync.Mutex
 	changed  chan struct{} // closed when allowed changes
 	active   atomic.Int64  // lanes inside a cycle
-	claiming atomic.Int64 // lanes inside a claim
+	claiming atomic.Int64  // lanes inside a claim
 	// heldBack is set when an ordered claim, woken while another lane's
 	// batch was in flight, found nothing: the ready events wait for that
 	// batch. The probe then waits for the lanes to go idle.

@@ -271,7 +271,9 @@ func (m *maintainer) forget(ctx context.Context) {
 // policy: back to NEW after a delay, or DEAD past the attempt limit.
 func (m *maintainer) sweep(run *runner.Runner) {
 	_ = m.giveBack(run, "expired leases", "lease expired before an outcome was recorded",
-		func(ctx context.Context) ([]ferrystore.Claimed, error) { return m.store.ExpiredClaims(ctx, m.cfg.SweepBatch) })
+		func(ctx context.Context) ([]ferrystore.Claimed, error) {
+			return m.store.ExpiredClaims(ctx, m.cfg.SweepBatch)
+		})
 }
 
 // returnDead returns at once the claims of the relays whose last beat is
@@ -300,7 +302,9 @@ func (m *maintainer) returnDead(run *runner.Runner, beats []ferrystore.RelayBeat
 		why := fmt.Sprintf("relay %s stopped beating %s ago; its claim was returned before its lease ended",
 			b.ID, silent.Round(time.Second))
 		if m.giveBack(run, "the claims of a relay that stopped beating", why,
-			func(ctx context.Context) ([]ferrystore.Claimed, error) { return m.store.ClaimsOf(ctx, b.Claims, m.cfg.SweepBatch) },
+			func(ctx context.Context) ([]ferrystore.Claimed, error) {
+				return m.store.ClaimsOf(ctx, b.Claims, m.cfg.SweepBatch)
+			},
 			"dead_relay", b.ID, "silent_for", silent.Round(time.Millisecond)) {
 			m.returned[b.Claims] = true
 		}

@@ -64,20 +64,42 @@ func (p *pipeline) run(ctx context.Context, token string, leaseEnd time.Time, ms
 	return p.settle(ctx, token, leaseEnd, msgs, results)
 }
 
+// outcomes is a batch's results sorted by the mark each needs.
+type outcomes struct {
+	sent   []string             // confirmed: marked SENT
+	fails  []ferrystore.Failure // returned, rejected or unknown: through the retry policy
+	unsent []string             // never left the process: given back
+	// With a hook that counts by destination: the messages marked SENT,
+	// in order, and the destination of each failed one.
+	sentMsgs []*ferrytype.Message
+	route    map[string]string
+}
+
 // settle records each message's outcome under the claim's lease token.
 func (p *pipeline) settle(ctx context.Context, token string, leaseEnd time.Time, msgs []ferrytype.Message,
 	results []ferrytype.PublishResult) batchOutcome {
 	out := batchOutcome{retryIn: -1}
-	sent := make([]string, 0, len(msgs))
-	var (
-		fails  []ferrystore.Failure
-		unsent []string
-		// With a hook that counts by destination: the messages marked
-		// SENT, in order, and the destination of each failed one.
-		wantDest = p.hooks.wantDestinations()
-		sentMsgs []*ferrytype.Message
-		route    map[string]string
-	)
+	o := p.sort(ctx, token, msgs, results, &out)
+	if out.notSent = len(o.unsent); out.notSent > 0 {
+		out.answered = false
+		p.c.notSent.Add(int64(len(o.unsent)))
+		p.release(ctx, token, leaseEnd, o.unsent)
+	}
+	if len(o.sent) > 0 {
+		p.markSent(ctx, token, leaseEnd, o.sent, o.sentMsgs)
+	}
+	if len(o.fails) > 0 {
+		out.retryIn = p.markFailed(ctx, token, leaseEnd, o.fails, o.route)
+	}
+	return out
+}
+
+// sort sorts a batch's results by the mark each needs, counts and logs
+// each failure, and notes in out what the batch says of the broker.
+func (p *pipeline) sort(ctx context.Context, token string, msgs []ferrytype.Message, results []ferrytype.PublishResult,
+	out *batchOutcome) outcomes {
+	o := outcomes{sent: make([]string, 0, len(msgs))}
+	wantDest := p.hooks.wantDestinations()
 	for i := range msgs {
 		m, res := &msgs[i], results[i]
 		if res.Outcome != ferrytype.OutcomeUnknown {
@@ -90,15 +112,15 @@ func (p *pipeline) settle(ctx context.Context, token string, leaseEnd time.Time,
 		}
 		if res.NotSent() {
 			// It never left the process: not the event's fault.
-			unsent = append(unsent, m.ID)
+			o.unsent = append(o.unsent, m.ID)
 			out.notSentErr = res.Err
 			continue
 		}
 		switch res.Outcome {
 		case ferrytype.OutcomeConfirmed:
-			sent = append(sent, m.ID)
+			o.sent = append(o.sent, m.ID)
 			if wantDest {
-				sentMsgs = append(sentMsgs, m)
+				o.sentMsgs = append(o.sentMsgs, m)
 			}
 			if res.Duplicate {
 				p.c.duplicates.Add(1)
@@ -116,13 +138,13 @@ func (p *pipeline) settle(ctx context.Context, token string, leaseEnd time.Time,
 		if res.Err != nil {
 			msg += ": " + res.Err.Error()
 		}
-		fails = append(fails, ferrystore.Failure{ID: m.ID, Token: token, Dead: dead, Delay: delay,
+		o.fails = append(o.fails, ferrystore.Failure{ID: m.ID, Token: token, Dead: dead, Delay: delay,
 			Error: fmt.Sprintf("attempt %d: %s", m.Attempt, msg)})
 		if wantDest {
-			if route == nil {
-				route = map[string]string{}
+			if o.route == nil {
+				o.route = map[string]string{}
 			}
-			route[m.ID] = m.Route()
+			o.route[m.ID] = m.Route()
 		}
 		level := slog.LevelWarn
 		if dead {
@@ -131,55 +153,65 @@ func (p *pipeline) settle(ctx context.Context, token string, leaseEnd time.Time,
 		p.log.Log(ctx, level, "publish not confirmed", "event_id", m.ID, "event_type", m.Type,
 			"attempt", m.Attempt, "outcome", res.Outcome.String(), "error", res.Err, "dead", dead, "retry_in", delay)
 	}
-	if out.notSent = len(unsent); out.notSent > 0 {
-		out.answered = false
-		p.c.notSent.Add(int64(len(unsent)))
-		n, err := retryMark(ctx, leaseEnd, func() (int64, error) { return p.store.Release(ctx, token, unsent) })
-		if err != nil {
-			p.c.errors.Add(1)
-			p.log.Error("giving back unsent events failed; the sweeper will return them after their lease",
-				"error", err, "token", token, "events", len(unsent))
-		} else {
-			p.c.released.Add(n)
-			p.hooks.release(n)
-			p.fenced(token, int64(len(unsent))-n)
-		}
+	return o
+}
+
+// release gives back to NEW the events whose publish never left the
+// process, with the claim's attempt taken back.
+func (p *pipeline) release(ctx context.Context, token string, leaseEnd time.Time, ids []string) {
+	n, err := retryMark(ctx, leaseEnd, func() (int64, error) { return p.store.Release(ctx, token, ids) })
+	if err != nil {
+		p.c.errors.Add(1)
+		p.log.Error("giving back unsent events failed; the sweeper will return them after their lease",
+			"error", err, "token", token, "events", len(ids))
+		return
 	}
-	if len(sent) > 0 {
-		n, err := retryMark(ctx, leaseEnd, func() (int64, error) { return p.store.MarkSent(ctx, token, sent) })
-		if err != nil {
-			p.c.errors.Add(1)
-			p.log.Error("mark sent failed; the events will be published again after their lease", "error", err,
-				"token", token, "events", len(sent))
-		} else {
-			p.c.confirmed.Add(n)
-			p.hooks.settle(n, 0, 0)
-			if wantDest {
-				// Fenced rows (fewer than asked) are not known by id:
-				// count the first n in batch order.
-				var t destTally
-				for _, m := range sentMsgs[:min(int(n), len(sentMsgs))] {
-					t.add(m.Route(), 1, 0, 0)
-				}
-				p.hooks.settleDest(t)
-			}
-			p.fenced(token, int64(len(sent))-n)
-		}
+	p.c.released.Add(n)
+	p.hooks.release(n)
+	p.fenced(token, int64(len(ids))-n)
+}
+
+// markSent marks SENT the confirmed events; msgs are their messages when
+// a hook counts by destination.
+func (p *pipeline) markSent(ctx context.Context, token string, leaseEnd time.Time, ids []string, msgs []*ferrytype.Message) {
+	n, err := retryMark(ctx, leaseEnd, func() (int64, error) { return p.store.MarkSent(ctx, token, ids) })
+	if err != nil {
+		p.c.errors.Add(1)
+		p.log.Error("mark sent failed; the events will be published again after their lease", "error", err,
+			"token", token, "events", len(ids))
+		return
 	}
-	if len(fails) > 0 {
-		res, err := retryMark(ctx, leaseEnd, func() (ferrystore.MarkFailedResult, error) { return p.store.MarkFailed(ctx, fails) })
-		if err != nil {
-			p.c.errors.Add(1)
-			p.log.Error("mark failed attempts failed; the sweeper will return the events", "error", err, "token", token)
-			return out
+	p.c.confirmed.Add(n)
+	p.hooks.settle(n, 0, 0)
+	if p.hooks.wantDestinations() {
+		// Fenced rows (fewer than asked) are not known by id: count the
+		// first n in batch order.
+		var t destTally
+		for _, m := range msgs[:min(int(n), len(msgs))] {
+			t.add(m.Route(), 1, 0, 0)
 		}
-		if len(res.Retried) > 0 {
-			out.retryIn = minDelay(fails)
-		}
-		recordFailed(p.c, p.hooks, res, route)
-		p.fenced(token, int64(len(res.Fenced)))
+		p.hooks.settleDest(t)
 	}
-	return out
+	p.fenced(token, int64(len(ids))-n)
+}
+
+// markFailed records the failed attempts through the retry policy, and
+// returns the shortest delay of the events put back to NEW (negative when
+// none was).
+func (p *pipeline) markFailed(ctx context.Context, token string, leaseEnd time.Time, fails []ferrystore.Failure,
+	route map[string]string) time.Duration {
+	res, err := retryMark(ctx, leaseEnd, func() (ferrystore.MarkFailedResult, error) { return p.store.MarkFailed(ctx, fails) })
+	if err != nil {
+		p.c.errors.Add(1)
+		p.log.Error("mark failed attempts failed; the sweeper will return the events", "error", err, "token", token)
+		return -1
+	}
+	recordFailed(p.c, p.hooks, res, route)
+	p.fenced(token, int64(len(res.Fenced)))
+	if len(res.Retried) == 0 {
+		return -1
+	}
+	return minDelay(fails)
 }
 
 // recordFailed counts and reports what MarkFailed did, for a batch's
