@@ -1,7 +1,6 @@
 package sqlstore
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -76,8 +75,8 @@ func DecodeMessage(v []any) (ferrytype.Message, error) {
 	m.AggregateID = str(2, false)
 	m.Sequence = num(3)
 	m.Type = str(4, true)
-	// The payload is the event's largest value: copied once, from the
-	// driver's value, and checked as bytes.
+	// The payload is the event's largest value: taken as the driver
+	// returned it, and checked as bytes.
 	payload, null, perr := bytesValue(v[5])
 	switch {
 	case perr != nil:
@@ -142,14 +141,15 @@ func textValue(v any) (s string, null bool, err error) {
 	return "", false, fmt.Errorf("a %T, not text", v)
 }
 
-// bytesValue reads a text column's driver value as a copy of its bytes:
-// the value may be the driver's own buffer.
+// bytesValue reads a text column's driver value as bytes. A []byte is
+// taken as it is: what database/sql and pgx scan into *any is a copy the
+// caller owns, never the driver's buffer.
 func bytesValue(v any) (b []byte, null bool, err error) {
 	switch x := v.(type) {
 	case nil:
 		return nil, true, nil
 	case []byte:
-		return bytes.Clone(x), false, nil
+		return x, false, nil
 	case string:
 		return []byte(x), false, nil
 	}
