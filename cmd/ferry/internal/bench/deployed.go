@@ -3,9 +3,12 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,11 +20,13 @@ import (
 )
 
 // drainRun is one drain: its rate, each party's CPU per event, and the
-// statements the database server counted per event.
+// statements the database server counted per event; for relay processes,
+// the CPU time each spent starting (StartCPU, not in CPU.Relay).
 type drainRun struct {
 	Rate       float64
 	CPU        CPU
 	Statements Statements
+	StartCPU   time.Duration
 }
 
 // cpuClock is the CPU time of the servers, and the database's count of
@@ -57,15 +62,25 @@ func (c *cpuClock) stop(ctx context.Context, n int, relay time.Duration, relayMe
 // environment env, on t's table and b's destination, with args added to
 // the defaults.
 func relayProcess(ctx context.Context, binary string, env []string, t *Target, b *Broker, args ...string) (*exec.Cmd, *bytes.Buffer, error) {
+	return relayProcessTo(ctx, binary, env, t, b, nil, args...)
+}
+
+// relayProcessTo is relayProcess whose output also goes to w, when not
+// nil.
+func relayProcessTo(ctx context.Context, binary string, env []string, t *Target, b *Broker, w io.Writer, args ...string) (*exec.Cmd, *bytes.Buffer, error) {
 	all := append([]string{"relay", "--database-url", t.url, "--table", t.Store.Table()}, b.relayArgs()...)
 	cmd := exec.CommandContext(ctx, binary, append(all, args...)...)
 	cmd.Env = append(os.Environ(), env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := new(bytes.Buffer)
+	var to io.Writer = out
+	if w != nil {
+		to = io.MultiWriter(out, w)
+	}
+	cmd.Stdout, cmd.Stderr = to, to
 	if err := cmd.Start(); err != nil {
 		return nil, nil, fmt.Errorf("start %s relay: %w", binary, err)
 	}
-	return cmd, &out, nil
+	return cmd, out, nil
 }
 
 // processArgs are the flags a relay process gets beyond the defaults:
@@ -85,19 +100,27 @@ func processArgs(spec RelaySpec) []string {
 }
 
 // drainProcesses drains n pre-filled events with spec.Relays ferry relay
-// --drain processes, from their start to the last one's exit.
+// --drain processes. The rate is measured from the first process's start
+// line ("relay started": its connections are up and its lanes claim) to
+// the last one's exit, and each process's CPU from its start line to its
+// exit: what the processes spend relaying, without the start of a Go
+// binary and its connections (about 70 ms of CPU a process here, which a
+// daemon spends once, not per event: startCPU reports it).
 func drainProcesses(ctx context.Context, t *Target, b *Broker, n int, spec RelaySpec, binary string, env []string, m *meter) (drainRun, error) {
 	if err := prepare(ctx, t, b, n); err != nil {
 		return drainRun{}, err
 	}
-	c := m.start(ctx, t)
 	type proc struct {
-		cmd *exec.Cmd
-		out *bytes.Buffer
+		cmd     *exec.Cmd
+		out     *bytes.Buffer
+		started *startLine
 	}
 	procs := make([]proc, 0, spec.Relays)
+	first := make(chan struct{})
+	var once sync.Once
 	for range spec.Relays {
-		cmd, out, err := relayProcess(ctx, binary, env, t, b, append([]string{"--drain"}, processArgs(spec)...)...)
+		sl := &startLine{first: func() { once.Do(func() { close(first) }) }}
+		cmd, out, err := relayProcessTo(ctx, binary, env, t, b, sl, append([]string{"--drain"}, processArgs(spec)...)...)
 		if err != nil {
 			for _, p := range procs {
 				_ = p.cmd.Process.Kill()
@@ -105,22 +128,35 @@ func drainProcesses(ctx context.Context, t *Target, b *Broker, n int, spec Relay
 			}
 			return drainRun{}, err
 		}
-		procs = append(procs, proc{cmd, out})
+		sl.pid = cmd.Process.Pid
+		procs = append(procs, proc{cmd, out, sl})
 	}
+	select {
+	case <-first:
+	case <-ctx.Done():
+		return drainRun{}, ctx.Err()
+	}
+	c := m.start(ctx, t)
 	var (
-		relayCPU time.Duration
-		failed   []string
+		relayCPU, startCPU time.Duration
+		failed             []string
 	)
 	for _, p := range procs {
 		err := p.cmd.Wait()
 		if st := p.cmd.ProcessState; st != nil {
-			relayCPU += st.UserTime() + st.SystemTime()
+			at, ok := p.started.at()
+			if !ok {
+				err = errors.Join(err, errors.New("no \"relay started\" line"))
+			}
+			relayCPU += st.UserTime() + st.SystemTime() - at
+			startCPU += at
 		}
 		if err != nil {
 			failed = append(failed, fmt.Sprintf("%v: %s", err, strings.TrimSpace(p.out.String())))
 		}
 	}
 	run := c.stop(ctx, n, relayCPU, true)
+	run.StartCPU = startCPU / time.Duration(len(procs))
 	if len(failed) > 0 {
 		return drainRun{}, fmt.Errorf("ferry relay --drain: %s", strings.Join(failed, "; "))
 	}
@@ -128,6 +164,39 @@ func drainProcesses(ctx context.Context, t *Target, b *Broker, n int, spec Relay
 		return drainRun{}, err
 	}
 	return run, b.expect(ctx, n)
+}
+
+// startLine watches a relay process's output for its start line, and
+// reads the process's CPU time when it comes.
+type startLine struct {
+	pid   int
+	first func() // called at the start line
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	cpu   time.Duration
+	seen  bool
+}
+
+func (s *startLine) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.seen {
+		s.buf.Write(p)
+		if bytes.Contains(s.buf.Bytes(), []byte("relay started")) {
+			s.seen = true
+			s.cpu, _, _ = statCPU(strconv.Itoa(s.pid))
+			s.buf.Reset()
+			s.first()
+		}
+	}
+	return len(p), nil
+}
+
+// at returns the process's CPU time at its start line.
+func (s *startLine) at() (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cpu, s.seen
 }
 
 // drainPlain drains n pre-filled events with loops plain relay loops.

@@ -330,7 +330,8 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 					return rep.partial(), fmt.Errorf("relay process drain: %w", err)
 				}
 				rep.RelayProcess = append(rep.RelayProcess, figure(n, ordered, r))
-				say("relay: %d ferry relay process(es), ordered=%v: %.0f events/s, CPU µs/event %s, statements/event %s", n, ordered, r.Rate, r.CPU, r.Statements)
+				say("relay: %d ferry relay process(es), ordered=%v: %.0f events/s, CPU µs/event %s (start, not counted: %s a process), statements/event %s",
+					n, ordered, r.Rate, r.CPU, r.StartCPU.Round(time.Millisecond), r.Statements)
 			}
 		}
 	}
