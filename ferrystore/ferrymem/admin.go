@@ -20,7 +20,7 @@ func (s *Store) Ping(ctx context.Context) error { return ctx.Err() }
 // CountByStatus counts the rows in each of statuses.
 func (s *Store) CountByStatus(ctx context.Context, statuses ...ferrytype.Status) (map[ferrytype.Status]int64, error) {
 	out := map[ferrytype.Status]int64{}
-	err := s.db.read(ctx, func(time.Time) error {
+	err := s.db.statement(ctx, func(time.Time) error {
 		for _, st := range statuses {
 			out[st] = s.t.counts[st]
 		}
@@ -47,7 +47,7 @@ func (s *Store) PendingByDestination(ctx context.Context, limit int) ([]ferrysto
 		return nil, err
 	}
 	var out []ferrystore.DestinationStats
-	err := s.db.read(ctx, func(now time.Time) error {
+	err := s.db.statement(ctx, func(now time.Time) error {
 		groups := map[string]*ferrystore.DestinationStats{}
 		oldest := map[string]time.Time{}
 		for _, r := range s.t.pending {
@@ -88,7 +88,7 @@ func (s *Store) DeadByDestination(ctx context.Context, limit int) ([]ferrystore.
 		return nil, err
 	}
 	var out []ferrystore.DestinationCount
-	err := s.db.read(ctx, func(time.Time) error {
+	err := s.db.statement(ctx, func(time.Time) error {
 		counts := map[string]int64{}
 		for _, r := range s.t.rows {
 			if r.status == ferrytype.StatusDead {
@@ -112,7 +112,7 @@ func (s *Store) DeadByDestination(ctx context.Context, limit int) ([]ferrystore.
 // Attempts counts the NEW and SENDING rows by status and attempts.
 func (s *Store) Attempts(ctx context.Context) ([]ferrystore.AttemptCount, error) {
 	var out []ferrystore.AttemptCount
-	err := s.db.read(ctx, func(time.Time) error {
+	err := s.db.statement(ctx, func(time.Time) error {
 		type group struct {
 			status   ferrytype.Status
 			attempts int
@@ -213,7 +213,7 @@ func (s *Store) GroupErrors(ctx context.Context, f ferrystore.Filter) ([]ferryst
 		return nil, err
 	}
 	var out []ferrystore.ErrorGroup
-	err := s.db.read(ctx, func(now time.Time) error {
+	err := s.db.statement(ctx, func(now time.Time) error {
 		type key struct{ dest, typ, class string }
 		groups := map[key]*ferrystore.ErrorGroup{}
 		for _, r := range s.selection(f, now) {
@@ -248,7 +248,7 @@ func (s *Store) List(ctx context.Context, f ferrystore.Filter) ([]ferrystore.Row
 		return nil, err
 	}
 	var out []ferrystore.Row
-	err := s.db.read(ctx, func(now time.Time) error {
+	err := s.db.statement(ctx, func(now time.Time) error {
 		rows := s.selection(f, now)
 		for _, r := range rows[:min(len(rows), f.Limit)] {
 			if f.KeysOnly {
@@ -271,7 +271,7 @@ func (s *Store) Count(ctx context.Context, f ferrystore.Filter) (int64, error) {
 		return 0, err
 	}
 	var n int64
-	err := s.db.read(ctx, func(now time.Time) error {
+	err := s.db.statement(ctx, func(now time.Time) error {
 		match := matcher(f, now)
 		for _, r := range s.t.rows {
 			if match(r) {
@@ -293,7 +293,7 @@ func (s *Store) byID(ctx context.Context, what string, ids []string, from ferryt
 		return 0, err
 	}
 	var n int64
-	err := s.db.read(ctx, func(now time.Time) error {
+	err := s.db.statement(ctx, func(now time.Time) error {
 		for _, id := range ids {
 			if r := s.t.rows[id]; r != nil && r.status == from {
 				change(r, now)
@@ -357,7 +357,7 @@ func (s *Store) SetErrorClass(ctx context.Context, class string, ids []string) (
 		return 0, err
 	}
 	var n int64
-	err := s.db.read(ctx, func(time.Time) error {
+	err := s.db.statement(ctx, func(time.Time) error {
 		for _, id := range ids {
 			if r := s.t.rows[id]; r != nil && r.errorClass == "" {
 				r.errorClass = class
@@ -387,7 +387,7 @@ func (s *Store) PurgeDiscarded(ctx context.Context, olderThan time.Duration, lim
 		return 0, err
 	}
 	var n int64
-	err := s.db.read(ctx, func(now time.Time) error {
+	err := s.db.statement(ctx, func(now time.Time) error {
 		for _, r := range s.purgeableDiscarded(now.Add(-olderThan)) {
 			if n == int64(limit) {
 				break
@@ -406,7 +406,7 @@ func (s *Store) PurgeDiscarded(ctx context.Context, olderThan time.Duration, lim
 // Purgeable counts what PurgeSent and PurgeDiscarded would delete with
 // olderThan, deleting nothing.
 func (s *Store) Purgeable(ctx context.Context, olderThan time.Duration) (sent, discarded int64, err error) {
-	err = s.db.read(ctx, func(now time.Time) error {
+	err = s.db.statement(ctx, func(now time.Time) error {
 		at := now.Add(-olderThan)
 		sent, discarded = int64(len(s.purgeableSent(at))), int64(len(s.purgeableDiscarded(at)))
 		return nil
@@ -439,7 +439,7 @@ func (s *Store) SentEvents(ctx context.Context, q ferrystore.SentEventsQuery) ([
 		return nil, err
 	}
 	var out []ferrystore.Row
-	err := s.db.read(ctx, func(now time.Time) error {
+	err := s.db.statement(ctx, func(now time.Time) error {
 		from, older := now.Add(-q.Window), now.Add(-q.OlderThan)
 		rows := sorted(s.t.rows, func(r *row) bool {
 			return r.status == ferrytype.StatusSent && !r.availableAt.Before(from) && r.availableAt.Before(older) &&

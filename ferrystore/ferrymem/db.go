@@ -58,9 +58,9 @@ func NewDB(cfg *DBConfig) *DB {
 // the times the stores return compare and print as plain times.
 func (db *DB) now() time.Time { return db.clock().Round(0) }
 
-// read runs fn with the database locked, after checking ctx: one
+// statement runs fn with the database locked, after checking ctx: one
 // statement, atomic with respect to every other.
-func (db *DB) read(ctx context.Context, fn func(now time.Time) error) error {
+func (db *DB) statement(ctx context.Context, fn func(now time.Time) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -183,7 +183,7 @@ func (in *Inbox) InsertMarker(ctx context.Context, ex ferrystore.Executor, m fer
 // GetMarker reads a committed marker; ferrytype.ErrNotFound when none.
 func (in *Inbox) GetMarker(ctx context.Context, consumer, key string) (ferrystore.Marker, error) {
 	var m ferrystore.Marker
-	err := in.db.read(ctx, func(time.Time) error {
+	err := in.db.statement(ctx, func(time.Time) error {
 		var ok bool
 		if m, ok = in.markers.rows[markerKey{consumer, key}]; !ok {
 			return fmt.Errorf("marker %s/%s: %w", consumer, key, ferrytype.ErrNotFound)
@@ -201,7 +201,7 @@ func (in *Inbox) GetMarker(ctx context.Context, consumer, key string) (ferrystor
 // of its consumer, key and incoming fingerprint; it returns its id.
 func (in *Inbox) RecordConflict(ctx context.Context, c ferrystore.Conflict) (int64, error) {
 	var id int64
-	err := in.db.read(ctx, func(now time.Time) error {
+	err := in.db.statement(ctx, func(now time.Time) error {
 		t := in.conflicts
 		for _, have := range t.rows {
 			if have.Consumer == c.Consumer && have.Key == c.Key && have.Incoming.Fingerprint == c.Incoming.Fingerprint {
@@ -281,7 +281,7 @@ func (in *Inbox) PurgeMarkers(ctx context.Context, olderThan time.Duration, limi
 		return 0, err
 	}
 	var n int64
-	err := in.db.read(ctx, func(now time.Time) error {
+	err := in.db.statement(ctx, func(now time.Time) error {
 		old := in.markersBefore(now.Add(-olderThan))
 		for _, k := range old[:min(len(old), limit)] {
 			delete(in.markers.rows, k)
@@ -315,7 +315,7 @@ func (in *Inbox) markersBefore(at time.Time) []markerKey {
 // PurgeableMarkers counts the markers older than olderThan.
 func (in *Inbox) PurgeableMarkers(ctx context.Context, olderThan time.Duration) (int64, error) {
 	var n int64
-	err := in.db.read(ctx, func(now time.Time) error {
+	err := in.db.statement(ctx, func(now time.Time) error {
 		n = int64(len(in.markersBefore(now.Add(-olderThan))))
 		return nil
 	})
@@ -337,7 +337,7 @@ func (in *Inbox) Conflicts(ctx context.Context, f ferrystore.ConflictFilter) ([]
 		limit = 10000
 	}
 	var out []ferrystore.Conflict
-	err := in.db.read(ctx, func(time.Time) error {
+	err := in.db.statement(ctx, func(time.Time) error {
 		for _, c := range in.conflicts.rows {
 			if (f.All || c.Status == "OPEN") && (f.Consumer == "" || c.Consumer == f.Consumer) {
 				out = append(out, copyConflict(c))
@@ -355,7 +355,7 @@ func (in *Inbox) Conflicts(ctx context.Context, f ferrystore.ConflictFilter) ([]
 // GetConflict returns one conflict; ferrytype.ErrNotFound when none.
 func (in *Inbox) GetConflict(ctx context.Context, id int64) (ferrystore.Conflict, error) {
 	var out ferrystore.Conflict
-	err := in.db.read(ctx, func(time.Time) error {
+	err := in.db.statement(ctx, func(time.Time) error {
 		c := in.conflicts.rows[id]
 		if c == nil {
 			return fmt.Errorf("conflict %d: %w", id, ferrytype.ErrNotFound)
@@ -373,7 +373,7 @@ func (in *Inbox) GetConflict(ctx context.Context, id int64) (ferrystore.Conflict
 // stamped with the database clock; ferrytype.ErrNotFound when the
 // conflict does not exist or is resolved already.
 func (in *Inbox) ResolveConflict(ctx context.Context, id int64, r ferrystore.Resolution) error {
-	err := in.db.read(ctx, func(now time.Time) error {
+	err := in.db.statement(ctx, func(now time.Time) error {
 		c := in.conflicts.rows[id]
 		if c == nil || c.Status != "OPEN" {
 			return fmt.Errorf("open conflict %d: %w", id, ferrytype.ErrNotFound)
@@ -391,7 +391,7 @@ func (in *Inbox) ResolveConflict(ctx context.Context, id int64, r ferrystore.Res
 // OpenConflicts counts the open conflicts of each consumer that has any.
 func (in *Inbox) OpenConflicts(ctx context.Context) (map[string]int64, error) {
 	out := map[string]int64{}
-	err := in.db.read(ctx, func(time.Time) error {
+	err := in.db.statement(ctx, func(time.Time) error {
 		for _, c := range in.conflicts.rows {
 			if c.Status == "OPEN" {
 				out[c.Consumer]++
@@ -408,7 +408,7 @@ func (in *Inbox) OpenConflicts(ctx context.Context) (map[string]int64, error) {
 // MarkerCount counts the markers of consumer, of all consumers when empty.
 func (in *Inbox) MarkerCount(ctx context.Context, consumer string) (int64, error) {
 	var n int64
-	err := in.db.read(ctx, func(time.Time) error {
+	err := in.db.statement(ctx, func(time.Time) error {
 		for k := range in.markers.rows {
 			if consumer == "" || k.consumer == consumer {
 				n++
@@ -430,7 +430,7 @@ func (in *Inbox) ExistingMarkers(ctx context.Context, consumer string, keys []st
 			ferrystore.MaxListLimit)
 	}
 	out := map[string]bool{}
-	err := in.db.read(ctx, func(time.Time) error {
+	err := in.db.statement(ctx, func(time.Time) error {
 		for _, k := range keys {
 			if _, ok := in.markers.rows[markerKey{consumer, k}]; ok {
 				out[k] = true
@@ -448,7 +448,7 @@ func (in *Inbox) ExistingMarkers(ctx context.Context, consumer string, keys []st
 // the database clock, per consumer and outcome, in that order.
 func (in *Inbox) RecentMarkers(ctx context.Context, within time.Duration) ([]ferrystore.MarkerCount, error) {
 	out := []ferrystore.MarkerCount{}
-	err := in.db.read(ctx, func(now time.Time) error {
+	err := in.db.statement(ctx, func(now time.Time) error {
 		counts := map[[2]string]int64{}
 		for k, m := range in.markers.rows {
 			if !m.CreatedAt.Before(now.Add(-within)) {

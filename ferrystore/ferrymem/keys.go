@@ -185,7 +185,7 @@ func (in *Inbox) ReleaseKey(ctx context.Context, hash, token string) error {
 // GetKey reads a key; ferrytype.ErrNotFound when none.
 func (in *Inbox) GetKey(ctx context.Context, hash string) (ferrystore.IdempotencyKey, error) {
 	var out ferrystore.IdempotencyKey
-	err := in.db.read(ctx, func(now time.Time) error {
+	err := in.db.statement(ctx, func(now time.Time) error {
 		r := in.keys.rows[hash]
 		if r == nil {
 			return ferrytype.ErrNotFound
@@ -223,7 +223,7 @@ func (in *Inbox) PurgeKeys(ctx context.Context, limit int) (int64, error) {
 		return 0, err
 	}
 	var n int64
-	err := in.db.read(ctx, func(now time.Time) error {
+	err := in.db.statement(ctx, func(now time.Time) error {
 		old := in.expiredKeys(now)
 		for _, h := range old[:min(len(old), limit)] {
 			delete(in.keys.rows, h)
@@ -240,7 +240,7 @@ func (in *Inbox) PurgeKeys(ctx context.Context, limit int) (int64, error) {
 // PurgeableKeys counts the expired keys.
 func (in *Inbox) PurgeableKeys(ctx context.Context) (int64, error) {
 	var n int64
-	err := in.db.read(ctx, func(now time.Time) error {
+	err := in.db.statement(ctx, func(now time.Time) error {
 		for _, r := range in.keys.rows {
 			if !r.expiresAt.After(now) {
 				n++

@@ -410,7 +410,7 @@ func (s *Store) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytyp
 		msgs []ferrytype.Message
 		bad  []sqlstore.Malformed
 	)
-	err := s.db.read(ctx, func(now time.Time) error {
+	err := s.db.statement(ctx, func(now time.Time) error {
 		t := s.t
 		available := func(r *row) bool { return r.status == ferrytype.StatusNew && !r.availableAt.After(now) }
 		var cands []*row
@@ -489,7 +489,7 @@ func (s *Store) sending(id, tok string) *row {
 // (ferrytype.TransitionConfirm).
 func (s *Store) MarkSent(ctx context.Context, tok string, ids []string) (int64, error) {
 	var n int64
-	err := s.db.read(ctx, func(now time.Time) error {
+	err := s.db.statement(ctx, func(now time.Time) error {
 		for _, id := range ids {
 			if r := s.sending(id, tok); r != nil {
 				s.t.move(r, ferrytype.TransitionConfirm)
@@ -509,7 +509,7 @@ func (s *Store) MarkSent(ctx context.Context, tok string, ids []string) (int64, 
 // token going back to NEW after its delay or to DEAD, in one step.
 func (s *Store) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (ferrystore.MarkFailedResult, error) {
 	changed := make([]bool, len(fails))
-	err := s.db.read(ctx, func(now time.Time) error {
+	err := s.db.statement(ctx, func(now time.Time) error {
 		for i, f := range fails {
 			r := s.sending(f.ID, f.Token)
 			if r == nil {
@@ -536,7 +536,7 @@ func (s *Store) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (fer
 // (ferrytype.TransitionRelease).
 func (s *Store) Release(ctx context.Context, tok string, ids []string) (int64, error) {
 	var n int64
-	err := s.db.read(ctx, func(now time.Time) error {
+	err := s.db.statement(ctx, func(now time.Time) error {
 		for _, id := range ids {
 			if r := s.sending(id, tok); r != nil {
 				s.t.move(r, ferrytype.TransitionRelease)
@@ -560,7 +560,7 @@ func (s *Store) ExpiredClaims(ctx context.Context, limit int) ([]ferrystore.Clai
 		return nil, err
 	}
 	var out []ferrystore.Claimed
-	err := s.db.read(ctx, func(now time.Time) error {
+	err := s.db.statement(ctx, func(now time.Time) error {
 		rows := sorted(s.t.pending, func(r *row) bool {
 			return r.status == ferrytype.StatusSending && r.lockedUntil.Before(now)
 		}, func(a, b *row) int {
@@ -587,7 +587,7 @@ func (s *Store) ClaimsOf(ctx context.Context, prefix string, limit int) ([]ferry
 		return nil, fmt.Errorf("%w: claims of %s: limit %d must be positive", ferrytype.ErrInvalidConfig, prefix, limit)
 	}
 	var out []ferrystore.Claimed
-	err := s.db.read(ctx, func(time.Time) error {
+	err := s.db.statement(ctx, func(time.Time) error {
 		rows := sorted(s.t.pending, func(r *row) bool {
 			return r.status == ferrytype.StatusSending && strings.HasPrefix(r.token, prefix+".")
 		}, before)
@@ -610,7 +610,7 @@ func (s *Store) PurgeSent(ctx context.Context, olderThan time.Duration, limit in
 		return 0, err
 	}
 	var n int64
-	err := s.db.read(ctx, func(now time.Time) error {
+	err := s.db.statement(ctx, func(now time.Time) error {
 		for _, r := range s.purgeableSent(now.Add(-olderThan)) {
 			if n == int64(limit) {
 				break
@@ -637,7 +637,7 @@ func (s *Store) purgeableSent(at time.Time) []*row {
 // Ready reports whether a NEW row is available now.
 func (s *Store) Ready(ctx context.Context) (bool, error) {
 	var found bool
-	err := s.db.read(ctx, func(now time.Time) error {
+	err := s.db.statement(ctx, func(now time.Time) error {
 		for _, r := range s.t.pending {
 			if r.status == ferrytype.StatusNew && !r.availableAt.After(now) {
 				found = true
@@ -655,7 +655,7 @@ func (s *Store) Ready(ctx context.Context) (bool, error) {
 // Pending reports whether any row is NEW or SENDING.
 func (s *Store) Pending(ctx context.Context) (bool, error) {
 	var found bool
-	err := s.db.read(ctx, func(time.Time) error {
+	err := s.db.statement(ctx, func(time.Time) error {
 		found = len(s.t.pending) > 0
 		return nil
 	})
@@ -668,7 +668,7 @@ func (s *Store) Pending(ctx context.Context) (bool, error) {
 // Stats counts the rows by status and measures the oldest pending row.
 func (s *Store) Stats(ctx context.Context) (ferrystore.Stats, error) {
 	var st ferrystore.Stats
-	err := s.db.read(ctx, func(now time.Time) error {
+	err := s.db.statement(ctx, func(now time.Time) error {
 		t := s.t
 		st.New, st.Sending = t.counts[ferrytype.StatusNew], t.counts[ferrytype.StatusSending]
 		st.Sent, st.Dead = t.counts[ferrytype.StatusSent], t.counts[ferrytype.StatusDead]
@@ -697,7 +697,7 @@ func (s *Store) Stats(ctx context.Context) (ferrystore.Stats, error) {
 // ferrytype.ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (ferrystore.Row, error) {
 	var out ferrystore.Row
-	err := s.db.read(ctx, func(time.Time) error {
+	err := s.db.statement(ctx, func(time.Time) error {
 		r := s.t.rows[id]
 		if r == nil {
 			return fmt.Errorf("event %s: %w", id, ferrytype.ErrNotFound)

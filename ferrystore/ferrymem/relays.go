@@ -45,7 +45,7 @@ func (s *Store) Beat(ctx context.Context, b ferrystore.RelayBeat) error {
 	b.BrokerError = token.Truncate(ferrytype.RedactURL(b.BrokerError), ferrystore.MaxRelayBrokerErrorLen)
 	b.Source = token.Truncate(b.Source, ferrystore.MaxRelaySourceLen)
 	b.StartedAt, b.LastSeen = time.Time{}, time.Time{}
-	err := s.db.read(ctx, func(now time.Time) error {
+	err := s.db.statement(ctx, func(now time.Time) error {
 		r := s.t.relays[b.ID]
 		if r == nil {
 			r = &relayRow{started: now}
@@ -65,7 +65,7 @@ func (s *Store) Beat(ctx context.Context, b ferrystore.RelayBeat) error {
 // process's clock.
 func (s *Store) Relays(ctx context.Context) ([]ferrystore.RelayBeat, error) {
 	out := []ferrystore.RelayBeat{}
-	err := s.db.read(ctx, func(now time.Time) error {
+	err := s.db.statement(ctx, func(now time.Time) error {
 		local := time.Now()
 		for _, r := range s.t.relays {
 			b := r.beat
@@ -83,7 +83,7 @@ func (s *Store) Relays(ctx context.Context) ([]ferrystore.RelayBeat, error) {
 
 // ForgetRelay deletes the relay's row; a relay without one is no error.
 func (s *Store) ForgetRelay(ctx context.Context, id string) error {
-	err := s.db.read(ctx, func(time.Time) error {
+	err := s.db.statement(ctx, func(time.Time) error {
 		delete(s.t.relays, id)
 		return nil
 	})
@@ -100,7 +100,7 @@ func (s *Store) PruneRelays(ctx context.Context, olderThan time.Duration) (int64
 		return 0, fmt.Errorf("%w: prune relays: olderThan %s must be positive", ferrytype.ErrInvalidConfig, olderThan)
 	}
 	var n int64
-	err := s.db.read(ctx, func(now time.Time) error {
+	err := s.db.statement(ctx, func(now time.Time) error {
 		for id, r := range s.t.relays {
 			if r.lastSeen.Before(now.Add(-olderThan)) {
 				delete(s.t.relays, id)
@@ -136,7 +136,7 @@ func (s *Store) AcquireLease(ctx context.Context, name, owner, source string, tt
 	}
 	source = token.Truncate(source, ferrystore.MaxLeaseSourceLen)
 	var st ferrystore.LeaseState
-	err := s.db.read(ctx, func(now time.Time) error {
+	err := s.db.statement(ctx, func(now time.Time) error {
 		l := s.t.leases[name]
 		if l == nil {
 			l = &leaseRow{}
@@ -162,7 +162,7 @@ func (s *Store) RenewLease(ctx context.Context, name, owner string, pos ferrysto
 		return false, err
 	}
 	var renewed bool
-	err := s.db.read(ctx, func(now time.Time) error {
+	err := s.db.statement(ctx, func(now time.Time) error {
 		l := s.t.leases[name]
 		if l == nil || l.owner != owner {
 			return nil
@@ -186,7 +186,7 @@ func (s *Store) ReleaseLease(ctx context.Context, name, owner string) error {
 	if err := ferrystore.ValidateLease(name, owner); err != nil {
 		return err
 	}
-	err := s.db.read(ctx, func(now time.Time) error {
+	err := s.db.statement(ctx, func(now time.Time) error {
 		if l := s.t.leases[name]; l != nil && l.owner == owner {
 			l.owner, l.until = "", now
 		}
@@ -204,7 +204,7 @@ func (s *Store) LeaseState(ctx context.Context, name string) (ferrystore.LeaseSt
 		return ferrystore.LeaseState{}, false, err
 	}
 	st, ok := ferrystore.LeaseState{Name: name}, false
-	err := s.db.read(ctx, func(now time.Time) error {
+	err := s.db.statement(ctx, func(now time.Time) error {
 		if l := s.t.leases[name]; l != nil {
 			st, ok = l.state(name, now), true
 		}
