@@ -85,6 +85,11 @@ func TestRelayReportsSettlesByDestination(t *testing.T) {
 	relaytest.RelayReportsSettlesByDestination(t, memSetup)
 }
 
+func TestRelayBrokerOutageSpendsNoAttempt(t *testing.T) {
+	t.Parallel()
+	relaytest.RelayBrokerOutageSpendsNoAttempt(t, memSetup)
+}
+
 func TestRelayNotSentBacksOffWithoutSpendingAttempts(t *testing.T) {
 	t.Parallel()
 	relaytest.RelayNotSentBacksOffWithoutSpendingAttempts(t, memSetup)

@@ -73,6 +73,10 @@ func memSetup(t *testing.T) *relaytest.Env[*ferrymem.Tx] {
 		SetLeaseToken: func(_ context.Context, t testing.TB, id, token string) {
 			require.NoError(t, ferrymem.UpdateRaw(store, id, []string{"lease_token"}, []string{token}))
 		},
+		// The broker reports its connection: an outage is Disconnect.
+		Outage: func(testing.TB) (relaytest.ConnectedPublisher, func(), func()) {
+			return publisherOf{broker}, func() { broker.Disconnect(nil) }, broker.Reconnect
+		},
 	}
 }
 

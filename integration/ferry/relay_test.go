@@ -79,6 +79,18 @@ func setupRelay(t testing.TB, kind string) *relayBundle {
 				" WHERE event_id = "+b.param(2), token, id)
 			require.NoError(t, err)
 		},
+		// A publisher dialled through a proxy to NATS: an outage is the
+		// proxy cut.
+		Outage: func(t testing.TB) (relaytest.ConnectedPublisher, func(), func()) {
+			url, proxy := testsvc.Proxy(t, testsvc.URL(testsvc.EnvNATS))
+			pub, err := ferrynats.Dial(b.Ctx, url, &ferrynats.DialConfig{
+				Config:  ferrynats.Config{Stream: b.stream},
+				Options: []nats.Option{nats.ReconnectWait(20 * time.Millisecond), nats.ReconnectJitter(0, 0)},
+			})
+			require.NoError(t, err)
+			t.Cleanup(func() { pub.Close() })
+			return pub, proxy.Cut, proxy.Restore
+		},
 		Metrics: func(t testing.TB) (ferry.Hook, func() map[string]float64) {
 			reg := prometheus.NewRegistry()
 			metrics, err := ferryprom.New(reg, nil)

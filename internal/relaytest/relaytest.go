@@ -77,10 +77,21 @@ type Env[TTx any] struct {
 	// SetLeaseToken sets the lease token of row id by hand, as a person's
 	// UPDATE would.
 	SetLeaseToken func(ctx context.Context, t testing.TB, id, token string)
+	// Outage returns a publisher to the broker that reports its
+	// connection, and functions that cut the broker off from it (until it
+	// reports itself disconnected) and restore it.
+	Outage func(t testing.TB) (pub ConnectedPublisher, cut, restore func())
 	// Metrics returns a relay hook that keeps metrics, and a function
 	// that reads its counters by name (ferryprom's), for the checks of the
 	// metrics a relay keeps.
 	Metrics func(t testing.TB) (hook ferry.Hook, counters func() map[string]float64)
+}
+
+// ConnectedPublisher is a publisher that reports its connection to the
+// broker, as those of ferry's adapters do.
+type ConnectedPublisher interface {
+	ferrybroker.Publisher
+	ferrybroker.Connectivity
 }
 
 // Received is a message read back from the broker.
