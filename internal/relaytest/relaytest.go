@@ -36,8 +36,9 @@ type Setup[TTx any] func(t *testing.T) *Env[TTx]
 
 // Env is one migrated outbox table on a database, with the transactions
 // of its users, and one broker destination, which the tests publish to.
-// The fields after Read are what some tests need of a store beyond
-// ferrystore.Driver; a test whose need is nil skips, naming the field.
+// The fields after Read size some tests, and say what a store or broker
+// offers beyond ferrystore.Driver and ferrybroker.Publisher: a test that
+// needs one the Env lacks (nil, false) skips, naming the field.
 type Env[TTx any] struct {
 	// Kind names the store: "memory", "mysql", "postgres", "sqlite".
 	Kind string
@@ -78,8 +79,8 @@ type Env[TTx any] struct {
 	// UPDATE would.
 	SetLeaseToken func(ctx context.Context, t testing.TB, id, token string)
 	// Outage returns a publisher to the broker that reports its
-	// connection, and functions that cut the broker off from it (until it
-	// reports itself disconnected) and restore it.
+	// connection, and functions that cut the broker off from it and
+	// restore it.
 	Outage func(t testing.TB) (pub ConnectedPublisher, cut, restore func())
 	// Metrics returns a relay hook that keeps metrics, and a function
 	// that reads its counters by name (ferryprom's), for the checks of the
