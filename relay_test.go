@@ -119,3 +119,8 @@ func TestRelayHeartbeatConfig(t *testing.T) {
 	t.Parallel()
 	relaytest.RelayHeartbeatConfig(t, memSetup)
 }
+
+func TestRelayWithoutALoggerLogsToTheDefaultLogger(t *testing.T) {
+	// serial: slog.SetDefault replaces the process's default logger, which parallel tests share.
+	relaytest.RelayWithoutALoggerLogsToTheDefaultLogger(t, memSetup)
+}
