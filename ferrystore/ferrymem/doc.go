@@ -56,7 +56,9 @@
 // its Exec and Query fail, naming ferrymem. The stores recognise it and act
 // on the transaction. A test's own business state takes part in the
 // transaction through Tx.OnCommit: a function that runs when, and only if,
-// the transaction commits, together with its markers and events.
+// the transaction commits, together with its markers and events. Rows a
+// hand-written INSERT or UPDATE would leave (a malformed row, a lease
+// taken by a person) are written with InsertRaw and UpdateRaw.
 //
 // # What it does not
 //

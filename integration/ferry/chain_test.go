@@ -29,7 +29,7 @@ import (
 func TestChainOutboxRelayConsumerInbox(t *testing.T) {
 	t.Parallel()
 	producer := setupRelay(t, "postgres")
-	ctx := producer.ctx
+	ctx := producer.Ctx
 	db := testsvc.MySQL(t)
 	m, c, v := testsvc.InboxTables()
 	ib, err := ferrymysql.NewInbox(db, &ferrymysql.InboxConfig{MarkerTable: m, ConflictTable: c, VersionTable: v})
@@ -50,14 +50,14 @@ func TestChainOutboxRelayConsumerInbox(t *testing.T) {
 	enqueue := func(events ...ferry.Event) {
 		tx, err := producer.st.DB.BeginTx(ctx, nil)
 		require.NoError(t, err)
-		_, err = producer.ob.EnqueueTx(ctx, tx, events...)
+		_, err = producer.Outbox.EnqueueTx(ctx, tx, events...)
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit())
 	}
 	paid := func(order, user, amount int64) ferry.Event {
 		body, _ := json.Marshal(orderPaid{OrderID: order, UserID: user, Amount: amount})
 		return ferry.Event{AggregateType: "order", AggregateID: fmt.Sprint(order), Type: "OrderPaid",
-			Payload: body, Destination: producer.subject}
+			Payload: body, Destination: producer.Destination}
 	}
 	for i := int64(1); i <= orders; i++ {
 		user := i%users + 1
@@ -68,18 +68,18 @@ func TestChainOutboxRelayConsumerInbox(t *testing.T) {
 		}
 	}
 	enqueue(paid(7, 8, 9999)) // order 7 again, other user and amount: a conflict
-	enqueue(ferry.Event{Type: "OrderPaid", Payload: json.RawMessage(`{"order_id":"not-a-number"}`), Destination: producer.subject})
+	enqueue(ferry.Event{Type: "OrderPaid", Payload: json.RawMessage(`{"order_id":"not-a-number"}`), Destination: producer.Destination})
 
-	relay := producer.relay(t, producer.publisher(t), &ferry.RelayConfig{PollInterval: 20 * time.Millisecond})
+	relay := producer.Relay(t, producer.CountingPublisher(t), &ferry.RelayConfig{PollInterval: 20 * time.Millisecond})
 	counts := &outcomeCounter{}
 	in, err := ferry.NewInbox(ib, &ferry.InboxConfig{Consumer: "points-award", Hooks: []ferry.Hook{counts}})
 	require.NoError(t, err)
 	js, err := jetstream.New(producer.nc)
 	require.NoError(t, err)
 	// The stream captures prefix.>, so parked copies stay in it.
-	parkSubject := strings.TrimSuffix(producer.subject, ".events") + ".parked"
+	parkSubject := strings.TrimSuffix(producer.Destination, ".events") + ".parked"
 	consumer, err := ferrynats.NewConsumer(js, ferry.InboxHandler(in, decodeOrderPaid, awardPoints(points)), &ferrynats.ConsumerConfig{
-		Stream: producer.stream, Durable: "points", FilterSubjects: []string{producer.subject}, Declare: true,
+		Stream: producer.stream, Durable: "points", FilterSubjects: []string{producer.Destination}, Declare: true,
 		ParkSubject: parkSubject, ConsumerOptions: ferrybroker.ConsumerOptions{Concurrency: 8},
 	})
 	require.NoError(t, err)

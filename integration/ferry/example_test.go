@@ -35,7 +35,9 @@ func startNATS(dir string) *server.Server {
 
 // The whole path on the embedded default: an order and its event commit in
 // one SQLite transaction, a relay publishes the event to JetStream, and the
-// message arrives with the event's id.
+// message arrives with the event's id as its Nats-Msg-Id, by which
+// JetStream drops a republished event. The root package's examples show
+// the same API on the in-memory store and broker.
 func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "ferry-example-")
@@ -109,27 +111,4 @@ func Example() {
 	// Output:
 	// enqueued order-42-paid
 	// published order-42-paid OrderPaid {"orderId":42,"amount":10}
-}
-
-// EnqueueTx validates every event before it writes anything: a bad event
-// is a clear error and the transaction can be rolled back whole.
-func ExampleOutbox_EnqueueTx_invalidPayload() {
-	ctx := context.Background()
-	dir, _ := os.MkdirTemp("", "ferry-example-")
-	defer os.RemoveAll(dir)
-	store, err := ferrysqlite.Open(ctx, "sqlite://"+filepath.Join(dir, "app.db"), nil)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer store.Close()
-	if err := store.Migrate(ctx); err != nil {
-		log.Fatal(err)
-	}
-	outbox, _ := ferry.NewOutbox(store, nil)
-	tx, _ := store.DB().BeginTx(ctx, nil)
-	defer tx.Rollback()
-	_, err = outbox.EnqueueTx(ctx, tx, ferry.Event{Type: "OrderPaid", Payload: json.RawMessage(`{"orderId":`)})
-	fmt.Println(err)
-	// Output:
-	// enqueue event 0 (type "OrderPaid"): ferry: payload is not valid JSON
 }

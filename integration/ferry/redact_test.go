@@ -70,27 +70,27 @@ func TestLibraryLogsCarryNoPassword(t *testing.T) {
 	var buf syncBuffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	b := setupRelay(t, "postgres")
-	b.enqueue(t, 3, func(int) string { return "1" })
+	b.Enqueue(t, 3, func(int) string { return "1" })
 
 	natsURL, natsProxy := testsvc.Proxy(t, testsvc.URL(testsvc.EnvNATS))
 	natsURL = strings.Replace(natsURL, "nats://", "nats://ferry:"+secret+"@", 1)
-	pub, err := ferrynats.Dial(b.ctx, natsURL, &ferrynats.DialConfig{Config: ferrynats.Config{Stream: b.stream}})
+	pub, err := ferrynats.Dial(b.Ctx, natsURL, &ferrynats.DialConfig{Config: ferrynats.Config{Stream: b.stream}})
 	require.NoError(t, err)
 	t.Cleanup(func() { pub.Close() })
 	dbURL, dbProxy := testsvc.Proxy(t, testsvc.URL(testsvc.EnvPostgres))
 	dbURL = strings.Replace(dbURL, "postgres@", "postgres:"+secret+"@", 1) + "&connect_timeout=2"
-	store, err := ferrypg.Open(b.ctx, dbURL, &ferrypg.Config{Table: b.st.Driver.Table()})
+	store, err := ferrypg.Open(b.Ctx, dbURL, &ferrypg.Config{Table: b.st.Driver.Table()})
 	require.NoError(t, err)
 	t.Cleanup(func() { store.Close() })
 	tables, err := ferryprom.NewOutboxCollector(prometheus.NewRegistry(), []ferrystore.Store{store},
 		&ferryprom.OutboxConfig{Interval: 20 * time.Millisecond, Logger: log})
 	require.NoError(t, err)
-	require.NoError(t, tables.Start(b.ctx))
+	require.NoError(t, tables.Start(b.Ctx))
 	t.Cleanup(func() { _ = tables.Stop(context.Background()) })
 
 	natsProxy.Cut()
 	dbProxy.Cut()
-	r := b.relay(t, pub, &ferry.RelayConfig{Logger: log, PollInterval: 10 * time.Millisecond,
+	r := b.Relay(t, pub, &ferry.RelayConfig{Logger: log, PollInterval: 10 * time.Millisecond,
 		PublishTimeout: 100 * time.Millisecond, Retry: ferry.ExponentialBackoff{Initial: 5 * time.Millisecond}})
 	// The outage is counted a moment before its log line is written:
 	// wait for the line itself.

@@ -351,6 +351,24 @@ func TestMemStoreLinksOnlyTheCore(t *testing.T) {
 	}
 }
 
+// The test helpers for users (ferrytest) link the standard library and
+// the core's own packages, nothing else: a user's unit test that publishes
+// to its in-memory broker gets no module it did not have.
+func TestTestHelpersLinkOnlyTheCore(t *testing.T) {
+	t.Parallel()
+	dir := root(t)
+	pkg := core + "/ferrytest"
+	out := run(t, dir, nil, "go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}} {{.Module.Path}}{{end}}", pkg)
+	lines := strings.Split(out, "\n")
+	require.Contains(t, lines, pkg+" "+core, "go list read the package")
+	for _, line := range lines {
+		dep, mod, _ := strings.Cut(line, " ")
+		require.Equal(t, core, mod, "%s links %s, of module %s", pkg, dep, mod)
+		require.NotContains(t, dep, "testify", "%s links %s", pkg, dep)
+		require.NotContains(t, dep, "/internal/testenv", "%s links the test bed: %s", pkg, dep)
+	}
+}
+
 // The ferry command (what runs `ferry relay`) links no test bed: not the
 // reference shop, not the crash code, not the test services, the fault
 // proxy or a test library.
