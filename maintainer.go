@@ -217,11 +217,14 @@ func (m *maintainer) share(beats []ferrystore.RelayBeat, ok bool) {
 // deadAfter is how long a relay's last beat may be old before it is dead.
 func (m *maintainer) deadAfter() time.Duration { return deadBeats * m.cfg.Heartbeat.Interval }
 
-// beat writes the relay's row: one statement, bounded by the heartbeat
-// interval (at least a second).
+// beat writes the relay's row: one statement, given all the time a beat
+// may take before the relay counts as dead but one interval (at least a
+// second): a beat that waits for a busy database (a lock, SQLite's one
+// writer) lands late rather than not at all, so that a relay alive is not
+// taken for dead and its claims returned under it.
 func (m *maintainer) beat(ctx context.Context, sent, lastMinute int64) error {
 	hb := m.cfg.Heartbeat
-	ctx, cancel := context.WithTimeout(ctx, max(hb.Interval, time.Second))
+	ctx, cancel := context.WithTimeout(ctx, max((deadBeats-1)*hb.Interval, time.Second))
 	defer cancel()
 	connected, cause := m.outage.state()
 	err := m.registry.Beat(ctx, ferrystore.RelayBeat{
