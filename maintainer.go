@@ -126,7 +126,10 @@ func (m *maintainer) heartbeat(run *runner.Runner) {
 		m.lead(ctx)
 		beats, rerr := m.relays(ctx)
 		m.share(beats, rerr == nil)
-		if m.leading.Load() && rerr == nil {
+		if m.leading.Load() && rerr == nil && err == nil {
+			// A leader whose own beat failed judges no other relay dead:
+			// the database that kept its beat out may keep theirs out
+			// too.
 			m.returnDead(run, beats)
 		}
 		if err == nil && m.leading.Load() && time.Since(lastPrune) >= pruneEvery {
