@@ -128,7 +128,7 @@ func drainProcesses(ctx context.Context, t *Target, b *Broker, n int, spec Relay
 			}
 			return drainRun{}, err
 		}
-		sl.pid = cmd.Process.Pid
+		sl.setPID(cmd.Process.Pid)
 		procs = append(procs, proc{cmd, out, sl})
 	}
 	select {
@@ -184,12 +184,30 @@ func (s *startLine) Write(p []byte) (int, error) {
 		s.buf.Write(p)
 		if bytes.Contains(s.buf.Bytes(), []byte("relay started")) {
 			s.seen = true
-			s.cpu, _, _ = statCPU(strconv.Itoa(s.pid))
 			s.buf.Reset()
+			s.read()
 			s.first()
 		}
 	}
 	return len(p), nil
+}
+
+// setPID names the process, once it started (its output may come
+// first).
+func (s *startLine) setPID(pid int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pid = pid
+	if s.seen {
+		s.read()
+	}
+}
+
+// read reads the process's CPU time, once its pid is known; s.mu held.
+func (s *startLine) read() {
+	if s.pid != 0 {
+		s.cpu, _, _ = statCPU(strconv.Itoa(s.pid))
+	}
 }
 
 // at returns the process's CPU time at its start line.
