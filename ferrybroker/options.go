@@ -95,5 +95,20 @@ func (o ConsumerOptions) Check() error {
 			return fmt.Errorf("%w: ConsumerConfig.%s %s must not be negative", ferrytype.ErrInvalidConfig, d.name, d.v)
 		}
 	}
+	for i, h := range o.Hooks {
+		if !isConsumerHook(h) {
+			return fmt.Errorf("%w: ConsumerConfig.Hooks[%d] (%T) implements none of the consumer's hooks (HookDelivered, "+
+				"HookHandleStart, HookHandled, HookSettled, HookRewound): it would observe nothing", ferrytype.ErrInvalidConfig, i, h)
+		}
+	}
 	return nil
+}
+
+// isConsumerHook reports whether h implements one of the consumer hooks.
+func isConsumerHook(h Hook) bool {
+	switch h.(type) {
+	case HookDelivered, HookHandleStart, HookHandled, HookSettled, HookRewound:
+		return true
+	}
+	return false
 }

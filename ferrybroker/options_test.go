@@ -49,3 +49,16 @@ func TestConsumerOptionsCheckNamesTheField(t *testing.T) {
 		}
 	}
 }
+
+// A hook that implements none of the consumer's hooks would observe
+// nothing: the check refuses it, naming it.
+func TestConsumerOptionsRefuseAHookThatObservesNothing(t *testing.T) {
+	type notAHook struct{}
+	o := ferrybroker.ConsumerOptions{Hooks: []ferrybroker.Hook{ferrybroker.SettledFunc(func(string, *ferrybroker.Delivery,
+		ferrybroker.Settlement) {
+	}), notAHook{}}}.WithDefaults("q")
+	err := o.Check()
+	if !errors.Is(err, ferrytype.ErrInvalidConfig) || !strings.Contains(err.Error(), "ConsumerConfig.Hooks[1] (ferrybroker_test.notAHook)") {
+		t.Fatalf("Check() = %v, want ErrInvalidConfig naming ConsumerConfig.Hooks[1]", err)
+	}
+}
