@@ -169,13 +169,7 @@ func runRow(t *testing.T, sc *chaos.Scenario, db, broker string, full bool) {
 	ctx := testsvc.Context(t, 8*time.Minute)
 	// FERRY_CHAOS_LOG names a directory for each row's process
 	// output (a file a row, each line with its time in the row).
-	var plog io.Writer
-	if d := os.Getenv("FERRY_CHAOS_LOG"); d != "" {
-		f, err := os.Create(filepath.Join(d, sc.Name+"-"+db+"+"+broker+".log"))
-		require.NoError(t, err)
-		defer f.Close()
-		plog = &lockedWriter{w: f, start: time.Now()}
-	}
+	plog := processLog(t, sc.Name+"-"+db+"+"+broker)
 	res, err := chaos.Run(ctx, chaos.Options{
 		DB: db, Broker: broker, Orders: orders, Rate: rate, Bin: shopBin, KfakeBin: kfakeBin, Out: testWriter{t}, Log: plog,
 		MinFaults: 10 * time.Second, Settle: 3 * time.Minute,
@@ -228,8 +222,9 @@ func TestLogRelayScenarios(t *testing.T) {
 					}
 					testsvc.RabbitMQ(t)
 					ctx := testsvc.Context(t, 8*time.Minute)
+					plog := processLog(t, r.sc.Name+"-"+r.db+"-log+amqp")
 					res, err := chaos.Run(ctx, chaos.Options{
-						DB: r.db, Broker: "amqp", Orders: 400, Rate: 20, Bin: shopBin, Out: testWriter{t},
+						DB: r.db, Broker: "amqp", Orders: 400, Rate: 20, Bin: shopBin, Out: testWriter{t}, Log: plog,
 						MinFaults: 10 * time.Second, Settle: 3 * time.Minute, LogRelay: true,
 						MySQLURL: testsvc.URL(testsvc.EnvMySQLBinlog), PostgresURL: testsvc.URL(testsvc.EnvPostgresLogical),
 						AMQPURL: testsvc.URL(testsvc.EnvAMQP),
@@ -338,4 +333,18 @@ func TestSuiteCoversEveryDatabaseAndBroker(t *testing.T) {
 		require.Equal(t, all, suite, "%s: the databases and brokers it runs on", sc.Name)
 	}
 	require.Equal(t, 26+len(knownStalls), rows, "the suite's rows (the doc of combos says how many)")
+}
+
+// processLog returns the writer of a row's process output when
+// FERRY_CHAOS_LOG names a directory (a file a row, each line with its time
+// in the row), or nil.
+func processLog(t *testing.T, row string) io.Writer {
+	d := os.Getenv("FERRY_CHAOS_LOG")
+	if d == "" {
+		return nil
+	}
+	f, err := os.Create(filepath.Join(d, row+".log"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.Close() })
+	return &lockedWriter{w: f, start: time.Now()}
 }

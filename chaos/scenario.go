@@ -353,9 +353,10 @@ var Scenarios = []*Scenario{
 var LogGap = &Scenario{
 	Name:    "log-gap",
 	LogOnly: true,
-	About:   "the binlog purged past the log relays' checkpoint (MariaDB, the relays killed first) or their replication slot dropped under the reader (PostgreSQL), every ~3 s",
+	About:   "the binlog purged past the log relays' checkpoint (MariaDB, the relays killed first) or their replication slot dropped under the reader (PostgreSQL), every ~3 s after a relay found the last one",
 	faults: func(ctx context.Context, s *system) {
 		every(ctx, 3*time.Second, func() {
+			seen := s.logGapsSeen()
 			var err error
 			switch s.o.DB {
 			case "mysql":
@@ -372,6 +373,19 @@ var LogGap = &Scenario{
 			s.mu.Lock()
 			s.logGaps++
 			s.mu.Unlock()
+			// The next gap waits until a relay found this one (or a
+			// generous bound passed): on a loaded machine the relays
+			// started again may take the log lease only after the next
+			// kill, and a run whose every purge came too soon would
+			// find no gap at all.
+			deadline := time.Now().Add(30 * time.Second)
+			for s.logGapsSeen() == seen && time.Now().Before(deadline) {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
 		})
 	},
 	expect: func(r *Result) []string {
@@ -380,6 +394,15 @@ var LogGap = &Scenario{
 		}
 		return nil
 	},
+}
+
+// logGapsSeen is the number of gaps the relays reported so far.
+func (s *system) logGapsSeen() int64 {
+	var n int64
+	for _, p := range s.byPrefix("relay") {
+		n += p.Total().LogGaps
+	}
+	return n
 }
 
 // purgeBinlog kills the relays, then flushes the binlog and purges every
