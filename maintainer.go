@@ -20,8 +20,14 @@ import (
 
 // deadBeats is how many heartbeat intervals a relay may miss before it
 // counts as dead: its claims are returned at once, and its lease of the
-// table's maintenance, which lasts as long, has ended.
-const deadBeats = 3
+// table's maintenance, which lasts as long, has ended. A beat may wait
+// beatWait intervals for a busy database: a relay whose beat waited that
+// long and failed beats again at once, and that beat still lands before
+// the relay counts as dead.
+const (
+	deadBeats = 4
+	beatWait  = 2
+)
 
 // maintainer keeps a relay's table in order beside its lanes. It records
 // the relay in the heartbeat table; it holds the table's maintenance lease
@@ -228,14 +234,13 @@ func (m *maintainer) share(beats []ferrystore.RelayBeat, ok bool) {
 // deadAfter is how long a relay's last beat may be old before it is dead.
 func (m *maintainer) deadAfter() time.Duration { return deadBeats * m.cfg.Heartbeat.Interval }
 
-// beat writes the relay's row: one statement, given all the time a beat
-// may take before the relay counts as dead but one interval (at least a
-// second): a beat that waits for a busy database (a lock, SQLite's one
-// writer) lands late rather than not at all, so that a relay alive is not
-// taken for dead and its claims returned under it.
+// beat writes the relay's row: one statement, given beatWait intervals
+// (at least a second): a beat that waits for a busy database (a lock,
+// SQLite's one writer) lands late rather than not at all, so that a relay
+// alive is not taken for dead and its claims returned under it.
 func (m *maintainer) beat(ctx context.Context, sent, lastMinute int64) error {
 	hb := m.cfg.Heartbeat
-	ctx, cancel := context.WithTimeout(ctx, max((deadBeats-1)*hb.Interval, time.Second))
+	ctx, cancel := context.WithTimeout(ctx, max(beatWait*hb.Interval, time.Second))
 	defer cancel()
 	connected, cause := m.outage.state()
 	err := m.registry.Beat(ctx, ferrystore.RelayBeat{

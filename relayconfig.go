@@ -161,7 +161,7 @@ type RelayConfig struct {
 // The beats also carry the table's coordination: after each, the relay
 // takes or renews the table's maintenance lease (see Relay.Leading) and
 // reads the rows of the relays alive, from which it sets its share of
-// RelayConfig.TableLanes. A relay that missed three beats is dead: the
+// RelayConfig.TableLanes. A relay that missed four beats is dead: the
 // relay that maintains the table returns its claims at once (it records
 // the prefix of its claim tokens in its row), rather than after their
 // lease (RelayConfig.Lease). The relays of a table should beat at the same

@@ -556,7 +556,7 @@ func TestLoggedErrorsAreOneLine(t *testing.T) {
 
 // A relay killed with SIGKILL while it holds claims gets them back within a
 // few heartbeats, not after their lease: its heartbeat row records the
-// prefix of its claim tokens, and once it missed three beats the relay
+// prefix of its claim tokens, and once it missed four beats the relay
 // that maintains the table returns them. Here the lease is five minutes,
 // so nothing but that return can bring the events back before the test
 // ends. The second relay stands by (its share of --table-lanes 1 is 0)

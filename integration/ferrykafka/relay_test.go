@@ -107,7 +107,7 @@ func TestRelayCrashBetweenProduceAndMark(t *testing.T) {
 		Lanes: 1, BatchSize: 40, Ordered: true, Lease: 2 * time.Second, PublishTimeout: 1500 * time.Millisecond,
 		SweepInterval: -1, PollInterval: 20 * time.Millisecond, Retry: retry,
 		// No heartbeat row: the relay that sweeps A's batch leads the
-		// table's maintenance at once, instead of three beats after A's
+		// table's maintenance at once, instead of four beats after A's
 		// row goes silent.
 		Heartbeat: ferry.HeartbeatConfig{Interval: -1},
 	})

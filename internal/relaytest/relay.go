@@ -37,12 +37,15 @@ func RelayFourRelaysDrainEveryEventOnce[TTx any](t *testing.T, setup Setup[TTx])
 	st := e.WaitSettled(t, 8*time.Minute)
 	require.Zero(t, st.Dead)
 	var confirmed, fenced int64
-	for _, r := range relays {
+	stats := make([]ferry.RelayStats, len(relays))
+	for i, r := range relays {
 		require.NoError(t, r.Stop(e.Ctx))
-		s := r.Stats()
+		stats[i] = r.Stats()
+	}
+	for _, s := range stats {
 		confirmed += s.Confirmed
 		fenced += s.Fenced
-		require.Zero(t, s.Unknown+s.Returned+s.Rejected+s.Duplicates, "no fault, no retry: %+v", s)
+		require.Zero(t, s.Unknown+s.Returned+s.Rejected+s.Duplicates, "no fault, no retry: %+v (every relay: %+v)", s, stats)
 	}
 	require.EqualValues(t, total, confirmed)
 	require.Zero(t, fenced)
