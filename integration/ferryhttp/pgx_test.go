@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -36,6 +37,7 @@ type pgxBed struct {
 	entries atomic.Int32
 	both    chan struct{}
 	once    sync.Once
+	logs    testsvc.LogBuffer // the middleware's log: each rerun and its error
 }
 
 func newPgxBed(t *testing.T) *pgxBed {
@@ -57,7 +59,7 @@ func newPgxBed(t *testing.T) *pgxBed {
 	t.Cleanup(func() { _ = exec("DROP TABLE " + b.payments); _ = exec("DROP TABLE " + b.accounts) })
 	b.outbox, err = ferry.NewOutbox(st, nil)
 	require.NoError(t, err)
-	b.keys, err = ferryhttp.New(inbox, nil)
+	b.keys, err = ferryhttp.New(inbox, &ferryhttp.Config{Logger: slog.New(slog.NewTextHandler(&b.logs, nil))})
 	require.NoError(t, err)
 	return b
 }
@@ -190,7 +192,7 @@ func TestPgxHandlers(t *testing.T) {
 	}
 	wg.Wait()
 	require.Equal(t, []int{http.StatusCreated, http.StatusCreated}, []int{replies[0].Status, replies[1].Status})
-	require.Equal(t, int32(3), b.entries.Load(), "the deadlock's victim ran again, once")
+	require.Equal(t, int32(3), b.entries.Load(), "the deadlock's victim ran again, once; the middleware's log:\n%s", b.logs.String())
 	require.Equal(t, 93, b.count(t, "SELECT balance FROM "+b.accounts+" WHERE id = 'a'"))
 	require.Equal(t, 107, b.count(t, "SELECT balance FROM "+b.accounts+" WHERE id = 'b'"))
 }
