@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -426,10 +427,87 @@ func (s *system) purgeBinlog(ctx context.Context) error {
 	if err := db.QueryRowContext(ctx, "SHOW MASTER STATUS").Scan(&file, &pos, &doDB, &ignoreDB); err != nil {
 		return err
 	}
-	if _, err := db.ExecContext(ctx, "PURGE BINARY LOGS TO '"+file+"'"); err != nil {
-		return err
+	// A binlog dump thread of a killed relay lingers until the server
+	// finds its connection gone, and MariaDB purges no file such a thread
+	// still reads (a warning, not an error): the purge is checked, and
+	// those threads are ended until it takes.
+	for attempt := 0; ; attempt++ {
+		if _, err := db.ExecContext(ctx, "PURGE BINARY LOGS TO '"+file+"'"); err != nil {
+			return err
+		}
+		first, err := firstBinlog(ctx, db)
+		if err != nil {
+			return err
+		}
+		if first == file {
+			break
+		}
+		if attempt == 50 {
+			return fmt.Errorf("the binlog still starts at %s after purging to %s", first, file)
+		}
+		if err := killBinlogDumps(ctx, db); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	s.say("binlog purged to %s under the log relays", file)
+	return nil
+}
+
+// firstBinlog returns the oldest binlog file the server holds.
+func firstBinlog(ctx context.Context, db *sql.DB) (string, error) {
+	rows, err := db.QueryContext(ctx, "SHOW BINARY LOGS")
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return "", err
+	}
+	if !rows.Next() {
+		return "", errors.Join(errors.New("SHOW BINARY LOGS returned no file"), rows.Err())
+	}
+	vals := make([]any, len(cols))
+	var name string
+	vals[0] = &name
+	for i := 1; i < len(vals); i++ {
+		vals[i] = new(sql.RawBytes)
+	}
+	if err := rows.Scan(vals...); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+// killBinlogDumps ends the server's binlog dump threads: with the relays
+// killed, what is left are those of dead connections.
+func killBinlogDumps(ctx context.Context, db *sql.DB) error {
+	rows, err := db.QueryContext(ctx, "SELECT id FROM information_schema.processlist WHERE command LIKE 'Binlog Dump%'")
+	if err != nil {
+		return err
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		// A thread may end on its own meanwhile: an unknown id is fine.
+		_, _ = db.ExecContext(ctx, fmt.Sprintf("KILL %d", id))
+	}
 	return nil
 }
 
