@@ -111,9 +111,10 @@ func (m *maintainer) stop(ctx context.Context) {
 // heartbeat records the relay in the heartbeat table as it starts, then
 // every Heartbeat.Interval (the first rounds sooner) until Stop. After
 // each beat it takes or renews the maintenance lease, reads the rows of
-// the relays and sets the lanes' share from them; while it leads, it returns the claims of the relays
-// found dead and deletes the rows of relays that stopped beating
-// ForgetAfter ago, at once and then every ForgetAfter (at most hourly).
+// the relays and sets the lanes' share from them; while it leads, it
+// returns the claims of the relays found dead and deletes the rows of
+// relays that stopped beating ForgetAfter ago, at once and then every
+// ForgetAfter (at most hourly).
 func (m *maintainer) heartbeat(run *runner.Runner) {
 	hb := m.cfg.Heartbeat
 	ctx := run.Context()
