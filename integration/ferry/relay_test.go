@@ -116,6 +116,12 @@ func setupRelay(t testing.TB, kind string) *relayBundle {
 		// about fifty-fold: a quarter of the events exercises the same
 		// contention in a quarter of the time.
 		b.DrainEvents = 5000
+		// Its writes queue behind the four relays' claims for seconds
+		// under -race on loaded cores (beats waited past their 4 s in CI,
+		// and live relays counted as dead had their claims returned):
+		// beats of 10 s keep the dead relay's return out of a test that
+		// is about draining, not dying.
+		b.DrainHeartbeat = 10 * time.Second
 		// SQLite's ordered claim reads past the rows of blocked
 		// aggregates (no SKIP LOCKED, one writer): 10,000 events take
 		// minutes under -race on two loaded cores. A quarter of them

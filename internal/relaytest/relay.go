@@ -32,7 +32,8 @@ func RelayFourRelaysDrainEveryEventOnce[TTx any](t *testing.T, setup Setup[TTx])
 	relays := make([]*ferry.Relay, 4)
 	for i := range relays {
 		pubs[i] = e.CountingPublisher(t)
-		relays[i] = e.Relay(t, pubs[i], &ferry.RelayConfig{BatchSize: 100, PollInterval: 20 * time.Millisecond})
+		relays[i] = e.Relay(t, pubs[i], &ferry.RelayConfig{BatchSize: 100, PollInterval: 20 * time.Millisecond,
+			Heartbeat: ferry.HeartbeatConfig{Interval: e.DrainHeartbeat}})
 	}
 	st := e.WaitSettled(t, 8*time.Minute)
 	require.Zero(t, st.Dead)

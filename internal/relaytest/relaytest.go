@@ -63,6 +63,11 @@ type Env[TTx any] struct {
 	// DrainEvents is the number of events four relays drain in
 	// RelayFourRelaysDrainEveryEventOnce; default 20,000.
 	DrainEvents int
+	// DrainHeartbeat is the heartbeat of the relays that drain
+	// DrainEvents together (0: the default): a store whose writes queue
+	// for seconds under -race on loaded cores needs a longer one, lest a
+	// live relay's beat land after it counts as dead.
+	DrainHeartbeat time.Duration
 	// OrderedAggregates is the number of aggregates, of ten events each,
 	// of RelayOrderedUnderFailures; default 1,000.
 	OrderedAggregates int
