@@ -340,15 +340,7 @@ func TestLibraryPackagesLinkNoTestBed(t *testing.T) {
 // module it did not have (no driver, not even uuid or testify).
 func TestMemStoreLinksOnlyTheCore(t *testing.T) {
 	t.Parallel()
-	dir := root(t)
-	pkg := core + "/ferrystore/ferrymem"
-	out := run(t, dir, nil, "go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}} {{.Module.Path}}{{end}}", pkg)
-	lines := strings.Split(out, "\n")
-	require.Contains(t, lines, pkg+" "+core, "go list read the package")
-	for _, line := range lines {
-		dep, mod, _ := strings.Cut(line, " ")
-		require.Equal(t, core, mod, "%s links %s, of module %s", pkg, dep, mod)
-	}
+	requireLinksOnlyTheCore(t, core+"/ferrystore/ferrymem")
 }
 
 // The test helpers for users (ferrytest) link the standard library and
@@ -356,9 +348,14 @@ func TestMemStoreLinksOnlyTheCore(t *testing.T) {
 // to its in-memory broker gets no module it did not have.
 func TestTestHelpersLinkOnlyTheCore(t *testing.T) {
 	t.Parallel()
-	dir := root(t)
-	pkg := core + "/ferrytest"
-	out := run(t, dir, nil, "go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}} {{.Module.Path}}{{end}}", pkg)
+	requireLinksOnlyTheCore(t, core+"/ferrytest")
+}
+
+// requireLinksOnlyTheCore checks that pkg links the standard library and
+// the core module's own packages, and neither testify nor the test bed.
+func requireLinksOnlyTheCore(t *testing.T, pkg string) {
+	t.Helper()
+	out := run(t, root(t), nil, "go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}} {{.Module.Path}}{{end}}", pkg)
 	lines := strings.Split(out, "\n")
 	require.Contains(t, lines, pkg+" "+core, "go list read the package")
 	for _, line := range lines {
