@@ -34,6 +34,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -232,7 +233,7 @@ func (b *Broker) publish(m ferrytype.Message) (ferrytype.PublishResult, bool) {
 	at, dup := b.seen[m.ID]
 	dup = dup && b.window > 0 && now.Sub(at) < b.window
 	if !dup {
-		m.Headers = cloneHeaders(m.Headers)
+		m.Headers = maps.Clone(m.Headers)
 		m.Payload = append([]byte(nil), m.Payload...)
 		b.stored = append(b.stored, Message{Route: route, Message: m, Stored: now})
 		if b.window > 0 {
@@ -243,17 +244,6 @@ func (b *Broker) publish(m ferrytype.Message) (ferrytype.PublishResult, bool) {
 		return ferrytype.Unknown(injected("confirm lost")), !dup
 	}
 	return ferrytype.PublishResult{Outcome: ferrytype.OutcomeConfirmed, Duplicate: dup}, !dup
-}
-
-func cloneHeaders(h map[string]string) map[string]string {
-	if h == nil {
-		return nil
-	}
-	out := make(map[string]string, len(h))
-	for k, v := range h {
-		out[k] = v
-	}
-	return out
 }
 
 // Messages returns the messages stored on route, in the order the broker
