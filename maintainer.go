@@ -232,6 +232,14 @@ func (m *maintainer) share(beats []ferrystore.RelayBeat, ok bool) {
 	}
 }
 
+// maintenanceLease is how long the maintenance lease lasts without
+// renewal: as long as a relay may be silent before it is dead (deadBeats
+// intervals), at least a second, so that a beat that comes a little late
+// on a loaded machine does not hand the lead on.
+func maintenanceLease(interval time.Duration) time.Duration {
+	return max(deadBeats*interval, time.Second)
+}
+
 // deadAfter is how long a relay's last beat may be old before it is dead.
 func (m *maintainer) deadAfter() time.Duration { return deadBeats * m.cfg.Heartbeat.Interval }
 

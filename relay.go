@@ -58,14 +58,6 @@ type Relay struct {
 	maint  *maintainer
 }
 
-// maintenanceLease is how long the maintenance lease lasts without
-// renewal: as long as a relay may be silent before it is dead (deadBeats
-// intervals), at least a second, so that a beat that comes a little late
-// on a loaded machine does not hand the lead on.
-func maintenanceLease(interval time.Duration) time.Duration {
-	return max(deadBeats*interval, time.Second)
-}
-
 // describeArg names an argument's type for an error, saying when it is a
 // nil: "nil", "nil *ferrynats.Publisher", "*ferrymysql.Store".
 func describeArg(v any) string {
@@ -139,8 +131,8 @@ func NewRelay(store ferrystore.Store, pub ferrybroker.Publisher, cfg *RelayConfi
 // renews it at each beat: when it stops, it gives the lease up and another
 // relay takes it at its next beat; when it dies, another takes it once the
 // lease ended. The log reader's lease (ferrystore.LeaseLog) works the same
-// way: one mechanism for both. (The lease lasts at least a second, however short the
-// interval.) A relay that records no heartbeat
+// way: one mechanism for both. (The lease lasts at least a second,
+// however short the interval.) A relay that records no heartbeat
 // (Heartbeat.Interval negative) always leads, and so does a relay whose
 // request for the lease failed: maintenance is safe to run twice, and not
 // running it is not. Retention is not elected: every relay with a
