@@ -181,10 +181,11 @@ type pubChannel struct {
 	ch       *amqp.Channel
 	log      *slog.Logger
 	block    *blockState
-	jobs     chan *job     // unbuffered: a job handed over is the writer's
-	inflight chan *pending // capacity window: never blocks (slots bound it)
-	slots    chan struct{} // capacity window
+	jobs     chan *job      // unbuffered: a job handed over is the writer's
+	inflight chan []pending // capacity window: never blocks (slots bound it)
+	slots    chan struct{}  // capacity window
 	returns  <-chan amqp.Return
+	batch    *batchConn    // nil on a borrowed connection
 	dead     chan struct{} // closed once the channel closed
 	queued   atomic.Int64  // jobs handed over and not yet written
 	onPub    func()
@@ -195,7 +196,7 @@ type pubChannel struct {
 
 // openPubChannel opens a confirm-mode channel on conn. onClose, if set, is
 // called with the broker's reason when the broker closes the channel.
-func openPubChannel(conn *amqp.Connection, window int, block *blockState, log *slog.Logger,
+func openPubChannel(conn *amqp.Connection, batch *batchConn, window int, block *blockState, log *slog.Logger,
 	onPub func(), onClose func(*amqp.Error)) (*pubChannel, error) {
 	ch, err := conn.Channel()
 	if err != nil {
@@ -206,9 +207,9 @@ func openPubChannel(conn *amqp.Connection, window int, block *blockState, log *s
 		return nil, fmt.Errorf("enable publisher confirms: %w", err)
 	}
 	pc := &pubChannel{
-		ch: ch, log: log, block: block, onPub: onPub,
+		ch: ch, batch: batch, log: log, block: block, onPub: onPub,
 		jobs:     make(chan *job),
-		inflight: make(chan *pending, window),
+		inflight: make(chan []pending, window),
 		slots:    make(chan struct{}, window),
 		dead:     make(chan struct{}),
 	}
@@ -298,6 +299,21 @@ func (pc *pubChannel) writer() {
 
 func (pc *pubChannel) write(j *job) {
 	defer j.markWritten()
+	// The job's messages go to the socket together (see batchConn), and
+	// to the watcher together, and both before the writer waits: the
+	// confirms that free a window slot come only for messages RabbitMQ
+	// has.
+	h := holder{c: pc.batch}
+	var sent []pending
+	handOver := func() {
+		if len(sent) > 0 {
+			pc.inflight <- sent
+			sent = nil
+		}
+		h.release()
+	}
+	h.hold()
+	defer handOver()
 	for i := range j.out {
 		if j.settled(i) {
 			continue
@@ -308,14 +324,21 @@ func (pc *pubChannel) write(j *job) {
 		}
 		select {
 		case pc.slots <- struct{}{}:
-		case <-j.ctx.Done():
-			j.failFrom(i, ferrytype.NotSent(fmt.Errorf("not sent: waiting for a confirm window slot: %w", j.ctx.Err())))
-			return
-		case <-pc.dead:
-			j.failFrom(i, ferrytype.NotSent(fmt.Errorf("not sent: %w", pc.err())))
-			return
+		default:
+			handOver()
+			select {
+			case pc.slots <- struct{}{}:
+			case <-j.ctx.Done():
+				j.failFrom(i, ferrytype.NotSent(fmt.Errorf("not sent: waiting for a confirm window slot: %w", j.ctx.Err())))
+				return
+			case <-pc.dead:
+				j.failFrom(i, ferrytype.NotSent(fmt.Errorf("not sent: %w", pc.err())))
+				return
+			}
+			h.hold()
 		}
 		if unblocked, reason := pc.block.wait(); unblocked != nil {
+			handOver()
 			select {
 			case <-unblocked:
 			case <-j.ctx.Done():
@@ -327,6 +350,7 @@ func (pc *pubChannel) write(j *job) {
 				j.failFrom(i, ferrytype.NotSent(fmt.Errorf("not sent: %w", pc.err())))
 				return
 			}
+			h.hold()
 		}
 		if !j.begin(i) {
 			<-pc.slots
@@ -347,7 +371,10 @@ func (pc *pubChannel) write(j *job) {
 		if pc.onPub != nil {
 			pc.onPub()
 		}
-		pc.inflight <- &pending{dc: dc, tag: tag, mismatch: dc == nil || dc.DeliveryTag != tag, job: j, i: i}
+		if sent == nil {
+			sent = make([]pending, 0, len(j.out)-i)
+		}
+		sent = append(sent, pending{dc: dc, tag: tag, mismatch: dc == nil || dc.DeliveryTag != tag, job: j, i: i})
 	}
 }
 
@@ -356,45 +383,52 @@ func (pc *pubChannel) write(j *job) {
 func (pc *pubChannel) watcher() {
 	returned := map[uint64]amqp.Return{}
 	returns := pc.returns
-	for p := range pc.inflight {
-		var ack bool
-		if p.dc != nil {
-			<-p.dc.Done()
-			ack = p.dc.Acked()
+	for ps := range pc.inflight {
+		for i := range ps {
+			pc.settle(&ps[i], &returns, returned)
 		}
-		// The basic.return of a message precedes its basic.ack on the
-		// channel, and amqp091-go hands the return over before it
-		// processes the ack: it is in the buffer now.
-		returns = drainReturns(returns, returned)
-		var res ferrytype.PublishResult
-		r, wasReturned := returned[p.tag]
-		switch {
-		case wasReturned:
-			delete(returned, p.tag)
-			res = ferrytype.Returned(fmt.Errorf("unroutable: RabbitMQ returned it (%d %s, exchange %q, routing key %q)",
-				r.ReplyCode, r.ReplyText, r.Exchange, r.RoutingKey))
-		case p.mismatch:
-			res = ferrytype.Unknown(errors.New("confirm sequence numbers out of step; outcome unknown"))
-		case ack:
-			res = ferrytype.Confirmed()
-		case pc.ch.IsClosed():
-			// amqp091-go nacks every pending confirm when the channel
-			// closes (it marks the channel closed first): that is no
-			// broker nack, the message may well be stored.
-			<-pc.dead
-			res = ferrytype.Unknown(fmt.Errorf("channel closed with the confirm pending: %w", pc.err()))
-		default:
-			res = ferrytype.Rejected(errors.New("RabbitMQ nacked the message (basic.nack): it did not store it"))
-		}
-		for t := range returned {
-			if t < p.tag {
-				pc.log.Warn("dropping a return that matches no pending publish", "publish_tag", t)
-				delete(returned, t)
-			}
-		}
-		<-pc.slots
-		p.job.resolve(p.i, res)
 	}
+}
+
+// settle resolves p once its confirm came or its channel closed.
+func (pc *pubChannel) settle(p *pending, returns *<-chan amqp.Return, returned map[uint64]amqp.Return) {
+	var ack bool
+	if p.dc != nil {
+		<-p.dc.Done()
+		ack = p.dc.Acked()
+	}
+	// The basic.return of a message precedes its basic.ack on the
+	// channel, and amqp091-go hands the return over before it
+	// processes the ack: it is in the buffer now.
+	*returns = drainReturns(*returns, returned)
+	var res ferrytype.PublishResult
+	r, wasReturned := returned[p.tag]
+	switch {
+	case wasReturned:
+		delete(returned, p.tag)
+		res = ferrytype.Returned(fmt.Errorf("unroutable: RabbitMQ returned it (%d %s, exchange %q, routing key %q)",
+			r.ReplyCode, r.ReplyText, r.Exchange, r.RoutingKey))
+	case p.mismatch:
+		res = ferrytype.Unknown(errors.New("confirm sequence numbers out of step; outcome unknown"))
+	case ack:
+		res = ferrytype.Confirmed()
+	case pc.ch.IsClosed():
+		// amqp091-go nacks every pending confirm when the channel
+		// closes (it marks the channel closed first): that is no
+		// broker nack, the message may well be stored.
+		<-pc.dead
+		res = ferrytype.Unknown(fmt.Errorf("channel closed with the confirm pending: %w", pc.err()))
+	default:
+		res = ferrytype.Rejected(errors.New("RabbitMQ nacked the message (basic.nack): it did not store it"))
+	}
+	for t := range returned {
+		if t < p.tag {
+			pc.log.Warn("dropping a return that matches no pending publish", "publish_tag", t)
+			delete(returned, t)
+		}
+	}
+	<-pc.slots
+	p.job.resolve(p.i, res)
 }
 
 func drainReturns(returns <-chan amqp.Return, into map[uint64]amqp.Return) <-chan amqp.Return {

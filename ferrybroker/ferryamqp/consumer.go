@@ -76,8 +76,8 @@ type Consumer struct {
 	park  string // the parking queue
 	log   *slog.Logger
 	link  *link[*consSession]
-	conn  *amqp.Connection                 // borrowed
-	dial  func() (*amqp.Connection, error) // owned
+	conn  *amqp.Connection                             // borrowed
+	dial  func() (*amqp.Connection, *batchConn, error) // owned
 	fails *failCounts
 	run   runner.Runner
 
@@ -212,7 +212,7 @@ func (s *consSession) settle(fn func() error) error {
 	return fn()
 }
 
-func (c *Consumer) openSession(ctx context.Context, conn *amqp.Connection) (*consSession, error) {
+func (c *Consumer) openSession(ctx context.Context, conn *amqp.Connection, _ *batchConn) (*consSession, error) {
 	topo := c.cfg.Topology
 	q := c.cfg.Queue
 	q.ParkingQueue = c.park // named: checked as well as declared
@@ -230,7 +230,7 @@ func (c *Consumer) openSession(ctx context.Context, conn *amqp.Connection) (*con
 		return nil, fmt.Errorf("set prefetch: %w", err)
 	}
 	block := watchBlocked(conn, s.stop, c.log)
-	if s.park, err = openPubChannel(conn, c.cfg.Concurrency+1, block, c.log, nil, nil); err != nil {
+	if s.park, err = openPubChannel(conn, nil, c.cfg.Concurrency+1, block, c.log, nil, nil); err != nil {
 		s.close()
 		return nil, fmt.Errorf("parking channel: %w", err)
 	}

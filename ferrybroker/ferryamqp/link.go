@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"time"
 
@@ -32,8 +33,8 @@ type session interface {
 // long as the link runs, redialling with backoff after a loss.
 type link[S session] struct {
 	log  *slog.Logger
-	open func(ctx context.Context, conn *amqp.Connection) (S, error)
-	dial func() (*amqp.Connection, error) // nil: conn is borrowed
+	open func(ctx context.Context, conn *amqp.Connection, batch *batchConn) (S, error)
+	dial func() (*amqp.Connection, *batchConn, error) // nil: conn is borrowed
 	ccfg ConnectionConfig
 
 	mu      sync.Mutex
@@ -48,27 +49,38 @@ type link[S session] struct {
 	wg   sync.WaitGroup
 }
 
-func newLink[S session](log *slog.Logger, ccfg ConnectionConfig, open func(context.Context, *amqp.Connection) (S, error)) *link[S] {
+func newLink[S session](log *slog.Logger, ccfg ConnectionConfig,
+	open func(context.Context, *amqp.Connection, *batchConn) (S, error)) *link[S] {
 	return &link[S]{log: log, ccfg: ccfg, open: open, changed: make(chan struct{}), stop: make(chan struct{})}
 }
 
-// dialer returns a dial function for url. Errors never contain the
-// password.
-func dialer(url string, c ConnectionConfig) func() (*amqp.Connection, error) {
+// dialer returns a dial function for url, which returns the connection
+// and the socket under it. Errors never contain the password.
+func dialer(url string, c ConnectionConfig) func() (*amqp.Connection, *batchConn, error) {
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(c.Name)
 	cfg := amqp.Config{
 		Heartbeat:       c.Heartbeat,
 		TLSClientConfig: c.TLS,
 		Properties:      props,
-		Dial:            amqp.DefaultDial(c.DialTimeout),
 	}
-	return func() (*amqp.Connection, error) {
+	dial := amqp.DefaultDial(c.DialTimeout)
+	return func() (*amqp.Connection, *batchConn, error) {
+		var batch *batchConn
+		cfg := cfg
+		cfg.Dial = func(network, addr string) (net.Conn, error) {
+			raw, err := dial(network, addr)
+			if err != nil {
+				return nil, err
+			}
+			batch = &batchConn{Conn: raw}
+			return batch, nil
+		}
 		conn, err := amqp.DialConfig(url, cfg)
 		if err != nil {
-			return nil, ferrytype.RedactError(fmt.Errorf("connect to %s: %w", ferrytype.RedactURL(url), err), url)
+			return nil, nil, ferrytype.RedactError(fmt.Errorf("connect to %s: %w", ferrytype.RedactURL(url), err), url)
 		}
-		return conn, nil
+		return conn, batch, nil
 	}
 }
 
@@ -93,15 +105,16 @@ func checkBorrowed(conn *amqp.Connection) error {
 
 // start opens the first session, on conn (borrowed) or on a connection
 // dialled with dial, and keeps it up until shutdown.
-func (l *link[S]) start(ctx context.Context, conn *amqp.Connection, dial func() (*amqp.Connection, error)) error {
+func (l *link[S]) start(ctx context.Context, conn *amqp.Connection, dial func() (*amqp.Connection, *batchConn, error)) error {
 	l.dial = dial
+	var batch *batchConn
 	if conn == nil {
 		var err error
-		if conn, err = dial(); err != nil {
+		if conn, batch, err = dial(); err != nil {
 			return err
 		}
 	}
-	s, err := l.open(ctx, conn)
+	s, err := l.open(ctx, conn, batch)
 	if err != nil {
 		if dial != nil {
 			closeConn(conn, l.ccfg.DialTimeout)
@@ -113,7 +126,7 @@ func (l *link[S]) start(ctx context.Context, conn *amqp.Connection, dial func() 
 	l.set(s, true, nil)
 	l.mu.Unlock()
 	l.wg.Add(1)
-	go l.supervise(conn, s)
+	go l.supervise(conn, batch, s)
 	return nil
 }
 
@@ -190,7 +203,7 @@ func (l *link[S]) downErr(lastErr error) error {
 }
 
 // supervise waits for the session to end and replaces it, until shutdown.
-func (l *link[S]) supervise(conn *amqp.Connection, s S) {
+func (l *link[S]) supervise(conn *amqp.Connection, batch *batchConn, s S) {
 	defer l.wg.Done()
 	backoff := l.ccfg.ReconnectMin
 	for {
@@ -252,16 +265,16 @@ func (l *link[S]) supervise(conn *amqp.Connection, s S) {
 					l.mu.Unlock()
 					return
 				}
-				c, err := l.dial()
+				c, b, err := l.dial()
 				if err != nil {
 					l.recordDown(err)
 					l.log.Warn("reconnect to RabbitMQ failed", "error", err, "retry_in", backoff)
 					continue
 				}
-				conn = c
+				conn, batch = c, b
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), l.ccfg.DialTimeout+30*time.Second)
-			ns, err := l.open(ctx, conn)
+			ns, err := l.open(ctx, conn, batch)
 			cancel()
 			if err != nil {
 				l.recordDown(err)

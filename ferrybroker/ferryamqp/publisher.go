@@ -91,6 +91,7 @@ func newPublisher(cfg *Config) (*Publisher, error) {
 type pubSession struct {
 	p     *Publisher
 	conn  *amqp.Connection
+	batch *batchConn // nil on a borrowed connection
 	block *blockState
 	stop  chan struct{}
 
@@ -101,12 +102,12 @@ type pubSession struct {
 	checkMu sync.Mutex // one exchange check at a time
 }
 
-func (p *Publisher) openSession(ctx context.Context, conn *amqp.Connection) (*pubSession, error) {
+func (p *Publisher) openSession(ctx context.Context, conn *amqp.Connection, batch *batchConn) (*pubSession, error) {
 	known, err := setup(ctx, conn, p.cfg.Topology, p.cfg.Declare, p.cfg.Exchange, p.cfg.ExchangeKind, p.log)
 	if err != nil {
 		return nil, err
 	}
-	s := &pubSession{p: p, conn: conn, stop: make(chan struct{}), known: known, chans: make([]*pubChannel, p.cfg.Channels)}
+	s := &pubSession{p: p, conn: conn, batch: batch, stop: make(chan struct{}), known: known, chans: make([]*pubChannel, p.cfg.Channels)}
 	s.block = watchBlocked(conn, s.stop, p.log)
 	for i := range s.chans {
 		if s.chans[i], err = s.openChannel(); err != nil {
@@ -152,7 +153,7 @@ func (s *pubSession) openChannel() (*pubChannel, error) {
 			s.mu.Unlock()
 		}
 	}
-	return openPubChannel(s.conn, s.p.cfg.Window, s.block, s.p.log, onPub, onClose)
+	return openPubChannel(s.conn, s.batch, s.p.cfg.Window, s.block, s.p.log, onPub, onClose)
 }
 
 // pick returns the least busy live channel, reopening closed ones.

@@ -205,7 +205,7 @@ func ReplayParked(ctx context.Context, conn *amqp.Connection, opts ReplayOptions
 	if !o.DryRun {
 		stop := make(chan struct{})
 		defer close(stop)
-		if pub, err = openPubChannel(conn, o.Batch, watchBlocked(conn, stop, o.Logger), o.Logger, nil, nil); err != nil {
+		if pub, err = openPubChannel(conn, nil, o.Batch, watchBlocked(conn, stop, o.Logger), o.Logger, nil, nil); err != nil {
 			return res, fmt.Errorf("open publishing channel: %w", err)
 		}
 		defer pub.close()
@@ -629,7 +629,7 @@ func Connect(ctx context.Context, url string, cfg *ConnectionConfig) (*amqp.Conn
 	done := make(chan dialed, 1)
 	dial := dialer(url, c)
 	go func() {
-		conn, err := dial()
+		conn, _, err := dial()
 		done <- dialed{conn, err}
 	}()
 	select {
