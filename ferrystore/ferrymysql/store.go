@@ -308,7 +308,7 @@ func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) (_ []ferryt
 	if err != nil {
 		return nil, fmt.Errorf("claim: select: %w", explainSkipLocked(err))
 	}
-	msgs, bad, err := sqlstore.ScanClaimed(rows)
+	msgs, bad, err := sqlstore.ScanClaimed(rows, sqlstore.CheckPayloads)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}

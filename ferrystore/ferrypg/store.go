@@ -16,6 +16,7 @@ import (
 	"io/fs"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -59,7 +60,16 @@ type core struct {
 	close   func()
 	listen  func(ctx context.Context, fn func(*pgx.Conn) error) error
 	q       queries
+	// payloadType is what the claims learnt of the payload column's
+	// type: payloadUnknown, payloadJSON or payloadText.
+	payloadType *atomic.Int32
 }
+
+const (
+	payloadUnknown = iota
+	payloadJSON    // json or jsonb: PostgreSQL checks every value written
+	payloadText    // anything else: each claimed payload is checked
+)
 
 type queries struct {
 	claim, claimOrdered, claimIDs, claimIDsOrdered, markFailed, seqInsert string
@@ -133,7 +143,8 @@ func newCore(c sqlstore.Pool, cfg *Config) (core, error) {
 		return core{}, err
 	}
 	return core{Outbox: sqlstore.NewOutbox(dialect{}, c, table), c: c, channel: "ferry_" + table, notify: notify,
-		q: buildQueries(table)}, nil
+		payloadType: new(atomic.Int32),
+		q:           buildQueries(table)}, nil
 }
 
 func quote(name string) string { return `"` + name + `"` }
@@ -266,6 +277,44 @@ func (s *core) enqueue(ctx context.Context, ex ferrystore.Executor, rows []ferry
 	return nil
 }
 
+// payloadCheck says whether claimed payloads need a JSON check of their
+// own: not when the payload column is json or jsonb (as the migrations
+// create it), whose values PostgreSQL checked when they were written, and
+// no session can turn that off. The first claim asks the catalog; until an
+// answer came, payloads are checked.
+func (s *core) payloadCheck(ctx context.Context) sqlstore.PayloadCheck {
+	switch s.payloadType.Load() {
+	case payloadJSON:
+		return sqlstore.PayloadsTypedJSON
+	case payloadText:
+		return sqlstore.CheckPayloads
+	}
+	rows, err := s.c.Query(ctx, "SELECT format_type(atttypid, atttypmod) FROM pg_attribute"+
+		" WHERE attrelid = to_regclass($1) AND attname = 'payload' AND NOT attisdropped", quote(s.Table()))
+	if err != nil {
+		return sqlstore.CheckPayloads
+	}
+	defer rows.Close()
+	var typ string
+	for rows.Next() {
+		if err := rows.Scan(&typ); err != nil {
+			return sqlstore.CheckPayloads
+		}
+	}
+	if rows.Err() != nil {
+		return sqlstore.CheckPayloads
+	}
+	switch typ {
+	case "":
+		return sqlstore.CheckPayloads // no table yet: ask again
+	case "json", "jsonb":
+		s.payloadType.Store(payloadJSON)
+		return sqlstore.PayloadsTypedJSON
+	}
+	s.payloadType.Store(payloadText)
+	return sqlstore.CheckPayloads
+}
+
 // Claim leases up to p.Limit rows in one statement.
 func (s *core) Claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype.Message, error) {
 	msgs, err := s.claim(ctx, p)
@@ -282,11 +331,12 @@ func (s *core) claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytype
 	case p.Ordered:
 		query = s.q.claimOrdered
 	}
+	check := s.payloadCheck(ctx)
 	rows, err := s.c.Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
-	out, bad, err := sqlstore.ScanClaimed(rows)
+	out, bad, err := sqlstore.ScanClaimed(rows, check)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}

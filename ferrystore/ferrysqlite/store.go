@@ -167,7 +167,7 @@ func (s *Store) claim(ctx context.Context, p ferrystore.ClaimParams) ([]ferrytyp
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
-	msgs, bad, err := sqlstore.ScanClaimed(rows)
+	msgs, bad, err := sqlstore.ScanClaimed(rows, sqlstore.CheckPayloads)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}

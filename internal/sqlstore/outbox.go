@@ -368,10 +368,27 @@ type Malformed struct {
 	Reason error
 }
 
+// PayloadCheck says whether ScanClaimed checks each payload's JSON.
+type PayloadCheck bool
+
+const (
+	// CheckPayloads checks every payload with json.Valid, as EnqueueTx
+	// does.
+	CheckPayloads PayloadCheck = true
+	// PayloadsTypedJSON trusts the column's type.
+	PayloadsTypedJSON PayloadCheck = false
+)
+
 // ScanClaimed reads claimed rows (messageColumns) and closes them.
 // A row that DecodeMessage finds malformed is returned among bad,
 // never among msgs: one bad row never fails the claim.
-func ScanClaimed(rows ferrystore.Rows) (msgs []ferrytype.Message, bad []Malformed, err error) {
+//
+// payloads says whether each payload's JSON is checked: CheckPayloads
+// unless the column's type makes the database check every value written
+// (PostgreSQL's json and jsonb: no statement stores a value their input
+// function refuses). A CHECK constraint is not enough: MariaDB and SQLite
+// let a session turn constraints off.
+func ScanClaimed(rows ferrystore.Rows, payloads PayloadCheck) (msgs []ferrytype.Message, bad []Malformed, err error) {
 	defer rows.Close()
 	vals := make([]any, numMessageColumns)
 	dest := make([]any, len(vals))
@@ -383,7 +400,7 @@ func ScanClaimed(rows ferrystore.Rows) (msgs []ferrytype.Message, bad []Malforme
 		if err := rows.Scan(dest...); err != nil {
 			return nil, nil, fmt.Errorf("scan: %w", err)
 		}
-		m, err := DecodeMessage(vals)
+		m, err := decodeMessage(vals, payloads == CheckPayloads)
 		if err != nil {
 			bad = append(bad, Malformed{ID: m.ID, Reason: err})
 			continue
