@@ -63,6 +63,9 @@ type maintainer struct {
 	// claims this relay returned, so that each is returned once; a
 	// prefix goes once its relay beats again or its row is gone.
 	returned map[string]bool
+	// alive is how many relays alive that poll the table the last round
+	// found (share).
+	alive int64
 }
 
 func (m *maintainer) start(run *runner.Runner) {
@@ -198,7 +201,9 @@ func (m *maintainer) relays(ctx context.Context) ([]ferrystore.RelayBeat, error)
 // TableLanes, each relay runs an equal share, the older relays (by start,
 // then id) one more while the lanes do not divide evenly, at most its own
 // Lanes. A relay whose share is 0 stands by: it claims nothing until a
-// relay stops or dies. A relay that is not in the rows (its beats fail),
+// relay stops or dies. A relay starts with one lane; a round that finds
+// another number of relays alive than the last lowers the share at once
+// but raises it only at the next round that finds the same number. A relay that is not in the rows (its beats fail),
 // or that cannot read them, runs all its lanes; so does a log relay,
 // whose reader alone claims what the log tells of.
 func (m *maintainer) share(beats []ferrystore.RelayBeat, ok bool) {
@@ -223,12 +228,22 @@ func (m *maintainer) share(beats []ferrystore.RelayBeat, ok bool) {
 		return
 	}
 	t, n := int64(m.cfg.TableLanes), int64(len(alive))
-	share := t / n
+	share := min(t/n, all)
 	if int64(i) < t%n {
-		share++
+		share = min(share+1, all)
 	}
-	if m.state.setAllowed(min(share, all)) {
-		m.log.Info("lanes set by the relays alive", "lanes", min(share, all), "relays", n, "table_lanes", t)
+	if prev := m.alive; n != prev {
+		// The relays alive changed since the last round: fewer lanes at
+		// once, more only once a round saw the same number again.
+		// Relays started together (a deploy, a scale-up) see each other's
+		// rows over their first rounds, as each comes up; each starts
+		// with one lane, and none runs more than its share of a number
+		// that is still growing.
+		m.alive = n
+		share = min(share, m.state.allowed.Load())
+	}
+	if m.state.setAllowed(share) {
+		m.log.Info("lanes set by the relays alive", "lanes", share, "relays", n, "table_lanes", t)
 	}
 }
 

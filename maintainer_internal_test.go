@@ -2,6 +2,7 @@ package ferry
 
 import (
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -39,7 +40,8 @@ func TestSentWindow(t *testing.T) {
 
 // Each relay alive that polls the table runs an equal share of TableLanes,
 // the older ones one more while they do not divide evenly, at most its own
-// Lanes; a relay not in the rows, or a log relay, runs all its lanes.
+// Lanes, and no more than it ran while the number of relays alive
+// changes; a relay not in the rows, or a log relay, runs all its lanes.
 func TestMaintainerShareOfTableLanes(t *testing.T) {
 	now := time.Now()
 	beat := func(id string, startedAgo time.Duration, source string) ferrystore.RelayBeat {
@@ -75,11 +77,60 @@ func TestMaintainerShareOfTableLanes(t *testing.T) {
 		cfg := &RelayConfig{ID: c.id, Lanes: c.lanes, TableLanes: c.tableLanes, Heartbeat: HeartbeatConfig{Interval: time.Second},
 			Logger: slog.New(slog.DiscardHandler)}
 		st := &laneState{changed: make(chan struct{})}
+		st.allowed.Store(1) // as NewRelay starts a relay that shares
 		m := &maintainer{cfg: cfg, state: st, source: c.source, log: cfg.Logger}
+		m.share(c.rows, c.ok)
+		first := st.allowed.Load()
 		m.share(c.rows, c.ok)
 		if got := st.allowed.Load(); got != c.wantAllowed {
 			t.Errorf("%s with TableLanes %d, Lanes %d, source %q, rows read %v: %d lanes, want %d", c.id, c.tableLanes,
 				c.lanes, c.source, c.ok, got, c.wantAllowed)
+		}
+		// The first round that finds the relay in the rows gives it at
+		// most the one lane it started with: the relays started with it
+		// may not be there yet; the second, with the same relays, its
+		// share.
+		wantFirst := c.wantAllowed
+		if slices.ContainsFunc(c.rows, func(b ferrystore.RelayBeat) bool { return b.ID == c.id }) && c.ok &&
+			c.source == ferrystore.RelaySourceTable {
+			wantFirst = min(wantFirst, 1)
+		}
+		if first != wantFirst {
+			t.Errorf("%s with TableLanes %d, Lanes %d, source %q, rows read %v: first round %d lanes, want %d", c.id,
+				c.tableLanes, c.lanes, c.source, c.ok, first, wantFirst)
+		}
+	}
+}
+
+// A relay's share falls at once when relays join, and rises only once two
+// rounds in a row found the same number alive: relays coming up one after
+// another never run more lanes together than the table's.
+func TestMaintainerShareRisesOnlyOnAStableCount(t *testing.T) {
+	now := time.Now()
+	beat := func(id string, startedAgo time.Duration) ferrystore.RelayBeat {
+		return ferrystore.RelayBeat{ID: id, StartedAt: now.Add(-startedAgo), LastSeen: now, Source: ferrystore.RelaySourceTable}
+	}
+	a, b, c := beat("a", 3*time.Minute), beat("b", 2*time.Minute), beat("c", time.Minute)
+	cfg := &RelayConfig{ID: "a", Lanes: 4, TableLanes: 4, Heartbeat: HeartbeatConfig{Interval: time.Second},
+		Logger: slog.New(slog.DiscardHandler)}
+	st := &laneState{changed: make(chan struct{})}
+	st.allowed.Store(1)
+	m := &maintainer{cfg: cfg, state: st, source: ferrystore.RelaySourceTable, log: cfg.Logger}
+	for i, round := range []struct {
+		rows []ferrystore.RelayBeat
+		want int64
+	}{
+		{[]ferrystore.RelayBeat{a}, 1},       // its first round: the one lane it started with
+		{[]ferrystore.RelayBeat{a}, 4},       // alone twice: all four
+		{[]ferrystore.RelayBeat{a, b}, 2},    // b joined: down at once
+		{[]ferrystore.RelayBeat{a, b, c}, 2}, // c joined: 4 over 3, a is the oldest: 2
+		{[]ferrystore.RelayBeat{a, b}, 2},    // c gone: not up yet
+		{[]ferrystore.RelayBeat{a}, 2},       // b gone: not up yet
+		{[]ferrystore.RelayBeat{a}, 4},       // alone twice again
+	} {
+		m.share(round.rows, true)
+		if got := st.allowed.Load(); got != round.want {
+			t.Fatalf("round %d, %d relays alive: %d lanes, want %d", i+1, len(round.rows), got, round.want)
 		}
 	}
 }

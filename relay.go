@@ -118,6 +118,11 @@ func NewRelay(store ferrystore.Store, pub ferrybroker.Publisher, cfg *RelayConfi
 		lease: &lease{store: store, name: ferrystore.LeaseMaintenance, owner: c.ID, ttl: maintenanceLease(c.Heartbeat.Interval)}}
 	if c.Heartbeat.Interval > 0 {
 		r.maint.registry = store
+		if r.src.kind() == ferrystore.RelaySourceTable {
+			// One lane until the heartbeat rows tell the relay its share
+			// (maintainer.share).
+			r.state.allowed.Store(1)
+		}
 	}
 	return r, nil
 }

@@ -55,7 +55,10 @@ type RelayConfig struct {
 	// at most its own Lanes, from the heartbeat rows it reads at each
 	// beat; a relay whose share is 0 stands by until a relay stops or
 	// dies. So adding relays adds standbys, not claims in flight past
-	// what the database serves best (docs/performance.md). A relay that
+	// what the database serves best (docs/performance.md). A relay
+	// starts with one lane; its share falls at once when relays join,
+	// and rises only at a beat that finds as many relays alive as the
+	// one before. A relay that
 	// does not beat, or whose beats fail, runs all its Lanes; so does a
 	// log relay. Default DefaultTableLanes (8).
 	TableLanes int
