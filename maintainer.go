@@ -128,11 +128,12 @@ func (m *maintainer) heartbeat(run *runner.Runner) {
 		window    sentWindow
 	)
 	// Relays started together (a deploy, a scale-up) see each other's
-	// first beats only at their next round: the first rounds come sooner
-	// (after an eighth, a quarter, half an interval), so that each finds
-	// its share of the table's lanes well within a beat rather than
-	// running all its lanes until the second.
-	wait := hb.Interval / 8
+	// first beats only at their next rounds, and a share rises only at a
+	// round that finds as many relays alive as the one before (share):
+	// the first rounds come sooner (after a twentieth of an interval, at
+	// most 100 ms, then twice as long each time), so that each runs its
+	// share well within a beat rather than one lane until its third.
+	wait := max(min(hb.Interval/20, 100*time.Millisecond), min(hb.Interval, time.Millisecond))
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
