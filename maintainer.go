@@ -204,9 +204,10 @@ func (m *maintainer) relays(ctx context.Context) ([]ferrystore.RelayBeat, error)
 // Lanes. A relay whose share is 0 stands by: it claims nothing until a
 // relay stops or dies. A relay starts with one lane; a round that finds
 // another number of relays alive than the last lowers the share at once
-// but raises it only at the next round that finds the same number. A relay that is not in the rows (its beats fail),
-// or that cannot read them, runs all its lanes; so does a log relay,
-// whose reader alone claims what the log tells of.
+// but raises it only at the next round that finds the same number. A
+// relay that is not in the rows (its beats fail), or that cannot read
+// them, runs all its lanes; so does a log relay, whose reader alone
+// claims what the log tells of.
 func (m *maintainer) share(beats []ferrystore.RelayBeat, ok bool) {
 	all := int64(m.cfg.Lanes)
 	if !ok || m.source != ferrystore.RelaySourceTable {
