@@ -417,19 +417,34 @@ func waitUntil(t testing.TB, d time.Duration, cond func() bool) {
 // publishes during the alarm. Publish returns when its context ends, every
 // message unknown; once the block is known nothing more is written, every
 // message is not sent and Connected is false; once the alarm clears the
-// publisher is connected and publishes again.
+// publisher is connected and publishes again. So on a connection the
+// caller passed, and on one the publisher dialled, whose writes are
+// batched (batchConn).
 func TestBlockedConnectionIsUnknownAndReturnsOnTime(t *testing.T) {
 	// serial: it sets a memory alarm on the shared RabbitMQ server.
 	testenv.Slow(t, "a RabbitMQ memory alarm")
 	ferryamqptest.DisruptRabbitMQ(t)
 	conn := ferryamqptest.RabbitMQ(t)
 	q := ferryamqptest.RabbitMQQueue(t, conn, "quorum", nil)
-	p, err := New(testenv.Context(t, 10*time.Second), dialRaw(t).Connection, nil)
+	borrowed, err := New(testenv.Context(t, 10*time.Second), dialRaw(t).Connection, nil)
 	require.NoError(t, err)
-	defer p.Close()
+	defer borrowed.Close()
+	// A publisher that dialled its connection writes through batchConn.
+	dialled, err := Dial(testenv.Context(t, 10*time.Second), testenv.URL(testenv.EnvAMQP), nil)
+	require.NoError(t, err)
+	defer dialled.Close()
 	ctx := testenv.Context(t, 2*time.Minute)
-	msgs := testMsgs(30, func(int) string { return q.RoutingKey })
-	require.Equal(t, ferrytype.OutcomeConfirmed, p.Publish(ctx, msgs[:1])[0].Outcome)
+	pubs := []struct {
+		name string
+		p    *Publisher
+		msgs []ferrytype.Message
+	}{
+		{"borrowed connection", borrowed, testMsgs(30, func(int) string { return q.RoutingKey })},
+		{"dialled connection", dialled, testMsgs(30, func(int) string { return q.RoutingKey })},
+	}
+	for _, u := range pubs {
+		require.Equal(t, ferrytype.OutcomeConfirmed, u.p.Publish(ctx, u.msgs[:1])[0].Outcome, u.name)
+	}
 
 	orig := strings.TrimSpace(ferryamqptest.RabbitMQCtl(t, "eval", "vm_memory_monitor:get_vm_memory_high_watermark()."))
 	restore := func() {
@@ -445,7 +460,7 @@ func TestBlockedConnectionIsUnknownAndReturnsOnTime(t *testing.T) {
 		return strings.Contains(ferryamqptest.RabbitMQCtl(t, "eval", "rabbit_alarm:get_alarms()."), "memory")
 	})
 
-	publishBlocked := func(batch []ferrytype.Message, known bool) {
+	publishBlocked := func(p *Publisher, batch []ferrytype.Message, known bool) {
 		t.Helper()
 		pubCtx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
@@ -459,22 +474,26 @@ func TestBlockedConnectionIsUnknownAndReturnsOnTime(t *testing.T) {
 		}
 		require.Less(t, time.Since(start), 10*time.Second, "Publish returns when its context ends (1 s), not when the alarm does")
 	}
-	// The first publish during the alarm gets the connection blocked.
-	publishBlocked(msgs[1:10], false)
-	waitUntil(t, 30*time.Second, func() bool {
-		err := p.Check(ctx)
-		return err != nil && strings.Contains(err.Error(), "blocked")
-	})
-	require.False(t, p.Connected())
-	require.ErrorContains(t, p.Disconnected(), "blocked")
-	before := p.Published()
-	publishBlocked(msgs[10:20], true)
-	require.Equal(t, before, p.Published(), "nothing is written while the connection is known blocked")
+	for _, u := range pubs {
+		// The first publish during the alarm gets the connection blocked.
+		publishBlocked(u.p, u.msgs[1:10], false)
+		waitUntil(t, 30*time.Second, func() bool {
+			err := u.p.Check(ctx)
+			return err != nil && strings.Contains(err.Error(), "blocked")
+		})
+		require.False(t, u.p.Connected(), u.name)
+		require.ErrorContains(t, u.p.Disconnected(), "blocked", u.name)
+		before := u.p.Published()
+		publishBlocked(u.p, u.msgs[10:20], true)
+		require.Equal(t, before, u.p.Published(), "%s: nothing is written while the connection is known blocked", u.name)
+	}
 
 	restore()
-	waitUntil(t, 30*time.Second, func() bool { return p.Check(ctx) == nil })
-	require.True(t, p.Connected())
-	for _, r := range p.Publish(ctx, msgs[20:]) {
-		require.Equal(t, ferrytype.OutcomeConfirmed, r.Outcome, "%v", r.Err)
+	for _, u := range pubs {
+		waitUntil(t, 30*time.Second, func() bool { return u.p.Check(ctx) == nil })
+		require.True(t, u.p.Connected(), u.name)
+		for _, r := range u.p.Publish(ctx, u.msgs[20:]) {
+			require.Equal(t, ferrytype.OutcomeConfirmed, r.Outcome, "%s: %v", u.name, r.Err)
+		}
 	}
 }
