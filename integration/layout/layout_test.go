@@ -137,10 +137,12 @@ type goMod struct {
 	Module  struct{ Path string }
 	Go      string
 	Require []struct {
-		Path     string
-		Indirect bool
+		Path, Version string
+		Indirect      bool
 	}
-	Replace []struct{ Old struct{ Path string } }
+	Replace []struct {
+		Old, New struct{ Path, Version string }
+	}
 }
 
 func readGoMod(t *testing.T, dir string) goMod {
