@@ -95,3 +95,49 @@ func TestConsumerConformanceClassicQueue(t *testing.T) {
 	t.Parallel()
 	ferrybrokertest.ExerciseConsumer(t, consumerHarness(ferryamqp.QueueClassic))
 }
+
+// A consumer started on a queue that does not exist says so, naming the
+// queue it was given (not its parking queue) and how to declare it; with
+// Declare it declares both.
+func TestConsumerMissingQueue(t *testing.T) {
+	t.Parallel()
+	conn := dial(t)
+	ctx := testenv.Context(t, time.Minute)
+	h := func(context.Context, *ferrybroker.Delivery) error { return nil }
+
+	t.Run("NamesTheQueue", func(t *testing.T) {
+		queue := testenv.Name("ferry_missing_")
+		c, err := ferryamqp.NewConsumer(conn, queue, h, nil)
+		require.NoError(t, err)
+		err = c.Start(ctx)
+		require.Error(t, err)
+		require.ErrorContains(t, err, "queue "+queue+" does not exist")
+		require.NotContains(t, err.Error(), ferryamqp.ParkingSuffix)
+		require.ErrorContains(t, err, "Declare")
+		var ae *amqp.Error
+		require.ErrorAs(t, err, &ae)
+		require.Equal(t, amqp.NotFound, ae.Code)
+	})
+	t.Run("NamesTheMissingParkingQueue", func(t *testing.T) {
+		queue := testenv.Name("ferry_noparking_")
+		ferryamqptest.DeleteRabbitMQQueue(t, queue)
+		ch, err := conn.Channel()
+		require.NoError(t, err)
+		_, err = ch.QueueDeclare(queue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+		require.NoError(t, err)
+		require.NoError(t, ch.Close())
+		c, err := ferryamqp.NewConsumer(conn, queue, h, nil)
+		require.NoError(t, err)
+		err = c.Start(ctx)
+		require.ErrorContains(t, err, "parking queue "+queue+ferryamqp.ParkingSuffix+" of queue "+queue+" does not exist")
+	})
+	t.Run("DeclareCreatesIt", func(t *testing.T) {
+		queue := testenv.Name("ferry_declared_")
+		ferryamqptest.DeleteRabbitMQQueue(t, queue)
+		ferryamqptest.DeleteRabbitMQQueue(t, queue+ferryamqp.ParkingSuffix)
+		c, err := ferryamqp.NewConsumer(conn, queue, h, &ferryamqp.ConsumerConfig{Declare: true})
+		require.NoError(t, err)
+		require.NoError(t, c.Start(ctx))
+		require.NoError(t, c.Stop(ctx))
+	})
+}

@@ -173,20 +173,28 @@ func (s *setupRun) exchange(e Exchange) error {
 	return fmt.Errorf("declare exchange %s: %w", e.Name, err)
 }
 
-// queue declares q and its parking queue, or checks that q exists (and
-// its parking queue, when one is named explicitly: a check cannot see
-// the queue's dead-letter settings anyway).
+// queue declares q and its parking queue (the parking queue first, as
+// the queue's dead-letter target), or checks that q exists and then its
+// parking queue, when one is named explicitly (a check cannot see the
+// queue's dead-letter settings anyway): a missing queue is named as the
+// queue, never as its parking queue.
 func (s *setupRun) queue(raw Queue) error {
 	q := raw.withDefaults()
 	names := []string{q.Name}
-	if q.ParkingQueue != "" && (s.declare || raw.ParkingQueue != "") {
+	switch {
+	case q.ParkingQueue == "":
+	case s.declare:
 		names = []string{q.ParkingQueue, q.Name}
+	case raw.ParkingQueue != "":
+		names = []string{q.Name, q.ParkingQueue}
 	}
 	for _, name := range names {
 		var err error
 		args := q.Arguments()
+		what := "queue " + name
 		if name == q.ParkingQueue {
 			args = amqp.Table{"x-queue-type": string(q.Type)}
+			what = "parking queue " + name + " of queue " + q.Name
 		}
 		if s.declare {
 			err = s.do(func(ch *amqp.Channel) error {
@@ -203,14 +211,14 @@ func (s *setupRun) queue(raw Queue) error {
 		case 0:
 			continue
 		case amqp.NotFound:
-			return notFound(fmt.Sprintf("queue %s does not exist: declare it, or let ferry declare it (Declare, --declare)", name), err)
+			return notFound(fmt.Sprintf("%s does not exist: declare it, or let ferry declare it (Declare, --declare)", what), err)
 		case amqp.PreconditionFailed:
-			return fmt.Errorf("queue %s exists with other settings than durable, arguments %v: "+
-				"delete it (after moving its messages) or configure ferry to match: %w", name, args, err)
+			return fmt.Errorf("%s exists with other settings than durable, arguments %v: "+
+				"delete it (after moving its messages) or configure ferry to match: %w", what, args, err)
 		case amqp.AccessRefused:
-			return fmt.Errorf("not allowed to declare queue %s: %w", name, err)
+			return fmt.Errorf("not allowed to declare %s: %w", what, err)
 		}
-		return fmt.Errorf("declare queue %s: %w", name, err)
+		return fmt.Errorf("declare %s: %w", what, err)
 	}
 	return nil
 }
