@@ -435,7 +435,8 @@ func ExpectAffected(n, want int64) error {
 }
 
 // ExpectResult is ExpectAffected for database/sql: it passes err through and
-// checks res.
+// checks that res affected one row. With pgx's own API, whose Exec returns a
+// pgconn.CommandTag, use ExpectTag.
 //
 //	err := ferry.ExpectResult(tx.ExecContext(ctx, `UPDATE points_account SET points = points + ? WHERE user_id = ?`, 10, 7))
 func ExpectResult(res sql.Result, err error) error {
@@ -452,6 +453,24 @@ func ExpectResultN(res sql.Result, err error, want int64) error {
 		return err
 	}
 	return ExpectAffected(n, want)
+}
+
+// ExpectTag is ExpectAffected for pgx: it passes err through and checks
+// that tag, the pgconn.CommandTag that pgx.Tx's Exec returns (or anything
+// else that counts its rows without an error), affected one row; for
+// another count, ExpectAffected(tag.RowsAffected(), want). For
+// database/sql's sql.Result, whose RowsAffected also returns an error, use
+// ExpectResult.
+//
+//	err := ferry.ExpectTag(tx.Exec(ctx, `UPDATE points_account SET points = points + $1 WHERE user_id = $2`, 10, 7))
+func ExpectTag(tag interface{ RowsAffected() int64 }, err error) error {
+	if err != nil {
+		return err
+	}
+	if tag == nil {
+		return fmt.Errorf("%w: no command tag", ErrNoEffect)
+	}
+	return ExpectAffected(tag.RowsAffected(), 1)
 }
 
 // InboxHandler adapts an inbox to a broker consumer: each delivery is
