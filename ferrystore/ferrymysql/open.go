@@ -173,3 +173,15 @@ func OpenInbox(ctx context.Context, rawURL string, cfg *InboxConfig) (*Inbox, er
 	s.SQLTxs = sqlstore.SQLTxs{SQLDB: sqlstore.NewSQLDB(db, true)}
 	return s, nil
 }
+
+// DB returns the pool of a store made by New or Open: begin the
+// transactions that write business rows and EnqueueTx their events on it
+// (a pool Open opened runs every session at READ COMMITTED). Close closes
+// it only when Open opened it.
+func (s *Store) DB() *sql.DB { return s.SQLDB.DB() }
+
+// DB returns the pool of an inbox made by NewInbox or OpenInbox: the pool
+// whose transactions the inbox begins (the *sql.Tx its business functions
+// are given), for the consumer's other queries and for migrating the
+// business tables. Close closes it only when OpenInbox opened it.
+func (s *Inbox) DB() *sql.DB { return s.SQLTxs.DB() }

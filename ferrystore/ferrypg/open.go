@@ -2,6 +2,7 @@ package ferrypg
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -91,5 +92,18 @@ func OpenInbox(ctx context.Context, rawURL string, cfg *InboxConfig) (*Inbox, er
 	return s, nil
 }
 
-// Pool returns the pgx pool of a store made by New or Open.
+// Pool returns the pgx pool of a store made by New or Open: begin the
+// transactions that write business rows and EnqueueTx their events on it.
+// Close closes it only when Open opened it.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Pool returns the pgx pool of an inbox made by NewInbox or OpenInbox: the
+// pool whose transactions the inbox begins (the pgx.Tx its business
+// functions are given), for the consumer's other queries and for
+// migrating the business tables. Close closes it only when OpenInbox
+// opened it.
+func (s *Inbox) Pool() *pgxpool.Pool { return s.pool }
+
+// DB returns the database/sql pool of an inbox made by NewStdlibInbox.
+// The inbox never closes it.
+func (s *StdlibInbox) DB() *sql.DB { return s.SQLTxs.DB() }

@@ -114,3 +114,14 @@ func OpenInbox(ctx context.Context, rawURL string, cfg *InboxConfig) (*Inbox, er
 	s.SQLTxs = sqlstore.SQLTxs{SQLDB: sqlstore.NewSQLDB(db, true)}
 	return s, nil
 }
+
+// DB returns the database of a store made by New or Open: begin the
+// transactions that write business rows and EnqueueTx their events on it.
+// Close closes it only when Open opened it.
+func (s *Store) DB() *sql.DB { return s.SQLDB.DB() }
+
+// DB returns the database of an inbox made by NewInbox or OpenInbox: the
+// one whose transactions the inbox begins (the *sql.Tx its business
+// functions are given), for the consumer's other queries and for creating
+// the business tables. Close closes it only when OpenInbox opened it.
+func (s *Inbox) DB() *sql.DB { return s.SQLTxs.DB() }
