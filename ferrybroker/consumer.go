@@ -59,8 +59,12 @@ func (d *Delivery) FillFromHeaders() {
 	}
 }
 
-// HandlerFunc adapts a function that ignores the context.
-func HandlerFunc(fn func(d *Delivery) error) Handler {
+// WithoutContext adapts fn, a handler that takes no context, to a Handler
+// (which is itself a function type: any func(ctx, d) error is one). The
+// context the consumer passes is dropped, so fn is not cut off when its
+// handler timeout passes or Stop stops waiting: use it only for handlers
+// that return quickly on their own.
+func WithoutContext(fn func(d *Delivery) error) Handler {
 	return func(_ context.Context, d *Delivery) error { return fn(d) }
 }
 

@@ -1,6 +1,7 @@
 package ferrybroker_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -57,4 +58,18 @@ func ExampleSettledFunc() {
 	// Output:
 	// points parked evt-7: unknown currency XXX
 	// {Delivered:1 Handled:0 Acked:0 Retried:0 Parked:1 ParkFailed:0 Left:0 InFlight:0 Rewinds:0 Rewound:0}
+}
+
+// WithoutContext makes a Handler of a function that takes no context;
+// a Handler is itself a function type, so a func(ctx, d) error needs no
+// adapter.
+func ExampleWithoutContext() {
+	var h ferrybroker.Handler = ferrybroker.WithoutContext(func(d *ferrybroker.Delivery) error {
+		fmt.Println("handled", d.MessageID)
+		return nil
+	})
+	// The consumer calls it; here, by hand.
+	_ = h(context.Background(), &ferrybroker.Delivery{MessageID: "evt-7"})
+	// Output:
+	// handled evt-7
 }
