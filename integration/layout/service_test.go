@@ -1,12 +1,10 @@
 package layout_test
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"io/fs"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,42 +22,32 @@ import (
 // run from the clone, writes requirements of ferry's modules at the version
 // they are tagged with next and replace directives to the clone's
 // directories; then, with GOWORK=off, go mod tidy, go build and go vet
-// work in the service, and the program runs (against the test PostgreSQL).
+// work in the service, and the program runs: the recipe of
+// docs/recipes.md, against the test PostgreSQL and RabbitMQ.
 // Nothing in the clone changes.
 func TestServiceModuleRequiresFerryOutsideTheWorkspace(t *testing.T) {
 	t.Parallel()
 	testsvc.Slow(t, "a service module tidied and built outside the workspace")
 	dir := root(t)
-	pool := testsvc.Postgres(t) // skips, or fails with FERRY_REQUIRE_SERVICES=1
-	ctx := testsvc.Context(t, 5*time.Minute)
-	// The program's tables (and ferry's migration record) go to a schema
-	// of their own, dropped at the end.
-	schema := testsvc.Name("svc_")
-	_, err := pool.Exec(ctx, "CREATE SCHEMA "+schema)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if _, err := pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Logf("drop schema %s: %v", schema, err)
-		}
-	})
-	u, err := url.Parse(testsvc.URL(testsvc.EnvPostgres))
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	table := testsvc.Name("orders_outbox_")
+	testsvc.Postgres(t) // skips, or fails with FERRY_REQUIRE_SERVICES=1
+	testsvc.RabbitMQ(t)
+	// The program is the PostgreSQL + RabbitMQ recipe of docs/recipes.md,
+	// as a user copies it into a module of their own: it makes a schema,
+	// an exchange and a queue of its own, and drops them when it ends.
+	env := []string{"DATABASE_URL=" + testsvc.URL(testsvc.EnvPostgres), "BROKER_URL=" + testsvc.URL(testsvc.EnvAMQP)}
+	const applied = "order 42 paid; user 7 has 10 points (deliveries: 1, applied: 1)"
 
 	before := cloneState(t, dir)
-	svc := newServiceModule(t, programFiles(t, filepath.Join(dir, "integration", "layout", "testdata", "service")))
+	svc := newServiceModule(t, programFiles(t, filepath.Join(dir, "examples", "recipes", "pgrabbit")))
 	requireFerry(t, dir, svc)
-	out := buildAndRun(t, svc, "DATABASE_URL="+u.String(), "OUTBOX_TABLE="+table)
-	require.Contains(t, out, table+" holds 1 event(s), for amq.topic", "the program's output")
+	out := buildAndRun(t, svc, env...)
+	require.Contains(t, out, applied, "the program's output")
 
 	mod := readGoMod(t, svc)
 	versions := map[string]string{}
 	for _, r := range mod.Require {
 		versions[r.Path] = r.Version
-		if has(r.Path, core) || has(r.Path, "github.com/jackc/pgx/v5") {
+		if has(r.Path, core) || has(r.Path, "github.com/jackc/pgx/v5") || r.Path == "github.com/rabbitmq/amqp091-go" {
 			// What the program imports is a direct requirement, as after
 			// go get: not one that go mod tidy marks // indirect.
 			require.False(t, r.Indirect, "%s/go.mod requires %s // indirect", svc, r.Path)
@@ -74,9 +62,7 @@ func TestServiceModuleRequiresFerryOutsideTheWorkspace(t *testing.T) {
 	t.Run("Relative", func(t *testing.T) {
 		requireFerry(t, dir, svc, "-relative")
 		requireReplaced(t, dir, svc, true)
-		table := testsvc.Name("orders_outbox_")
-		out := buildAndRun(t, svc, "DATABASE_URL="+u.String(), "OUTBOX_TABLE="+table)
-		require.Contains(t, out, table+" holds 1 event(s), for amq.topic", "the program's output")
+		require.Contains(t, buildAndRun(t, svc, env...), applied, "the program's output")
 	})
 
 	t.Run("DropBeforeTheTag", func(t *testing.T) {
