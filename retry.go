@@ -41,7 +41,8 @@ type ExponentialBackoff struct {
 	// negative means none.
 	Jitter float64
 	// MaxAttempts is the number of attempts before the event goes DEAD.
-	// Default 20 (about an hour and a quarter with the other defaults).
+	// Default 20 (the 19 delays between them add up to about an hour with
+	// the other defaults: 511 s doubling to the cap, then 10 × 5 min).
 	MaxAttempts int
 }
 
