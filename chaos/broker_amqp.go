@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -26,6 +27,7 @@ type amqpBroker struct {
 	vhost           string
 	direct, proxied string
 	host            string
+	node            string // Options.AMQPNode: rabbitmqctl -n; empty, rabbitmqctl's default node
 	admin           vhostAdmin
 
 	mu   sync.Mutex // guards conn and ch, opened by the first publishPaid
@@ -41,10 +43,16 @@ type amqpBroker struct {
 	count *amqp.Connection
 }
 
-func rabbitmqctl(ctx context.Context, args ...string) (string, error) {
+// rabbitmqctl runs rabbitmqctl (FERRY_TEST_RABBITMQCTL, default
+// "rabbitmqctl") with args on the node named node, or on its default
+// node when node is empty.
+func rabbitmqctl(ctx context.Context, node string, args ...string) (string, error) {
 	path := os.Getenv("FERRY_TEST_RABBITMQCTL")
 	if path == "" {
 		path = "rabbitmqctl"
+	}
+	if node != "" {
+		args = append([]string{"-n", node}, args...)
 	}
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, path, args...)
@@ -55,12 +63,12 @@ func rabbitmqctl(ctx context.Context, args ...string) (string, error) {
 	return out.String(), nil
 }
 
-func newAMQPBroker(ctx context.Context, direct string, px *proxies, suffix string) (*amqpBroker, error) {
+func newAMQPBroker(ctx context.Context, direct, node string, px *proxies, suffix string) (*amqpBroker, error) {
 	u, err := url.Parse(direct)
 	if err != nil {
 		return nil, err
 	}
-	b := &amqpBroker{vhost: "chaos_" + suffix, host: u.Host, admin: newVhostAdmin(u)}
+	b := &amqpBroker{vhost: "chaos_" + suffix, host: u.Host, node: node, admin: newVhostAdmin(u, node)}
 	if err := b.admin.add(ctx, b.vhost); err != nil {
 		return nil, err
 	}
@@ -87,7 +95,7 @@ func (b *amqpBroker) relayArgs() []string { return nil }
 
 // queues returns the messages (ready and unacknowledged) of each queue.
 func (b *amqpBroker) queues(ctx context.Context) (map[string]int, error) {
-	out, err := rabbitmqctl(ctx, "list_queues", "-p", b.vhost, "--no-table-headers", "--quiet", "name", "messages")
+	out, err := rabbitmqctl(ctx, b.node, "list_queues", "-p", b.vhost, "--no-table-headers", "--quiet", "name", "messages")
 	if err != nil {
 		return nil, err
 	}
@@ -196,15 +204,20 @@ func (b *amqpBroker) parked(ctx context.Context) (map[string][]parkedMsg, error)
 	return out, nil
 }
 
-// restart stops RabbitMQ's application, waits, and starts it again. Once
-// begun, the stop runs to its end even when ctx (the fault phase) ends
-// meanwhile: a stop_app killed halfway leaves the fault neither landed nor
-// healed. ctx only cuts the time the broker stays down.
+// restart stops RabbitMQ's application on Options.AMQPNode, waits, and
+// starts it again. Once begun, the stop runs to its end even when ctx (the
+// fault phase) ends meanwhile: a stop_app killed halfway leaves the fault
+// neither landed nor healed. ctx only cuts the time the broker stays down.
+// Without a node named it refuses: rabbitmqctl's default node is the
+// machine's shared server, which the suite never stops.
 func (b *amqpBroker) restart(ctx context.Context, down time.Duration) error {
+	if b.node == "" {
+		return errors.New("no RabbitMQ node of the run's own to restart (Options.AMQPNode): the shared server is never stopped")
+	}
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
 	b.stopped.Store(true)
-	if _, err := rabbitmqctl(stopCtx, "stop_app"); err != nil {
+	if _, err := rabbitmqctl(stopCtx, b.node, "stop_app"); err != nil {
 		return err
 	}
 	select {
@@ -218,7 +231,7 @@ func (b *amqpBroker) restart(ctx context.Context, down time.Duration) error {
 // until it accepts connections.
 func (b *amqpBroker) heal(ctx context.Context) error {
 	if b.stopped.Load() {
-		if _, err := rabbitmqctl(ctx, "start_app"); err != nil {
+		if _, err := rabbitmqctl(ctx, b.node, "start_app"); err != nil {
 			return err
 		}
 		b.stopped.Store(false)

@@ -72,8 +72,8 @@ var combos = []struct{ db, broker string }{
 // the full run. The rows run side by side (go test -parallel; scripts/test.sh
 // runs two at a time): each has its own tables, streams, queues, topics,
 // proxies and processes. FERRY_CHAOS_LOG=dir keeps each row's process
-// output there. The RabbitMQ restart waits until no other row
-// uses the server (testsvc.DisruptRabbitMQ) and keeps them out meanwhile.
+// output there. The RabbitMQ restart stops the tests' own node
+// (testsvc.DisruptRabbitMQ), never the shared server the other rows use.
 func TestScenarios(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the chaos suite is not part of the quick tier (-short): scripts/test.sh runs it")
@@ -136,6 +136,7 @@ func runRow(t *testing.T, sc *chaos.Scenario, db, broker string, full bool) {
 	case "postgres":
 		testsvc.Postgres(t)
 	}
+	amqpURL, amqpNode := testsvc.URL(testsvc.EnvAMQP), ""
 	switch {
 	case broker == "nats" && natsServer == "":
 		testsvc.NATS(t) // the rows take the shared server in turn
@@ -144,10 +145,11 @@ func runRow(t *testing.T, sc *chaos.Scenario, db, broker string, full bool) {
 	case broker == "kafka":
 		// The harness runs kfake itself (cmd/kfake).
 	case sc.Name == "broker-restart":
-		// Other packages' RabbitMQ tests wait while this one
-		// stops the server.
-		testsvc.DisruptRabbitMQ(t)
-		testsvc.RabbitMQ(t)
+		// It stops RabbitMQ: the tests' own node, which the other
+		// tests that stop it or alarm it wait for meanwhile; never
+		// the shared server.
+		node := testsvc.DisruptRabbitMQ(t)
+		amqpURL, amqpNode = node.URL, node.Name
 	default:
 		testsvc.RabbitMQ(t)
 	}
@@ -174,7 +176,7 @@ func runRow(t *testing.T, sc *chaos.Scenario, db, broker string, full bool) {
 		DB: db, Broker: broker, Orders: orders, Rate: rate, Bin: shopBin, KfakeBin: kfakeBin, Out: testWriter{t}, Log: plog,
 		MinFaults: 10 * time.Second, Settle: 3 * time.Minute,
 		MySQLURL: testsvc.URL(testsvc.EnvMySQL), PostgresURL: testsvc.URL(testsvc.EnvPostgres),
-		NATSURL: testsvc.URL(testsvc.EnvNATS), NATSServer: natsServer, AMQPURL: testsvc.URL(testsvc.EnvAMQP),
+		NATSURL: testsvc.URL(testsvc.EnvNATS), NATSServer: natsServer, AMQPURL: amqpURL, AMQPNode: amqpNode,
 	}, sc)
 	require.NoError(t, err)
 	t.Log("\n" + res.String())
@@ -198,7 +200,7 @@ func TestLogRelayScenarios(t *testing.T) {
 		sc *chaos.Scenario
 		db string
 	}{
-		// First: it keeps the other rows off RabbitMQ while it runs.
+		// On the tests' own RabbitMQ node; the others on the shared one.
 		{chaos.ScenarioByName("broker-restart"), "postgres"},
 		{chaos.ScenarioByName("kill"), "mysql"},
 		{chaos.ScenarioByName("commit-reset"), "mysql"},
@@ -217,17 +219,20 @@ func TestLogRelayScenarios(t *testing.T) {
 						testsvc.BinlogLock(t, r.sc == chaos.LogGap) // a purge holds the binlog alone
 					}
 					testsvc.LogStore(t, r.db) // the server is up
+					amqpURL, amqpNode := testsvc.URL(testsvc.EnvAMQP), ""
 					if r.sc.Name == "broker-restart" {
-						testsvc.DisruptRabbitMQ(t)
+						node := testsvc.DisruptRabbitMQ(t) // the tests' own node
+						amqpURL, amqpNode = node.URL, node.Name
+					} else {
+						testsvc.RabbitMQ(t)
 					}
-					testsvc.RabbitMQ(t)
 					ctx := testsvc.Context(t, 8*time.Minute)
 					plog := processLog(t, r.sc.Name+"-"+r.db+"-log+amqp")
 					res, err := chaos.Run(ctx, chaos.Options{
 						DB: r.db, Broker: "amqp", Orders: 400, Rate: 20, Bin: shopBin, Out: testWriter{t}, Log: plog,
 						MinFaults: 10 * time.Second, Settle: 3 * time.Minute, LogRelay: true,
 						MySQLURL: testsvc.URL(testsvc.EnvMySQLBinlog), PostgresURL: testsvc.URL(testsvc.EnvPostgresLogical),
-						AMQPURL: testsvc.URL(testsvc.EnvAMQP),
+						AMQPURL: amqpURL, AMQPNode: amqpNode,
 					}, r.sc)
 					require.NoError(t, err)
 					t.Log("\n" + res.String())
@@ -252,14 +257,8 @@ func TestLogRelayScenarios(t *testing.T) {
 // rowCost is a row's rough length in seconds, for the order the rows
 // start in: each row's time in a CI run of the suite (scripts/test.sh,
 // two rows at a time), rounded. Only the order matters: a wrong figure
-// costs time, never a check. The RabbitMQ restart comes first of all: it
-// waits until no other row uses RabbitMQ and keeps them out meanwhile,
-// which at the start, beside a Kafka row (the next longest), costs
-// nothing.
+// costs time, never a check.
 func rowCost(scenario, db, broker string) int {
-	if scenario == "broker-restart" && broker == "amqp" {
-		return 1000
-	}
 	cost := map[string]int{"crashpoints": 55, "payments": 50, "commit-reset": 45, "pause": 40, "duplicate-storm": 25,
 		"broker-restart": 30, "poison": 25, "network": 30, "kill": 20, "consumer-pause": 20}[scenario]
 	switch {

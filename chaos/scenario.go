@@ -215,7 +215,8 @@ var Scenarios = []*Scenario{
 	{
 		Name:    "broker-restart",
 		KafkaDB: "mysql",
-		About: "the broker is stopped and started mid-run (RabbitMQ: rabbitmqctl stop_app / start_app; Kafka: the kfake process " +
+		About: "the broker is stopped and started mid-run (RabbitMQ: rabbitmqctl stop_app / start_app on the tests' own node, " +
+			"never a shared server; Kafka: the kfake process " +
 			"stopped with SIGTERM, its state kept in its directory, and started again)",
 		Brokers: []string{"amqp", "kafka"},
 		faults: func(ctx context.Context, s *system) {

@@ -48,6 +48,13 @@ type Options struct {
 	Out, Log io.Writer
 	// Service addresses (direct, not proxied).
 	MySQLURL, PostgresURL, NATSURL, AMQPURL string
+	// AMQPNode names the RabbitMQ node at AMQPURL for rabbitmqctl -n. The
+	// broker-restart scenario stops and starts its application, so it
+	// must be a node of the run's own (testsvc.DisruptRabbitMQ: the one
+	// scripts/services.sh starts on port 5673); without one that scenario
+	// fails on RabbitMQ rather than stop a shared server. Empty:
+	// rabbitmqctl's default node, for the other scenarios.
+	AMQPNode string
 	// Settle bounds the wait for the system to go quiet after the faults.
 	Settle time.Duration
 	// MinFaults is the shortest time faults are injected, however fast
@@ -129,7 +136,7 @@ func newSystem(ctx context.Context, o Options, network bool) (_ *system, err err
 		}
 	case "amqp":
 		var b *amqpBroker
-		b, err = newAMQPBroker(ctx, o.AMQPURL, s.px, suffix)
+		b, err = newAMQPBroker(ctx, o.AMQPURL, o.AMQPNode, s.px, suffix)
 		if err == nil {
 			s.broker = b
 		}

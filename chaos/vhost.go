@@ -12,23 +12,30 @@ import (
 	"time"
 )
 
-// EnvRabbitMQAPI names the base URL of RabbitMQ's management HTTP API
-// (default: http://<the broker's host>:15672, with the broker URL's user).
-// The chaos harness creates and deletes each run's virtual host through
-// it when it answers, and through rabbitmqctl when it does not: each
-// rabbitmqctl run boots an Erlang VM (a second of CPU, several seconds of
-// wall time on a loaded machine), three times a run.
+// EnvRabbitMQAPI names the base URL of the shared RabbitMQ server's
+// management HTTP API (default: http://<the broker's host>:15672, with the
+// broker URL's user). The chaos harness creates and deletes each run's
+// virtual host through it when it answers, and through rabbitmqctl when
+// it does not: each rabbitmqctl run boots an Erlang VM (a second of CPU,
+// several seconds of wall time on a loaded machine), three times a run.
+// On a node of the run's own (Options.AMQPNode) it uses rabbitmqctl -n:
+// that node has no management plugin, and the API at the default address
+// is the shared server's.
 const EnvRabbitMQAPI = "FERRY_TEST_RABBITMQ_API"
 
 // vhostAdmin creates a virtual host the broker URL's user may use, and
 // deletes it.
 type vhostAdmin struct {
 	api  *url.URL // nil: rabbitmqctl
+	node string   // rabbitmqctl -n; empty, its default node
 	user string
 }
 
-func newVhostAdmin(broker *url.URL) vhostAdmin {
-	a := vhostAdmin{user: broker.User.Username()}
+func newVhostAdmin(broker *url.URL, node string) vhostAdmin {
+	a := vhostAdmin{user: broker.User.Username(), node: node}
+	if node != "" {
+		return a
+	}
 	base := os.Getenv(EnvRabbitMQAPI)
 	if base == "" {
 		base = "http://" + net.JoinHostPort(broker.Hostname(), "15672")
@@ -52,10 +59,10 @@ func newVhostAdmin(broker *url.URL) vhostAdmin {
 
 func (a vhostAdmin) add(ctx context.Context, vhost string) error {
 	if a.api == nil {
-		if _, err := rabbitmqctl(ctx, "add_vhost", vhost); err != nil {
+		if _, err := rabbitmqctl(ctx, a.node, "add_vhost", vhost); err != nil {
 			return err
 		}
-		_, err := rabbitmqctl(ctx, "set_permissions", "-p", vhost, a.user, ".*", ".*", ".*")
+		_, err := rabbitmqctl(ctx, a.node, "set_permissions", "-p", vhost, a.user, ".*", ".*", ".*")
 		return err
 	}
 	if err := a.call(ctx, a.api, http.MethodPut, "/api/vhosts/"+url.PathEscape(vhost), ""); err != nil {
@@ -67,7 +74,7 @@ func (a vhostAdmin) add(ctx context.Context, vhost string) error {
 
 func (a vhostAdmin) delete(ctx context.Context, vhost string) error {
 	if a.api == nil {
-		_, err := rabbitmqctl(ctx, "delete_vhost", vhost)
+		_, err := rabbitmqctl(ctx, a.node, "delete_vhost", vhost)
 		return err
 	}
 	return a.call(ctx, a.api, http.MethodDelete, "/api/vhosts/"+url.PathEscape(vhost), "")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Starts, if they are not already up, the services ferry's tests use:
 # PostgreSQL, MariaDB, RabbitMQ (with its management plugin), NATS with
-# JetStream and Redis on loopback;
+# JetStream and Redis on loopback; and servers of the tests' own beside
+# them: a RabbitMQ node that tests stop and alarm (port 5673), a MariaDB
+# with a ROW binlog (3307) and a PostgreSQL with wal_level=logical (5433);
 # installs Chromium for the console's browser tests if it is missing.
 # Idempotent: a service that answers is left alone. Debian's packages are
 # assumed installed (see docs/testing.md), except promtool and buildah,
@@ -57,6 +59,54 @@ if up 127.0.0.1 5672 && ! up 127.0.0.1 15672 && command -v rabbitmq-plugins >/de
     wait_up "RabbitMQ management API" 15672 30 || true
   else
     echo "services: RabbitMQ's management plugin did not start; the chaos suite uses rabbitmqctl" >&2
+  fi
+fi
+
+# A RabbitMQ node of the tests' own, for the tests that stop RabbitMQ's
+# application or set a memory alarm on it (ferryamqptest.DisruptRabbitMQ):
+# never the shared server above, which other tests and other people use.
+# Debian's rabbitmq-server, as a second node: its own name
+# (ferry-disrupt@localhost), AMQP port 5673 on loopback, distribution port
+# 25673, no management plugin (the tests use rabbitmqctl -n), its data,
+# logs, configuration and enabled-plugins file under FERRY_RABBITMQ_DIR
+# (default /var/lib/ferry-rabbitmq). guest/guest, from loopback only (the
+# default). It shares the machine's Erlang cookie and epmd with the
+# shared node. Created on first use, started when not up (about 130 MB;
+# 10-30 s to start), never stopped by this script.
+rabbitdir=${FERRY_RABBITMQ_DIR:-/var/lib/ferry-rabbitmq}
+rabbit_node=ferry-disrupt@localhost
+rabbitmq_own() {
+  local d=$rabbitdir
+  mkdir -p "$d/mnesia" "$d/log" || return 1
+  printf '%s\n' "listeners.tcp.local = 127.0.0.1:5673" "loopback_users.guest = true" >"$d/rabbitmq.conf"
+  echo '[].' >"$d/enabled_plugins"
+  local env="RABBITMQ_NODENAME=$rabbit_node RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_NODE_PORT=5673 \
+    RABBITMQ_DIST_PORT=25673 RABBITMQ_CONFIG_FILE=$d/rabbitmq.conf RABBITMQ_MNESIA_BASE=$d/mnesia \
+    RABBITMQ_LOG_BASE=$d/log RABBITMQ_ENABLED_PLUGINS_FILE=$d/enabled_plugins RABBITMQ_PID_FILE=$d/rabbitmq.pid"
+  local server=/usr/lib/rabbitmq/bin/rabbitmq-server
+  [ -x "$server" ] || { echo "services: no RabbitMQ binaries ($server; Debian: apt-get install rabbitmq-server)" >&2; return 1; }
+  if [ "$(id -u)" = 0 ] && id rabbitmq >/dev/null 2>&1; then
+    chown -R rabbitmq:rabbitmq "$d"
+    su rabbitmq -s /bin/sh -c "env $env $server -detached" >"$d/start.log" 2>&1
+  else
+    sh -c "env $env $server -detached" >"$d/start.log" 2>&1
+  fi || { echo "services: rabbitmq-server did not start: $d/start.log" >&2; return 1; }
+  wait_up "RabbitMQ (the tests' own node)" 5673 90
+}
+if up 127.0.0.1 5673; then echo "services: RabbitMQ (the tests' own node) is up on port 5673"; else
+  # A node whose application a killed test left stopped answers
+  # rabbitmqctl, not AMQP: its application is started again.
+  if command -v rabbitmqctl >/dev/null 2>&1 && rabbitmqctl -q -n "$rabbit_node" eval 'ok.' >/dev/null 2>&1; then
+    echo "services: starting the application of RabbitMQ node $rabbit_node"
+    if rabbitmqctl -q -n "$rabbit_node" start_app >/dev/null 2>&1 && wait_up "RabbitMQ (the tests' own node)" 5673 60; then
+      echo "services: RabbitMQ (the tests' own node) is up on port 5673"
+    else
+      rc=1
+    fi
+  else
+    echo "services: starting RabbitMQ (the tests' own node, $rabbit_node)"
+    b=$(date +%s)
+    rabbitmq_own && echo "services: RabbitMQ (the tests' own node) is up on port 5673 after $(($(date +%s) - b)) s" || rc=1
   fi
 fi
 

@@ -22,6 +22,14 @@
 # FERRY_TEST_OUT names a directory to keep the go test -json files in
 # (default: a temporary one, removed at the end). Exits non-zero when any
 # package failed, after running them all.
+#
+# The suite stops, restarts and alarms only servers of its own (the
+# RabbitMQ node on port 5673 that scripts/services.sh starts), never a
+# shared one, and leaves no file in the work tree. The script checks both:
+# it records each service's listening process and socket before the tests
+# (a restart, or RabbitMQ's stop_app and start_app, changes them), the
+# shared RabbitMQ's alarms and memory high watermark, and git status; and
+# it fails the run when any differs at the end, or an alarm is set.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -66,6 +74,116 @@ for m in cmd/ferry integration examples $(grep -v '^#' scripts/modules.txt | awk
 done
 pkgs=$(awk '{print $1}' "$out/packages.txt")
 (cd chaos && go list -f '{{.ImportPath}} {{.Module.Path}}' ./...) >>"$out/packages.txt" || exit 1
+
+# The services' state, recorded before the tests and checked after them.
+# port_of prints the port of a service URL (or its default) when the host
+# is this machine's loopback, where ss sees its listener.
+port_of() { # url default-port
+  local hp=${1#*://}
+  hp=${hp#*@}
+  hp=${hp%%[/?]*}
+  case "$hp" in 127.* | localhost* | \[::1\]*) ;; *) return ;; esac
+  case "$hp" in *:[0-9]*) echo "${hp##*:}" ;; *) echo "$2" ;; esac
+}
+# listeners prints, for each port, the processes listening on it, their
+# start times and their sockets' inodes ("down" when none listens).
+listeners() {
+  local p line pid ino st out
+  for p in "$@"; do
+    out=
+    while read -r line; do
+      pid=$(grep -o 'pid=[0-9]*' <<<"$line" | head -n1)
+      ino=$(grep -o 'ino:[0-9]*' <<<"$line")
+      st=
+      [ -n "$pid" ] && st=$(awk '{print "start=" $22}' "/proc/${pid#pid=}/stat" 2>/dev/null)
+      out="$out $pid $st $ino"
+    done < <(ss -Hltnpe "sport = :$p" 2>/dev/null | sort)
+    echo "port $p:${out:- down}"
+  done
+}
+# rabbit_state prints the shared RabbitMQ's AMQP listeners, alarms and
+# memory high watermark (rabbitmqctl), or its alarms and memory limit
+# (management API), or nothing when neither answers.
+rabbit_state() {
+  local out
+  if out=$(timeout 60 rabbitmqctl -q eval '{[P || {listener,_,amqp,_,_,P,_} <- rabbit_networking:active_listeners()], rabbit_alarm:get_alarms(), vm_memory_monitor:get_vm_memory_high_watermark()}.' 2>/dev/null); then
+    echo "rabbitmqctl: $out"
+  elif out=$(curl -fsS -m 10 -u "$amqp_user" "http://127.0.0.1:15672/api/nodes" 2>/dev/null); then
+    echo "management API:" $(grep -o '"\(mem_alarm\|disk_free_alarm\|mem_limit\)":[^,]*' <<<"$out")
+  fi
+}
+rabbit_alarmed() { # state
+  case "$1" in
+  rabbitmqctl:*) [[ "$1" != *",[],"* ]] ;;
+  management*) [[ "$1" == *':true'* ]] ;;
+  *) return 1 ;;
+  esac
+}
+amqp_url=${FERRY_TEST_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}
+amqp_user=${amqp_url#*://}
+amqp_user=${amqp_user%%@*}
+[ "$amqp_user" = "${amqp_url#*://}" ] && amqp_user=guest:guest
+ports=
+for u in "${FERRY_TEST_POSTGRES_URL:-x://127.0.0.1} 5432" "${FERRY_TEST_MYSQL_URL:-x://127.0.0.1} 3306" \
+  "${FERRY_TEST_REDIS_URL:-x://127.0.0.1} 6379" "${FERRY_TEST_NATS_URL:-x://127.0.0.1} 4222" "$amqp_url 5672" \
+  "${FERRY_TEST_MYSQL_BINLOG_URL:-x://127.0.0.1} 3307" "${FERRY_TEST_POSTGRES_LOGICAL_URL:-x://127.0.0.1} 5433"; do
+  ports="$ports $(port_of $u)"
+done
+if command -v ss >/dev/null; then
+  listeners $ports >"$out/services.before"
+else
+  echo "test: ss (iproute2) is missing: the services' processes are not checked" >&2
+fi
+rabbit_before=$(rabbit_state)
+if [ -z "$rabbit_before" ]; then
+  echo "test: neither rabbitmqctl nor the management API answers: the shared RabbitMQ's alarms are not checked" >&2
+elif rabbit_alarmed "$rabbit_before"; then
+  echo "test: the shared RabbitMQ has an alarm set before the tests: $rabbit_before" >&2
+fi
+tree_before=
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  tree_before=$(git --no-optional-locks status --porcelain --ignored --untracked-files=all)
+  tree_check=1
+fi
+# check_services compares the services and the tree with their state
+# before the tests, and says what changed.
+check_services() {
+  local bad=0 after
+  if [ -f "$out/services.before" ]; then
+    listeners $ports >"$out/services.after"
+    while read -r line; do
+      [[ "$line" == *": down" ]] && continue # not there before: none of the suite's
+      if ! grep -qxF "$line" "$out/services.after"; then
+        echo "test: a service the tests did not start was stopped or restarted during the run:" >&2
+        echo "test:   before: $line" >&2
+        echo "test:   after:  $(grep "^${line%%:*}:" "$out/services.after")" >&2
+        bad=1
+      fi
+    done <"$out/services.before"
+  fi
+  if [ -n "$rabbit_before" ]; then
+    after=$(rabbit_state)
+    if [ "$after" != "$rabbit_before" ]; then
+      echo "test: the shared RabbitMQ changed during the run (stopped, reconfigured or alarmed):" >&2
+      echo "test:   before: $rabbit_before" >&2
+      echo "test:   after:  ${after:-no answer}" >&2
+      bad=1
+    elif rabbit_alarmed "$after"; then
+      echo "test: the shared RabbitMQ has an alarm set: $after" >&2
+      bad=1
+    fi
+  fi
+  if [ -n "${tree_check:-}" ]; then
+    after=$(git --no-optional-locks status --porcelain --ignored --untracked-files=all)
+    if [ "$after" != "$tree_before" ]; then
+      echo "test: the tests changed the work tree (git status --porcelain --ignored, before and after):" >&2
+      diff <(echo "$tree_before") <(echo "$after") | sed 's/^/test:   /' >&2
+      bad=1
+    fi
+  fi
+  [ $bad = 0 ] && echo "test: the shared services ran throughout, unchanged and without alarms; the work tree is as it was"
+  return $bad
+}
 
 race=-race
 if [ "$short" = 1 ] && [ "${FERRY_TEST_RACE:-}" != 1 ]; then
@@ -124,6 +242,7 @@ if [ -n "$beside_pid" ]; then
 fi
 end=$(date +%s)
 
+check_services || failed+=("the services' and the work tree's check")
 go run scripts/testreport.go -modules "$out/packages.txt" -n 15 "$out"/*.json
 echo "test: wall time: modules $((mid - start)) s, chaos $((end - mid)) s, in all $((end - start)) s"
 if [ ${#failed[@]} -gt 0 ]; then

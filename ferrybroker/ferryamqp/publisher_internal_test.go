@@ -34,11 +34,17 @@ func (c *rawConn) cut() {
 	_ = c.sock.Close()
 }
 
+// dialRaw dials the shared test server; dialRawURL the server at amqpURL.
 func dialRaw(t testing.TB) *rawConn {
 	t.Helper()
 	ferryamqptest.UseRabbitMQ(t)
+	return dialRawURL(t, testenv.URL(testenv.EnvAMQP))
+}
+
+func dialRawURL(t testing.TB, amqpURL string) *rawConn {
+	t.Helper()
 	rc := &rawConn{}
-	conn, err := amqp.DialConfig(testenv.URL(testenv.EnvAMQP), amqp.Config{Dial: func(network, addr string) (net.Conn, error) {
+	conn, err := amqp.DialConfig(amqpURL, amqp.Config{Dial: func(network, addr string) (net.Conn, error) {
 		c, err := amqp.DefaultDial(5*time.Second)(network, addr)
 		rc.mu.Lock()
 		rc.sock = c
@@ -421,16 +427,17 @@ func waitUntil(t testing.TB, d time.Duration, cond func() bool) {
 // caller passed, and on one the publisher dialled, whose writes are
 // batched (batchConn).
 func TestBlockedConnectionIsUnknownAndReturnsOnTime(t *testing.T) {
-	// serial: it sets a memory alarm on the shared RabbitMQ server.
+	// serial: it sets a memory alarm on the tests' own RabbitMQ node,
+	// which one test at a time holds (never on the shared server).
 	testenv.Slow(t, "a RabbitMQ memory alarm")
-	ferryamqptest.DisruptRabbitMQ(t)
-	conn := ferryamqptest.RabbitMQ(t)
+	node := ferryamqptest.DisruptRabbitMQ(t)
+	conn := node.Conn(t)
 	q := ferryamqptest.RabbitMQQueue(t, conn, "quorum", nil)
-	borrowed, err := New(testenv.Context(t, 10*time.Second), dialRaw(t).Connection, nil)
+	borrowed, err := New(testenv.Context(t, 10*time.Second), dialRawURL(t, node.URL).Connection, nil)
 	require.NoError(t, err)
 	defer borrowed.Close()
 	// A publisher that dialled its connection writes through batchConn.
-	dialled, err := Dial(testenv.Context(t, 10*time.Second), testenv.URL(testenv.EnvAMQP), nil)
+	dialled, err := Dial(testenv.Context(t, 10*time.Second), node.URL, nil)
 	require.NoError(t, err)
 	defer dialled.Close()
 	ctx := testenv.Context(t, 2*time.Minute)
@@ -446,18 +453,18 @@ func TestBlockedConnectionIsUnknownAndReturnsOnTime(t *testing.T) {
 		require.Equal(t, ferrytype.OutcomeConfirmed, u.p.Publish(ctx, u.msgs[:1])[0].Outcome, u.name)
 	}
 
-	orig := strings.TrimSpace(ferryamqptest.RabbitMQCtl(t, "eval", "vm_memory_monitor:get_vm_memory_high_watermark()."))
+	orig := strings.TrimSpace(node.Ctl(t, "eval", "vm_memory_monitor:get_vm_memory_high_watermark()."))
 	restore := func() {
 		args := []string{"set_vm_memory_high_watermark", orig}
 		if strings.HasPrefix(orig, "{absolute,") {
 			args = []string{"set_vm_memory_high_watermark", "absolute", strings.TrimSuffix(strings.TrimPrefix(orig, "{absolute,"), "}")}
 		}
-		ferryamqptest.RabbitMQCtl(t, args...)
+		node.Ctl(t, args...)
 	}
 	t.Cleanup(restore)
-	ferryamqptest.RabbitMQCtl(t, "set_vm_memory_high_watermark", "0.0000001")
+	node.Ctl(t, "set_vm_memory_high_watermark", "0.0000001")
 	waitUntil(t, 30*time.Second, func() bool {
-		return strings.Contains(ferryamqptest.RabbitMQCtl(t, "eval", "rabbit_alarm:get_alarms()."), "memory")
+		return strings.Contains(node.Ctl(t, "eval", "rabbit_alarm:get_alarms()."), "memory")
 	})
 
 	publishBlocked := func(p *Publisher, batch []ferrytype.Message, known bool) {

@@ -22,18 +22,26 @@ import (
 )
 
 // relayBundle is one outbox table on a real database and one fresh
-// quorum queue on the real RabbitMQ, bound to amq.topic.
+// quorum queue on the real RabbitMQ at amqpURL, bound to amq.topic.
 type relayBundle struct {
-	ctx context.Context
-	st  testsvc.SQLStore
-	ob  *ferry.Outbox[*sql.Tx]
-	q   testsvc.RabbitQueue
+	ctx     context.Context
+	st      testsvc.SQLStore
+	ob      *ferry.Outbox[*sql.Tx]
+	amqpURL string
+	q       testsvc.RabbitQueue
 }
 
+// setupRelay sets a bundle up on the shared RabbitMQ server.
 func setupRelay(t testing.TB, kind string) *relayBundle {
 	t.Helper()
-	conn := testsvc.RabbitMQ(t)
-	b := &relayBundle{ctx: testsvc.Context(t, 10*time.Minute), st: testsvc.Store(t, kind)}
+	return setupRelayOn(t, kind, testsvc.URL(testsvc.EnvAMQP), testsvc.RabbitMQ(t))
+}
+
+// setupRelayOn sets a bundle up on the RabbitMQ server at amqpURL, which
+// conn is connected to.
+func setupRelayOn(t testing.TB, kind, amqpURL string, conn *amqp.Connection) *relayBundle {
+	t.Helper()
+	b := &relayBundle{ctx: testsvc.Context(t, 10*time.Minute), st: testsvc.Store(t, kind), amqpURL: amqpURL}
 	b.q = testsvc.RabbitMQQueue(t, conn, "quorum", nil)
 	var err error
 	b.ob, err = ferry.NewOutbox(b.st.Driver, nil)
@@ -65,7 +73,7 @@ func (b *relayBundle) enqueue(t testing.TB, n int) []string {
 
 func (b *relayBundle) publisher(t testing.TB, cfg *ferryamqp.Config) *recordingPublisher {
 	t.Helper()
-	p, err := ferryamqp.Dial(b.ctx, testsvc.URL(testsvc.EnvAMQP), cfg)
+	p, err := ferryamqp.Dial(b.ctx, b.amqpURL, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { p.Close() })
 	return &recordingPublisher{inner: p, outcomes: map[string][]ferrytype.Outcome{}}
@@ -133,10 +141,11 @@ func (p *recordingPublisher) count(o ferrytype.Outcome) int {
 	return n
 }
 
-// readAll reads the whole queue on a connection of its own.
-func readAll(t testing.TB, queue string, want int) map[string]int {
+// readAll reads the bundle's whole queue on a connection of its own.
+func (b *relayBundle) readAll(t testing.TB, want int) map[string]int {
 	t.Helper()
-	conn, err := amqp.Dial(testsvc.URL(testsvc.EnvAMQP))
+	queue := b.q.Name
+	conn, err := amqp.Dial(b.amqpURL)
 	require.NoError(t, err)
 	defer conn.Close()
 	got := map[string]int{}
@@ -172,7 +181,7 @@ func TestRelayTwoRelaysTwentyThousandToQuorumQueue(t *testing.T) {
 	}
 	require.Equal(t, int64(total), confirmed)
 	require.Equal(t, total, b.countSent(t))
-	got := readAll(t, b.q.Name, total)
+	got := b.readAll(t, total)
 	require.Len(t, got, total)
 	for _, id := range ids {
 		require.Equal(t, 1, got[id], "event %s", id)
@@ -182,12 +191,14 @@ func TestRelayTwoRelaysTwentyThousandToQuorumQueue(t *testing.T) {
 // RabbitMQ stops (rabbitmqctl stop_app) while two relays publish, and
 // starts again: the relays reconnect and finish; no event is lost, every
 // event is confirmed exactly once, and an event is in the queue twice only
-// if one of its publishes ended unknown.
+// if one of its publishes ended unknown. The RabbitMQ is the tests' own
+// node (testsvc.DisruptRabbitMQ), never the shared server.
 func TestRelaySurvivesRabbitMQRestart(t *testing.T) {
-	// serial: it restarts the shared RabbitMQ server.
+	// serial: it restarts the tests' own RabbitMQ node, which one test at
+	// a time holds.
 	testsvc.Slow(t, "a RabbitMQ restart")
-	testsvc.DisruptRabbitMQ(t)
-	b := setupRelay(t, "mysql")
+	node := testsvc.DisruptRabbitMQ(t)
+	b := setupRelayOn(t, "mysql", node.URL, node.Conn(t))
 	const total = 20000
 	ids := b.enqueue(t, total)
 	retry := ferry.ExponentialBackoff{Initial: 50 * time.Millisecond, Max: time.Second, MaxAttempts: 1000}
@@ -208,18 +219,18 @@ func TestRelaySurvivesRabbitMQRestart(t *testing.T) {
 	}
 	waitFor(t, time.Minute, func() bool { return confirmed() >= 1000 })
 	beforeStop := confirmed()
-	testsvc.StopRabbitMQ(t)
+	node.Stop(t)
 	atStop := confirmed()
 	waitFor(t, time.Minute, func() bool {
 		return pubs[0].count(ferrytype.OutcomeUnknown)+pubs[1].count(ferrytype.OutcomeUnknown) > 0
 	})
-	testsvc.StartRabbitMQ(t)
+	node.Start(t)
 	st := b.waitSettled(t, 5*time.Minute)
 	require.Zero(t, st.Dead)
 	require.Equal(t, total, b.countSent(t))
 	require.Less(t, atStop, int64(total), "the restart happened mid-run")
 
-	got := readAll(t, b.q.Name, total)
+	got := b.readAll(t, total)
 	twice := 0
 	for _, id := range ids {
 		require.GreaterOrEqual(t, got[id], 1, "event %s lost", id)
@@ -313,7 +324,7 @@ func TestRelayRabbitMQOutageSpendsNoAttempt(t *testing.T) {
 	require.LessOrEqual(t, int64(extra), s.Unknown,
 		"attempts beyond the first are only the unknown outcomes of batches in flight at the cut: %+v", s)
 	require.LessOrEqual(t, s.Unknown, int64(4*batch), "only the batches in flight at the cut may be unknown: %+v", s)
-	got := readAll(t, b.q.Name, total)
+	got := b.readAll(t, total)
 	for _, id := range ids {
 		require.GreaterOrEqual(t, got[id], 1, "event %s lost", id)
 	}

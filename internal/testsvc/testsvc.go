@@ -50,6 +50,8 @@ const (
 	EnvMySQLBinlog     = testenv.EnvMySQLBinlog
 	EnvPostgresLogical = testenv.EnvPostgresLogical
 	EnvRabbitMQCtl     = ferryamqptest.EnvRabbitMQCtl
+	EnvDisruptAMQP     = ferryamqptest.EnvDisruptAMQP
+	EnvDisruptNode     = ferryamqptest.EnvDisruptNode
 )
 
 var (
@@ -74,8 +76,7 @@ var (
 	DeleteRabbitMQExchange = ferryamqptest.DeleteRabbitMQExchange
 	ReadRabbitMQQueue      = ferryamqptest.ReadRabbitMQQueue
 	RabbitMQCtl            = ferryamqptest.RabbitMQCtl
-	StopRabbitMQ           = ferryamqptest.StopRabbitMQ
-	StartRabbitMQ          = ferryamqptest.StartRabbitMQ
+	DisruptTarget          = ferryamqptest.DisruptTarget
 
 	NewCerts        = testenv.NewCerts
 	NATS            = ferrynatstest.NATS
@@ -85,10 +86,11 @@ var (
 
 // Types of the test bed's helpers.
 type (
-	LogBuffer   = testenv.LogBuffer
-	Certs       = testenv.Certs
-	RabbitQueue = ferryamqptest.RabbitQueue
-	StreamMsg   = ferrynatstest.StreamMsg
+	LogBuffer    = testenv.LogBuffer
+	Certs        = testenv.Certs
+	RabbitQueue  = ferryamqptest.RabbitQueue
+	RabbitMQNode = ferryamqptest.Node
+	StreamMsg    = ferrynatstest.StreamMsg
 )
 
 var (

@@ -83,10 +83,16 @@ func main() {
 				fmt.Fprintf(out, "== %s on %s + %s: does not apply\n\n", sc.Name, db, b)
 				continue
 			}
+			amqpURL, amqpNode := testsvc.URL(testsvc.EnvAMQP), ""
+			if sc.Name == "broker-restart" {
+				// It stops RabbitMQ: the tests' own node
+				// (scripts/services.sh), never the shared server.
+				amqpURL, amqpNode = testsvc.DisruptTarget()
+			}
 			res, err := chaos.Run(ctx, chaos.Options{
 				DB: db, Broker: b, Orders: *orders, Rate: *rate, Bin: bin, KfakeBin: kfake, Out: os.Stdout, Log: logw,
 				MySQLURL: testsvc.URL(testsvc.EnvMySQL), PostgresURL: testsvc.URL(testsvc.EnvPostgres),
-				NATSURL: testsvc.URL(testsvc.EnvNATS), NATSServer: natsServer, AMQPURL: testsvc.URL(testsvc.EnvAMQP),
+				NATSURL: testsvc.URL(testsvc.EnvNATS), NATSServer: natsServer, AMQPURL: amqpURL, AMQPNode: amqpNode,
 			}, sc)
 			if err != nil {
 				failed++

@@ -2,9 +2,12 @@
 // connects to the server FERRY_TEST_AMQP_URL names (default
 // amqp://guest:guest@127.0.0.1:5672/), skipping the test when it is
 // unreachable unless FERRY_REQUIRE_SERVICES=1; it declares fresh queues,
-// reads them back and deletes them when the test ends; and it stops,
-// restarts or disrupts the server for outage tests, under a file lock that
-// keeps every other test process of the machine off the server meanwhile.
+// reads them back and deletes them when the test ends. That server is
+// shared and nothing here stops it or sets an alarm on it: an outage test
+// stops, restarts or alarms a RabbitMQ node of the tests' own
+// (DisruptRabbitMQ; FERRY_TEST_AMQP_DISRUPT_URL, default port 5673, which
+// scripts/services.sh starts), under a file lock that keeps every other
+// such test of the machine off that node meanwhile.
 // ferry's own tests use it; so can the tests of an application that runs
 // ferryamqp. It imports nothing but the core and amqp091-go.
 package ferryamqptest
@@ -17,6 +20,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,41 +34,139 @@ import (
 	"github.com/ferrydev/ferry/internal/testenv"
 )
 
-// EnvRabbitMQCtl names the rabbitmqctl command tests use to stop and start
-// the RabbitMQ application; default "rabbitmqctl".
+// EnvRabbitMQCtl names the rabbitmqctl command the tests run; default
+// "rabbitmqctl".
 const EnvRabbitMQCtl = "FERRY_TEST_RABBITMQCTL"
 
-// Tests that stop or restart a shared service must not run while another
-// test uses it, in this process (parallel tests) or another (go test runs
-// packages in parallel processes). A test using RabbitMQ holds a shared
-// file lock for its duration; a test disrupting it holds the exclusive
-// one. A gate lock in front of it keeps a disruptor from waiting forever
-// while users come and go: a user passes the gate (shared, for a moment)
-// before it takes the shared lock; a disruptor closes the gate (exclusive,
-// until it ends), so that new users wait for it, and then waits for the
-// users already in to finish.
-func lockService(t testing.TB, name string, how int) {
-	t.Helper()
-	base := filepath.Join(os.TempDir(), "ferry-test-"+name)
-	gate, err := flock(base+".gate.lock", how)
-	if err != nil {
-		t.Fatal(err)
+// The RabbitMQ node of the tests' own (scripts/services.sh starts it): the
+// only one a test stops, restarts or sets an alarm on (DisruptRabbitMQ).
+// The server at EnvAMQP is shared, with other tests and with whoever else
+// uses the machine's broker: nothing here disrupts it.
+const (
+	// EnvDisruptAMQP names the node's AMQP URL; default
+	// amqp://guest:guest@127.0.0.1:5673/.
+	EnvDisruptAMQP = "FERRY_TEST_AMQP_DISRUPT_URL"
+	// EnvDisruptNode names the node as rabbitmqctl -n takes it; default
+	// ferry-disrupt@localhost.
+	EnvDisruptNode = "FERRY_TEST_RABBITMQ_DISRUPT_NODE"
+)
+
+// DisruptTarget returns the AMQP URL and the node name of the RabbitMQ
+// node of the tests' own, from the environment or their defaults.
+func DisruptTarget() (amqpURL, node string) {
+	amqpURL, node = os.Getenv(EnvDisruptAMQP), os.Getenv(EnvDisruptNode)
+	if amqpURL == "" {
+		amqpURL = "amqp://guest:guest@127.0.0.1:5673/"
 	}
-	main, err := flock(base+".lock", how)
-	if err != nil {
-		unlock(gate)
-		t.Fatal(err)
+	if node == "" {
+		node = "ferry-disrupt@localhost"
 	}
-	if how == syscall.LOCK_SH {
-		unlock(gate)
-		gate = nil
-	}
-	t.Cleanup(func() {
-		unlock(main)
-		if gate != nil {
-			unlock(gate)
+	return amqpURL, node
+}
+
+// UseRabbitMQ declares that the test uses the shared RabbitMQ server.
+// Nothing stops or alarms that server (DisruptRabbitMQ works on a node of
+// its own), so the test waits for nothing; RabbitMQ calls it, and so may
+// a test that dials the server itself.
+func UseRabbitMQ(t testing.TB) { t.Helper() }
+
+// Node is the RabbitMQ node of the tests' own, held by one test at a time
+// (DisruptRabbitMQ), which may stop and start its application and set
+// alarms on it.
+type Node struct {
+	URL  string // its AMQP URL (EnvDisruptAMQP)
+	Name string // its name for rabbitmqctl -n (EnvDisruptNode)
+}
+
+// holders holds the names of the tests of this process that hold a node:
+// they and their subtests use it without locking again, which would wait
+// for the very test that holds it.
+var (
+	holdersMu sync.Mutex
+	holders   = map[string]*Node{}
+)
+
+func held(t testing.TB) *Node {
+	holdersMu.Lock()
+	defer holdersMu.Unlock()
+	for name := t.Name(); ; {
+		if n := holders[name]; n != nil {
+			return n
 		}
+		i := strings.LastIndex(name, "/")
+		if i < 0 {
+			return nil
+		}
+		name = name[:i]
+	}
+}
+
+// DisruptRabbitMQ returns the RabbitMQ node of the tests' own, for a test
+// that stops or restarts RabbitMQ or sets an alarm on it, and holds it for
+// the test: a file lock keeps every other such test, of this process or
+// another, off the node until this one ends. It skips the test when the
+// node is not running (scripts/services.sh starts it), or fails it when
+// FERRY_REQUIRE_SERVICES=1; it fails it when the node's URL is the shared
+// server's, or when the node named does not serve that URL. It never
+// falls back to the shared server. A node whose application a killed test
+// left stopped, or alarmed, is started and cleared first.
+func DisruptRabbitMQ(t testing.TB) *Node {
+	t.Helper()
+	if n := held(t); n != nil {
+		return n
+	}
+	amqpURL, name := DisruptTarget()
+	n := &Node{URL: amqpURL, Name: name}
+	u, err := amqp.ParseURI(amqpURL)
+	if err != nil {
+		t.Fatalf("%s: %v", EnvDisruptAMQP, err)
+	}
+	if shared, err := amqp.ParseURI(testenv.URL(testenv.EnvAMQP)); err == nil && shared.Port == u.Port && sameHost(shared.Host, u.Host) {
+		t.Fatalf("%s (%s) is the shared RabbitMQ server's address (%s): a test that stops RabbitMQ or sets an alarm on it "+
+			"needs a node of its own (scripts/services.sh starts one on port 5673)", EnvDisruptAMQP, redact(amqpURL), testenv.EnvAMQP)
+	}
+	f, err := flock(filepath.Join(os.TempDir(), "ferry-test-rabbitmq-"+name+".lock"), syscall.LOCK_EX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unlock(f) })
+	holdersMu.Lock()
+	holders[t.Name()] = n
+	holdersMu.Unlock()
+	t.Cleanup(func() {
+		holdersMu.Lock()
+		delete(holders, t.Name())
+		holdersMu.Unlock()
 	})
+	what := fmt.Sprintf("the tests' own RabbitMQ node %s at %s (the only one a test stops or sets an alarm on)", name, redact(amqpURL))
+	st, err := n.state()
+	if err != nil {
+		if _, lerr := exec.LookPath(rabbitmqctlPath()); lerr != nil {
+			err = lerr
+		}
+		testenv.Unavailable(t, what, err)
+	}
+	if st.stopped {
+		t.Logf("%s: its application was stopped (a test killed meanwhile?): starting it", name)
+		n.Start(t)
+		if st, err = n.state(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	if !slices.Contains(st.ports, u.Port) {
+		t.Fatalf("RabbitMQ node %s (%s) listens for AMQP on %v, not on port %d of %s (%s): it is not the node at that URL",
+			name, EnvDisruptNode, st.ports, u.Port, EnvDisruptAMQP, redact(amqpURL))
+	}
+	if st.alarms > 0 {
+		t.Logf("%s: %d resource alarms set (a test killed meanwhile?): the memory high watermark back to 0.4", name, st.alarms)
+		n.Ctl(t, "set_vm_memory_high_watermark", "0.4")
+		testenv.WaitFor(t, time.Minute, func() bool { s, err := n.state(); return err == nil && s.alarms == 0 },
+			func() string { return name + ": its alarms did not clear" })
+	}
+	if err := waitRabbitMQ(amqpURL, 2*time.Minute); err != nil {
+		testenv.Unavailable(t, what, err)
+	}
+	return n
 }
 
 // flock opens path and locks it; unlock releases and closes it.
@@ -83,78 +187,122 @@ func unlock(f *os.File) {
 	f.Close()
 }
 
-// holders holds the names of the tests of this process that hold a
-// RabbitMQ lock, shared (users) or exclusive (disruptors): they and their
-// subtests use the server without locking again. Locking again would wait
-// at the gate behind a disruptor that waits for this very test to end.
-var (
-	holdersMu sync.Mutex
-	holders   = map[string]int{} // syscall.LOCK_SH or LOCK_EX
-)
-
-// holding returns the lock t or a parent of t holds: 0, syscall.LOCK_SH
-// or syscall.LOCK_EX.
-func holding(t testing.TB) int {
-	holdersMu.Lock()
-	defer holdersMu.Unlock()
-	for name := t.Name(); ; {
-		if how := holders[name]; how != 0 {
-			return how
-		}
-		i := strings.LastIndex(name, "/")
-		if i < 0 {
-			return 0
-		}
-		name = name[:i]
-	}
+func sameHost(a, b string) bool {
+	loopback := func(h string) bool { return h == "localhost" || strings.HasPrefix(h, "127.") || h == "::1" }
+	return a == b || loopback(a) && loopback(b)
 }
 
-func hold(t testing.TB, how int) {
-	holdersMu.Lock()
-	holders[t.Name()] = how
-	holdersMu.Unlock()
+func redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "(an unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// nodeState is what rabbitmqctl says of a node: its application stopped,
+// or the ports of its AMQP listeners and the number of its alarms.
+type nodeState struct {
+	stopped bool
+	ports   []int
+	alarms  int
+}
+
+var stateRE = regexp.MustCompile(`\{ports,\[([0-9,]*)\],alarms,([0-9]+)\}`)
+
+func (n *Node) state() (nodeState, error) {
+	out, err := rabbitmqctl("-n", n.Name, "eval", "case rabbit:is_running() of false -> stopped; true -> "+
+		"{ports, [P || {listener, _, amqp, _, _, P, _} <- rabbit_networking:active_listeners()], "+
+		"alarms, length(rabbit_alarm:get_alarms())} end.")
+	if err != nil {
+		// Its first line says why; the rest is a page of advice.
+		first, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
+		return nodeState{}, fmt.Errorf("rabbitmqctl -n %s: %w: %s", n.Name, err, first)
+	}
+	if strings.TrimSpace(out) == "stopped" {
+		return nodeState{stopped: true}, nil
+	}
+	m := stateRE.FindStringSubmatch(out)
+	if m == nil {
+		return nodeState{}, fmt.Errorf("rabbitmqctl -n %s eval: unexpected answer %q", n.Name, out)
+	}
+	var st nodeState
+	for _, p := range strings.Split(m[1], ",") {
+		if v, err := strconv.Atoi(p); err == nil {
+			st.ports = append(st.ports, v)
+		}
+	}
+	st.alarms, _ = strconv.Atoi(m[2])
+	return st, nil
+}
+
+// Conn returns a connection to the node, closed when the test ends.
+func (n *Node) Conn(t testing.TB) *amqp.Connection {
+	t.Helper()
+	return dial(t, n.URL, "the tests' own RabbitMQ node at "+redact(n.URL))
+}
+
+// Ctl runs rabbitmqctl -n with the node's name and args, and returns its
+// output; it fails the test when rabbitmqctl fails.
+func (n *Node) Ctl(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := rabbitmqctl(append([]string{"-n", n.Name}, args...)...)
+	if err != nil {
+		t.Fatalf("rabbitmqctl -n %s %s: %v\n%s", n.Name, strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// Stop stops the node's RabbitMQ application (rabbitmqctl stop_app): every
+// connection closes and the port stops answering. Whatever happens next,
+// the application is started again when the test ends.
+func (n *Node) Stop(t testing.TB) {
+	t.Helper()
 	t.Cleanup(func() {
-		holdersMu.Lock()
-		delete(holders, t.Name())
-		holdersMu.Unlock()
+		if out, err := rabbitmqctl("-n", n.Name, "start_app"); err != nil {
+			t.Errorf("cleanup: rabbitmqctl -n %s start_app: %v\n%s", n.Name, err, out)
+			return
+		}
+		if err := waitRabbitMQ(n.URL, 2*time.Minute); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
 	})
+	n.Ctl(t, "stop_app")
 }
 
-// UseRabbitMQ declares that the test uses the shared RabbitMQ server: a
-// test that restarts it waits until this one ends.
-func UseRabbitMQ(t testing.TB) {
-	if holding(t) != 0 {
-		return
+// Start starts the node's RabbitMQ application again and waits until it
+// accepts AMQP connections.
+func (n *Node) Start(t testing.TB) {
+	t.Helper()
+	n.Ctl(t, "start_app")
+	if err := waitRabbitMQ(n.URL, 2*time.Minute); err != nil {
+		t.Fatal(err)
 	}
-	lockService(t, "rabbitmq", syscall.LOCK_SH)
-	hold(t, syscall.LOCK_SH)
 }
 
-// DisruptRabbitMQ declares that the test stops or restarts RabbitMQ, or
-// sets an alarm on it: it waits until no other test uses the server, and
-// keeps them out until it ends. Call it before anything else touches
-// RabbitMQ in the test.
-func DisruptRabbitMQ(t testing.TB) {
-	switch holding(t) {
-	case syscall.LOCK_EX:
-		return
-	case syscall.LOCK_SH:
-		t.Fatal("DisruptRabbitMQ: the test already uses RabbitMQ; call DisruptRabbitMQ first")
-	}
-	lockService(t, "rabbitmq", syscall.LOCK_EX)
-	hold(t, syscall.LOCK_EX)
-}
-
-// RabbitMQ returns a connection to the test RabbitMQ server, closed when
-// the test ends, and marks the test as using the server (UseRabbitMQ).
+// RabbitMQ returns a connection to the shared test RabbitMQ server
+// (EnvAMQP), closed when the test ends.
 func RabbitMQ(t testing.TB) *amqp.Connection {
 	t.Helper()
 	UseRabbitMQ(t)
-	conn, err := amqp.DialConfig(testenv.URL(testenv.EnvAMQP), amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	return dial(t, testenv.URL(testenv.EnvAMQP), "RabbitMQ at "+redact(testenv.URL(testenv.EnvAMQP)))
+}
+
+// dialled maps the connections dial opened to their URLs, so that
+// RabbitMQQueue deletes a queue on the server it was declared on.
+var dialled sync.Map // *amqp.Connection -> string
+
+func dial(t testing.TB, amqpURL, what string) *amqp.Connection {
+	t.Helper()
+	conn, err := amqp.DialConfig(amqpURL, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
 	if err != nil {
-		testenv.Unavailable(t, "RabbitMQ at "+testenv.URL(testenv.EnvAMQP), err)
+		testenv.Unavailable(t, what, err)
 	}
-	t.Cleanup(func() { _ = conn.Close() })
+	dialled.Store(conn, amqpURL)
+	t.Cleanup(func() {
+		dialled.Delete(conn)
+		_ = conn.Close()
+	})
 	return conn
 }
 
@@ -210,29 +358,41 @@ func RabbitMQQueue(t testing.TB, conn *amqp.Connection, typ string, args amqp.Ta
 	if _, err := ch.QueueDeclare(q.Name, true, false, false, false, a); err != nil {
 		t.Fatalf("declare queue %s: %v", q.Name, err)
 	}
-	DeleteRabbitMQQueue(t, q.Name)
+	at := testenv.URL(testenv.EnvAMQP)
+	if u, ok := dialled.Load(conn); ok {
+		at = u.(string)
+	}
+	t.Cleanup(func() {
+		deleteRabbit(t, at, func(ch *amqp.Channel) error { _, err := ch.QueueDelete(q.Name, false, false, false); return err })
+	})
 	if err := ch.QueueBind(q.Name, q.RoutingKey, "amq.topic", false, nil); err != nil {
 		t.Fatalf("bind queue %s: %v", q.Name, err)
 	}
 	return q
 }
 
-// DeleteRabbitMQQueue deletes the queue named name when the test ends, on
-// a connection of its own (the test's may be closed by then).
+// DeleteRabbitMQQueue deletes the queue named name from the shared server
+// when the test ends, on a connection of its own (the test's may be
+// closed by then).
 func DeleteRabbitMQQueue(t testing.TB, name string) {
 	t.Cleanup(func() {
-		deleteRabbit(t, func(ch *amqp.Channel) error { _, err := ch.QueueDelete(name, false, false, false); return err })
+		deleteRabbit(t, testenv.URL(testenv.EnvAMQP), func(ch *amqp.Channel) error {
+			_, err := ch.QueueDelete(name, false, false, false)
+			return err
+		})
 	})
 }
 
-// DeleteRabbitMQExchange deletes the exchange named name when the test
-// ends.
+// DeleteRabbitMQExchange deletes the exchange named name from the shared
+// server when the test ends.
 func DeleteRabbitMQExchange(t testing.TB, name string) {
-	t.Cleanup(func() { deleteRabbit(t, func(ch *amqp.Channel) error { return ch.ExchangeDelete(name, false, false) }) })
+	t.Cleanup(func() {
+		deleteRabbit(t, testenv.URL(testenv.EnvAMQP), func(ch *amqp.Channel) error { return ch.ExchangeDelete(name, false, false) })
+	})
 }
 
-func deleteRabbit(t testing.TB, op func(ch *amqp.Channel) error) {
-	conn, err := amqp.DialConfig(testenv.URL(testenv.EnvAMQP), amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+func deleteRabbit(t testing.TB, amqpURL string, op func(ch *amqp.Channel) error) {
+	conn, err := amqp.DialConfig(amqpURL, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
 	if err != nil {
 		t.Logf("cleanup: connect to RabbitMQ: %v", err)
 		return
@@ -280,8 +440,11 @@ func ReadRabbitMQQueue(t testing.TB, conn *amqp.Connection, queue string, want i
 	}
 }
 
-// RabbitMQCtl runs rabbitmqctl with args and returns its output. It skips
-// (or fails) the test when rabbitmqctl is not available.
+// RabbitMQCtl runs rabbitmqctl with args on its default node, the shared
+// server, and returns its output: for what leaves the server as it was
+// (a virtual host of the test's own, say), never to stop it or set an
+// alarm on it (DisruptRabbitMQ). It skips (or fails) the test when
+// rabbitmqctl is not available.
 func RabbitMQCtl(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := rabbitmqctl(args...)
@@ -308,41 +471,10 @@ func rabbitmqctl(args ...string) (string, error) {
 	return string(out), err
 }
 
-// StopRabbitMQ stops the RabbitMQ application (rabbitmqctl stop_app): every
-// connection closes and the port stops answering. The test must hold
-// DisruptRabbitMQ. Whatever happens next, the application is started again
-// when the test ends.
-func StopRabbitMQ(t testing.TB) {
-	t.Helper()
-	if holding(t) != syscall.LOCK_EX {
-		t.Fatal("StopRabbitMQ needs DisruptRabbitMQ first")
-	}
-	t.Cleanup(func() {
-		if out, err := rabbitmqctl("start_app"); err != nil {
-			t.Errorf("cleanup: rabbitmqctl start_app: %v\n%s", err, out)
-			return
-		}
-		if err := waitRabbitMQ(2 * time.Minute); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	RabbitMQCtl(t, "stop_app")
-}
-
-// StartRabbitMQ starts the RabbitMQ application again and waits until it
-// accepts AMQP connections.
-func StartRabbitMQ(t testing.TB) {
-	t.Helper()
-	RabbitMQCtl(t, "start_app")
-	if err := waitRabbitMQ(2 * time.Minute); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// waitRabbitMQ waits until an AMQP connection to the test server opens.
-func waitRabbitMQ(d time.Duration) error {
+// waitRabbitMQ waits until an AMQP connection to amqpURL opens.
+func waitRabbitMQ(amqpURL string, d time.Duration) error {
 	deadline := time.Now().Add(d)
-	u, err := amqp.ParseURI(testenv.URL(testenv.EnvAMQP))
+	u, err := amqp.ParseURI(amqpURL)
 	if err != nil {
 		return err
 	}
@@ -351,7 +483,7 @@ func waitRabbitMQ(d time.Duration) error {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()
-			conn, err := amqp.DialConfig(testenv.URL(testenv.EnvAMQP), amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+			conn, err := amqp.DialConfig(amqpURL, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
 			if err == nil {
 				conn.Close()
 				return nil
