@@ -27,7 +27,8 @@ import (
 // (MariaDB 1213, PostgreSQL 40P01). Its handler hands the error back with
 // ferryhttp.Fail, and the middleware reruns it in a new transaction, as
 // Config.MaxRetries promises: both transfers answer 201 and each applies
-// once. SQLite has one writer at a time and no deadlock to break.
+// once, however many times the rerun deadlocks again. SQLite has one
+// writer at a time and no deadlock to break.
 func TestDeadlockedHandlerIsRerunThroughFail(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []string{"mysql", "postgres"} {
@@ -123,9 +124,16 @@ func TestDeadlockedHandlerIsRerunThroughFail(t *testing.T) {
 				require.NoError(t, errs[i])
 				require.Equal(t, http.StatusCreated, replies[i].Status, "transfer %d: %s\n%s", i+1, replies[i].Body, logs.Lines())
 			}
-			require.Equal(t, int32(1), failed.Load(), "one transfer was the deadlock's victim")
-			require.Equal(t, int32(3), entries.Load(), "the victim ran again, once")
-			require.NotEmpty(t, logs.Lines("rerun after a transient database error"))
+			// One victim or more: a victim's rerun may take its source
+			// row before the winner, woken from its wait for that row,
+			// takes it, and deadlock with it again (seen under load).
+			// What holds under any scheduling: every victim ran again,
+			// once per deadlock, and each transfer applied once (below).
+			victims := failed.Load()
+			t.Logf("deadlock victims: %d", victims)
+			require.GreaterOrEqual(t, victims, int32(1), "a transfer was the deadlock's victim")
+			require.Equal(t, 2+victims, entries.Load(), "each victim ran again, once per deadlock\n%s", logs.Lines())
+			require.Len(t, logs.Lines("rerun after a transient database error"), int(victims), "a rerun per victim")
 
 			var a, bal int64
 			require.NoError(t, b.db.QueryRow("SELECT balance FROM "+accounts+" WHERE id = 'a'").Scan(&a))
@@ -139,7 +147,7 @@ func TestDeadlockedHandlerIsRerunThroughFail(t *testing.T) {
 				require.Equal(t, "true", again.Header.Get(ferryhttp.HeaderReplayed))
 				require.Equal(t, replies[i].Body, again.Body)
 			}
-			require.Equal(t, int32(3), entries.Load())
+			require.Equal(t, 2+victims, entries.Load(), "the replays ran nothing")
 		})
 	}
 }

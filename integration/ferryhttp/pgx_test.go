@@ -32,9 +32,12 @@ type pgxBed struct {
 	table    string // the outbox table
 	payments string
 	accounts string
-	// entries counts the handler's runs; the first two transfers wait for
-	// each other at both (see TestPgxHandlers).
+	// entries counts the handler's runs past their first update, victims
+	// the runs whose second update failed (a deadlock's victims); the
+	// first two transfers wait for each other at both (see
+	// TestPgxHandlers).
 	entries atomic.Int32
+	victims atomic.Int32
 	both    chan struct{}
 	once    sync.Once
 	logs    testsvc.LogBuffer // the middleware's log: each rerun and its error
@@ -122,6 +125,7 @@ func (b *pgxBed) handler() http.Handler {
 			}
 		}
 		if _, err := tx.Exec(r.Context(), move, tr.Amount, tr.To); err != nil {
+			b.victims.Add(1)
 			ferryhttp.Fail(r.Context(), err)
 			return
 		}
@@ -192,7 +196,15 @@ func TestPgxHandlers(t *testing.T) {
 	}
 	wg.Wait()
 	require.Equal(t, []int{http.StatusCreated, http.StatusCreated}, []int{replies[0].Status, replies[1].Status})
-	require.Equal(t, int32(3), b.entries.Load(), "the deadlock's victim ran again, once; the middleware's log:\n%s", b.logs.String())
+	// One victim or more: a victim's rerun may take its source row before
+	// the winner, woken from its wait for that row, takes it, and deadlock
+	// with it again (seen under load). What holds under any scheduling:
+	// every victim ran again, once per deadlock, and each transfer applied
+	// once (the balances).
+	victims := b.victims.Load()
+	t.Logf("deadlock victims: %d", victims)
+	require.GreaterOrEqual(t, victims, int32(1), "a transfer was the deadlock's victim; the middleware's log:\n%s", b.logs.String())
+	require.Equal(t, 2+victims, b.entries.Load(), "each victim ran again, once per deadlock; the middleware's log:\n%s", b.logs.String())
 	require.Equal(t, 93, b.count(t, "SELECT balance FROM "+b.accounts+" WHERE id = 'a'"))
 	require.Equal(t, 107, b.count(t, "SELECT balance FROM "+b.accounts+" WHERE id = 'b'"))
 }
