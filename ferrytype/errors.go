@@ -112,17 +112,42 @@ type poisonError struct{ err error }
 func (p poisonError) Error() string   { return p.err.Error() }
 func (p poisonError) Unwrap() []error { return []error{p.err, ErrPoison} }
 
-var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// ValidateIdentifier checks that name is a plain SQL identifier
-// (^[A-Za-z_][A-Za-z0-9_]{0,62}$) of at most maxLen bytes, so that it can be
-// quoted safely into SQL. what names the setting in the error.
+// MaxIdentifierLen is the longest identifier ferry accepts: PostgreSQL's
+// limit, one byte under MySQL's.
+const MaxIdentifierLen = 63
+
+// ValidateIdentifier checks that name is a plain SQL identifier of at
+// most maxLen bytes (and never more than MaxIdentifierLen): letters,
+// digits and underscores, not starting with a digit, as the pattern
+// ^[A-Za-z_][A-Za-z0-9_]{0,62}$ says, so that it can be quoted safely into
+// SQL. what names the setting in the error, which states maxLen: the one
+// limit that applies.
 func ValidateIdentifier(what, name string, maxLen int) error {
-	if !identRe.MatchString(name) {
-		return fmt.Errorf("%w: %s %q must match ^[A-Za-z_][A-Za-z0-9_]{0,62}$", ErrInvalidIdentifier, what, name)
+	return validateIdentifier(what, name, maxLen, "")
+}
+
+// ValidateTableName is ValidateIdentifier for the name of a table ferry
+// creates and names other tables and indexes after (<table>_relay,
+// <table>_aggregate_idx): maxLen leaves room for what it adds, and an
+// error says so.
+func ValidateTableName(what, name string, maxLen int) error {
+	why := ""
+	if min(maxLen, MaxIdentifierLen) < MaxIdentifierLen {
+		why = fmt.Sprintf(" (ferry names indexes and tables after it, and their names must fit in %d bytes)", MaxIdentifierLen)
 	}
-	if len(name) > maxLen {
-		return fmt.Errorf("%w: %s %q is longer than %d bytes", ErrInvalidIdentifier, what, name, maxLen)
+	return validateIdentifier(what, name, maxLen, why)
+}
+
+func validateIdentifier(what, name string, maxLen int, why string) error {
+	maxLen = min(maxLen, MaxIdentifierLen)
+	switch {
+	case !identRe.MatchString(name):
+		return fmt.Errorf("%w: %s %q: want letters, digits and underscores, not starting with a digit, at most %d bytes%s",
+			ErrInvalidIdentifier, what, name, maxLen, why)
+	case len(name) > maxLen:
+		return fmt.Errorf("%w: %s %q is %d bytes: at most %d%s", ErrInvalidIdentifier, what, name, len(name), maxLen, why)
 	}
 	return nil
 }

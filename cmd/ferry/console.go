@@ -292,6 +292,9 @@ func runConsole(cmd *cobra.Command, g *globals, f *consoleFlags) error {
 		if err := open.ValidateDatabaseURL(u); err != nil {
 			return fmt.Errorf("--database-url %s: %w", name, err)
 		}
+		if outboxMax, _, _ := tableLimits(u); len(g.table) > outboxMax {
+			return fmt.Errorf("--database-url %s: %w", name, ferrytype.ValidateTableName("--table", g.table, outboxMax))
+		}
 		seen["o"+name] = true
 		outboxes = append(outboxes, named{name, u, g.table})
 	}
@@ -307,6 +310,13 @@ func runConsole(cmd *cobra.Command, g *globals, f *consoleFlags) error {
 		if err := open.ValidateDatabaseURL(u); err != nil {
 			return fmt.Errorf("--inbox-url %s: %w", name, err)
 		}
+		_, inboxMax, _ := tableLimits(u)
+		for _, t := range []struct{ flag, name string }{{"--marker-table", f.tables.markers},
+			{"--conflict-table", f.tables.conflicts}, {"--version-table", f.tables.versions}, {"--key-table", f.tables.keys}} {
+			if err := ferrytype.ValidateTableName(t.flag, t.name, inboxMax); err != nil {
+				return fmt.Errorf("--inbox-url %s: %w", name, err)
+			}
+		}
 		inboxURLs[name] = u
 		inboxes = append(inboxes, named{name, u, ""})
 	}
@@ -321,7 +331,8 @@ func runConsole(cmd *cobra.Command, g *globals, f *consoleFlags) error {
 		case seen["t"+name]:
 			return usageError{fmt.Errorf("--task-table: two task tables in %q", name)}
 		}
-		if err := ferrytype.ValidateIdentifier("--task-table", table, 63); err != nil {
+		outboxMax, _, _ := tableLimits(u) // a task table is an outbox table, in the consumer's database
+		if err := ferrytype.ValidateTableName("--task-table", table, outboxMax); err != nil {
 			return err
 		}
 		seen["t"+name] = true

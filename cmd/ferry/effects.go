@@ -9,6 +9,9 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ferrydev/ferry/ferryadmin"
+	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
+	"github.com/ferrydev/ferry/ferrystore/ferrypg"
+	"github.com/ferrydev/ferry/ferrystore/ferrysqlite"
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
@@ -58,7 +61,13 @@ func parseEffects(n *yaml.Node) ([]ferryadmin.Effect, error) {
 		if e.MarkerTable == "" {
 			e.MarkerTable = "consumed_operation"
 		}
-		if err := ferrytype.ValidateIdentifier(at+".marker_table", e.MarkerTable, 49); err != nil {
+		// The inbox's limit when its URL is here; else the smallest of
+		// any store's (its URL is read from the environment later).
+		inboxMax, _, known := tableLimits(e.InboxDatabaseURL)
+		if !known {
+			inboxMax = min(ferrypg.MaxTableLen, ferrysqlite.MaxTableLen, ferrymysql.MaxInboxTableLen)
+		}
+		if err := ferrytype.ValidateTableName(at+".marker_table", e.MarkerTable, inboxMax); err != nil {
 			return nil, fmt.Errorf("line %d: %w", item.Line, err)
 		}
 		if olderThan != "" {

@@ -82,7 +82,7 @@ func New(db *sql.DB, cfg *Config) (*Store, error) {
 	if cfg != nil {
 		configured = cfg.Table
 	}
-	table, err := sqlstore.TableName(configured, maxTable)
+	table, err := sqlstore.TableName(configured, MaxTableLen)
 	if err != nil {
 		return nil, err
 	}
@@ -90,9 +90,14 @@ func New(db *sql.DB, cfg *Config) (*Store, error) {
 		q: buildQueries(table)}, nil
 }
 
-// maxTable is the longest outbox table name: with "_relay" after it, a
-// name still fits the 63 bytes every identifier of ferry keeps to.
-const maxTable = 57
+// MaxTableLen is the longest outbox table name, in bytes: with "_relay"
+// after it, a name still fits the 63 bytes every identifier of ferry
+// keeps to (MySQL's indexes are named within their table).
+const MaxTableLen = 57
+
+// MaxInboxTableLen is the longest inbox table name, in bytes: ferry names
+// no table after an inbox table on MySQL.
+const MaxInboxTableLen = 63
 
 func quote(name string) string { return "`" + name + "`" }
 
@@ -399,7 +404,7 @@ func (s *Store) Migrations() (fs.FS, error) { return MigrationFS(s.Table()) }
 // MigrationFS returns the migrations for table (DefaultTable when empty),
 // for use with another migration tool.
 func MigrationFS(table string) (fs.FS, error) {
-	return sqlstore.MigrationFS(dialect{}, migrationsFS, table, maxTable)
+	return sqlstore.MigrationFS(dialect{}, migrationsFS, table, MaxTableLen)
 }
 
 // CheckSchema compares the table with the embedded migrations

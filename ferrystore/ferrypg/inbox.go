@@ -68,7 +68,7 @@ func newInboxCore(c sqlstore.Pool, cfg *InboxConfig) (inboxCore, error) {
 	if cfg == nil {
 		cfg = &InboxConfig{}
 	}
-	t, err := sqlstore.ResolveInboxTables(cfg.MarkerTable, cfg.ConflictTable, cfg.VersionTable, cfg.KeyTable, 49)
+	t, err := sqlstore.ResolveInboxTables(cfg.MarkerTable, cfg.ConflictTable, cfg.VersionTable, cfg.KeyTable, MaxTableLen)
 	if err != nil {
 		return inboxCore{}, err
 	}

@@ -130,6 +130,11 @@ func (s *Store) UnwrapTx(tx pgx.Tx) ferrystore.Executor { return Pgx(tx) }
 // UnwrapTx returns an executor for the caller's database/sql transaction.
 func (s *StdlibStore) UnwrapTx(tx *sql.Tx) ferrystore.Executor { return ferrystore.SQL(tx) }
 
+// MaxTableLen is the longest outbox or inbox table name, in bytes: the
+// names derived from it (<table>_aggregate_idx, 14 bytes longer, the
+// longest) must fit PostgreSQL's 63-byte identifiers.
+const MaxTableLen = 49
+
 func newCore(c sqlstore.Pool, cfg *Config) (core, error) {
 	var (
 		configured string
@@ -138,7 +143,7 @@ func newCore(c sqlstore.Pool, cfg *Config) (core, error) {
 	if cfg != nil {
 		configured, notify = cfg.Table, cfg.Notify
 	}
-	table, err := sqlstore.TableName(configured, 49)
+	table, err := sqlstore.TableName(configured, MaxTableLen)
 	if err != nil {
 		return core{}, err
 	}
@@ -393,7 +398,7 @@ func (s *core) Migrations() (fs.FS, error) { return MigrationFS(s.Table()) }
 // MigrationFS returns the migrations for table (DefaultTable when empty),
 // for use with another migration tool.
 func MigrationFS(table string) (fs.FS, error) {
-	return sqlstore.MigrationFS(dialect{}, migrationsFS, table, 49)
+	return sqlstore.MigrationFS(dialect{}, migrationsFS, table, MaxTableLen)
 }
 
 // CheckSchema compares the table with the embedded migrations

@@ -55,7 +55,7 @@ func NewInbox(db *sql.DB, cfg *InboxConfig) (*Inbox, error) {
 	if cfg == nil {
 		cfg = &InboxConfig{}
 	}
-	t, err := sqlstore.ResolveInboxTables(cfg.MarkerTable, cfg.ConflictTable, cfg.VersionTable, cfg.KeyTable, 49)
+	t, err := sqlstore.ResolveInboxTables(cfg.MarkerTable, cfg.ConflictTable, cfg.VersionTable, cfg.KeyTable, MaxTableLen)
 	if err != nil {
 		return nil, err
 	}

@@ -56,6 +56,11 @@ type queries struct {
 	claim, claimOrdered, claimIDs, claimIDsOrdered, seqUpsert string
 }
 
+// MaxTableLen is the longest outbox or inbox table name, in bytes, as on
+// PostgreSQL (SQLite has no limit of its own): a table's name carries over
+// from one database to the other.
+const MaxTableLen = 49
+
 // New returns a store on db, opened with modernc.org/sqlite. The store
 // never closes db.
 func New(db *sql.DB, cfg *Config) (*Store, error) {
@@ -66,7 +71,7 @@ func New(db *sql.DB, cfg *Config) (*Store, error) {
 	if cfg != nil {
 		configured = cfg.Table
 	}
-	table, err := sqlstore.TableName(configured, 49)
+	table, err := sqlstore.TableName(configured, MaxTableLen)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +191,7 @@ func (s *Store) Migrations() (fs.FS, error) { return MigrationFS(s.Table()) }
 // MigrationFS returns the migrations for table (DefaultTable when empty),
 // for use with another migration tool.
 func MigrationFS(table string) (fs.FS, error) {
-	return sqlstore.MigrationFS(dialect{}, migrationsFS, table, 49)
+	return sqlstore.MigrationFS(dialect{}, migrationsFS, table, MaxTableLen)
 }
 
 // CheckSchema compares the table with the embedded migrations

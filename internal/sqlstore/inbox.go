@@ -36,7 +36,7 @@ func ResolveInboxTables(markers, conflicts, versions, keys string, maxLen int) (
 		t.Keys = DefaultKeyTable
 	}
 	for _, n := range [][2]string{{"marker table", t.Markers}, {"conflict table", t.Conflicts}, {"version table", t.Versions}, {"idempotency key table", t.Keys}} {
-		if err := ferrytype.ValidateIdentifier(n[0], n[1], maxLen); err != nil {
+		if err := ferrytype.ValidateTableName(n[0], n[1], maxLen); err != nil {
 			return t, err
 		}
 	}

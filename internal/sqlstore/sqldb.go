@@ -19,7 +19,7 @@ func TableName(configured string, maxLen int) (string, error) {
 	if configured == "" {
 		configured = DefaultTable
 	}
-	if err := ferrytype.ValidateIdentifier("table", configured, maxLen); err != nil {
+	if err := ferrytype.ValidateTableName("table", configured, maxLen); err != nil {
 		return "", err
 	}
 	return configured, nil
