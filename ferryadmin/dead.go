@@ -607,7 +607,7 @@ func bulk(ctx context.Context, a ferrystore.Admin, verb string, status ferrytype
 	for cur = range sel.parts {
 		more, err := walkPart(ctx, a, sel.parts[cur], o.Page, readKeys, batches)
 		if err != nil {
-			return res, fmt.Errorf("%s after %d of %d events: %w", verb, res.Changed, res.Matched, err)
+			return res, fmt.Errorf("%s after %d of %s: %w", verb, res.Changed, Plural(res.Matched, "event"), err)
 		}
 		if !more {
 			break

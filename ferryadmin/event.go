@@ -95,7 +95,6 @@ func eventsOf(rows []ferrystore.Row, full bool) []Event {
 	return out
 }
 
-// invalid returns an error wrapping ferrytype.ErrInvalidConfig.
 // needStore refuses a nil store, plain or typed (a nil *ferrymysql.Store
 // in the interface), with an error rather than a panic in a driver call.
 func needStore(fn string, s any) error {
@@ -105,8 +104,34 @@ func needStore(fn string, s any) error {
 	return nil
 }
 
+// invalid returns an error wrapping ferrytype.ErrInvalidConfig.
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ferrytype.ErrInvalidConfig}, args...)...)
+}
+
+// Plural counts n of noun for people: "1 event", "2 events", "0 events".
+// Of a phrase, the last word changes ("3 matching DEAD events"): it takes
+// "es" after s, x, z, ch and sh ("2 batches"), and a final y after a
+// consonant becomes "ies" ("2 entries"); "time" is "times".
+func Plural[N ~int | ~int32 | ~int64](n N, noun string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, noun)
+	}
+	return fmt.Sprintf("%d %s", n, plural(noun))
+}
+
+// plural is the plural of noun, the last word of a phrase.
+func plural(noun string) string {
+	switch {
+	case noun == "":
+		return noun
+	case strings.HasSuffix(noun, "s"), strings.HasSuffix(noun, "x"), strings.HasSuffix(noun, "z"),
+		strings.HasSuffix(noun, "ch"), strings.HasSuffix(noun, "sh"):
+		return noun + "es"
+	case strings.HasSuffix(noun, "y") && len(noun) > 1 && !strings.ContainsRune("aeiou", rune(noun[len(noun)-2])):
+		return noun[:len(noun)-1] + "ies"
+	}
+	return noun + "s"
 }
 
 // FormatAge formats an age for people: milliseconds under a second,

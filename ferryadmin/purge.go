@@ -181,7 +181,7 @@ func purge(ctx context.Context, table string, kinds []purgeKind, opts PurgeOptio
 			n, err := k.run(ctx, o.OlderThan, o.Batch)
 			if err != nil {
 				rep.Results = append(rep.Results, r)
-				return rep, fmt.Errorf("purge %s after %d rows: %w", k.name, r.Deleted, err)
+				return rep, fmt.Errorf("purge %s after %s: %w", k.name, Plural(r.Deleted, "row"), err)
 			}
 			r.Statements++
 			r.Deleted += n
@@ -200,13 +200,13 @@ func purge(ctx context.Context, table string, kinds []purgeKind, opts PurgeOptio
 				case <-ctx.Done():
 					t.Stop()
 					rep.Results = append(rep.Results, r)
-					return rep, fmt.Errorf("purge %s interrupted after %d rows: %w", k.name, r.Deleted, ctx.Err())
+					return rep, fmt.Errorf("purge %s interrupted after %s: %w", k.name, Plural(r.Deleted, "row"), ctx.Err())
 				case <-t.C:
 				}
 			}
 			if err := ctx.Err(); err != nil {
 				rep.Results = append(rep.Results, r)
-				return rep, fmt.Errorf("purge %s interrupted after %d rows: %w", k.name, r.Deleted, err)
+				return rep, fmt.Errorf("purge %s interrupted after %s: %w", k.name, Plural(r.Deleted, "row"), err)
 			}
 		}
 		rep.Results = append(rep.Results, r)

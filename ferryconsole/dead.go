@@ -387,7 +387,7 @@ func (h *console) retry(w http.ResponseWriter, r *http.Request) {
 	res, err := ferryadmin.RetryDead(ctx, a, ferryadmin.BulkOptions{Filter: ferryadmin.DeadFilter{IDs: ids}})
 	h.logAction(r, "retry", kind, name, len(ids), res, err)
 	if err != nil {
-		h.failed(w, r, fmt.Sprintf("retry (%d events changed before the error)", res.Changed), err)
+		h.failed(w, r, fmt.Sprintf("retry (%s changed before the error)", ferryadmin.Plural(res.Changed, "event")), err)
 		return
 	}
 	h.done(w, r, newResult(kind, name, "Retry", len(ids), res))
@@ -423,7 +423,7 @@ func (h *console) discard(w http.ResponseWriter, r *http.Request) {
 	res, err := ferryadmin.DiscardDead(ctx, a, ferryadmin.BulkOptions{Filter: ferryadmin.DeadFilter{IDs: ids}}, reason, operator(r))
 	h.logAction(r, "discard", kind, name, len(ids), res, err)
 	if err != nil {
-		h.failed(w, r, fmt.Sprintf("discard (%d events changed before the error)", res.Changed), err)
+		h.failed(w, r, fmt.Sprintf("discard (%s changed before the error)", ferryadmin.Plural(res.Changed, "event")), err)
 		return
 	}
 	h.done(w, r, newResult(kind, name, "Discard", len(ids), res))

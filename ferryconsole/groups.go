@@ -124,8 +124,8 @@ func (h *console) groupAction(action string) http.HandlerFunc {
 		res, err := run(ctx, ferryadmin.BulkOptions{Filter: f, Max: int(min(previewed, int64(math.MaxInt32)))})
 		h.logAction(r, action+" group", kind, name, 0, res, err, "filter", string(ff.Query()), "confirmed", previewed)
 		if err != nil {
-			h.failed(w, r, fmt.Sprintf("%s of the group (%d of %d events changed before the error)", action, res.Changed,
-				res.Matched), err)
+			h.failed(w, r, fmt.Sprintf("%s of the group (%d of %s changed before the error)", action, res.Changed,
+				ferryadmin.Plural(res.Matched, "event")), err)
 			return
 		}
 		p := newResult(kind, name, title, 0, res)
@@ -207,7 +207,7 @@ func (h *console) restore(w http.ResponseWriter, r *http.Request) {
 	res, err := ferryadmin.RestoreDiscarded(ctx, a, ferryadmin.BulkOptions{Filter: ferryadmin.DeadFilter{IDs: ids}}, operator(r))
 	h.logAction(r, "restore", kind, name, len(ids), res, err)
 	if err != nil {
-		h.failed(w, r, fmt.Sprintf("restore (%d events changed before the error)", res.Changed), err)
+		h.failed(w, r, fmt.Sprintf("restore (%s changed before the error)", ferryadmin.Plural(res.Changed, "event")), err)
 		return
 	}
 	h.done(w, r, newResult(kind, name, "Restore", len(ids), res))

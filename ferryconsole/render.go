@@ -79,14 +79,25 @@ var funcs = template.FuncMap{
 	"pretty":  prettyJSON,
 	"add":     func(a, b int) int { return a + b },
 	"plural": func(n any, noun string) string {
-		if p, ok := n.(*int); ok && p != nil {
-			n = *p
+		switch v := n.(type) {
+		case *int:
+			if v != nil {
+				return ferryadmin.Plural(*v, noun)
+			}
+		case int:
+			return ferryadmin.Plural(v, noun)
+		case int64:
+			return ferryadmin.Plural(v, noun)
 		}
-		s := fmt.Sprint(n)
-		if s != "1" {
-			noun += "s"
+		return fmt.Sprint(n) + " " + noun
+	},
+	// verb is the verb of a count of n: "matches" for one, "match"
+	// otherwise (verb n "matches" "match").
+	"verb": func(n any, one, many string) string {
+		if fmt.Sprint(n) == "1" {
+			return one
 		}
-		return s + " " + noun
+		return many
 	},
 	"orDash": func(s string) string {
 		if s == "" {

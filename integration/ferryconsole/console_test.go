@@ -193,7 +193,7 @@ func TestCSRF(t *testing.T) {
 		p := c.post("outbox/orders/retry", form(tok, "id", deadIDs[0]))
 		c.hdr = http.Header{}
 		eq(t, http.StatusOK, p)
-		mustContain(t, p, "1 of 1 selected events changed")
+		mustContain(t, p, "1 of 1 selected event changed")
 		require.Equal(t, ferrytype.StatusNew, b.row(t, b.admin, deadIDs[0]).Status)
 	})
 	t.Run("ReconcileNeedsATokenToo", func(t *testing.T) {
@@ -427,12 +427,12 @@ func TestMountedUnderAPrefixEveryLinkWorks(t *testing.T) {
 	require.Equal(t, "/ops/console/outbox/orders/result", loc.Path)
 	p := c.get(loc.String())
 	eq(t, http.StatusOK, p)
-	mustContain(t, p, "1 of 1 selected events changed")
+	mustContain(t, p, "1 of 1 selected event changed")
 	tok = c.token(srv.URL + "/ops/console/outbox/orders/groups")
 	p = c.post(srv.URL+"/ops/console/outbox/orders/retry-group", form(tok, "destination", "orders.paid",
 		"class", ferryadmin.ErrorClass("nats: no stream matches subject")))
 	eq(t, http.StatusOK, p)
-	mustContain(t, p, `id="confirm-count">1 events match now`)
+	mustContain(t, p, `id="confirm-count">1 event matches now`)
 	for _, m := range hrefRe.FindAllStringSubmatch(p.body, -1) {
 		ref, err := p.url.Parse(strings.ReplaceAll(m[1], "&amp;", "&"))
 		require.NoError(t, err)
@@ -595,7 +595,7 @@ func TestGroupsDiscardedAndRestore(t *testing.T) {
 	tok = c.token("outbox/orders/discarded")
 	p = c.post("outbox/orders/restore", form(tok, "id", big[0], "id", timeout))
 	eq(t, http.StatusOK, p)
-	mustContain(t, p, "1 of 2 selected events changed: back to DEAD", "1 selected were not DISCARDED any more")
+	mustContain(t, p, "1 of 2 selected events changed: back to DEAD", "1 selected was not DISCARDED any more")
 	r := b.row(t, b.admin, big[0])
 	require.Equal(t, ferrytype.StatusDead, r.Status)
 	require.Contains(t, r.DiscardReason, "too big to ever pass, INC-5 (by alice at ")
@@ -700,7 +700,7 @@ func TestActionsActOnceAndGroupsAreConfirmed(t *testing.T) {
 	for range 2 { // the result, and its reload
 		p := c.get("outbox/orders/" + loc)
 		eq(t, http.StatusOK, p)
-		mustContain(t, p, "1 of 1 selected events changed: back to NEW")
+		mustContain(t, p, "1 of 1 selected event changed: back to NEW")
 	}
 	other := &client{t: t, b: b, user: testUser, pass: testPassword, hdr: http.Header{}}
 	eq(t, http.StatusOK, other.get("outbox/orders/"+loc)) // the same operator on another client sees it
@@ -721,7 +721,7 @@ func TestActionsActOnceAndGroupsAreConfirmed(t *testing.T) {
 	eq(t, http.StatusBadRequest, c.post("outbox/orders/discard", form(tok, "id", first[0])))
 	p = c.post("outbox/orders/discard", form(tok, "id", first[0], "reason", "INC-7"))
 	eq(t, http.StatusOK, p)
-	mustContain(t, p, "1 of 1 selected events changed: DISCARDED")
+	mustContain(t, p, "1 of 1 selected event changed: DISCARDED")
 
 	// A group: the first POST changes nothing and shows the count; the
 	// confirmation acts on at most that count, oldest first, so an event
