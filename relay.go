@@ -10,6 +10,7 @@ import (
 
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/nilness"
 	"github.com/ferrydev/ferry/internal/runner"
 	"github.com/ferrydev/ferry/internal/token"
@@ -70,6 +71,19 @@ func describeArg(v any) string {
 	return fmt.Sprintf("%T", v)
 }
 
+// brokerName is what a relay's heartbeat row says it publishes to when
+// HeartbeatConfig.Broker does not say: the publisher's description when it
+// has one (a fmt.Stringer: ferryamqp's, ferrynats' and ferrykafka's give
+// the broker's address), without credentials, else its Go type.
+func brokerName(pub ferrybroker.Publisher) string {
+	if s, ok := pub.(fmt.Stringer); ok {
+		if d := ferrytype.RedactURL(s.String()); d != "" {
+			return d
+		}
+	}
+	return fmt.Sprintf("%T", pub)
+}
+
 // NewRelay returns a relay from store to pub. Call Start to run it.
 func NewRelay(store ferrystore.Store, pub ferrybroker.Publisher, cfg *RelayConfig) (*Relay, error) {
 	if nilness.Nil(store) || nilness.Nil(pub) {
@@ -92,7 +106,7 @@ func NewRelay(store ferrystore.Store, pub ferrybroker.Publisher, cfg *RelayConfi
 		c.ID = fmt.Sprintf("%s-%d-%s", token.Truncate(host, 100), os.Getpid(), token.New()[:8])
 	}
 	if c.Heartbeat.Broker == "" {
-		c.Heartbeat.Broker = fmt.Sprintf("%T", pub)
+		c.Heartbeat.Broker = brokerName(pub)
 	}
 	log := c.Logger.With("table", store.Table())
 	r := &Relay{store: store, pub: pub, cfg: c, log: log, hooks: hooks}

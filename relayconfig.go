@@ -189,7 +189,9 @@ type HeartbeatConfig struct {
 	Version string
 	// Broker says what the relay publishes to, for the heartbeat table: a
 	// broker URL (its credentials are removed before it is stored) or a
-	// name. Default: the publisher's Go type (*ferrynats.Publisher, ...).
+	// name. Default: the publisher's String when it is a fmt.Stringer (the
+	// publishers of ferryamqp, ferrynats and ferrykafka return the
+	// broker's address), else its Go type.
 	Broker string
 }
 

@@ -20,12 +20,15 @@ const DefaultRelayStaleAfter = 3 * ferry.DefaultHeartbeat
 // ferrystore.RelayBeat (id, host, pid, version, started_at, last_seen,
 // lanes, ordered, in_flight, broker_connected, broker, broker_error), then
 // alive, leader and age_seconds.
+//
+// Of a relay not alive, BrokerConnected is false: what its row last said
+// of its broker is no longer known (BrokerError keeps what it recorded).
 type RelayInfo struct {
 	ferrystore.RelayBeat
 	// Alive is true when the relay beat less than staleAfter ago, by the
 	// database clock. A relay that stopped cleanly has no row; a row that
 	// is not alive is a relay that was killed, hangs, or lost the
-	// database.
+	// database (a library relay whose process ended without Stop).
 	Alive bool `json:"alive"`
 	// Leader is true for the relay that leads the table's maintenance
 	// (the sweep, the return of dead relays' claims, the pruning of their
@@ -83,7 +86,9 @@ func Relays(ctx context.Context, a ferrystore.Admin, staleAfter time.Duration) (
 	out := make([]RelayInfo, 0, len(beats))
 	for _, b := range beats {
 		age := max(now.Sub(b.LastSeen), 0)
-		out = append(out, RelayInfo{RelayBeat: b, Alive: age < staleAfter, Leader: b.ID == leader, Age: age,
+		alive := age < staleAfter
+		b.BrokerConnected = b.BrokerConnected && alive
+		out = append(out, RelayInfo{RelayBeat: b, Alive: alive, Leader: b.ID == leader, Age: age,
 			AgeSeconds: age.Seconds()})
 	}
 	// Alive first; the store returns them by id.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
 )
@@ -37,6 +38,13 @@ type StatusOptions struct {
 	// RelayStaleAfter is how long after its last beat a relay still counts
 	// as alive (see Relays). Default (zero) DefaultRelayStaleAfter.
 	RelayStaleAfter time.Duration
+	// RelayForgetAfter is how long after its last beat a relay is left
+	// out of StatusReport.Relays (and counted in RelaysForgotten): the
+	// time after which the relay leading the table's maintenance deletes
+	// its row (ferry.HeartbeatConfig.ForgetAfter), which no relay does
+	// while none runs. Default (zero) ferry.DefaultForgetAfter (24h);
+	// at least RelayStaleAfter.
+	RelayForgetAfter time.Duration
 }
 
 // StatusReport describes an outbox table: what ferry status prints. Its
@@ -66,6 +74,12 @@ type StatusReport struct {
 	// RelaysError says why Relays could not be read (a table migrated
 	// before 0003_relay); empty when they were.
 	RelaysError string `json:"relays_error,omitempty"`
+	// RelaysForgotten counts the relays left out of Relays: their last
+	// beat is older than StatusOptions.RelayForgetAfter, and their rows
+	// wait for a relay to delete them.
+	RelaysForgotten int `json:"relays_forgotten,omitempty"`
+	// RelayForgetAfter is the age past which relays were left out.
+	RelayForgetAfter time.Duration `json:"-"`
 	// Log is the log relay's reader of the table (ferry relay --source
 	// log) from its lease; nil when no relay ever read the table's log.
 	Log *LogInfo `json:"log,omitempty"`
@@ -87,7 +101,7 @@ type StatusReport struct {
 func (o *StatusOptions) withDefaults() StatusOptions {
 	if o == nil {
 		return StatusOptions{Destinations: DefaultStatusDestinations, Errors: DefaultStatusErrors,
-			MaxPendingAge: DefaultMaxPendingAge, RelayStaleAfter: DefaultRelayStaleAfter}
+			MaxPendingAge: DefaultMaxPendingAge, RelayStaleAfter: DefaultRelayStaleAfter, RelayForgetAfter: ferry.DefaultForgetAfter}
 	}
 	c := *o
 	if c.MaxPendingAge == 0 {
@@ -95,6 +109,9 @@ func (o *StatusOptions) withDefaults() StatusOptions {
 	}
 	if c.RelayStaleAfter == 0 {
 		c.RelayStaleAfter = DefaultRelayStaleAfter
+	}
+	if c.RelayForgetAfter == 0 {
+		c.RelayForgetAfter = max(ferry.DefaultForgetAfter, c.RelayStaleAfter)
 	}
 	return c
 }
@@ -109,6 +126,9 @@ func (o StatusOptions) validate() error {
 		return invalid("StatusOptions.MaxPendingAge must be positive")
 	case o.RelayStaleAfter < 0:
 		return invalid("StatusOptions.RelayStaleAfter must be positive")
+	case o.RelayForgetAfter < o.RelayStaleAfter:
+		return invalid("StatusOptions.RelayForgetAfter %s is shorter than RelayStaleAfter %s", o.RelayForgetAfter,
+			o.RelayStaleAfter)
 	}
 	return nil
 }
@@ -144,7 +164,7 @@ func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (Statu
 		Counts: map[string]int64{"NEW": st.New, "SENDING": st.Sending, "DEAD": st.Dead,
 			"DISCARDED": counts[ferrytype.StatusDiscarded]},
 		Destinations: []ferrystore.DestinationStats{}, Failed: []Event{}, Attention: []string{}, Relays: []RelayInfo{},
-		Stats: st, SentCounted: o.CountSent, MaxPendingAge: o.MaxPendingAge}
+		Stats: st, SentCounted: o.CountSent, MaxPendingAge: o.MaxPendingAge, RelayForgetAfter: o.RelayForgetAfter}
 	if o.CountSent {
 		rep.Counts["SENT"] = counts[ferrytype.StatusSent]
 	}
@@ -186,7 +206,13 @@ func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (Statu
 	relays, err := Relays(ctx, a, o.RelayStaleAfter)
 	switch {
 	case err == nil:
-		rep.Relays = relays
+		for _, r := range relays {
+			if r.Age >= o.RelayForgetAfter {
+				rep.RelaysForgotten++
+				continue
+			}
+			rep.Relays = append(rep.Relays, r)
+		}
 	case errors.Is(err, ferrytype.ErrUndefinedTable):
 		rep.RelaysError = err.Error()
 	default:
@@ -206,7 +232,7 @@ func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (Statu
 			rep.Log.Source, FormatAge(rep.Log.SavedAge)))
 	}
 	if rep.RelaysError == "" {
-		if a := relaysAttention(st, rep.Relays, o.RelayStaleAfter); a != "" {
+		if a := relaysAttention(st, rep.Relays, rep.RelaysForgotten, o); a != "" {
 			rep.Attention = append(rep.Attention, a)
 		}
 	} else if errors.Is(err, ferrytype.ErrUndefinedTable) {
@@ -218,15 +244,19 @@ func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (Statu
 }
 
 // relaysAttention says "no relay alive" when events wait and no relay beat
-// within staleAfter.
-func relaysAttention(st ferrystore.Stats, relays []RelayInfo, staleAfter time.Duration) string {
+// within o.RelayStaleAfter.
+func relaysAttention(st ferrystore.Stats, relays []RelayInfo, forgotten int, o StatusOptions) string {
 	pending := st.New + st.Sending
 	if pending == 0 || aliveRelays(relays) > 0 {
 		return ""
 	}
-	msg := fmt.Sprintf("no relay alive: %d events pending and no relay of this table beat in the last %s", pending,
-		FormatAge(staleAfter))
-	if len(relays) == 0 {
+	msg := fmt.Sprintf("no relay alive: %s pending and no relay of this table beat in the last %s", Plural(pending, "event"),
+		FormatAge(o.RelayStaleAfter))
+	switch {
+	case len(relays) == 0 && forgotten > 0:
+		return msg + fmt.Sprintf(" (%s recorded, the last more than %s ago: start ferry relay)",
+			Plural(forgotten, "relay"), FormatAge(o.RelayForgetAfter))
+	case len(relays) == 0:
 		return msg + " (none is recorded: start ferry relay; relays older than this ferry do not record themselves)"
 	}
 	last := relays[0]
@@ -243,8 +273,12 @@ func relaysAttention(st ferrystore.Stats, relays []RelayInfo, staleAfter time.Du
 func attention(st ferrystore.Stats, oldest *Event, maxAge time.Duration) []string {
 	out := []string{}
 	if st.Dead > 0 {
-		out = append(out, fmt.Sprintf("%d DEAD events wait for a decision (ferry dead list; then retry or discard). "+
-			"With --ordered relays each holds back the later events of its aggregate.", st.Dead))
+		wait := "waits"
+		if st.Dead > 1 {
+			wait = "wait"
+		}
+		out = append(out, fmt.Sprintf("%s %s for a decision (ferry dead list; then retry or discard). "+
+			"With --ordered relays each holds back the later events of its aggregate.", Plural(st.Dead, "DEAD event"), wait))
 	}
 	if oldest == nil {
 		return out
@@ -256,8 +290,8 @@ func attention(st ferrystore.Stats, oldest *Event, maxAge time.Duration) []strin
 		age = "pending " + FormatAge(st.OldestPending) + " since a person retried it out of DEAD"
 	}
 	if st.OldestPending <= maxAge && tried && oldest.LastError != "" {
-		out = append(out, fmt.Sprintf("publishing fails: the oldest pending event (%s, %s) failed %d attempts; its last error: %s",
-			oldest.ID, age, oldest.Attempts, OneLine(oldest.LastError, 300)))
+		out = append(out, fmt.Sprintf("publishing fails: the oldest pending event (%s, %s) failed %s; its last error: %s",
+			oldest.ID, age, Plural(oldest.Attempts, "attempt"), OneLine(oldest.LastError, 300)))
 	}
 	if st.OldestPending > maxAge {
 		switch {
@@ -265,8 +299,8 @@ func attention(st ferrystore.Stats, oldest *Event, maxAge time.Duration) []strin
 			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s and was not attempted since: "+
 				"is a relay running on this table, or is an ordered aggregate held back by a DEAD event?", oldest.ID, age))
 		case tried && oldest.LastError != "":
-			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s after %d attempts; its last error: %s",
-				oldest.ID, age, oldest.Attempts, OneLine(oldest.LastError, 300)))
+			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s after %s; its last error: %s",
+				oldest.ID, age, Plural(oldest.Attempts, "attempt"), OneLine(oldest.LastError, 300)))
 		default:
 			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s (more than %s)", oldest.ID, age, maxAge))
 		}

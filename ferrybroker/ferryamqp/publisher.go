@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"sync"
 	"sync/atomic"
 
@@ -24,6 +25,7 @@ type Publisher struct {
 	log       *slog.Logger
 	link      *link[*pubSession]
 	published atomic.Int64
+	addr      string // the broker's address without credentials: String
 }
 
 var (
@@ -45,6 +47,7 @@ func New(ctx context.Context, conn *amqp.Connection, cfg *Config) (*Publisher, e
 	if err := checkBorrowed(conn); err != nil {
 		return nil, fmt.Errorf("ferryamqp.New: %w", err)
 	}
+	p.addr = connAddress(conn)
 	if err := p.link.start(ctx, conn, nil); err != nil {
 		return nil, err
 	}
@@ -71,10 +74,32 @@ func Dial(ctx context.Context, url string, cfg *Config) (*Publisher, error) {
 	if _, err := amqp.ParseURI(url); err != nil {
 		return nil, fmt.Errorf("%w: broker URL %s: %s", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(url), ferrytype.RedactURL(err.Error()))
 	}
+	p.addr = ferrytype.RedactURL(url)
 	if err := p.link.start(ctx, nil, dialer(url, p.cfg.Connection)); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// String returns the address of the RabbitMQ server the publisher
+// publishes to, without credentials: the URL Dial was given, its password
+// replaced by xxxxx, or, for New, amqp:// (amqps:// over TLS) with the
+// connection's peer address and virtual host. A relay records it in its
+// heartbeat row (ferry.HeartbeatConfig.Broker).
+func (p *Publisher) String() string { return p.addr }
+
+// connAddress describes the server conn is connected to, as a URL
+// without credentials.
+func connAddress(conn *amqp.Connection) string {
+	scheme := "amqp"
+	if conn.ConnectionState().HandshakeComplete {
+		scheme = "amqps"
+	}
+	vhost := "/"
+	if v := conn.Config.Vhost; v != "" && v != "/" {
+		vhost += url.PathEscape(v)
+	}
+	return scheme + "://" + conn.RemoteAddr().String() + vhost
 }
 
 func newPublisher(cfg *Config) (*Publisher, error) {

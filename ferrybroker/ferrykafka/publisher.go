@@ -2,6 +2,7 @@ package ferrykafka
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -279,6 +280,29 @@ func newPublisher(ctx context.Context, cl *kgo.Client, cfg *Config, opts []kgo.O
 	p.stopWatch, p.watching = cancel, make(chan struct{})
 	go p.watch(wctx)
 	return p, nil
+}
+
+// String returns the Kafka brokers the publisher produces to, as a URL
+// without credentials: the URL Dial was given, its password replaced by
+// xxxxx, or, for New, kafka:// (kafkas:// over TLS) with the client's seed
+// brokers. A relay records it in its heartbeat row
+// (ferry.HeartbeatConfig.Broker).
+func (p *Publisher) String() string {
+	if len(p.secrets) > 0 {
+		if cc, err := ParseURL(p.secrets[0]); err == nil {
+			return cc.String()
+		}
+		return ferrytype.RedactURL(p.secrets[0])
+	}
+	p.mu.Lock()
+	cl := p.cur.cl
+	p.mu.Unlock()
+	scheme := "kafka://"
+	if tc, _ := cl.OptValue(kgo.DialTLSConfig).(*tls.Config); tc != nil {
+		scheme = "kafkas://"
+	}
+	seeds, _ := cl.OptValue(kgo.SeedBrokers).([]string)
+	return scheme + strings.Join(seeds, ",")
 }
 
 // Schemes returns the URL schemes Dial accepts: kafka and kafkas.

@@ -103,6 +103,20 @@ type DialConfig struct {
 	Options []nats.Option
 }
 
+// String returns the address of the NATS server the publisher's
+// connection is connected to, without credentials, or, while it is not
+// connected, the first server it knows. A relay records it in its
+// heartbeat row (ferry.HeartbeatConfig.Broker).
+func (p *Publisher) String() string {
+	if u := p.conn.ConnectedUrlRedacted(); u != "" {
+		return ferrytype.RedactURL(u)
+	}
+	if s := p.conn.Servers(); len(s) > 0 {
+		return ferrytype.RedactURL(s[0])
+	}
+	return "nats"
+}
+
 // Schemes returns the URL schemes Dial accepts: nats and tls.
 func Schemes() []string { return []string{"nats", "tls"} }
 

@@ -41,7 +41,7 @@ func TestRelayHeartbeatFollowsBrokerOutage(t *testing.T) {
 	proxy.Cut()
 	row := b.WaitRelayRow(t, r.ID(), func(row ferrystore.RelayBeat) bool { return !row.BrokerConnected })
 	require.NotEmpty(t, row.BrokerError, "the row says why")
-	require.Equal(t, "*ferrynats.Publisher", row.Broker, "by default, the publisher's type")
+	require.Equal(t, url, row.Broker, "by default, the broker's address, as the publisher describes it")
 	// The beat reads the publisher's connection; the relay's own count of
 	// the outage comes from its next probe: wait for it while the broker is
 	// still cut, so that a restore before that probe cannot hide it.

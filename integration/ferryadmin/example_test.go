@@ -94,7 +94,7 @@ func ExampleStatus() {
 	// pending to OrderShipped: 1
 	// failed: OrderPaid nats: no stream matches subject
 	// needs a person: true
-	// 1 DEAD events wait for a decision (ferry dead list; then retry or discard). With --ordered relays each holds back the later events of its aggregate.
+	// 1 DEAD event waits for a decision (ferry dead list; then retry or discard). With --ordered relays each holds back the later events of its aggregate.
 }
 
 // RetryDead puts DEAD events back to NEW, in bounded batches, reporting

@@ -62,7 +62,7 @@ func TestStatus(t *testing.T) {
 				require.Equal(t, "stream not found", rep.Failed[0].LastError)
 				require.Nil(t, rep.Failed[0].Payload, "listings carry no payload")
 				require.Len(t, rep.Attention, 2)
-				require.Contains(t, rep.Attention[0], "1 DEAD events wait for a decision")
+				require.Contains(t, rep.Attention[0], "1 DEAD event waits for a decision")
 				require.Contains(t, rep.Attention[1], "no relay alive: 3 events pending", "no relay runs in this test")
 				require.True(t, rep.Unhealthy, "a DEAD event needs a person")
 				require.Equal(t, ferryadmin.DefaultMaxPendingAge, rep.MaxPendingAge)
