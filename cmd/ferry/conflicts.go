@@ -111,7 +111,7 @@ code is 4 when an open conflict is listed: usable as a cron or probe check.`,
 				printConflictList(out, list.Conflicts, all, list.More, limit)
 			}
 			if open := list.Open(); check && open > 0 {
-				return exitError{exitFindings, fmt.Errorf("%d open conflicts", open)}
+				return exitError{exitFindings, errors.New(plural(open, "open conflict"))}
 			}
 			return nil
 		},
@@ -219,7 +219,7 @@ found.`,
 
 func printConflict(w io.Writer, c *ferryadmin.Conflict) {
 	fmt.Fprintf(w, "conflict %d: consumer %s, key %s, %s\n", c.ID, c.Consumer, c.Key, c.Status)
-	fmt.Fprintf(w, "  delivered %d times with these fields, first %s, last %s\n", c.Occurrences,
+	fmt.Fprintf(w, "  delivered %s with these fields, first %s, last %s\n", plural(c.Occurrences, "time"),
 		c.FirstSeen.UTC().Format(time.RFC3339), c.LastSeen.UTC().Format(time.RFC3339))
 	fmt.Fprintln(w)
 	rows := []string{"event\t" + c.Stored.EventID + "\t" + c.Incoming.EventID + "\t"}
@@ -338,6 +338,10 @@ Exit code 5 when an id is not an open conflict (unknown, or already resolved).`,
 				for _, id := range res.Resolved {
 					fmt.Fprintf(out, "conflict %d resolved: %s, by %s (a record only: no effect applied, no data changed)\n",
 						id, res.Decision, res.By)
+				}
+				if len(res.Resolved) > 0 {
+					fmt.Fprintln(out, "the refused deliveries stay parked; on RabbitMQ, remove them with "+
+						"ferry parked drop --resolved-conflicts --queue QUEUE (and this --database-url; --dry-run first)")
 				}
 			}
 			if len(res.Problems) > 0 {

@@ -137,7 +137,7 @@ reconcile:
 	tok := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)[1]
 	code, page = do("POST", "outbox/orders/discard", url.Values{"csrf": {tok}, "id": {ids[0]}, "reason": {"INC-1"}}, "alice", "pw-alice")
 	require.Equal(t, http.StatusOK, code, page)
-	require.Contains(t, page, "1 of 1 selected events changed")
+	require.Contains(t, page, "1 of 1 selected event changed")
 	require.Equal(t, ferrytype.StatusDiscarded, b.status(t, ids[0]))
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))

@@ -66,6 +66,47 @@ func parseWhen(flag, v string) (time.Duration, error) {
 	return age, nil
 }
 
+// describe says which events the flags select, as the flags given
+// ("--type OrderPaid --since 2h"); "" when none is (--all).
+func (d *deadFilter) describe() string {
+	var parts []string
+	add := func(flag, v string) {
+		if v != "" {
+			if strings.ContainsAny(v, " '\"<>*$;&|") {
+				v = shellQuote(v)
+			}
+			parts = append(parts, "--"+flag+" "+v)
+		}
+	}
+	var ids []string
+	for _, id := range d.ids {
+		if id = strings.TrimSpace(id); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) > 3 {
+		ids = append(ids[:3:3], fmt.Sprintf("… (%d ids)", len(ids)))
+	}
+	add("id", strings.Join(ids, ","))
+	add("aggregate", d.aggregate)
+	add("type", d.typ)
+	add("destination", d.destination)
+	add("since", d.since)
+	add("until", d.until)
+	add("error-contains", d.errorContains)
+	add("error-class", d.errorClass)
+	return strings.Join(parts, " ")
+}
+
+// noMatch is the error of a command whose selection matched no event of
+// status: exit code 5, one line that says what was asked.
+func (d *deadFilter) noMatch(status, verb string) error {
+	if sel := d.describe(); sel != "" {
+		return exitError{exitNoMatch, fmt.Errorf("no %s event matches %s: nothing to %s", status, sel, verb)}
+	}
+	return exitError{exitNoMatch, fmt.Errorf("no event is %s: nothing to %s", status, verb)}
+}
+
 // filter builds the admin filter; selected reports whether any selector
 // other than --all was given.
 func (d *deadFilter) filter() (f ferryadmin.DeadFilter, selected bool, err error) {
@@ -189,17 +230,35 @@ func newDeadList(g *globals) *cobra.Command {
 }
 
 func newDeadShow(g *globals) *cobra.Command {
-	var jsonOut bool
+	var (
+		sel     deadFilter
+		limit   int
+		jsonOut bool
+	)
 	cmd := &cobra.Command{
-		Use:   "show EVENT_ID...",
+		Use:   "show [EVENT_ID...]",
 		Short: "Show events in full: payload, headers, last error, and what they hold back",
-		Long: `Shows each event (of any status) in full. For a DEAD event of an aggregate, it
-also counts the later events of that aggregate that an ordered relay holds back
-until this one is retried or discarded. Exit code 5 if an id is not found.`,
-		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, ids []string) error {
-			if len(ids) > ferrystore.MaxListLimit {
-				return usageError{fmt.Errorf("at most %d ids at once", ferrystore.MaxListLimit)}
+		Long: `Shows events in full. Events named by id (as arguments or --id) are shown
+whatever their status. With the filters of ferry dead list (--type,
+--destination, --error-class, ...), it shows the DEAD events that match,
+oldest first, at most --limit. For a DEAD event of an aggregate, it also
+counts the later events of that aggregate that an ordered relay holds back
+until this one is retried or discarded. Exit code 5 if an id is not found, or
+if no DEAD event matches the filters.`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sel.ids = append(sel.ids, args...)
+			f, selected, err := sel.filter()
+			if err != nil {
+				return err
+			}
+			filtered := !onlyIDs(f) // DEAD events by filter; by id alone, events of any status
+			switch {
+			case !selected:
+				return usageError{errors.New("name the events: EVENT_ID... or --id, or select DEAD events with the filters " +
+					"of ferry dead list (--type, --destination, --error-class, ...)")}
+			case limit < 1 || limit > ferrystore.MaxListLimit:
+				return usageError{fmt.Errorf("--limit must be within 1..%d", ferrystore.MaxListLimit)}
 			}
 			ctx := cmd.Context()
 			a, err := openAdmin(ctx, g)
@@ -207,6 +266,20 @@ until this one is retried or discarded. Exit code 5 if an id is not found.`,
 				return err
 			}
 			defer a.Close()
+			ids, more := f.IDs, false
+			if filtered {
+				list, err := ferryadmin.ListDead(ctx, a, f, limit)
+				if err != nil {
+					return err
+				}
+				if len(list.Events) == 0 {
+					return sel.noMatch("DEAD", "show")
+				}
+				ids, more = make([]string, len(list.Events)), list.More
+				for i, e := range list.Events {
+					ids[i] = e.ID
+				}
+			}
 			found, err := ferryadmin.GetEvents(ctx, a, ids)
 			if err != nil {
 				return err
@@ -220,20 +293,31 @@ until this one is retried or discarded. Exit code 5 if an id is not found.`,
 				for _, e := range found.Events {
 					printEvent(out, &e.Event)
 					if e.HoldsBack != nil {
-						fmt.Fprintf(out, "  holds back:     %d later events of %s:%s (with --ordered relays)\n",
-							*e.HoldsBack, e.AggregateType, e.AggregateID)
+						fmt.Fprintf(out, "  holds back:     %s of %s:%s (with --ordered relays)\n",
+							plural(*e.HoldsBack, "later event"), e.AggregateType, e.AggregateID)
 					}
 					fmt.Fprintln(out)
 				}
+				if more {
+					fmt.Fprintf(out, "(more than %d match: narrow the selection or raise --limit)\n", limit)
+				}
 			}
-			if len(found.Missing) > 0 {
+			if len(found.Missing) > 0 && !filtered {
 				return exitError{exitNoMatch, fmt.Errorf("no event with id %s", strings.Join(found.Missing, ", "))}
 			}
 			return nil
 		},
 	}
+	sel.flags(cmd.Flags(), false, "DEAD")
+	cmd.Flags().IntVar(&limit, "limit", 10, fmt.Sprintf("with filters: most events shown (at most %d)", ferrystore.MaxListLimit))
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print JSON")
 	return cmd
+}
+
+// onlyIDs reports whether f selects by id and nothing else.
+func onlyIDs(f ferryadmin.DeadFilter) bool {
+	f.IDs = nil
+	return !f.Selects()
 }
 
 func printEvent(w io.Writer, e *ferryadmin.Event) {
@@ -367,8 +451,8 @@ part way (the totals say what was done).`,
 				Progress: func(r ferryadmin.BulkResult) {
 					if p.due() {
 						done := r.Changed + r.Skipped
-						p.printf("%s: %d of %d %s events (%s), %d batches, %s", verb, done, r.Matched, act.status,
-							percent(done, r.Matched), r.Batches, p.rate(done))
+						p.printf("%s: %d of %s (%s), %s, %s", verb, done, plural(r.Matched, act.status+" event"),
+							percent(done, r.Matched), plural(r.Batches, "batch"), p.rate(done))
 					}
 				}}
 			var res ferryadmin.BulkResult
@@ -383,6 +467,10 @@ part way (the totals say what was done).`,
 			if errors.Is(err, ferrytype.ErrInvalidConfig) {
 				return err // nothing ran
 			}
+			// Nothing to act on is said once, on stderr, with exit code 5:
+			// no totals line of a run that did nothing.
+			noMatch := err == nil && res.Matched == 0 && res.Changed == 0
+			noneLeft := err == nil && !noMatch && res.Changed == 0 && !dryRun
 			out := cmd.OutOrStdout()
 			if jsonOut {
 				errText := ""
@@ -395,17 +483,22 @@ part way (the totals say what was done).`,
 				}{res, errText}); werr != nil && err == nil {
 					err = werr
 				}
-			} else {
+			} else if !noMatch && !noneLeft {
 				printBulk(out, act, res, maxN, err != nil)
 			}
 			switch {
 			case err != nil:
 				return err
-			case res.Matched == 0 && res.Changed == 0:
-				return exitError{exitNoMatch, fmt.Errorf("no %s event matched", act.status)}
-			case res.Changed == 0 && !dryRun:
-				return exitError{exitNoMatch, fmt.Errorf("none of the %d matching events was %s any more when its batch ran",
-					res.Matched, act.status)}
+			case noMatch:
+				return sel.noMatch(act.status, act.verb)
+			case noneLeft:
+				none := "none was"
+				if res.Matched == 1 {
+					none = "it was not"
+				}
+				return exitError{exitNoMatch, fmt.Errorf("%s matched, but %s %s any more when its batch ran "+
+					"(a relay or another person changed it first): nothing %s", plural(res.Matched, "event"), none,
+					act.status, act.done)}
 			}
 			return nil
 		},
@@ -431,8 +524,8 @@ func printBulk(w io.Writer, act deadAction, res ferryadmin.BulkResult, maxN int,
 		if res.Left > 0 {
 			capped = fmt.Sprintf("; --max %d leaves %d", maxN, res.Left)
 		}
-		fmt.Fprintf(w, "would %s %d of %d matching %s events%s (dry run: nothing changed)", act.verb, res.Changed, res.Matched,
-			act.status, capped)
+		fmt.Fprintf(w, "would %s %d of %s%s (dry run: nothing changed)", act.verb, res.Changed,
+			plural(res.Matched, "matching "+act.status+" event"), capped)
 		if len(res.Preview) == 0 {
 			fmt.Fprintln(w)
 			return
@@ -447,10 +540,15 @@ func printBulk(w io.Writer, act deadAction, res ferryadmin.BulkResult, maxN int,
 	if failed {
 		fmt.Fprintf(&b, "%s stopped by an error: ", act.verb)
 	}
-	fmt.Fprintf(&b, "%s %d of %d matching %s events in %d batches", act.done, res.Changed, res.Matched, act.status, res.Batches)
+	fmt.Fprintf(&b, "%s %d of %s in %s", act.done, res.Changed, plural(res.Matched, "matching "+act.status+" event"),
+		plural(res.Batches, "batch"))
 	switch act.verb {
 	case "retry":
-		b.WriteString(": NEW again, attempts 0, same ids; the relay publishes them on its next poll")
+		if res.Changed == 1 {
+			b.WriteString(": NEW again, attempts 0, same id; the relay publishes it on its next poll")
+		} else {
+			b.WriteString(": NEW again, attempts 0, same ids; the relay publishes them on its next poll")
+		}
 	case "discard":
 		b.WriteString(": " + res.Audit)
 	case "restore":
@@ -507,7 +605,7 @@ for ferry dead list, retry or discard. It reads the events without payload,
 				fmt.Fprintln(out, "no DEAD event matches")
 				return nil
 			}
-			fmt.Fprintf(out, "%d DEAD events in %d groups, largest first:\n", sum.Total, len(sum.Groups))
+			fmt.Fprintf(out, "%s in %s, largest first:\n", plural(sum.Total, "DEAD event"), plural(len(sum.Groups), "group"))
 			lines := make([]string, len(sum.Groups))
 			for i, gr := range sum.Groups {
 				lines[i] = fmt.Sprintf("%d\t%s\t%s\t%s\t%s", gr.Count, orDash(gr.Destination), strings.Join(gr.Types, ","),

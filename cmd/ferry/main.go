@@ -1,7 +1,7 @@
 // Command ferry is the ferry daemon and CLI: it migrates outbox tables,
 // relays events to the broker, shows the outbox's state, handles dead
-// events, lists and resolves inbox conflicts, lists and replays the messages
-// a RabbitMQ consumer parked, reconciles business tables and consumers'
+// events, lists and resolves inbox conflicts, lists, replays and drops the
+// messages a RabbitMQ consumer parked, reconciles business tables and consumers'
 // inboxes with the outbox, serves the on-call web console, purges old events
 // and markers, and measures itself against the raw database and broker.
 //
@@ -15,7 +15,7 @@
 //	ferry purge --older-than 168h
 //	ferry purge --markers --older-than 720h --database-url mysql://.../points
 //	ferry relay   --database-url mysql://... --broker-url amqp://user:pass@127.0.0.1:5672/ --queue orders --routing-key 'orders.#' --declare
-//	ferry parked list|replay --broker-url amqp://... --queue points   # a RabbitMQ consumer's parked messages
+//	ferry parked list|replay|drop --broker-url amqp://... --queue points   # a RabbitMQ consumer's parked messages
 //	ferry bench   --database-url mysql://... --broker-url amqp://...   # ferry against the raw limits
 //	ferry --version                              # or ferry version [--json]
 //
@@ -107,7 +107,7 @@ func executeContext(ctx context.Context, root *cobra.Command, args []string, std
 	if perr := open.Permanent(err); perr != nil {
 		err = perr // a cause no retry mends is a configuration error
 	}
-	fmt.Fprintln(stderr, "ferry:", strings.TrimPrefix(ferrytype.RedactURL(err.Error()), "ferry: "))
+	fmt.Fprintln(stderr, "ferry:", strings.TrimPrefix(errorText(ferrytype.RedactURL(err.Error())), "ferry: "))
 	var ee exitError
 	switch {
 	case errors.As(err, &ee):
@@ -173,8 +173,8 @@ Exit codes:
   3  relay --drain timed out with events still pending
   4  something needs a person: reconcile found discrepancies, status --check
      found DEAD events or an old backlog, conflicts list --check found conflicts
-  5  dead show/retry/discard/restore, conflicts show/resolve or parked replay
-     matched nothing
+  5  dead show/retry/discard/restore, conflicts show/resolve or parked
+     replay/drop matched nothing
   6  relay --drain finished, but events went DEAD during the run
   7  the outbox table is missing or lacks migrations: run ferry migrate`,
 		SilenceUsage:  true,
@@ -182,7 +182,6 @@ Exit codes:
 		Version:       buildInfo().String(),
 	}
 	root.SetVersionTemplate("ferry {{.Version}}\n")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		g.stderr = cmd.ErrOrStderr()
 		if err := resolve(cmd, g); err != nil {
@@ -195,11 +194,13 @@ Exit codes:
 	pf.BoolVar(&g.printConfig, "print-config", false, "print the command's settings, each with where it came from, and exit")
 	envString(pf, &g.databaseURL, "database-url", "FERRY_DATABASE_URL", "",
 		"database URL: mysql://user:pass@host:3306/db, postgres://user:pass@host:5432/db, sqlite:///path/file.db")
-	envString(pf, &g.table, "table", "FERRY_TABLE", "outbox_event", "outbox table name")
+	envString(pf, &g.table, "table", "FERRY_TABLE", "outbox_event",
+		"outbox table name: letters, digits and underscores, at most 49 bytes (57 on MySQL)")
 	envString(pf, &g.logLevel, "log-level", "FERRY_LOG_LEVEL", "info", "log level: debug, info, warn, error")
 	envString(pf, &g.logFormat, "log-format", "FERRY_LOG_FORMAT", "text", "log format: text or json")
-	root.AddCommand(newMigrate(g), newRelay(g), newStatus(g), newDead(g), newReconcile(g), newPurge(g), newConflicts(g), newParked(),
+	root.AddCommand(newMigrate(g), newRelay(g), newStatus(g), newDead(g), newReconcile(g), newPurge(g), newConflicts(g), newParked(g),
 		newConsole(g), newBench(g), newDemo(), newVersion())
+	finish(root)
 	return root
 }
 
@@ -244,23 +245,40 @@ func (g *globals) logger(w io.Writer) (*slog.Logger, error) {
 	return nil, usageError{fmt.Errorf("--log-format %q: want text or json", g.logFormat)}
 }
 
-// redactAttr removes passwords from every logged string, error and
-// stringer (the message included), whatever the library or the driver put
-// in them.
 // oneLine joins a multi-line error message (pgx lists each host it tried
 // on a line of its own, "\n\t"-indented) into one line, which a log line
-// shows as it is rather than with \n and \t escapes.
+// shows as it is rather than with \n and \t escapes. A line said before
+// is left out: pgx tries each host twice with sslmode=prefer (with TLS,
+// then without), and a host that cannot be reached fails the same way
+// both times.
 func oneLine(s string) string {
 	if !strings.ContainsAny(s, "\n\r") {
 		return s
 	}
 	lines := strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' })
-	for i, l := range lines {
-		lines[i] = strings.TrimSpace(l)
+	var b strings.Builder
+	var seen []string
+	for _, l := range lines {
+		l = strings.TrimSpace(l)
+		if l == "" || slices.Contains(seen, l) {
+			continue
+		}
+		seen = append(seen, l)
+		switch {
+		case b.Len() == 0:
+		case strings.HasSuffix(b.String(), ":"):
+			b.WriteString(" ") // "failed to connect to ...:" and its causes
+		default:
+			b.WriteString("; ")
+		}
+		b.WriteString(l)
 	}
-	return strings.Join(slices.DeleteFunc(lines, func(l string) bool { return l == "" }), "; ")
+	return b.String()
 }
 
+// redactAttr removes passwords from every logged string, error and
+// stringer (the message included), whatever the library or the driver put
+// in them.
 func redactAttr(_ []string, a slog.Attr) slog.Attr {
 	switch a.Value.Kind() {
 	case slog.KindString:
@@ -272,7 +290,7 @@ func redactAttr(_ []string, a slog.Attr) slog.Attr {
 				return slog.String(a.Key, ferrytype.RedactURL(v.String()))
 			}
 		case error:
-			return slog.String(a.Key, oneLine(ferrytype.RedactURL(v.Error())))
+			return slog.String(a.Key, errorText(ferrytype.RedactURL(v.Error())))
 		case fmt.Stringer:
 			return slog.String(a.Key, ferrytype.RedactURL(v.String()))
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferrystore"
+	"github.com/ferrydev/ferry/ferrytype"
 	"github.com/ferrydev/ferry/internal/open"
 )
 
@@ -48,11 +50,11 @@ With --inbox it migrates a consumer's inbox tables instead (--marker-table,
 			)
 			if inbox {
 				store, err = tables.open(cmd, g)
-				what = "inbox tables " + tables.markers + ", " + tables.conflicts + ", " + tables.versions + ", " + tables.keys + " are"
+				what = "inbox tables " + tables.markers + ", " + tables.conflicts + ", " + tables.versions + ", " + tables.keys
 			} else {
 				outbox, err = open.Store(ctx, g.databaseURL, g.table)
 				if outbox != nil {
-					store, what = outbox, "outbox table "+outbox.Table()+" is"
+					store, what = outbox, "outbox table "+outbox.Table()
 				}
 			}
 			if err != nil {
@@ -80,32 +82,44 @@ With --inbox it migrates a consumer's inbox tables instead (--marker-table,
 			}
 			// What ran: the outbox's migrations missing before (another
 			// ferry migrate may run some of them meanwhile; Migrate is safe
-			// to run concurrently).
-			var before []ferrystore.MigrationID
+			// to run concurrently). An inbox records no schema to compare:
+			// whether its conflict table was there says whether the tables
+			// were created now.
+			var (
+				before  []ferrystore.MigrationID
+				known   bool // before is what the table lacked
+				created bool // the inbox tables were missing
+			)
 			if outbox != nil {
 				if sc, err := outbox.CheckSchema(ctx); err == nil {
-					before = sc.Missing
+					before, known = sc.Missing, true
+				}
+			} else if ib, ok := store.(ferrystore.InboxStore); ok {
+				if _, err := ib.Conflicts(ctx, ferrystore.ConflictFilter{Limit: 1}); err != nil {
+					created = errors.Is(ib.Classify(err), ferrytype.ErrUndefinedTable)
 				}
 			}
 			if err := store.Migrate(ctx); err != nil {
 				return err
 			}
-			if outbox != nil && len(before) > 0 {
-				if sc, err := outbox.CheckSchema(ctx); err == nil {
-					still := map[ferrystore.MigrationID]bool{}
-					for _, m := range sc.Missing {
-						still[m] = true
-					}
-					var ran []string
-					for _, m := range before {
-						if !still[m] {
-							ran = append(ran, m.String())
-						}
-					}
-					if len(ran) > 0 {
-						fmt.Fprintf(cmd.OutOrStdout(), "applied %s\n", strings.Join(ran, ", "))
-					}
+			line := what + " (" + store.Dialect() + ")"
+			switch {
+			case outbox == nil && created:
+				line += ": created"
+			case outbox == nil:
+				line += ": up to date"
+			case known && len(before) == 0:
+				line += ": up to date, nothing to apply"
+			case known:
+				ran := appliedNow(ctx, outbox, before)
+				switch {
+				case len(ran) > 0:
+					line += ": applied " + strings.Join(ran, ", ")
+				default:
+					line += ": up to date (another ferry migrate applied what it lacked meanwhile)"
 				}
+			default:
+				line += ": up to date"
 			}
 			// Events that died before migration 0004 recorded no error
 			// class: record it once, so that the database groups them.
@@ -115,10 +129,11 @@ With --inbox it migrates a consumer's inbox tables instead (--marker-table,
 					return err
 				}
 				if n > 0 {
-					fmt.Fprintf(cmd.OutOrStdout(), "recorded the error class of %d DEAD and DISCARDED events that failed before 0004_dead\n", n)
+					line += fmt.Sprintf("; recorded the error class of %s that failed before 0004_dead",
+						plural(n, "DEAD or DISCARDED event"))
 				}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s up to date (%s)\n", what, store.Dialect())
+			fmt.Fprintln(cmd.OutOrStdout(), line)
 			return nil
 		},
 	}
@@ -126,4 +141,27 @@ With --inbox it migrates a consumer's inbox tables instead (--marker-table,
 	cmd.Flags().BoolVar(&inbox, "inbox", false, "migrate a consumer's inbox tables instead of the outbox")
 	tables.flags(cmd.Flags(), false)
 	return cmd
+}
+
+// appliedNow lists the migrations of before that the outbox table has now.
+func appliedNow(ctx context.Context, outbox ferrystore.Admin, before []ferrystore.MigrationID) []string {
+	sc, err := outbox.CheckSchema(ctx)
+	if err != nil {
+		ran := make([]string, len(before)) // Migrate succeeded: it applied them
+		for i, m := range before {
+			ran[i] = m.String()
+		}
+		return ran
+	}
+	still := map[ferrystore.MigrationID]bool{}
+	for _, m := range sc.Missing {
+		still[m] = true
+	}
+	var ran []string
+	for _, m := range before {
+		if !still[m] {
+			ran = append(ran, m.String())
+		}
+	}
+	return ran
 }

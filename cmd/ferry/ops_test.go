@@ -285,7 +285,7 @@ func TestDeadRetryDeliversTheSameEventID(t *testing.T) {
 			t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream) })
 			code, out, errOut = b.cli(t, "dead", "retry", "--id", id)
 			require.Equal(t, exitOK, code, errOut)
-			require.Contains(t, out, "retried 1 of 1 matching DEAD events")
+			require.Contains(t, out, "retried 1 of 1 matching DEAD event in 1 batch: NEW again, attempts 0, same id; the relay publishes it on its next poll")
 
 			testsvc.WaitFor(t, 30*time.Second, func() bool { return r.Stats().Confirmed == 1 }, func() string { return "the retried event is published" })
 			got := testsvc.ReadStream(t, nc, stream, 1, 30*time.Second)
@@ -334,7 +334,7 @@ func TestDeadDiscardUnblocksAnOrderedAggregate(t *testing.T) {
 
 	code, out, errOut = b.cli(t, "dead", "discard", "--aggregate", "order:7", "--reason", "test event, ticket OPS-1")
 	require.Equal(t, exitOK, code, errOut)
-	require.Contains(t, out, "discarded 1 of 1 matching DEAD events")
+	require.Contains(t, out, "discarded 1 of 1 matching DEAD event in 1 batch")
 	got := testsvc.ReadStream(t, nc, stream, 1, 30*time.Second)
 	require.Equal(t, ids[1], got[0].ID, "the aggregate moved on")
 	row, err := b.st.Driver.Get(b.ctx, ids[0])
@@ -388,8 +388,8 @@ reconcile:
 			code, out, errOut := b.cli(t, "reconcile", "--config", cfg, "--pending-older-than", "0")
 			require.Equal(t, exitFindings, code, "%s\n%s", out, errOut)
 			t.Logf("ferry reconcile:\n%s", out)
-			require.Regexp(t, `check orders-placed: .* 1 rows without a OrderPlaced event`, out)
-			require.Contains(t, errOut, "reconcile: 1 findings")
+			require.Regexp(t, `check orders-placed: .* 1 row without a OrderPlaced event`, out)
+			require.Contains(t, errOut, "reconcile: 1 finding")
 
 			code, out, errOut = b.cli(t, "reconcile", "--config", cfg, "--json", "--pending-older-than", "1ms")
 			require.Equal(t, exitFindings, code, errOut)
@@ -474,7 +474,7 @@ func TestPurgeLeavesPendingEventsAlone(t *testing.T) {
 			testsvc.WaitFor(t, 10*time.Second, func() bool {
 				code, out, errOut = b.cli(t, "purge", "--older-than", "1ms", "--discarded", "--dry-run")
 				require.Equal(t, exitOK, code, errOut)
-				return strings.Contains(out, "would delete 3 SENT events") && strings.Contains(out, "would delete 1 DISCARDED events")
+				return strings.Contains(out, "would delete 3 SENT events") && strings.Contains(out, "would delete 1 DISCARDED event")
 			}, func() string { return "sent_at and discarded_at fall behind the database clock: " + out })
 			require.Contains(t, out, "(dry run: nothing deleted)")
 			for _, id := range sent {
@@ -497,7 +497,7 @@ func TestPurgeLeavesPendingEventsAlone(t *testing.T) {
 			}, func() string { return "sent_at falls behind the database clock" })
 			require.Equal(t, int64(3), res.Results[0].Deleted)
 			require.Equal(t, 2, res.Results[0].Statements, "batches of 2")
-			require.Contains(t, errOut, "ferry: purge sent: 2 deleted in 1 statements", "progress on stderr, JSON on stdout")
+			require.Contains(t, errOut, "ferry: purge sent: 2 deleted in 1 statement", "progress on stderr, JSON on stdout")
 			require.Contains(t, errOut, "ferry: purge sent: 3 deleted in 2 statements")
 			require.Equal(t, "discarded", res.Results[1].Kind)
 			require.Equal(t, int64(1), res.Results[1].Deleted)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/internal/open"
 )
@@ -71,3 +72,6 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// plural counts n of noun: "1 event", "2 events" (ferryadmin.Plural).
+func plural[N ~int | ~int32 | ~int64](n N, noun string) string { return ferryadmin.Plural(n, noun) }

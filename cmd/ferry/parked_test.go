@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
 	"github.com/ferrydev/ferry/ferrytype"
@@ -193,4 +195,117 @@ func TestParkedCLIErrors(t *testing.T) {
 	code, _, errOut = ferryCLI(t, "parked", "replay", "--broker-url", testsvc.URL(testsvc.EnvAMQP), "--queue", missing)
 	require.Equal(t, exitUsage, code, errOut)
 	require.Contains(t, errOut, "queue "+missing+" does not exist")
+}
+
+// ferry parked drop removes parked messages for good: the parked copies of
+// the inbox conflicts a person resolved (and only those: an open conflict's
+// copy and a message refused for another reason stay), then by id and
+// reason, then all; a dry run drops nothing; each run that finds nothing
+// says so once and exits 5.
+func TestParkedDropRemovesTheCopiesOfResolvedConflicts(t *testing.T) {
+	t.Parallel()
+	ib := setupInbox(t, "sqlite")
+	in := ib.inbox(t, "points-award")
+	p := &parkedQueue{ctx: testsvc.Context(t, 5*time.Minute), conn: testsvc.RabbitMQ(t),
+		queue: testsvc.Name("ferry_pd_"), rk: testsvc.Name("ferry.rk.")}
+	testsvc.DeleteRabbitMQQueue(t, p.queue)
+	testsvc.DeleteRabbitMQQueue(t, p.queue+".parking")
+	for i := 1; i <= 3; i++ {
+		_, err := ib.award(t, in, fmt.Sprintf("order:%d:paid", i), fmt.Sprintf("applied-%d", i), 10)
+		require.NoError(t, err)
+	}
+	// The consumer: orders 1 to 3 come again with another amount (three
+	// conflicts, parked); order 4's account is missing (parked).
+	handle := func(_ context.Context, d *ferrybroker.Delivery) error {
+		var body struct{ Order int }
+		if err := json.Unmarshal(d.Payload, &body); err != nil {
+			return ferrytype.Poison(err)
+		}
+		if body.Order == 4 {
+			return ferrytype.Poison(errors.New("points account missing"))
+		}
+		_, err := ib.award(t, in, fmt.Sprintf("order:%d:paid", body.Order), d.MessageID, 99)
+		return err
+	}
+	c, err := ferryamqp.NewConsumer(p.conn, p.queue, handle, p.config())
+	require.NoError(t, err)
+	require.NoError(t, c.Start(p.ctx))
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	ch, err := p.conn.Channel()
+	require.NoError(t, err)
+	defer ch.Close()
+	require.NoError(t, ch.Confirm(false))
+	for i := 1; i <= 4; i++ {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(p.ctx, "amq.topic", p.rk, true, false, amqp.Publishing{
+			MessageId: fmt.Sprintf("%s-evt-%d", p.queue, i), Type: "OrderPaid", DeliveryMode: amqp.Persistent,
+			Body: []byte(fmt.Sprintf(`{"order":%d}`, i))})
+		require.NoError(t, err)
+		ok, err := dc.WaitContext(p.ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	testsvc.WaitFor(t, time.Minute, func() bool { return c.Stats().Parked == 4 }, nil)
+	require.NoError(t, c.Stop(p.ctx))
+	parking := p.queue + ".parking"
+	drop := func(args ...string) (int, string, string) {
+		t.Helper()
+		return ferryCLI(t, append(append([]string{"parked", "drop", "--broker-url", testsvc.URL(testsvc.EnvAMQP),
+			"--queue", p.queue}, args...), ib.args...)...)
+	}
+
+	// Orders 1 and 2's conflicts are resolved; order 3's stays open.
+	list, err := ferryadmin.ListConflicts(p.ctx, ib.store, ferryadmin.ConflictListOptions{Consumer: "points-award"})
+	require.NoError(t, err)
+	require.Len(t, list.Conflicts, 3)
+	var resolve []string
+	for _, cf := range list.Conflicts {
+		if cf.Key != "order:3:paid" {
+			resolve = append(resolve, strconv.FormatInt(cf.ID, 10))
+		}
+	}
+	code, out, errOut := ib.cli(t, append([]string{"conflicts", "resolve", "--decision", "keep-stored", "--note", "producer bug, INC-9"},
+		resolve...)...)
+	require.Equal(t, exitOK, code, "%s\n%s", out, errOut)
+	require.Contains(t, out, "ferry parked drop --resolved-conflicts", "resolving says where the parked copies are")
+
+	code, out, errOut = drop("--resolved-conflicts", "--dry-run")
+	require.Equal(t, exitOK, code, "%s\n%s", out, errOut)
+	require.Contains(t, out, fmt.Sprintf("would drop 2 messages from %s (4 examined of 4 parked; 2 kept: ", parking))
+	require.Contains(t, out, "nothing dropped")
+	require.Contains(t, out, p.queue+"-evt-1")
+	require.Contains(t, out, p.queue+"-evt-2")
+	testsvc.WaitFor(t, time.Minute, func() bool { return p.depth(t, parking) == 4 }, nil)
+
+	code, out, errOut = drop("--resolved-conflicts", "--json")
+	require.Equal(t, exitOK, code, "%s\n%s", out, errOut)
+	var res ferryamqp.DropResult
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.Equal(t, [3]int{4, 2, 2}, [3]int{res.Examined, res.Dropped, res.Kept})
+	testsvc.WaitFor(t, time.Minute, func() bool { return p.depth(t, parking) == 2 }, nil)
+
+	code, out, errOut = drop("--resolved-conflicts")
+	require.Equal(t, exitNoMatch, code, "%s\n%s", out, errOut)
+	require.Empty(t, out)
+	require.Equal(t, fmt.Sprintf("ferry: no parked message in %s matches --resolved-conflicts: nothing to drop (2 examined)\n",
+		parking), errOut, "one line")
+
+	code, _, errOut = drop()
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "select messages with --id, --reason-contains or --resolved-conflicts, or pass --all")
+	code, _, errOut = drop("--all", "--id", "x")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "give it alone")
+
+	code, out, errOut = drop("--id", p.queue+"-evt-4", "--reason-contains", "points account missing")
+	require.Equal(t, exitOK, code, "%s\n%s", out, errOut)
+	require.Contains(t, out, fmt.Sprintf("dropped 1 message from %s for good (2 examined of 2 parked; 1 kept: ", parking))
+	testsvc.WaitFor(t, time.Minute, func() bool { return p.depth(t, parking) == 1 }, nil)
+
+	code, out, errOut = drop("--all")
+	require.Equal(t, exitOK, code, "%s\n%s", out, errOut)
+	require.Contains(t, out, "dropped 1 message")
+	testsvc.WaitFor(t, time.Minute, func() bool { return p.depth(t, parking) == 0 }, nil)
+	code, _, errOut = drop("--all")
+	require.Equal(t, exitNoMatch, code)
+	require.Equal(t, fmt.Sprintf("ferry: nothing to drop: parking queue %s is empty\n", parking), errOut)
 }

@@ -107,7 +107,7 @@ func runPurge(cmd *cobra.Command, g *globals, f *purgeFlags) error {
 		Discarded: f.discarded, ReplayWindow: f.replayWindow, DryRun: f.dryRun,
 		Progress: func(r ferryadmin.PurgeResult) {
 			if p.due() {
-				p.printf("purge %s: %d deleted in %d statements, %s", r.Kind, r.Deleted, r.Statements, p.rate(r.Deleted))
+				p.printf("purge %s: %d deleted in %s, %s", r.Kind, r.Deleted, plural(r.Statements, "statement"), p.rate(r.Deleted))
 			}
 		}}
 	var (
@@ -151,14 +151,14 @@ func runPurge(cmd *cobra.Command, g *globals, f *purgeFlags) error {
 	table := rep.Table
 	for i, r := range rep.Results {
 		if rep.DryRun {
-			what := strings.ToUpper(r.Kind) + " events older than " + f.olderThan.String()
+			what := plural(r.Eligible, strings.ToUpper(r.Kind)+" event") + " older than " + f.olderThan.String()
 			switch r.Kind {
 			case "markers":
-				what = "inbox markers older than " + f.olderThan.String()
+				what = plural(r.Eligible, "inbox marker") + " older than " + f.olderThan.String()
 			case "idempotency-keys":
-				what = "expired idempotency keys"
+				what = plural(r.Eligible, "expired idempotency key")
 			}
-			fmt.Fprintf(out, "%s: would delete %d %s (dry run: nothing deleted)\n", table, r.Eligible, what)
+			fmt.Fprintf(out, "%s: would delete %s (dry run: nothing deleted)\n", table, what)
 			continue
 		}
 		left := ""
@@ -168,16 +168,17 @@ func runPurge(cmd *cobra.Command, g *globals, f *purgeFlags) error {
 		case !r.Complete:
 			left = " (stopped at --max-batches; more may be left)"
 		}
-		what := strings.ToUpper(r.Kind) + " events"
+		what := plural(r.Deleted, strings.ToUpper(r.Kind)+" event")
 		switch r.Kind {
 		case "markers":
-			what = "inbox markers"
+			what = plural(r.Deleted, "inbox marker")
 		case "idempotency-keys":
-			fmt.Fprintf(out, "%s: deleted %d expired idempotency keys in %d statements%s\n", table, r.Deleted, r.Statements, left)
+			fmt.Fprintf(out, "%s: deleted %s in %s%s\n", table, plural(r.Deleted, "expired idempotency key"),
+				plural(r.Statements, "statement"), left)
 			continue
 		}
-		fmt.Fprintf(out, "%s: deleted %d %s older than %s in %d statements%s\n",
-			table, r.Deleted, what, f.olderThan, r.Statements, left)
+		fmt.Fprintf(out, "%s: deleted %s older than %s in %s%s\n",
+			table, what, f.olderThan, plural(r.Statements, "statement"), left)
 	}
 	return err
 }

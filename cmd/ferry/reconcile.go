@@ -123,6 +123,10 @@ func runReconcile(cmd *cobra.Command, g *globals, f *reconcileFlags) error {
 		return usageError{fmt.Errorf("--limit must be within 1..%d", ferrystore.MaxListLimit-1)}
 	case f.pendingOlderThan < 0:
 		return usageError{fmt.Errorf("--pending-older-than must not be negative")}
+	case f.window <= 0:
+		return usageError{fmt.Errorf("--window must be positive")}
+	case f.grace < 0:
+		return usageError{fmt.Errorf("--grace must not be negative")}
 	case len(checks) == 0 && len(effects) == 0 && f.pendingOlderThan == 0:
 		return usageError{fmt.Errorf("nothing to check: add reconcile.checks or reconcile.effects to the config file (--config), " +
 			"or set --pending-older-than")}
@@ -173,7 +177,7 @@ func runReconcile(cmd *cobra.Command, g *globals, f *reconcileFlags) error {
 		printReconcile(out, &rep, f)
 	}
 	if rep.Findings > 0 {
-		return exitError{exitFindings, fmt.Errorf("reconcile: %d findings", rep.Findings)}
+		return exitError{exitFindings, fmt.Errorf("reconcile: %s", plural(rep.Findings, "finding"))}
 	}
 	return nil
 }
@@ -185,8 +189,9 @@ func printReconcile(out io.Writer, rep *ferryadmin.ReconcileReport, f *reconcile
 		if c.More {
 			more = fmt.Sprintf(" (first %d shown)", f.limit)
 		}
-		fmt.Fprintf(out, "\ncheck %s: %s.%s by %s, created %s to %s ago: %d rows without a %s event (aggregate type %q)%s\n",
-			c.Name, c.Table, c.KeyColumn, c.TimeColumn, ferryadmin.FormatAge(f.grace), ferryadmin.FormatAge(f.window), len(c.Missing), c.EventType,
+		fmt.Fprintf(out, "\ncheck %s: %s.%s by %s, created %s to %s ago: %s without a %s event (aggregate type %q)%s\n",
+			c.Name, c.Table, c.KeyColumn, c.TimeColumn, ferryadmin.FormatAge(f.grace), ferryadmin.FormatAge(f.window),
+			plural(len(c.Missing), "row"), c.EventType,
 			c.AggregateType, more)
 		if len(c.Missing) > 0 {
 			rows := make([]string, len(c.Missing))
@@ -217,7 +222,7 @@ func printReconcile(out io.Writer, rep *ferryadmin.ReconcileReport, f *reconcile
 	if rep.Findings == 0 {
 		fmt.Fprintln(out, "\nnothing found")
 	} else {
-		fmt.Fprintf(out, "\n%d findings\n", rep.Findings)
+		fmt.Fprintf(out, "\n%s\n", plural(rep.Findings, "finding"))
 	}
 }
 
@@ -267,7 +272,8 @@ func printEffect(out io.Writer, e *ferryadmin.EffectResult, f *reconcileFlags) {
 	if e.More {
 		more = fmt.Sprintf(", first %d shown", f.limit)
 	}
-	fmt.Fprintf(out, "  read %d SENT events (%s): %d without the consumer's marker%s\n", e.Scanned, scope, len(e.Missing), more)
+	fmt.Fprintf(out, "  read %s (%s): %d without the consumer's marker%s\n", plural(e.Scanned, "SENT event"), scope,
+		len(e.Missing), more)
 	if len(e.Missing) > 0 {
 		rows := make([]string, len(e.Missing))
 		for i, m := range e.Missing {

@@ -242,6 +242,35 @@ See docs/log-relay.md.`,
 	return cmd
 }
 
+// checkRelayFlags checks the relay's flags against the limits the relay
+// sets (ferry.RelayConfig), so that an error names the flag, not the
+// library's field. Each limit is the library's.
+func checkRelayFlags(f *relayFlags) error {
+	switch {
+	case f.batchSize > 10000:
+		return usageError{fmt.Errorf("--batch-size %d: at most 10000", f.batchSize)}
+	case f.lanes > 64:
+		return usageError{fmt.Errorf("--lanes %d: at most 64", f.lanes)}
+	case f.tableLanes > 1024:
+		return usageError{fmt.Errorf("--table-lanes %d: at most 1024", f.tableLanes)}
+	case f.pollInterval < time.Millisecond:
+		return usageError{fmt.Errorf("--poll-interval %s: at least 1ms", f.pollInterval)}
+	case f.minPollInterval < 100*time.Microsecond:
+		return usageError{fmt.Errorf("--min-poll-interval %s: at least 100µs", f.minPollInterval)}
+	case f.publishTimeout >= f.lease:
+		return usageError{fmt.Errorf("--publish-timeout %s must be shorter than --lease %s: a claim must outlast its publish",
+			f.publishTimeout, f.lease)}
+	case len(f.relayID) > ferrystore.MaxRelayIDLen:
+		return usageError{fmt.Errorf("--relay-id is %d bytes: at most %d", len(f.relayID), ferrystore.MaxRelayIDLen)}
+	case f.heartbeat > 0 && 3*f.heartbeat > ferry.DefaultForgetAfter:
+		return usageError{fmt.Errorf("--heartbeat %s: at most %s (a third of the %s after which the rows of relays gone are deleted)",
+			f.heartbeat, ferry.DefaultForgetAfter/3, ferry.DefaultForgetAfter)}
+	case f.source == "log" && (f.logLease < time.Second || f.logLease <= 3*ferry.DefaultLogCheckpointInterval):
+		return usageError{fmt.Errorf("--log-lease %s: at least 1s", f.logLease)}
+	}
+	return nil
+}
+
 // relayGCPercent is the garbage collector's target of ferry relay when the
 // environment sets no GOGC. A relay's live heap is small (a few batches in
 // flight) and each event allocates its row, its JSON check and its
@@ -287,6 +316,9 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 		if !c.ok {
 			return usageError{fmt.Errorf("%s must be positive", c.name)}
 		}
+	}
+	if err := checkRelayFlags(f); err != nil {
+		return err
 	}
 	bc, err := brokerConfig(f, log)
 	if err != nil {
@@ -380,13 +412,13 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 		res, err := relay.Drain(dctx)
 		stopProgress()
 		st := relay.Stats()
-		fmt.Fprintf(cmd.OutOrStdout(), "%s: %d published (%d duplicates dropped by the broker), %d retried; left: %d new, %d sending, %d dead\n",
-			store.Table(), st.Confirmed, st.Duplicates, st.Retried, res.Stats.New, res.Stats.Sending, res.Stats.Dead)
+		fmt.Fprintf(cmd.OutOrStdout(), "%s: %d published (%s dropped by the broker), %d retried; left: %d new, %d sending, %d dead\n",
+			store.Table(), st.Confirmed, plural(st.Duplicates, "duplicate"), st.Retried, res.Stats.New, res.Stats.Sending, res.Stats.Dead)
 		if errors.Is(err, ferry.ErrDrainIncomplete) {
 			return exitError{exitIncomplete, err}
 		}
 		if err == nil && st.Dead > 0 {
-			return exitError{exitDeadLeft, fmt.Errorf("%d events went DEAD during the drain: see ferry dead list", st.Dead)}
+			return exitError{exitDeadLeft, fmt.Errorf("%s went DEAD during the drain: see ferry dead list", plural(st.Dead, "event"))}
 		}
 		return err
 	}
@@ -516,6 +548,12 @@ func brokerConfig(f *relayFlags, log *slog.Logger) (*open.BrokerConfig, error) {
 		return amqpConfig(f, log)
 	case "kafka":
 		return kafkaConfig(f, topics, log)
+	}
+	switch {
+	case f.declare && f.stream == "":
+		return nil, usageError{errors.New("--declare with NATS needs --stream and --subjects: the stream to create or update")}
+	case f.declare && len(subjects) == 0:
+		return nil, usageError{fmt.Errorf("--declare with NATS needs --subjects: the subjects of stream %s", f.stream)}
 	}
 	return &open.BrokerConfig{NATS: open.NATSConfig{Stream: f.stream, Subjects: subjects, Declare: f.declare}}, nil
 }

@@ -99,7 +99,7 @@ func TestRelayCLIRabbitMQErrors(t *testing.T) {
 		{"DeclareQueueWithoutBinding", exitUsage, []string{"--broker-url", amqpURL, "--queue", "q", "--declare"}, "needs at least one --routing-key"},
 		{"BadQueueType", exitUsage, []string{"--broker-url", amqpURL, "--queue", "q", "--queue-type", "stream"}, `--queue-type "stream"`},
 		{"MissingExchange", exitUsage, []string{"--broker-url", amqpURL, "--exchange", "ferry_no_such_exchange"},
-			"exchange ferry_no_such_exchange does not exist: declare it, or let ferry declare it (Declare, --declare)"},
+			"exchange ferry_no_such_exchange does not exist: declare it, or let ferry declare it (--declare)"},
 		{"MissingQueue", exitUsage, []string{"--broker-url", amqpURL, "--queue", "ferry_no_such_queue"},
 			"queue ferry_no_such_queue does not exist"},
 		{"PasswordRedacted", exitFailed, []string{"--broker-url", "amqp://user:s3cr3tpw@127.0.0.1:1/"}, "127.0.0.1:1"},

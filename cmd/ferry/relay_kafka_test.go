@@ -96,7 +96,7 @@ func TestRelayCLIToKafka(t *testing.T) {
 
 		code, out, errOut := k.relay(t, "--topic-prefix", prefix, "--topics", topic)
 		require.Equal(t, exitUsage, code, "%s\n%s", out, errOut)
-		require.Contains(t, errOut, "topic "+topic+" does not exist: create it, or let ferry declare it (Declare, --declare)")
+		require.Contains(t, errOut, "topic "+topic+" does not exist: create it, or let ferry declare it (--declare)")
 		require.NotContains(t, errOut, "retrying", "a missing topic is no cause to wait for")
 
 		code, out, errOut = k.relay(t, "--topic-prefix", prefix, "--topics", topic, "--declare",

@@ -124,7 +124,7 @@ func TestDrainWithDeadEventsExitsDeadLeft(t *testing.T) {
 	require.Equal(t, exitDeadLeft, code, "%s\n%s", out, errOut)
 	require.Contains(t, out, "1 published")
 	require.Contains(t, out, "1 dead")
-	require.Contains(t, errOut, "1 events went DEAD")
+	require.Contains(t, errOut, "1 event went DEAD")
 }
 
 // status, dead list and purge --discarded on a table an older ferry
@@ -194,7 +194,7 @@ func TestCommandsOnTableWithoutHeartbeats(t *testing.T) {
 			code, out, errOut := b.cli(t, "status")
 			require.Equal(t, exitOK, code, errOut)
 			require.Contains(t, out, "relays: none recorded")
-			require.Contains(t, out, "no relay alive: 1 events pending")
+			require.Contains(t, out, "no relay alive: 1 event pending")
 			code, out, errOut = b.cli(t, relay...)
 			require.Equal(t, exitOK, code, "%s\n%s", out, errOut)
 			require.Equal(t, ferrytype.StatusSent, b.status(t, id), "the event written before the upgrade is delivered")

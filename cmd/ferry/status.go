@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ferrydev/ferry"
 	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
@@ -25,6 +26,7 @@ type statusFlags struct {
 	check         bool
 	maxPendingAge time.Duration
 	staleAfter    time.Duration
+	forgetAfter   time.Duration
 }
 
 func newStatus(g *globals) *cobra.Command {
@@ -37,10 +39,15 @@ many of them are ready now), how many are being sent, DEAD or DISCARDED; how old
 the oldest pending event is, and what happened to it; the pending events per
 destination; how many attempts the unsent events took; the errors of the
 oldest events that failed; and the relays of the table, from the heartbeat
-each writes every few seconds (host, pid, version, events in flight, broker
-connected), alive when their last beat is younger than --relay-stale-after.
-Then it says what needs attention, "no relay alive" among it when events
-wait and no relay beat recently.
+each writes every few seconds (host, pid, version, events in flight, the
+broker and whether it is connected), alive when their last beat is younger
+than --relay-stale-after. A relay not alive shows NO, its broker "unknown":
+it was killed, hangs, lost the database, or (a relay in your own program)
+its process ended without Stop. Its row stays until the relay leading the
+table's maintenance deletes it, 24h after its last beat; relays silent for
+longer than --relay-forget-after are not listed, only counted. Then it says
+what needs attention, "no relay alive" among it when events wait and no
+relay beat recently.
 
 All numbers come from the database, so status works while every relay is down.
 Counting SENT events reads every retained SENT row's index entry, so it is
@@ -62,6 +69,8 @@ pending event is older than --max-pending-age: usable as a cron or probe check.`
 	fl.DurationVar(&f.staleAfter, "relay-stale-after", ferryadmin.DefaultRelayStaleAfter,
 		"a relay whose last heartbeat is older than this is not alive (at least 3 of the relays' heartbeat intervals)")
 	bindEnv(fl, "relay-stale-after", "FERRY_RELAY_STALE_AFTER")
+	fl.DurationVar(&f.forgetAfter, "relay-forget-after", ferry.DefaultForgetAfter,
+		"a relay whose last heartbeat is older than this is not listed, only counted (the relays delete its row then)")
 	return cmd
 }
 
@@ -76,6 +85,8 @@ func runStatus(cmd *cobra.Command, g *globals, f *statusFlags) error {
 		return usageError{fmt.Errorf("--max-pending-age must be positive")}
 	case f.staleAfter <= 0:
 		return usageError{fmt.Errorf("--relay-stale-after must be positive")}
+	case f.forgetAfter < f.staleAfter:
+		return usageError{fmt.Errorf("--relay-forget-after %s is shorter than --relay-stale-after %s", f.forgetAfter, f.staleAfter)}
 	}
 	a, err := openAdmin(ctx, g)
 	if err != nil {
@@ -83,7 +94,7 @@ func runStatus(cmd *cobra.Command, g *globals, f *statusFlags) error {
 	}
 	defer a.Close()
 	rep, err := ferryadmin.Status(ctx, a, &ferryadmin.StatusOptions{Destinations: f.destinations, Errors: f.errors,
-		CountSent: f.countSent, MaxPendingAge: f.maxPendingAge, RelayStaleAfter: f.staleAfter})
+		CountSent: f.countSent, MaxPendingAge: f.maxPendingAge, RelayStaleAfter: f.staleAfter, RelayForgetAfter: f.forgetAfter})
 	if err != nil {
 		return err
 	}
@@ -183,6 +194,10 @@ func printRelays(w io.Writer, rep *ferryadmin.StatusReport) {
 	case rep.RelaysError != "":
 		fmt.Fprintf(w, "\nrelays: unknown (%s)\n", rep.RelaysError)
 		return
+	case len(rep.Relays) == 0 && rep.RelaysForgotten > 0:
+		fmt.Fprintf(w, "\nrelays: none alive; %s silent for more than %s, not listed\n", plural(rep.RelaysForgotten, "relay"),
+			ferryadmin.FormatAge(rep.RelayForgetAfter))
+		return
 	case len(rep.Relays) == 0:
 		fmt.Fprintln(w, "\nrelays: none recorded")
 		return
@@ -200,7 +215,10 @@ func printRelays(w io.Writer, rep *ferryadmin.StatusReport) {
 			state = "NO"
 		}
 		broker := "connected"
-		if !r.BrokerConnected {
+		switch {
+		case !r.Alive:
+			broker = "unknown (the relay is silent)"
+		case !r.BrokerConnected:
 			broker = "DOWN"
 			if r.BrokerError != "" {
 				broker += ": " + ferryadmin.OneLine(r.BrokerError, 80)
@@ -218,7 +236,12 @@ func printRelays(w io.Writer, rep *ferryadmin.StatusReport) {
 			orDash(r.Version), ferryadmin.FormatAge(r.Age), ferryadmin.FormatAge(time.Since(r.StartedAt)), source, r.InFlight,
 			r.SentLastMinute, r.Lanes, mode, orDash(r.Broker), broker)
 	}
-	fmt.Fprintf(w, "\nrelays: %d alive of %d recorded\n", alive, len(rep.Relays))
+	forgotten := ""
+	if rep.RelaysForgotten > 0 {
+		forgotten = fmt.Sprintf(" (and %d silent for more than %s, not listed)", rep.RelaysForgotten,
+			ferryadmin.FormatAge(rep.RelayForgetAfter))
+	}
+	fmt.Fprintf(w, "\nrelays: %d alive of %d recorded%s\n", alive, len(rep.Relays), forgotten)
 	table(w, "  ", "RELAY\tALIVE\tHOST\tPID\tVERSION\tLAST BEAT\tUPTIME\tSOURCE\tIN FLIGHT\tSENT/MIN\tLANES\tBROKER", rows)
 }
 
@@ -254,7 +277,7 @@ func printLog(w io.Writer, li *ferryadmin.LogInfo) {
 	}
 	lag := "unknown"
 	if li.LagBytes >= 0 {
-		lag = fmt.Sprintf("%d bytes of log retained (head %s)", li.LagBytes, li.Head)
+		lag = fmt.Sprintf("%s of log retained (head %s)", plural(li.LagBytes, "byte"), li.Head)
 	}
 	standbys := "none"
 	if len(li.Standbys) > 0 {

@@ -31,13 +31,13 @@ func TestRelayHasNoFaultInjection(t *testing.T) {
 		code, _, errOut := ferryCLI(t, "relay", "--database-url", "sqlite:///"+t.TempDir()+"/x.db",
 			"--broker-url", "nats://127.0.0.1:4222", "--lose-confirm-pct", "3")
 		require.Equal(t, exitUsage, code, errOut)
-		require.Contains(t, errOut, "unknown flag: --lose-confirm-pct")
+		require.Contains(t, errOut, "unknown flag --lose-confirm-pct for ferry relay")
 	})
 	t.Run("CrashAtFlagIsUnknown", func(t *testing.T) {
 		code, _, errOut := ferryCLI(t, "relay", "--database-url", "sqlite:///"+t.TempDir()+"/x.db",
 			"--broker-url", "nats://127.0.0.1:4222", "--crash-at", ferryfault.RelayAfterClaim)
 		require.Equal(t, exitUsage, code, errOut)
-		require.Contains(t, errOut, "unknown flag: --crash-at")
+		require.Contains(t, errOut, "unknown flag --crash-at for ferry relay")
 	})
 	t.Run("CrashPointVariableDoesNothing", func(t *testing.T) {
 		ctx := testsvc.Context(t, 2*time.Minute)

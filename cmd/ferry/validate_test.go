@@ -252,7 +252,7 @@ func TestRelayMissingRabbitMQTopologyExitsTwo(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 	for _, c := range []struct{ name, flag, value, want string }{
 		{"MissingExchange", "--exchange", "ferry_no_such_exchange",
-			"exchange ferry_no_such_exchange does not exist: declare it, or let ferry declare it (Declare, --declare)"},
+			"exchange ferry_no_such_exchange does not exist: declare it, or let ferry declare it (--declare)"},
 		{"MissingQueue", "--queue", "ferry_no_such_queue", "queue ferry_no_such_queue does not exist"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
