@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
 	"github.com/ferrydev/ferry/ferrytype"
@@ -44,6 +45,10 @@ func TestDialSASL(t *testing.T) {
 			require.NoError(t, err)
 			r := p.Publish(ctx, msgs("orders", 1, 1))[0]
 			require.Equal(t, ferrytype.OutcomeConfirmed, r.Outcome, "%v", r.Err)
+			// What a heartbeat row records as the relay's broker: the
+			// address, without the password.
+			require.Contains(t, p.String(), k.Seeds[0])
+			require.NotContains(t, p.String(), "c0rrect-horse")
 			require.NoError(t, p.Close())
 			_, err = ferrykafka.Dial(ctx, strings.Replace(base, "%s", "wr0ng-battery", 1), nil)
 			require.Error(t, err)
@@ -68,6 +73,20 @@ func TestDialTLS(t *testing.T) {
 	defer p.Close()
 	r := p.Publish(ctx, msgs("orders", 1, 1))[0]
 	require.Equal(t, ferrytype.OutcomeConfirmed, r.Outcome, "%v", r.Err)
+	require.True(t, strings.HasPrefix(p.String(), "kafkas://"+strings.Join(k.Seeds, ",")), "the address a heartbeat row records: %s", p)
+}
+
+// A publisher on the caller's client says its seed brokers, with kafkas://
+// when the client dials TLS.
+func TestPublisherOnAClientSaysItsAddress(t *testing.T) {
+	t.Parallel()
+	k := testsvc.NewKafka(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Seeds...))
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	p, err := ferrykafka.New(testsvc.Context(t, 30*time.Second), cl, nil)
+	require.NoError(t, err)
+	require.Equal(t, "kafka://"+strings.Join(k.Seeds, ","), p.String())
 }
 
 func TestDialRedactsPassword(t *testing.T) {
