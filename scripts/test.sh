@@ -140,6 +140,10 @@ if [ -z "$rabbit_before" ]; then
 elif rabbit_alarmed "$rabbit_before"; then
   echo "test: the shared RabbitMQ has an alarm set before the tests: $rabbit_before" >&2
 fi
+amqp_port=$(port_of "$amqp_url" 5672)
+if [[ "$rabbit_before" == rabbitmqctl:* && -n "$amqp_port" && "$rabbit_before" != *"$amqp_port"* ]]; then
+  echo "test: rabbitmqctl's default node does not listen on port $amqp_port of FERRY_TEST_AMQP_URL: its alarms are checked, not that server's" >&2
+fi
 tree_before=
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   tree_before=$(git --no-optional-locks status --porcelain --ignored --untracked-files=all)
