@@ -289,7 +289,9 @@ func (m *maintainer) prune(ctx context.Context) {
 	hb := m.cfg.Heartbeat
 	ctx, cancel := context.WithTimeout(ctx, max(hb.Interval, time.Second))
 	defer cancel()
-	n, err := m.registry.PruneRelays(ctx, hb.ForgetAfter)
+	// Never its own row: on a slow database its last beat may already be
+	// ForgetAfter old by the time the prune runs.
+	n, err := m.registry.PruneRelays(ctx, hb.ForgetAfter, m.cfg.ID)
 	switch {
 	case err != nil:
 		m.log.Warn("pruning the heartbeats of relays gone failed", "error", err)

@@ -37,9 +37,10 @@ type RelayRegistry interface {
 	// no error.
 	ForgetRelay(ctx context.Context, id string) error
 	// PruneRelays deletes the rows whose last beat is more than olderThan
-	// old, by the database clock, and returns how many it deleted.
-	// olderThan must be positive.
-	PruneRelays(ctx context.Context, olderThan time.Duration) (int64, error)
+	// old, by the database clock, but never the row of relay keep (the
+	// caller's own, however late its last beat landed; "" keeps none), and
+	// returns how many it deleted. olderThan must be positive.
+	PruneRelays(ctx context.Context, olderThan time.Duration, keep string) (int64, error)
 }
 
 // Sizes of the heartbeat row's text columns. ID is checked; the others are

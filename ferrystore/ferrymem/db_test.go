@@ -404,7 +404,7 @@ func TestStore(t *testing.T) {
 		require.Len(t, beats, 2)
 		require.WithinDuration(t, time.Now(), beats[0].LastSeen, time.Minute, "alive beat just now")
 		require.WithinDuration(t, time.Now().Add(-48*time.Hour), beats[1].LastSeen, time.Minute, "killed, two days ago")
-		n, err := b.store.PruneRelays(b.ctx, 24*time.Hour)
+		n, err := b.store.PruneRelays(b.ctx, 24*time.Hour, "")
 		require.NoError(t, err)
 		require.Equal(t, int64(1), n)
 

@@ -94,15 +94,15 @@ func (s *Store) ForgetRelay(ctx context.Context, id string) error {
 }
 
 // PruneRelays deletes the rows whose last beat is more than olderThan old
-// by the database clock.
-func (s *Store) PruneRelays(ctx context.Context, olderThan time.Duration) (int64, error) {
+// by the database clock, but keep's.
+func (s *Store) PruneRelays(ctx context.Context, olderThan time.Duration, keep string) (int64, error) {
 	if olderThan <= 0 {
 		return 0, fmt.Errorf("%w: prune relays: olderThan %s must be positive", ferrytype.ErrInvalidConfig, olderThan)
 	}
 	var n int64
 	err := s.db.statement(ctx, func(now time.Time) error {
 		for id, r := range s.t.relays {
-			if r.lastSeen.Before(now.Add(-olderThan)) {
+			if id != keep && r.lastSeen.Before(now.Add(-olderThan)) {
 				delete(s.t.relays, id)
 				n++
 			}

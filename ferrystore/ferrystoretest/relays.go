@@ -142,9 +142,9 @@ func exerciseRelays[TTx any](t *testing.T, h Harness[TTx]) {
 		_, ok := find(t, beats, "stopped")
 		require.False(t, ok)
 
-		_, err = reg.PruneRelays(b.ctx, 0)
+		_, err = reg.PruneRelays(b.ctx, 0, "")
 		require.ErrorIs(t, err, ferrytype.ErrInvalidConfig)
-		n, err := reg.PruneRelays(b.ctx, time.Hour)
+		n, err := reg.PruneRelays(b.ctx, time.Hour, "")
 		require.NoError(t, err)
 		require.Zero(t, n, "nothing is an hour old")
 
@@ -163,7 +163,11 @@ func exerciseRelays[TTx any](t *testing.T, h Harness[TTx]) {
 		require.True(t, ok)
 		require.Less(t, time.Since(alive.LastSeen), time.Hour)
 
-		n, err = reg.PruneRelays(b.ctx, 24*time.Hour)
+		// The caller's own row is kept, however old.
+		n, err = reg.PruneRelays(b.ctx, 24*time.Hour, "killed")
+		require.NoError(t, err)
+		require.Zero(t, n, "the row of the relay that prunes is kept")
+		n, err = reg.PruneRelays(b.ctx, 24*time.Hour, "alive")
 		require.NoError(t, err)
 		require.Equal(t, int64(1), n)
 		beats, err = reg.Relays(b.ctx)
@@ -179,7 +183,7 @@ func exerciseRelays[TTx any](t *testing.T, h Harness[TTx]) {
 		before := b.get(t, id)
 		require.NoError(t, reg.Beat(b.ctx, ferrystore.RelayBeat{ID: "r"}))
 		require.NoError(t, reg.ForgetRelay(b.ctx, "r"))
-		_, err := reg.PruneRelays(b.ctx, time.Nanosecond)
+		_, err := reg.PruneRelays(b.ctx, time.Nanosecond, "")
 		require.NoError(t, err)
 		require.Equal(t, before, b.get(t, id))
 		st, err := b.store.Stats(b.ctx)

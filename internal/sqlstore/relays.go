@@ -30,7 +30,7 @@ func newRelayStatements(d Dialect, table string) relayStatements {
 			" in_flight, sent, sent_last_minute, source, claims, " + d.AgeMicros("started_at") + ", " + d.AgeMicros("last_seen") +
 			" FROM " + rt + " ORDER BY relay_id LIMIT ?"),
 		forget: d.Rebind("DELETE FROM " + rt + " WHERE relay_id = ?"),
-		prune:  d.Rebind("DELETE FROM " + rt + " WHERE last_seen < " + d.Shift()),
+		prune:  d.Rebind("DELETE FROM " + rt + " WHERE last_seen < " + d.Shift() + " AND relay_id <> ?"),
 	}
 }
 
@@ -90,12 +90,12 @@ func (o *Outbox) ForgetRelay(ctx context.Context, id string) error {
 	return nil
 }
 
-// PruneRelays deletes heartbeat rows older than olderThan.
-func (o *Outbox) PruneRelays(ctx context.Context, olderThan time.Duration) (int64, error) {
+// PruneRelays deletes heartbeat rows older than olderThan, but keep's.
+func (o *Outbox) PruneRelays(ctx context.Context, olderThan time.Duration, keep string) (int64, error) {
 	if olderThan <= 0 {
 		return 0, fmt.Errorf("%w: prune relays: olderThan %s must be positive", ferrytype.ErrInvalidConfig, olderThan)
 	}
-	n, err := o.pool.Exec(ctx, o.relays.prune, ago(o.d, olderThan))
+	n, err := o.pool.Exec(ctx, o.relays.prune, ago(o.d, olderThan), keep)
 	if err != nil {
 		return 0, fmt.Errorf("prune relays: %w", err)
 	}
