@@ -10,9 +10,11 @@ import (
 	"github.com/ferrydev/ferry/internal/runner"
 )
 
-// wakeWindow is how long after a wake-up signal a lane that found nothing
-// looks again: the signal may have come before the enqueuing transaction
-// committed.
+// wakeWindow is how long a lane that found nothing after a wake-up signal
+// goes on looking, from its first such miss: the signal may have come
+// before the enqueuing transaction committed. It counts from the miss, not
+// from the signal, so that a look slowed by a loaded database does not use
+// the window up before the commit it waits for.
 const wakeWindow = 500 * time.Millisecond
 
 // tableSource is the polling relay's claim source: every claim takes the
@@ -32,6 +34,7 @@ type tableSource struct {
 	log    *slog.Logger
 
 	lastRing  atomic.Int64 // unix nanos of the last wake-up signal
+	missSince atomic.Int64 // unix nanos of the first miss after it
 	missDelay atomic.Int64 // next re-poll delay after a signalled miss
 	// slow is set while the table is probed only every slowEvery: the
 	// lanes learn of new events another way, and the probe is a safety
@@ -184,11 +187,22 @@ func (s *tableSource) listen(run *runner.Runner, l ferrystore.Listener) {
 }
 
 // maybeRepoll schedules another look shortly after a claim found nothing
-// although a wake-up signal just came: the enqueuing transaction may not
-// have committed yet. The delays double from 2ms; they stop when the
-// signal is older than wakeWindow, so an idle relay makes no extra query.
+// although a wake-up signal came: the enqueuing transaction may not have
+// committed yet. The delays double from 2ms; they stop wakeWindow after
+// the first miss since the signal, so an idle relay makes no extra query.
 func (s *tableSource) maybeRepoll() {
-	if time.Since(time.Unix(0, s.lastRing.Load())) > wakeWindow {
+	ring := s.lastRing.Load()
+	if ring == 0 {
+		return
+	}
+	now := time.Now().UnixNano()
+	first := s.missSince.Load()
+	if first < ring && s.missSince.CompareAndSwap(first, now) {
+		first = now
+	} else {
+		first = s.missSince.Load()
+	}
+	if time.Duration(now-first) > wakeWindow {
 		s.missDelay.Store(0)
 		return
 	}
