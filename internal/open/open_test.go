@@ -70,7 +70,6 @@ func TestEachSchemeDialsItsBroker(t *testing.T) {
 	}{
 		{"nats", func(t *testing.T) string { testsvc.NATS(t); return testsvc.URL(testsvc.EnvNATS) }},
 		{"rabbitmq", func(t *testing.T) string {
-			testsvc.UseRabbitMQ(t)
 			testsvc.RabbitMQ(t)
 			return testsvc.URL(testsvc.EnvAMQP)
 		}},

@@ -64,11 +64,15 @@ func DisruptTarget() (amqpURL, node string) {
 	return amqpURL, node
 }
 
-// UseRabbitMQ declares that the test uses the shared RabbitMQ server.
-// Nothing stops or alarms that server (DisruptRabbitMQ works on a node of
-// its own), so the test waits for nothing; RabbitMQ calls it, and so may
-// a test that dials the server itself.
-func UseRabbitMQ(t testing.TB) { t.Helper() }
+// UseRabbitMQ is for a test that dials the shared RabbitMQ server
+// (EnvAMQP) itself: it skips the test, or fails it under
+// FERRY_REQUIRE_SERVICES=1, when the server does not answer. Nothing
+// stops or alarms that server (DisruptRabbitMQ works on a node of its
+// own), so the test waits for nothing.
+func UseRabbitMQ(t testing.TB) {
+	t.Helper()
+	RabbitMQ(t)
+}
 
 // Node is the RabbitMQ node of the tests' own, held by one test at a time
 // (DisruptRabbitMQ), which may stop and start its application and set
@@ -284,7 +288,6 @@ func (n *Node) Start(t testing.TB) {
 // (EnvAMQP), closed when the test ends.
 func RabbitMQ(t testing.TB) *amqp.Connection {
 	t.Helper()
-	UseRabbitMQ(t)
 	return dial(t, testenv.URL(testenv.EnvAMQP), "RabbitMQ at "+redact(testenv.URL(testenv.EnvAMQP)))
 }
 
