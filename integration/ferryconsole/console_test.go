@@ -482,7 +482,7 @@ func TestInboxPageCountsMarkersAndShowsTasks(t *testing.T) {
 	tok := c.token("tasks/points/dead")
 	p = c.post("tasks/points/retry", form(tok, "id", deadTask))
 	eq(t, http.StatusOK, p)
-	mustContain(t, p, "1 of 1 selected tasks changed")
+	mustContain(t, p, "1 of 1 selected task changed")
 	require.Equal(t, ferrytype.StatusNew, b.row(t, b.tasks.Driver, deadTask).Status)
 	require.NotEmpty(t, b.logs.Lines("console action", "action=retry", "table_kind=tasks", "table=points", "changed=1"))
 }
