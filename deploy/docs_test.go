@@ -119,6 +119,50 @@ func TestDocsGoBlocksAreQuotedFromBuiltCode(t *testing.T) {
 	require.NotZero(t, blocks)
 }
 
+// The Go blocks that follow a mention of a recipe program (the last
+// program the prose named) are runs of that very program's lines,
+// indentation aside: the recipes cannot drift from the programs their
+// tests run (examples/recipes).
+func TestDocsQuoteTheRecipePrograms(t *testing.T) {
+	t.Parallel()
+	programs := []string{"examples/recipes/pgrabbit/main.go", "examples/recipes/mariarabbit/main.go"}
+	sources := map[string][]string{}
+	blocks := map[string]int{}
+	for _, p := range programs {
+		b, err := os.ReadFile("../" + p)
+		require.NoError(t, err)
+		sources[p] = trimmed(strings.Split(string(b), "\n"))
+	}
+	for _, page := range []string{"../docs/recipes.md", "../docs/consuming.md"} {
+		b, err := os.ReadFile(page)
+		require.NoError(t, err)
+		doc := strings.Split(string(b), "\n")
+		named := "" // the last program the prose named
+		for i := 0; i < len(doc); i++ {
+			if doc[i] != "```go" {
+				for _, p := range programs {
+					if strings.Contains(doc[i], p) {
+						named = p
+					}
+				}
+				continue
+			}
+			start := i + 1
+			for i++; i < len(doc) && doc[i] != "```"; i++ {
+			}
+			if named == "" {
+				continue
+			}
+			blocks[named]++
+			require.True(t, quoted(trimmed(doc[start:i]), [][]string{sources[named]}),
+				"%s:%d: this Go block is not a run of lines of %s", page, start, named)
+		}
+	}
+	for _, p := range programs {
+		require.NotZero(t, blocks[p], "no page quotes %s", p)
+	}
+}
+
 // The README stays a page that gets a newcomer running; the rest is in
 // docs/.
 func TestReadmeIsShort(t *testing.T) {

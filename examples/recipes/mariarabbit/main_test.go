@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,62 +47,4 @@ func TestRecipe(t *testing.T) {
 		require.Equal(t, "order 42 paid; user 7 has 10 points (deliveries: 2, applied: 1)\n", out.String())
 		require.Equal(t, summary{Points: 10, Markers: 1, Published: 2, Deliveries: 2}, sum)
 	})
-}
-
-// The Go blocks of the documentation that follow a mention of this program
-// are runs of its lines (indentation aside): the pages cannot drift from
-// the program the test above runs.
-func TestDocsQuoteThisProgram(t *testing.T) {
-	t.Parallel()
-	src, err := os.ReadFile("main.go")
-	require.NoError(t, err)
-	lines := trimmed(strings.Split(string(src), "\n"))
-	blocks := 0
-	for _, page := range []string{"../../../docs/recipes.md", "../../../docs/consuming.md"} {
-		b, err := os.ReadFile(page)
-		require.NoError(t, err)
-		doc := strings.Split(string(b), "\n")
-		mine := false // the last program the prose named is this one
-		for i := 0; i < len(doc); i++ {
-			if doc[i] != "```go" {
-				for _, p := range []string{"examples/recipes/pgrabbit/main.go", "examples/recipes/mariarabbit/main.go"} {
-					if strings.Contains(doc[i], p) {
-						mine = p == "examples/recipes/mariarabbit/main.go"
-					}
-				}
-				continue
-			}
-			start := i + 1
-			for i++; i < len(doc) && doc[i] != "```"; i++ {
-			}
-			if !mine {
-				continue
-			}
-			blocks++
-			require.True(t, quotes(lines, trimmed(doc[start:i])), "%s:%d: this Go block is not a run of lines of examples/recipes/mariarabbit/main.go", page, start)
-		}
-	}
-	require.NotZero(t, blocks, "no page quotes examples/recipes/mariarabbit/main.go")
-}
-
-func trimmed(lines []string) []string {
-	out := make([]string, len(lines))
-	for i, l := range lines {
-		out[i] = strings.TrimSpace(l)
-	}
-	return out
-}
-
-// quotes reports whether block is a run of consecutive lines of src.
-func quotes(src, block []string) bool {
-next:
-	for i := 0; i+len(block) <= len(src); i++ {
-		for j, l := range block {
-			if src[i+j] != l {
-				continue next
-			}
-		}
-		return true
-	}
-	return false
 }

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -98,62 +96,4 @@ func TestUnroutableIsRetriedUntilTheQueueExists(t *testing.T) {
 	var points int
 	require.NoError(t, inboxStore.Pool().QueryRow(ctx, `SELECT points FROM points WHERE user_id = 7`).Scan(&points))
 	require.Equal(t, 10, points)
-}
-
-// The Go blocks of the documentation that follow a mention of this program
-// are runs of its lines (indentation aside): the pages cannot drift from
-// the program the test above runs.
-func TestDocsQuoteThisProgram(t *testing.T) {
-	t.Parallel()
-	src, err := os.ReadFile("main.go")
-	require.NoError(t, err)
-	lines := trimmed(strings.Split(string(src), "\n"))
-	blocks := 0
-	for _, page := range []string{"../../../docs/recipes.md", "../../../docs/consuming.md"} {
-		b, err := os.ReadFile(page)
-		require.NoError(t, err)
-		doc := strings.Split(string(b), "\n")
-		mine := false // the last program the prose named is this one
-		for i := 0; i < len(doc); i++ {
-			if doc[i] != "```go" {
-				for _, p := range []string{"examples/recipes/pgrabbit/main.go", "examples/recipes/mariarabbit/main.go"} {
-					if strings.Contains(doc[i], p) {
-						mine = p == "examples/recipes/pgrabbit/main.go"
-					}
-				}
-				continue
-			}
-			start := i + 1
-			for i++; i < len(doc) && doc[i] != "```"; i++ {
-			}
-			if !mine {
-				continue
-			}
-			blocks++
-			require.True(t, quotes(lines, trimmed(doc[start:i])), "%s:%d: this Go block is not a run of lines of examples/recipes/pgrabbit/main.go", page, start)
-		}
-	}
-	require.NotZero(t, blocks, "no page quotes examples/recipes/pgrabbit/main.go")
-}
-
-func trimmed(lines []string) []string {
-	out := make([]string, len(lines))
-	for i, l := range lines {
-		out[i] = strings.TrimSpace(l)
-	}
-	return out
-}
-
-// quotes reports whether block is a run of consecutive lines of src.
-func quotes(src, block []string) bool {
-next:
-	for i := 0; i+len(block) <= len(src); i++ {
-		for j, l := range block {
-			if src[i+j] != l {
-				continue next
-			}
-		}
-		return true
-	}
-	return false
 }
