@@ -52,6 +52,12 @@ type DeadFilter struct {
 	// created at least this long ago, by the database clock. Zero: no
 	// bound.
 	MaxAge, MinAge time.Duration
+	// DiedBy keeps the DEAD events that died at or before this instant of
+	// the database clock (ferrystore.Filter.DiedBy); zero: no bound. A
+	// dry run's BulkResult.At is the instant to confirm it with, so that
+	// the action acts on the events the dry run counted and on none that
+	// died after it, whatever their age. Not for DISCARDED events.
+	DiedBy time.Time
 }
 
 // Selects reports whether f narrows the selection at all.
@@ -95,11 +101,12 @@ func (p *part) match(r *ferrystore.Row) bool {
 // selection returns the selection of f among events of status, validated.
 // An error class selects, in the database, the rows that recorded it (the
 // DEAD index, by destination and class), then the rows that recorded none,
-// narrowed by the class's words and classified here.
+// narrowed by the class's words and classified here: the DEAD index's
+// entries without a class (unrecorded), by destination and type.
 func (f *DeadFilter) selection(status ferrytype.Status) (selection, error) {
 	sf := ferrystore.Filter{Statuses: []ferrytype.Status{status}, IDs: f.ids(),
 		AggregateType: f.AggregateType, AggregateID: f.AggregateID, Type: f.Type, Destination: f.Destination,
-		MinAge: f.MinAge, MaxAge: f.MaxAge}
+		MinAge: f.MinAge, MaxAge: f.MaxAge, DiedBy: f.DiedBy}
 	var sel selection
 	switch {
 	case f.AggregateType != "" && f.AggregateID == "":
@@ -442,7 +449,8 @@ type BulkResult struct {
 	Action string `json:"action"`
 	DryRun bool   `json:"dry_run"`
 	// Matched counts the events that matched when the run started (a count
-	// before the first batch).
+	// before the first batch), Filter.DiedBy aside when the run acts: the
+	// events that bound leaves out count in Later.
 	Matched int64 `json:"matched"`
 	// Changed counts the rows the store changed. In a dry run, the events
 	// that would change: Matched, or Max when it is lower. Events that
@@ -472,6 +480,16 @@ type BulkResult struct {
 	// Preview holds, in a dry run, the first events that would change (at
 	// most a batch).
 	Preview []Event `json:"preview,omitempty"`
+	// At is, for DEAD events, the instant of the database clock the run's
+	// selection is bound to: read just before the count, or
+	// Filter.DiedBy when set. A dry run's At, given as DeadFilter.DiedBy
+	// to the action it previews, makes the action act on the events the
+	// dry run counted and on none that died after it.
+	At time.Time `json:"at,omitzero"`
+	// Later counts, when Filter.DiedBy bounds a run that completed, the
+	// events of the selection it left alone because they died after that
+	// instant (a count after the run); they count in Matched.
+	Later int64 `json:"later"`
 }
 
 func (o BulkOptions) withDefaults() (BulkOptions, error) {
@@ -560,14 +578,33 @@ func bulk(ctx context.Context, a ferrystore.Admin, verb string, status ferrytype
 	if err != nil {
 		return res, err
 	}
-	if res.Matched, err = count(ctx, a, sel); err != nil {
+	bound := !o.Filter.DiedBy.IsZero()
+	switch {
+	case bound:
+		res.At = o.Filter.DiedBy
+	case status == ferrytype.StatusDead:
+		if res.At, err = a.Now(ctx); err != nil {
+			return res, fmt.Errorf("%s: %w", verb, err)
+		}
+	}
+	// An action counts its selection without the bound, from the
+	// indexes (a count with it reads every row); the walk applies it.
+	counted := sel
+	if bound && !o.DryRun {
+		counted = sel.unbound()
+	}
+	if res.Matched, err = count(ctx, a, counted); err != nil {
 		return res, fmt.Errorf("%s: count the selection: %w", verb, err)
 	}
 	if o.DryRun {
 		return preview(ctx, a, sel, o, res)
 	}
-	if sel, err = split(ctx, a, sel); err != nil {
+	// Split by what the indexes hold, the bound aside, then bound each part.
+	if sel, err = split(ctx, a, sel.unbound()); err != nil {
 		return res, fmt.Errorf("%s: %w", verb, err)
+	}
+	for i := range sel.parts {
+		sel.parts[i].f.DiedBy = o.Filter.DiedBy
 	}
 	var (
 		limited bool
@@ -623,7 +660,21 @@ func bulk(ctx context.Context, a ferrystore.Admin, verb string, status ferrytype
 		}
 	}
 	res.Complete = !limited
+	if bound && res.Complete { // what the bound left: it died after
+		if res.Later, err = count(ctx, a, sel.unbound()); err != nil {
+			return res, fmt.Errorf("%s: count the events that died after %s: %w", verb, o.Filter.DiedBy.Format(time.RFC3339Nano), err)
+		}
+	}
 	return res, nil
+}
+
+// unbound returns sel without Filter.DiedBy.
+func (sel selection) unbound() selection {
+	out := selection{parts: append([]part(nil), sel.parts...)}
+	for i := range out.parts {
+		out.parts[i].f.DiedBy = time.Time{}
+	}
+	return out
 }
 
 // preview fills a dry run's result: the count, and the first batch.

@@ -329,7 +329,8 @@ type resultPage struct {
 	// From is the status the action changes, Back the page to return to.
 	From, Back string
 	// Confirmed is the group's count the operator confirmed (a group
-	// action acts on at most so many).
+	// action acts on the events counted then, DEAD when the count was
+	// shown).
 	Confirmed int64
 }
 

@@ -3,10 +3,10 @@ package ferryconsole
 import (
 	"context"
 	"fmt"
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ferrydev/ferry/ferryadmin"
 )
@@ -106,14 +106,21 @@ func (h *console) groupAction(action string) http.HandlerFunc {
 				return
 			}
 			h.page(w, r, "confirm", confirmPage{Kind: kind, Name: name, Action: action, Title: title, Group: ff,
-				Matched: res.Matched, Sample: res.IDs[:min(len(res.IDs), confirmSample)], Reason: reason})
+				Matched: res.Matched, Sample: res.IDs[:min(len(res.IDs), confirmSample)], Reason: reason,
+				DiedBy: res.At.UTC().Format(time.RFC3339Nano)})
 			return
 		}
-		// At most what the operator saw and confirmed: events that join
-		// the group since are left for another look.
+		// The events of the group that were DEAD when the operator saw
+		// the count, by the database clock: those that die since,
+		// however old, are left for another look.
 		previewed, err := strconv.ParseInt(r.PostForm.Get("max"), 10, 64)
 		if err != nil || previewed < 1 {
 			h.badInput(w, r, "Group: the confirmed count is missing: act from the group's confirmation page.")
+			return
+		}
+		diedBy, err := time.Parse(time.RFC3339Nano, r.PostForm.Get("died_by"))
+		if err != nil {
+			h.badInput(w, r, "Group: the instant the group was counted is missing: act from the group's confirmation page.")
 			return
 		}
 		if !h.spendToken(w, r) {
@@ -121,8 +128,10 @@ func (h *console) groupAction(action string) http.HandlerFunc {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), h.cfg.RunTimeout)
 		defer cancel()
-		res, err := run(ctx, ferryadmin.BulkOptions{Filter: f, Max: int(min(previewed, int64(math.MaxInt32)))})
-		h.logAction(r, action+" group", kind, name, 0, res, err, "filter", string(ff.Query()), "confirmed", previewed)
+		f.DiedBy = diedBy
+		res, err := run(ctx, ferryadmin.BulkOptions{Filter: f})
+		h.logAction(r, action+" group", kind, name, 0, res, err, "filter", string(ff.Query()), "confirmed", previewed,
+			"died_by", diedBy.Format(time.RFC3339Nano))
 		if err != nil {
 			h.failed(w, r, fmt.Sprintf("%s of the group (%d of %s changed before the error)", action, res.Changed,
 				ferryadmin.Plural(res.Matched, "event")), err)
@@ -148,6 +157,9 @@ type confirmPage struct {
 	Matched       int64
 	Sample        []string
 	Reason        string
+	// DiedBy is the instant of the database clock the count was made
+	// at (RFC 3339), which the confirmation binds the action to.
+	DiedBy string
 }
 
 func (p confirmPage) title() string { return p.Title + " " + p.Kind + " " + p.Name + "?" }

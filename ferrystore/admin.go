@@ -27,16 +27,25 @@ type Admin interface {
 	// Ping checks that the database answers, with one round trip.
 	Ping(ctx context.Context) error
 
-	// CountByStatus counts the rows in each of statuses. Counts of NEW,
-	// SENDING, DEAD and DISCARDED rows read only those rows' index
-	// entries; a count of SENT rows reads every retained SENT row's, so its
-	// cost grows with retention.
+	// Now reads the database clock, the one the rows' times are written
+	// with: what Filter.DiedBy is compared with.
+	Now(ctx context.Context) (time.Time, error)
+
+	// CountByStatus counts the rows in each of statuses, exactly. It reads
+	// those rows' index entries and no row: a count costs its number of
+	// entries, and a count of SENT rows reads every retained SENT row's, so
+	// its cost grows with retention.
 	CountByStatus(ctx context.Context, statuses ...ferrytype.Status) (map[ferrytype.Status]int64, error)
 
-	// PendingByDestination groups NEW and SENDING rows by the destination
-	// they are published to (the event type when the destination is empty)
-	// and returns at most limit groups, the one with the oldest pending
-	// event first.
+	// PendingByDestination groups the NEW and SENDING rows next in line
+	// (the PendingWindow of each status first in the pending index's order,
+	// in which relays claim them) by the destination they are published to
+	// (the event type when the destination is empty) and returns at most
+	// limit groups, the one with the oldest pending event first. Each
+	// group's counts and oldest age are those of the rows in the window:
+	// exact when no more than PendingWindow rows of each status are
+	// pending (Stats.Windowed false), and in a bounded time behind any
+	// backlog.
 	PendingByDestination(ctx context.Context, limit int) ([]DestinationStats, error)
 
 	// DeadByDestination counts the DEAD rows of each destination (their
@@ -239,12 +248,27 @@ type Filter struct {
 	// only.
 	ErrorClass string
 	// Unclassified keeps rows that recorded an error but no class: rows
-	// that failed before the table had migration 0004. The caller
-	// classifies them (ferryadmin.ErrorClass of LastError).
+	// that failed before the table had migration 0004, or that a relay of
+	// an older version marked since. The caller classifies them
+	// (ferryadmin.ErrorClass of LastError). With Statuses DEAD (or
+	// DISCARDED), Destination and Type, List and Count read a range of the
+	// DEAD index that holds the rows of that destination and type without
+	// a class, and those rows (for their error), whatever the number of
+	// classified rows beside them; GroupErrors finds the pairs that have
+	// some (ErrorGroup.ErrorClass ""). Without both, they may read every
+	// row of the statuses.
 	Unclassified bool
 	// MinAge keeps rows created at least this long ago, MaxAge rows created
 	// at most this long ago, both by the database clock. Zero: no bound.
 	MinAge, MaxAge time.Duration
+	// DiedBy keeps the DEAD rows that died at or before this instant of
+	// the database clock (Admin.Now): a DEAD row's available_at is when it
+	// died, or when a person restored it to DEAD. Rows that die later are
+	// left out, so that an action confirmed on what a page showed at that
+	// instant acts on those rows only. Only with Statuses DEAD; the zero
+	// value does not filter. The condition is on the row, not on an index:
+	// List and Count read each row of the selection to check it.
+	DiedBy time.Time
 	// After keeps the rows after this position in List's order (created_at,
 	// event_id); the zero value starts at the oldest row.
 	After ListCursor
@@ -300,6 +324,8 @@ func (f Filter) ValidateSelection() error {
 		return fmt.Errorf("%w: Filter.ErrorClass has %d bytes, at most %d are allowed", ferrytype.ErrInvalidConfig, len(f.ErrorClass), MaxErrorContains)
 	case f.MaxAge > 0 && f.MaxAge < f.MinAge:
 		return fmt.Errorf("%w: Filter.MaxAge %s is below MinAge %s", ferrytype.ErrInvalidConfig, f.MaxAge, f.MinAge)
+	case !f.DiedBy.IsZero() && (len(f.Statuses) != 1 || f.Statuses[0] != ferrytype.StatusDead):
+		return fmt.Errorf("%w: Filter.DiedBy needs Statuses DEAD alone, not %v", ferrytype.ErrInvalidConfig, f.Statuses)
 	}
 	for _, s := range f.Statuses {
 		if !s.Valid() {

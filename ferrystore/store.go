@@ -224,10 +224,21 @@ type Failure struct {
 	Token string
 	// Dead moves the row to DEAD instead of back to NEW.
 	Dead bool
-	// Delay is how long the row waits before its next attempt.
+	// Delay is how long the row waits before its next attempt; none for a
+	// row that goes DEAD (Wait).
 	Delay time.Duration
 	// Error says what went wrong; it is stored as last_error.
 	Error string
+}
+
+// Wait is what the store adds to its clock for the row's available_at:
+// Delay, or nothing when the row goes DEAD, whose available_at is when it
+// died (Filter.DiedBy).
+func (f Failure) Wait() time.Duration {
+	if f.Dead {
+		return 0
+	}
+	return f.Delay
 }
 
 // MarkFailedResult says what MarkFailed did with each failure it was

@@ -91,8 +91,8 @@ func TestDeadRetryAllActsOnEveryEvent(t *testing.T) {
 
 			code, out, errOut := b.cli(t, "dead", "retry", "--all", "--dry-run")
 			require.Equal(t, exitOK, code, errOut)
-			require.Contains(t, out, fmt.Sprintf("would retry %d of %d matching DEAD events (dry run: nothing changed); the first %d:", n, n,
-				ferryadmin.DefaultBulkBatch))
+			require.Regexp(t, fmt.Sprintf(`would retry %d of %d matching DEAD events \(dry run: nothing changed\); `+
+				`to act on these and none that dies since: --died-by [0-9T:.-]+Z; the first %d:`, n, n, ferryadmin.DefaultBulkBatch), out)
 			require.Equal(t, n, b.count(t, ferrytype.StatusDead))
 
 			code, out, errOut = b.cli(t, "dead", "retry", "--all", "--dry-run", "--json")
@@ -129,12 +129,20 @@ func TestDeadRetryAllActsOnEveryEvent(t *testing.T) {
 			require.Contains(t, errOut, fmt.Sprintf("ferry: discard: %d of %d DEAD events", min(ferryadmin.DefaultBulkBatch, capped), quota), "progress per batch")
 			require.Equal(t, capped, b.count(t, ferrytype.StatusDiscarded))
 
-			// One group, by its selectors.
+			// One group, by its selectors, bound to its dry run's instant.
 			timeout := sum.Groups[1]
-			code, out, errOut = b.cli(t, "dead", "retry", "--destination", timeout.Destination, "--error-class", timeout.ErrorClass, "--json")
+			code, out, errOut = b.cli(t, "dead", "retry", "--destination", timeout.Destination, "--error-class", timeout.ErrorClass,
+				"--dry-run", "--json")
+			require.Equal(t, exitOK, code, errOut)
+			at := decodeBulk(t, out).At.Format(time.RFC3339Nano)
+			code, _, errOut = b.cli(t, "dead", "retry", "--destination", timeout.Destination, "--died-by", "yesterday")
+			require.Equal(t, exitUsage, code)
+			require.Contains(t, errOut, `--died-by "yesterday" is not an RFC 3339 time`)
+			code, out, errOut = b.cli(t, "dead", "retry", "--destination", timeout.Destination, "--error-class", timeout.ErrorClass,
+				"--died-by", at, "--json")
 			require.Equal(t, exitOK, code, errOut)
 			res = decodeBulk(t, out)
-			require.Equal(t, [3]int64{timeout.Count, timeout.Count, 0}, [3]int64{res.Matched, res.Changed, res.Skipped})
+			require.Equal(t, [4]int64{timeout.Count, timeout.Count, 0, 0}, [4]int64{res.Matched, res.Changed, res.Skipped, res.Later})
 			require.True(t, res.Complete)
 			require.Empty(t, res.Error)
 			require.Equal(t, timeout.Count, b.count(t, ferrytype.StatusNew))

@@ -398,6 +398,7 @@ func newDeadAct(g *globals, verb string) *cobra.Command {
 		maxN     int
 		jsonOut  bool
 		interval time.Duration
+		diedBy   string
 	)
 	act := deadActions[verb]
 	use, args := verb, cobra.NoArgs
@@ -433,6 +434,11 @@ part way (the totals say what was done).`,
 			f, selected, err := sel.filter()
 			if err != nil {
 				return err
+			}
+			if diedBy != "" {
+				if f.DiedBy, err = time.Parse(time.RFC3339Nano, diedBy); err != nil {
+					return usageError{fmt.Errorf("--died-by %q is not an RFC 3339 time (as a dry run prints it): %w", diedBy, err)}
+				}
 			}
 			if !selected && !sel.all {
 				return usageError{fmt.Errorf("select events with --id, --aggregate, --type, --destination, --since, --until, " +
@@ -511,6 +517,10 @@ part way (the totals say what was done).`,
 	fl.BoolVar(&dryRun, "dry-run", false, "count what would change and show the first batch; change nothing")
 	fl.IntVar(&batch, "batch", ferryadmin.DefaultBulkBatch, "events changed per statement")
 	fl.IntVar(&maxN, "max", 0, "most events acted on by one run (0: every event that matches)")
+	if verb != "restore" {
+		fl.StringVar(&diedBy, "died-by", "", "act only on the events that died at or before this instant of the database clock "+
+			"(RFC 3339, as --dry-run prints it): the ones the dry run counted, not those that died since")
+	}
 	fl.BoolVar(&jsonOut, "json", false, "print JSON (the totals, the first 1000 ids; progress stays on stderr)")
 	progressFlag(fl, &interval)
 	return cmd
@@ -524,8 +534,12 @@ func printBulk(w io.Writer, act deadAction, res ferryadmin.BulkResult, maxN int,
 		if res.Left > 0 {
 			capped = fmt.Sprintf("; --max %d leaves %d", maxN, res.Left)
 		}
-		fmt.Fprintf(w, "would %s %d of %s%s (dry run: nothing changed)", act.verb, res.Changed,
-			plural(res.Matched, "matching "+act.status+" event"), capped)
+		bound := ""
+		if !res.At.IsZero() {
+			bound = "; to act on these and none that dies since: --died-by " + res.At.UTC().Format(time.RFC3339Nano)
+		}
+		fmt.Fprintf(w, "would %s %d of %s%s (dry run: nothing changed)%s", act.verb, res.Changed,
+			plural(res.Matched, "matching "+act.status+" event"), capped, bound)
 		if len(res.Preview) == 0 {
 			fmt.Fprintln(w)
 			return
@@ -558,7 +572,10 @@ func printBulk(w io.Writer, act deadAction, res ferryadmin.BulkResult, maxN int,
 		fmt.Fprintf(&b, "; %d left alone: no longer %s when their batch ran (a relay or another person changed them)",
 			res.Skipped, act.status)
 	}
-	if done := res.Changed + res.Skipped; res.Complete && done != res.Matched {
+	if res.Later > 0 {
+		fmt.Fprintf(&b, "; %d left alone: they died after --died-by", res.Later)
+	}
+	if done := res.Changed + res.Skipped + res.Later; res.Complete && done != res.Matched {
 		fmt.Fprintf(&b, "; %d matched at the start, %d when reached: the selection changed during the run", res.Matched, done)
 	}
 	if !res.Complete && !failed {

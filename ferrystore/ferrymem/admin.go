@@ -14,6 +14,14 @@ import (
 	"github.com/ferrydev/ferry/internal/token"
 )
 
+// Now reads the database clock.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, err
+	}
+	return s.db.now(), nil
+}
+
 // Ping answers at once: the database is in this process.
 func (s *Store) Ping(ctx context.Context) error { return ctx.Err() }
 
@@ -168,6 +176,7 @@ func matcher(f ferrystore.Filter, now time.Time) func(*row) bool {
 			f.Failed && r.lastError == "",
 			f.MinAge > 0 && r.createdAt.After(now.Add(-f.MinAge)),
 			f.MaxAge > 0 && r.createdAt.Before(now.Add(-f.MaxAge)),
+			!f.DiedBy.IsZero() && r.availableAt.After(f.DiedBy),
 			f.After != (ferrystore.ListCursor{}) && listOrder(r, f.After.CreatedAt, f.After.ID) <= 0:
 			return false
 		}
@@ -342,9 +351,9 @@ func (s *Store) Discard(ctx context.Context, ids []string, reason string) (int64
 func (s *Store) Restore(ctx context.Context, ids []string, note string) (int64, error) {
 	tr := ferrytype.TransitionRestore
 	note = token.Truncate(note, 2000)
-	return s.byID(ctx, "restore discarded events", ids, tr.From, func(r *row, _ time.Time) {
+	return s.byID(ctx, "restore discarded events", ids, tr.From, func(r *row, now time.Time) {
 		s.t.move(r, tr)
-		r.discardedAt, r.discardReason = time.Time{}, appendNote(r.discardReason, note)
+		r.discardedAt, r.discardReason, r.availableAt = time.Time{}, appendNote(r.discardReason, note), now
 	})
 }
 

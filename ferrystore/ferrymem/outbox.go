@@ -520,7 +520,7 @@ func (s *Store) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (fer
 				tr = ferrytype.TransitionFailDead
 			}
 			s.t.move(r, tr)
-			s.fail(r, now, f.Delay, f.Error)
+			s.fail(r, now, f.Wait(), f.Error)
 			changed[i] = true
 		}
 		return nil

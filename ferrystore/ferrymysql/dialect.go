@@ -59,9 +59,17 @@ func (dialect) After(col string, at time.Time, id string) (string, []any) {
 	return "(" + col + " >= ? AND (" + col + " > ? OR event_id > ?))", []any{at, at, id}
 }
 
+// NotAfter compares col with at in UTC, as After does.
+func (dialect) NotAfter(col string, at time.Time) (string, []any) {
+	return col + " <= ?", []any{at.UTC()}
+}
+
 // Route and Settled are migration 0004's virtual columns.
 func (dialect) Route() string   { return "route" }
 func (dialect) Settled() string { return "settled_status" }
+
+// SettledTerm is empty: MySQL has no partial index.
+func (dialect) SettledTerm() string { return "" }
 
 // UpsertIf sets each column to IF(cond, VALUES(col), col): MySQL evaluates
 // the assignments in order, so cond is asked again for each, and must keep

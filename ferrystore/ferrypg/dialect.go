@@ -57,6 +57,11 @@ func (dialect) After(col string, at time.Time, id string) (string, []any) {
 	return "(" + col + ", event_id) > (?::timestamptz, ?::text)", []any{at, id}
 }
 
+// NotAfter compares col with at.
+func (dialect) NotAfter(col string, at time.Time) (string, []any) {
+	return col + " <= ?::timestamptz", []any{at}
+}
+
 // Route is the expression of the DEAD index, which PostgreSQL matches.
 func (dialect) Route() string {
 	return "(CASE WHEN destination = '' THEN event_type ELSE destination END)"

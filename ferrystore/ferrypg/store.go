@@ -374,7 +374,7 @@ func (s *core) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (ferr
 	errs := make([]string, len(fails))
 	classes := make([]string, len(fails))
 	for i, f := range fails {
-		ids[i], tokens[i], delays[i], errs[i] = f.ID, f.Token, sqlstore.Micros(f.Delay), token.Truncate(f.Error, 2000)
+		ids[i], tokens[i], delays[i], errs[i] = f.ID, f.Token, sqlstore.Micros(f.Wait()), token.Truncate(f.Error, 2000)
 		classes[i] = errclass.Of(errs[i])
 		statuses[i] = string(ferrytype.TransitionFailRetry.To)
 		if f.Dead {

@@ -72,6 +72,12 @@ func (d dialect) After(col string, at time.Time, id string) (string, []any) {
 	return "(" + c + " > " + b + " OR (" + c + " = " + b + " AND event_id > ?))", []any{s, s, id}
 }
 
+// NotAfter compares available_at with at as stored (ferry writes it: UTC
+// text with milliseconds), as After does.
+func (dialect) NotAfter(col string, at time.Time) (string, []any) {
+	return col + " <= ?", []any{at.UTC().Format("2006-01-02 15:04:05.000")}
+}
+
 // Route is the expression of the DEAD index, which SQLite matches.
 func (dialect) Route() string {
 	return "(CASE WHEN destination = '' THEN event_type ELSE destination END)"

@@ -348,6 +348,74 @@ func exerciseAdmin[TTx any](t *testing.T, h Harness[TTx]) {
 		require.ErrorIs(t, err, ferrytype.ErrInvalidConfig)
 	})
 
+	t.Run("DiedByBoundsDeadEventsByWhenTheyDied", func(t *testing.T) {
+		b := setup(t, h)
+		a := b.admin(t)
+		deadOnly := []ferrytype.Status{ferrytype.StatusDead}
+		// after reads the database clock until it has passed at: the
+		// next death is later than at whatever the clock's resolution.
+		after := func(at time.Time) time.Time {
+			t.Helper()
+			for deadline := time.Now().Add(10 * time.Second); ; {
+				now, err := a.Now(b.ctx)
+				require.NoError(t, err)
+				if now.After(at) {
+					return now
+				}
+				require.True(t, time.Now().Before(deadline), "the database clock stays at %s", at)
+				time.Sleep(time.Millisecond)
+			}
+		}
+		// die takes the one ready event to DEAD with a retry delay, which
+		// a death ignores: its available_at is when it died.
+		die := func() string {
+			t.Helper()
+			msgs, token := b.claim(t, 10, false)
+			require.Len(t, msgs, 1)
+			res, err := b.store.MarkFailed(b.ctx, []ferrystore.Failure{{ID: msgs[0].ID, Token: token, Dead: true,
+				Delay: time.Hour, Error: "attempt 1: rejected: no"}})
+			require.NoError(t, err)
+			require.Equal(t, []string{msgs[0].ID}, res.Dead)
+			return msgs[0].ID
+		}
+		list := func(by time.Time) []string {
+			t.Helper()
+			rows, err := a.List(b.ctx, ferrystore.Filter{Statuses: deadOnly, DiedBy: by, Limit: 10})
+			require.NoError(t, err)
+			n, err := a.Count(b.ctx, ferrystore.Filter{Statuses: deadOnly, DiedBy: by})
+			require.NoError(t, err)
+			require.Equal(t, int64(len(rows)), n, "Count agrees with List")
+			return idsOfRows(rows)
+		}
+		b.enqueue(t, ev("A", "1", `{}`))
+		first := die()
+		at, err := a.Now(b.ctx)
+		require.NoError(t, err)
+		b.enqueue(t, ev("A", "2", `{}`))
+		after(at)
+		second := die()
+		now := after(at)
+		require.Equal(t, []string{first}, list(at), "the event that died after at is left out")
+		require.Equal(t, []string{first, second}, list(now))
+		row, err := b.store.Get(b.ctx, second)
+		require.NoError(t, err)
+		require.False(t, row.AvailableAt.After(now), "a death records when it happened, not the retry delay")
+
+		// A restored event is DEAD from its restore on.
+		n, err := a.Discard(b.ctx, []string{first}, "gone")
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
+		n, err = a.Restore(b.ctx, []string{first}, "back")
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
+		require.Empty(t, list(at), "restored after at")
+		require.Equal(t, []string{second}, list(now))
+		require.ElementsMatch(t, []string{first, second}, list(after(now)))
+
+		_, err = a.List(b.ctx, ferrystore.Filter{Statuses: []ferrytype.Status{ferrytype.StatusDiscarded}, DiedBy: at, Limit: 1})
+		require.ErrorIs(t, err, ferrytype.ErrInvalidConfig, "DiedBy is for DEAD events")
+	})
+
 	t.Run("DeadMigrationRevertsAndUpgradesATableWithEvents", func(t *testing.T) {
 		needs(t, h.Exec != nil, "Exec", "the migration's statements are run by hand")
 		b := setup(t, h)

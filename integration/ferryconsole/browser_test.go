@@ -429,7 +429,7 @@ func testBrowser(t *testing.T, kind string) {
 		require.EqualValues(t, 200, submit(t, ctx, "#confirm-form .confirm"))
 		require.Equal(t, "4 of 4 matching events changed: back to NEW, published again on the relay's next poll.",
 			text(t, ctx, "#result"))
-		require.Contains(t, text(t, ctx, "#totals"), "4 matched when the run started (4 confirmed); every one was acted on")
+		require.Contains(t, text(t, ctx, "#totals"), "4 matched when the run started (4 confirmed); every one that was DEAD when the count was shown was acted on")
 		require.True(t, strings.Contains(js[string](t, ctx, `location.pathname + location.search`), "/result?id="),
 			"the action answered with a redirect to its result")
 		for _, id := range refunds {

@@ -569,7 +569,7 @@ func TestGroupsDiscardedAndRestore(t *testing.T) {
 	confirm, p := c.group("retry", form("", "destination", "orders.paid", "class", class))
 	mustContain(t, confirm, `id="confirm-count">1203 events match now`, paid[0])
 	eq(t, http.StatusOK, p)
-	mustContain(t, p, "1203 of 1203 matching events changed: back to NEW", "1203 matched when the run started (1203 confirmed); every one was acted on")
+	mustContain(t, p, "1203 of 1203 matching events changed: back to NEW", "1203 matched when the run started (1203 confirmed); every one that was DEAD when the count was shown was acted on")
 	for _, id := range []string{paid[0], paid[many/2], paid[many-1]} {
 		require.Equal(t, ferrytype.StatusNew, b.row(t, b.admin, id).Status)
 	}
@@ -724,34 +724,68 @@ func TestActionsActOnceAndGroupsAreConfirmed(t *testing.T) {
 	mustContain(t, p, "1 of 1 selected event changed: DISCARDED")
 
 	// A group: the first POST changes nothing and shows the count; the
-	// confirmation acts on at most that count, oldest first, so an event
-	// that joins the group after the preview is left for another look.
-	group := b.dead(t, b.st, "nats: timeout after 3s", orderEvent("OrderPaid", "10", "orders.paid"),
+	// confirmation acts on the events of the group that were DEAD when
+	// that page was shown. An event that dies after it is left for
+	// another look, even one older than all of them: it was pending
+	// when the group was counted.
+	const timeout = "nats: timeout after 3s"
+	late := b.enqueue(t, b.ob, b.st.DB, orderEvent("OrderPaid", "9", "orders.paid"))[0]
+	group := b.enqueue(t, b.ob, b.st.DB, orderEvent("OrderPaid", "10", "orders.paid"),
 		orderEvent("OrderPaid", "11", "orders.paid"), orderEvent("OrderPaid", "12", "orders.paid"))
-	f := form(c.token("outbox/orders/groups"), "destination", "orders.paid", "class", ferryadmin.ErrorClass("nats: timeout after 3s"),
+	claimTok := testsvc.Name("tok-")
+	claimed, err := b.st.Driver.Claim(b.ctx, ferrystore.ClaimParams{Limit: 4, Token: claimTok, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, claimed, 4)
+	var fails []ferrystore.Failure
+	for _, id := range group {
+		fails = append(fails, ferrystore.Failure{ID: id, Token: claimTok, Dead: true, Error: timeout})
+	}
+	_, err = b.st.Driver.MarkFailed(b.ctx, fails)
+	require.NoError(t, err)
+	_, err = b.st.Driver.Release(b.ctx, claimTok, []string{late}) // pending again
+	require.NoError(t, err)
+
+	f := form(c.token("outbox/orders/groups"), "destination", "orders.paid", "class", ferryadmin.ErrorClass(timeout),
 		"reason", "broker gone, INC-8")
 	confirm := c.post("outbox/orders/discard-group", f)
 	eq(t, http.StatusOK, confirm)
-	mustContain(t, confirm, `id="confirm-count">3 events match now`, group[0], "broker gone, INC-8", "Discard these 3")
+	mustContain(t, confirm, `id="confirm-count">3 events match now`, group[0], "broker gone, INC-8", "Discard these 3",
+		"were DEAD when this page was shown")
 	for _, id := range group {
 		require.Equal(t, ferrytype.StatusDead, b.row(t, b.admin, id).Status, "the preview changes nothing")
 	}
-	late := b.dead(t, b.st, "nats: timeout after 3s", orderEvent("OrderPaid", "13", "orders.paid"))
+	shown, err := time.Parse(time.RFC3339Nano, confirmDiedByRe.FindStringSubmatch(confirm.body)[1])
+	require.NoError(t, err, "the confirmation carries the instant it counted at")
+	for { // the database clock passes that instant; then the oldest dies
+		now, err := b.admin.Now(b.ctx)
+		require.NoError(t, err)
+		if now.After(shown) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b.redead(t, b.st, late, timeout)
 	f.Set("csrf", tokenRe.FindStringSubmatch(confirm.body)[1])
 	f.Set("confirm", "1")
 	f.Set("max", confirmMaxRe.FindStringSubmatch(confirm.body)[1])
+	f.Set("died_by", confirmDiedByRe.FindStringSubmatch(confirm.body)[1])
 	p = c.post("outbox/orders/discard-group", f)
 	eq(t, http.StatusOK, p)
-	mustContain(t, p, "3 of 4 matching events changed: DISCARDED", "(3 confirmed)")
+	mustContain(t, p, "3 of 4 matching events changed: DISCARDED", "(3 confirmed)",
+		"every one that was DEAD when the count was shown was acted on", `id="later">1 died after the count was shown`)
 	for _, id := range group {
 		require.Equal(t, ferrytype.StatusDiscarded, b.row(t, b.admin, id).Status)
 	}
-	require.Equal(t, ferrytype.StatusDead, b.row(t, b.admin, late[0]).Status, "joined after the preview: left alone")
+	require.Equal(t, ferrytype.StatusDead, b.row(t, b.admin, late).Status, "died after the preview: left alone")
 	eq(t, http.StatusConflict, c.post("outbox/orders/discard-group", f)) // the confirmation acts once
-	require.Equal(t, ferrytype.StatusDead, b.row(t, b.admin, late[0]).Status)
+	require.Equal(t, ferrytype.StatusDead, b.row(t, b.admin, late).Status)
 	f.Set("csrf", c.token("outbox/orders/groups"))
 	f.Set("max", "0")
 	eq(t, http.StatusBadRequest, c.post("outbox/orders/discard-group", f)) // a confirmation without its count
+	f.Set("max", "3")
+	f.Del("died_by")
+	eq(t, http.StatusBadRequest, c.post("outbox/orders/discard-group", f)) // or without its instant
+	require.Equal(t, ferrytype.StatusDead, b.row(t, b.admin, late).Status)
 }
 
 // With a users file, each operator acts under their own name: the audit

@@ -274,7 +274,10 @@ func (c *client) postRaw(path string, form url.Values) page {
 	return c.do("POST", path, form)
 }
 
-var confirmMaxRe = regexp.MustCompile(`name="max" value="([0-9]+)"`)
+var (
+	confirmMaxRe    = regexp.MustCompile(`name="max" value="([0-9]+)"`)
+	confirmDiedByRe = regexp.MustCompile(`name="died_by" value="([^"]+)"`)
+)
 
 // group acts on a group of the groups page as an operator does: the
 // action's first POST shows the count and a sample, the confirmation's
@@ -293,6 +296,7 @@ func (c *client) group(action string, f url.Values) (confirm, result page) {
 	f.Set("csrf", tok[1])
 	f.Set("confirm", "1")
 	f.Set("max", m[1])
+	f.Set("died_by", confirmDiedByRe.FindStringSubmatch(confirm.body)[1])
 	return confirm, c.post("outbox/orders/"+action+"-group", f)
 }
 

@@ -26,7 +26,21 @@ func (o *Outbox) Ping(ctx context.Context) error {
 	return nil
 }
 
-// CountByStatus counts rows per status; it reads the pending index only.
+// Now reads the database clock, as the rows' times are written.
+func (o *Outbox) Now(ctx context.Context) (time.Time, error) {
+	var at nullTime
+	if err := o.queryOne(ctx, "read the database clock", "SELECT "+o.d.Now(), nil, &at); err != nil {
+		return time.Time{}, err
+	}
+	if !at.Valid {
+		return time.Time{}, fmt.Errorf("read the database clock: NULL")
+	}
+	return at.Time, nil
+}
+
+// CountByStatus counts rows per status, exactly: it reads the entries of
+// those statuses in the pending index (status, available_at, event_id)
+// and no row, so a count costs its number of entries.
 func (o *Outbox) CountByStatus(ctx context.Context, statuses ...ferrytype.Status) (map[ferrytype.Status]int64, error) {
 	out := map[ferrytype.Status]int64{}
 	if len(statuses) == 0 {
@@ -212,6 +226,10 @@ func (o *Outbox) where(f ferrystore.Filter) (string, []any) {
 	if f.MaxAge > 0 {
 		add("created_at >= "+o.d.Shift(), ago(o.d, f.MaxAge))
 	}
+	if !f.DiedBy.IsZero() {
+		cond, a := o.d.NotAfter("available_at", f.DiedBy)
+		add(cond, a...)
+	}
 	if f.After != (ferrystore.ListCursor{}) {
 		cond, a := o.d.After("created_at", f.After.CreatedAt, f.After.ID)
 		add(cond, a...)
@@ -328,9 +346,11 @@ func (o *Outbox) Discard(ctx context.Context, ids []string, reason string) (int6
 
 // Restore moves the DISCARDED rows among ids back to DEAD
 // (ferrytype.TransitionRestore), appending note to their discard reason.
+// A restored row is DEAD from now (available_at: Filter.DiedBy).
 func (o *Outbox) Restore(ctx context.Context, ids []string, note string) (int64, error) {
 	t := ferrytype.TransitionRestore
 	return o.byID(ctx, "restore discarded events", o.d.Update()+o.t+" SET status = "+lit(t.To)+", discarded_at = NULL"+
+		", available_at = "+o.d.Now()+
 		", discard_reason = CASE WHEN discard_reason IS NULL OR discard_reason = '' THEN ? ELSE "+
 		o.d.Concat("discard_reason", "'; '", "?")+" END WHERE status = "+lit(t.From)+" AND ", ids,
 		token.Truncate(note, 2000), token.Truncate(note, 2000))

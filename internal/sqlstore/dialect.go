@@ -61,6 +61,9 @@ type Dialect interface {
 	// a condition that lets an index on (..., col, event_id) start at the
 	// cursor.
 	After(col string, at time.Time, id string) (string, []any)
+	// NotAfter is the condition col <= at, col being available_at, with
+	// the arguments it binds.
+	NotAfter(col string, at time.Time) (string, []any)
 	// Route is the expression of where a row is published, its
 	// destination or else its type, as the DEAD index holds it.
 	Route() string

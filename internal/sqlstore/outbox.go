@@ -167,7 +167,7 @@ func (o *Outbox) MarkFailed(ctx context.Context, fails []ferrystore.Failure) (_ 
 			to = ferrytype.TransitionFailDead.To
 		}
 		msg := token.Truncate(f.Error, 2000)
-		n, err := tx.Exec(ctx, o.markFailed, string(to), later(o.d, f.Delay), msg, errclass.Of(msg), f.Token, f.ID)
+		n, err := tx.Exec(ctx, o.markFailed, string(to), later(o.d, f.Wait()), msg, errclass.Of(msg), f.Token, f.ID)
 		if err != nil {
 			return ferrystore.MarkFailedResult{}, fmt.Errorf("mark failed %s: %w", f.ID, err)
 		}
