@@ -149,16 +149,11 @@ const (
 // page rows listed at a time (fewer reach fn when p has a class), until
 // the part ends (true) or fn returns false (false). Each page starts after
 // the last row of the one before, so a row that changes status, or stays
-// and does not match, is never listed again. Rows without a recorded class
-// are counted first, through the DEAD index, and not walked when there are
-// none (as once every row failed after migration 0004).
+// and does not match, is never listed again. A part of rows without a
+// recorded class is walked as it is: unrecorded makes index ranges of it
+// first.
 func walkPart(ctx context.Context, a ferrystore.Admin, p part, page int, cols columns,
 	fn func([]ferrystore.Row) (bool, error)) (bool, error) {
-	if p.f.Unclassified {
-		if n, err := a.Count(ctx, p.f); err != nil || n == 0 {
-			return true, err
-		}
-	}
 	f := p.f
 	f.Limit, f.NoPayload = page, cols != readAll
 	// A walk of ids needs no row where the database selects every one.
@@ -193,8 +188,9 @@ func walkPart(ctx context.Context, a ferrystore.Admin, p part, page int, cols co
 	}
 }
 
-// count counts the events of sel: one statement a part, or a walk of the
-// part classified here when the database holds any of its rows.
+// count counts the events of sel: one statement a part, or, for the part
+// classified here, a walk of the DEAD index's ranges that hold its rows
+// (unrecorded).
 func count(ctx context.Context, a ferrystore.Admin, sel selection) (int64, error) {
 	var n int64
 	for _, p := range sel.parts {
@@ -206,15 +202,82 @@ func count(ctx context.Context, a ferrystore.Admin, sel selection) (int64, error
 			n += c
 			continue
 		}
-		_, err := walkPart(ctx, a, p, walkPage, readState, func(rows []ferrystore.Row) (bool, error) {
-			n += int64(len(rows))
-			return true, nil
-		})
+		parts, err := unrecorded(ctx, a, p)
 		if err != nil {
 			return 0, err
 		}
+		for _, q := range parts {
+			_, err := walkPart(ctx, a, q, walkPage, readState, func(rows []ferrystore.Row) (bool, error) {
+				n += int64(len(rows))
+				return true, nil
+			})
+			if err != nil {
+				return 0, err
+			}
+		}
 	}
 	return n, nil
+}
+
+// rangeCost is what unrecorded counts a statement as, in rows read: its
+// round trip and its plan.
+const rangeCost = 100
+
+// unrecorded returns the parts that read the rows of p, a part of rows
+// without a recorded class (Filter.Unclassified), through the DEAD index:
+// one per destination and event type in which the index holds entries
+// without a class, each a range of it, (status, destination, error_class
+// IS NULL, type), that holds those entries only, whatever the number of
+// classified rows beside them. One GROUP BY over the index alone
+// (ferrystore.Admin.GroupErrors, by Statuses, and Destination and Type
+// when p has them) finds the pairs; so rows without a class cost that
+// statement and themselves, never a read of every row. p is returned as
+// it is when it is one range already, or found by key (ids, aggregate).
+func unrecorded(ctx context.Context, a ferrystore.Admin, p part) ([]part, error) {
+	f := p.f
+	if f.Destination != "" && f.Type != "" || len(f.IDs) > 0 || f.AggregateID != "" {
+		return []part{p}, nil
+	}
+	groups, err := a.GroupErrors(ctx, ferrystore.Filter{Statuses: f.Statuses, Destination: f.Destination, Type: f.Type})
+	if err != nil {
+		return nil, err
+	}
+	return unrecordedIn(p, groups), nil
+}
+
+// unrecordedIn returns the parts of p as unrecorded does, from groups:
+// GroupErrors of a filter that p's (Unclassified aside) narrows, whose
+// groups with ErrorClass "" count the entries without a class; none when
+// there are none. There is no bound on the number of ranges: each costs a
+// statement, counted as rangeCost rows read, and its rows once for each
+// page of the walk (PostgreSQL and SQLite sort a range's rows after the
+// cursor for every page: error_class IS NULL gives no order). p itself, a
+// walk of every row of its statuses, is returned instead when that reads
+// less than the ranges would (many rows without a class, as in a large
+// table before ClassifyErrors ran), and when groups were cut at
+// ferrystore.MaxErrorGroups, for the groups left out may have such rows.
+func unrecordedIn(p part, groups []ferrystore.ErrorGroup) []part {
+	if len(groups) >= ferrystore.MaxErrorGroups {
+		return []part{p}
+	}
+	var (
+		out         []part
+		rows, reads int64 // the rows of p; what its ranges read
+	)
+	for _, g := range groups {
+		rows += g.Count
+		if g.ErrorClass != "" {
+			continue
+		}
+		q := p
+		q.f.Destination, q.f.Type = g.Destination, g.Type
+		out = append(out, q)
+		reads += rangeCost + g.Count*((g.Count+walkPage-1)/walkPage)
+	}
+	if reads > rows {
+		return []part{p}
+	}
+	return out
 }
 
 // maxSplit bounds the parts split makes of one part.
@@ -224,10 +287,19 @@ const maxSplit = 100
 // one part per destination and event type the database finds in it
 // (ferrystore.Admin.GroupErrors, at most maxSplit), each of which the DEAD
 // index holds in created_at order: a walk over a part of many types would
-// otherwise sort the whole part for every page.
+// otherwise sort the whole part for every page. A part of rows without a
+// recorded class becomes the index ranges that hold them (unrecorded).
 func split(ctx context.Context, a ferrystore.Admin, sel selection) (selection, error) {
 	var out selection
 	for _, p := range sel.parts {
+		if p.f.Unclassified {
+			parts, err := unrecorded(ctx, a, p)
+			if err != nil {
+				return out, err
+			}
+			out.parts = append(out.parts, parts...)
+			continue
+		}
 		if p.f.ErrorClass == "" || p.f.Destination != "" && p.f.Type != "" {
 			out.parts = append(out.parts, p)
 			continue

@@ -71,10 +71,16 @@ type DeadSummary struct {
 // acts on each (DeadGroup.Filter). The database counts the groups
 // (ferrystore.Admin.GroupErrors: over the DEAD index alone for a filter of
 // destination and class, exact at any number of events) and gives each
-// group's oldest event; events that failed before the table had migration
-// 0004, which recorded no class, are read (without payload) and classified
-// here. At most 10,000 groups are counted (the events of others count in
-// Total, and Truncated is set).
+// group's oldest event. Events without a recorded class (they failed
+// before the table had migration 0004, or were written by an older relay
+// since) are read (without payload) and classified here: only those, from
+// the DEAD index's entries without a class, one range per destination and
+// type where that count found some, so that they cost the count and
+// themselves, not a read of every DEAD event. Every DEAD event of f is
+// read instead when that reads less (many events without a class, as
+// before ClassifyErrors ran), and when the count was cut at 10,000 groups
+// (where the others are is then unknown). At most 10,000 groups are
+// counted (the events of others count in Total, and Truncated is set).
 func SummarizeDead(ctx context.Context, a ferrystore.Admin, f DeadFilter) (DeadSummary, error) {
 	if err := needStore("SummarizeDead", a); err != nil {
 		return DeadSummary{}, err
@@ -109,11 +115,16 @@ func SummarizeDead(ctx context.Context, a ferrystore.Admin, f DeadFilter) (DeadS
 		}
 		return g
 	}
-	unrecorded := false                       // rows without a recorded class, when f has no class
+	var classless []part                      // the ranges of the rows without a recorded class
 	cut := false                              // more groups than GroupErrors returns
 	recorded := map[key][]ferrystore.Filter{} // each group's ranges of the DEAD index
 	for _, p := range sel.parts {
-		if p.class != "" { // no class recorded: classified here
+		if p.class != "" { // no class recorded: f's class, classified here
+			parts, err := unrecorded(ctx, a, p)
+			if err != nil {
+				return sum, err
+			}
+			classless = append(classless, parts...)
 			continue
 		}
 		counts, err := a.GroupErrors(ctx, p.f)
@@ -121,8 +132,7 @@ func SummarizeDead(ctx context.Context, a ferrystore.Admin, f DeadFilter) (DeadS
 			return sum, err
 		}
 		for _, c := range counts {
-			if c.ErrorClass == "" {
-				unrecorded = true // read below
+			if c.ErrorClass == "" { // read below
 				continue
 			}
 			k := key{c.Destination, c.ErrorClass}
@@ -133,11 +143,13 @@ func SummarizeDead(ctx context.Context, a ferrystore.Admin, f DeadFilter) (DeadS
 			}
 		}
 		cut = cut || len(counts) == ferrystore.MaxErrorGroups
+		if p.f.ErrorClass == "" { // f has no class: its rows without one, where counted
+			q := p
+			q.f.Unclassified = true
+			classless = append(classless, unrecordedIn(q, counts)...)
+		}
 	}
-	// The rows without a recorded class: those of f's class, or, without
-	// one, any where GroupErrors counted some.
-	if p := sel.parts[len(sel.parts)-1]; p.class != "" || unrecorded {
-		p.f.Unclassified = true
+	for _, p := range classless {
 		_, err = walkPart(ctx, a, p, walkPage, readState, func(rows []ferrystore.Row) (bool, error) {
 			for i := range rows {
 				r := &rows[i]
@@ -209,41 +221,57 @@ func contains(list []string, s string) bool {
 }
 
 // ClassifyErrors records the error class of the DEAD and DISCARDED events
-// that failed before the table had migration 0004 (ferrystore.Admin.
-// SetErrorClass), so that the database groups and selects them as it does
-// the others instead of ferryadmin reading and classifying them each
-// time. It reads those events without payload, a page at a time, and
-// returns how many it classified; ferry migrate runs it after migrating,
-// and a second run finds none.
+// without one (ferrystore.Admin.SetErrorClass): those that failed before
+// the table had migration 0004, or that a relay of an older version
+// recorded since, during a rolling upgrade. So the database groups and
+// selects them as it does the others instead of ferryadmin reading and
+// classifying them each time. For each status, one GROUP BY over the DEAD
+// index finds the destinations and types that have such events, and only
+// those events are read (without payload, a page at a time) through the
+// index's entries without a class; every event of the status is read
+// instead when that reads less, as when most have none on the first run
+// after the migration. It returns how many it classified; ferry migrate
+// runs it after migrating, and a second run finds none.
 func ClassifyErrors(ctx context.Context, a ferrystore.Admin) (int64, error) {
 	if err := needStore("ClassifyErrors", a); err != nil {
 		return 0, err
 	}
 	var n int64
 	for _, status := range []ferrytype.Status{ferrytype.StatusDead, ferrytype.StatusDiscarded} {
-		p := part{f: ferrystore.Filter{Statuses: []ferrytype.Status{status}, Unclassified: true}}
-		_, err := walkPart(ctx, a, p, walkPage, readState, func(rows []ferrystore.Row) (bool, error) {
-			byClass := map[string][]string{}
-			for i := range rows {
-				c := ErrorClass(rows[i].LastError)
-				byClass[c] = append(byClass[c], rows[i].ID)
-			}
-			for c, ids := range byClass {
-				for len(ids) > 0 {
-					k := min(len(ids), ferrystore.MaxListLimit)
-					changed, err := a.SetErrorClass(ctx, c, ids[:k])
-					if err != nil {
-						return false, err
-					}
-					n += changed
-					ids = ids[k:]
-				}
-			}
-			return true, nil
-		})
+		parts, err := unrecorded(ctx, a, part{f: ferrystore.Filter{Statuses: []ferrytype.Status{status}, Unclassified: true}})
 		if err != nil {
 			return n, fmt.Errorf("classify the errors of %s events: %w", status, err)
 		}
+		for _, p := range parts {
+			if err := classify(ctx, a, p, &n); err != nil {
+				return n, fmt.Errorf("classify the errors of %s events: %w", status, err)
+			}
+		}
 	}
 	return n, nil
+}
+
+// classify records the class of the rows of p, adding to n the rows
+// changed.
+func classify(ctx context.Context, a ferrystore.Admin, p part, n *int64) error {
+	_, err := walkPart(ctx, a, p, walkPage, readState, func(rows []ferrystore.Row) (bool, error) {
+		byClass := map[string][]string{}
+		for i := range rows {
+			c := ErrorClass(rows[i].LastError)
+			byClass[c] = append(byClass[c], rows[i].ID)
+		}
+		for c, ids := range byClass {
+			for len(ids) > 0 {
+				k := min(len(ids), ferrystore.MaxListLimit)
+				changed, err := a.SetErrorClass(ctx, c, ids[:k])
+				if err != nil {
+					return false, err
+				}
+				*n += changed
+				ids = ids[k:]
+			}
+		}
+		return true, nil
+	})
+	return err
 }

@@ -70,6 +70,9 @@ func (dialect) Route() string {
 // Settled is status: the DEAD and DISCARDED indexes are partial.
 func (dialect) Settled() string { return "status" }
 
+// SettledTerm is empty: PostgreSQL proves the partial indexes' predicate.
+func (dialect) SettledTerm() string { return "" }
+
 // UpsertIf is ON CONFLICT ... DO UPDATE ... WHERE cond: the statement
 // changes no row when cond does not hold.
 func (d dialect) UpsertIf(key string, cols []string, cond string) string {

@@ -86,6 +86,10 @@ func (dialect) Route() string {
 // Settled is status: the DEAD and DISCARDED indexes are partial.
 func (dialect) Settled() string { return "status" }
 
+// SettledTerm is the partial indexes' predicate word for word: SQLite
+// reads a partial index only for a statement that states it.
+func (dialect) SettledTerm() string { return "status IN ('DEAD', 'DISCARDED')" }
+
 // UpsertIf is ON CONFLICT ... DO UPDATE ... WHERE cond: the statement
 // changes no row when cond does not hold.
 func (d dialect) UpsertIf(key string, cols []string, cond string) string {

@@ -332,6 +332,12 @@ func exerciseAdmin[TTx any](t *testing.T, h Harness[TTx]) {
 		// A row that failed before the table recorded classes.
 		h.Exec(b.ctx, t, b.store, "UPDATE "+b.store.Table()+" SET error_class = NULL WHERE event_id = '"+dead[3]+"'")
 		require.Equal(t, []string{dead[3]}, list(ferrystore.Filter{Unclassified: true}))
+		// By destination and type: a range of the DEAD index.
+		require.Equal(t, []string{dead[3]}, list(ferrystore.Filter{Unclassified: true, Destination: "Paid", Type: "Paid"}))
+		require.Empty(t, list(ferrystore.Filter{Unclassified: true, Destination: "orders.paid", Type: "Paid"}))
+		n, err = a.Count(b.ctx, ferrystore.Filter{Statuses: deadOnly, Unclassified: true, Destination: "Paid", Type: "Paid"})
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
 		require.Equal(t, dead[:3], list(ferrystore.Filter{ErrorClass: class}))
 		groups, err = a.GroupErrors(b.ctx, ferrystore.Filter{Statuses: deadOnly, Destination: "Paid"})
 		require.NoError(t, err)

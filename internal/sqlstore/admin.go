@@ -111,7 +111,7 @@ func (o *Outbox) DeadByDestination(ctx context.Context, limit int) ([]ferrystore
 			ferrytype.ErrInvalidConfig, limit, ferrystore.MaxListLimit)
 	}
 	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT "+o.d.Route()+" AS dead_route, COUNT(*) FROM "+o.t+
-		" WHERE "+o.d.Settled()+" = "+lit(ferrytype.StatusDead)+" GROUP BY dead_route ORDER BY COUNT(*) DESC, dead_route LIMIT ?"), limit)
+		" WHERE "+o.d.Settled()+" = "+lit(ferrytype.StatusDead)+settledTerm(o.d)+" GROUP BY dead_route ORDER BY COUNT(*) DESC, dead_route LIMIT ?"), limit)
 	if err != nil {
 		return nil, fmt.Errorf("DEAD by destination: %w", err)
 	}
@@ -168,6 +168,14 @@ func (o *Outbox) Attempts(ctx context.Context) ([]ferrystore.AttemptCount, error
 	return scanAttempts(rows)
 }
 
+// settledTerm is " AND " and the dialect's SettledTerm, or "".
+func settledTerm(d Dialect) string {
+	if t := d.SettledTerm(); t != "" {
+		return " AND " + t
+	}
+	return ""
+}
+
 // where builds the WHERE clause of f (validated) and its arguments. The
 // statuses come first, as literals (a partial index is chosen only for a
 // status known when the statement is planned): DEAD and DISCARDED ones
@@ -184,14 +192,19 @@ func (o *Outbox) where(f ferrystore.Filter) (string, []any) {
 		where = append(where, cond)
 		args = append(args, a...)
 	}
-	col, statuses := o.d.Settled(), make([]string, len(f.Statuses))
+	settled, statuses := true, make([]string, len(f.Statuses))
 	for i, st := range f.Statuses {
 		statuses[i] = lit(st)
-		if st != ferrytype.StatusDead && st != ferrytype.StatusDiscarded {
-			col = "status"
-		}
+		settled = settled && (st == ferrytype.StatusDead || st == ferrytype.StatusDiscarded)
+	}
+	col := "status"
+	if settled {
+		col = o.d.Settled()
 	}
 	add(col + " IN (" + strings.Join(statuses, ", ") + ")")
+	if settled && o.d.SettledTerm() != "" {
+		add(o.d.SettledTerm())
+	}
 	if len(f.IDs) > 0 {
 		cond, a := o.d.In("event_id", f.IDs)
 		add(cond, a...)
@@ -203,6 +216,9 @@ func (o *Outbox) where(f ferrystore.Filter) (string, []any) {
 	case f.ErrorClass != "":
 		add("error_class = ?", f.ErrorClass)
 	case f.Unclassified:
+		// With a destination and a type, a range of the DEAD index: the
+		// entries without a class (error_class IS NULL) of that destination
+		// and type, whose rows are then read for their error.
 		add("error_class IS NULL AND last_error IS NOT NULL AND last_error <> ''")
 	}
 	for _, c := range []struct{ col, v string }{

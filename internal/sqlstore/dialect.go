@@ -72,6 +72,11 @@ type Dialect interface {
 	// where they are partial indexes, or a column that is NULL for the
 	// other statuses.
 	Settled() string
+	// SettledTerm is the predicate of the partial DEAD and DISCARDED
+	// indexes, which a statement over those rows repeats where the
+	// planner reads a partial index only for a statement that states it
+	// (SQLite); "" where it proves the predicate itself.
+	SettledTerm() string
 	// KeyText converts a business table's key column expr to text that
 	// compares with aggregate_id through the aggregate index.
 	KeyText(expr string) string
