@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/ferrydev/ferry"
@@ -58,14 +59,33 @@ type StatusReport struct {
 	// Ready is how many NEW events are available now.
 	Ready int64 `json:"ready"`
 	// OldestPendingSeconds is how long the NEW or SENDING event pending
-	// for the longest has been: since it was created, or since a person
-	// last retried it out of DEAD.
+	// for the longest has been, among the events next in line (see
+	// PendingWindow): since it was created, or since a person last retried
+	// it out of DEAD. Exact when PendingWindowed is false; otherwise a
+	// lower bound, never below how long the event next in line has waited
+	// since it became available (ferrystore.Stats.OldestPending).
 	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
 	// OldestPending is that event, nil when none.
-	OldestPending *Event                        `json:"oldest_pending_event,omitempty"`
-	Destinations  []ferrystore.DestinationStats `json:"destinations"`
-	Attempts      []ferrystore.AttemptCount     `json:"attempts"`
-	// Failed are the oldest unsent events that recorded an error.
+	OldestPending *Event `json:"oldest_pending_event,omitempty"`
+	// Destinations are the pending events by destination and Attempts by
+	// attempts, among the events next in line (see PendingWindow).
+	Destinations []ferrystore.DestinationStats `json:"destinations"`
+	Attempts     []ferrystore.AttemptCount     `json:"attempts"`
+	// PendingWindow is how many NEW events, and how many SENDING ones, the
+	// figures of the pending events that read rows were computed over:
+	// the oldest pending event, Destinations, Attempts and the pending
+	// events among Failed come from the ferrystore.PendingWindow events of
+	// each status next in line (in the order relays claim them), so that
+	// the report costs the same behind any backlog. The counts (Counts,
+	// Ready) are exact.
+	PendingWindow int `json:"pending_window"`
+	// PendingWindowed reports that more events were NEW, or SENDING, than
+	// PendingWindow: those figures then describe the events next in line
+	// only, and OldestPendingSeconds is a lower bound. False: they are
+	// exact.
+	PendingWindowed bool `json:"pending_windowed"`
+	// Failed are the oldest events that failed: the DEAD ones, and the
+	// pending ones next in line (see PendingWindow) that recorded an error.
 	Failed []Event `json:"failed"`
 	// Relays are the relays of the table from their heartbeat rows, alive
 	// ones first (see Relays); empty when none recorded itself or when
@@ -92,7 +112,9 @@ type StatusReport struct {
 	// SentCounted reports whether Counts holds SENT.
 	SentCounted bool `json:"-"`
 	// Unhealthy is true when there are DEAD events or the oldest pending
-	// event is older than MaxPendingAge: what a probe alerts on.
+	// event is older than MaxPendingAge: what a probe alerts on. Behind a
+	// backlog larger than PendingWindow, the oldest pending event is the
+	// oldest of those next in line (OldestPendingSeconds).
 	Unhealthy bool `json:"-"`
 	// MaxPendingAge is the limit Unhealthy was judged by.
 	MaxPendingAge time.Duration `json:"-"`
@@ -135,10 +157,17 @@ func (o StatusOptions) validate() error {
 
 // Status reports the state of the outbox table of a: counts by status, the
 // oldest pending event, the pending events per destination, the attempts
-// of unsent events, the latest errors, the relays and whether they are
+// of unsent events, the oldest errors, the relays and whether they are
 // alive (from their heartbeats), and what needs attention. It only reads,
 // and every number comes from the database, so it works while every relay
 // is down.
+//
+// Its cost does not grow with the backlog: the counts read the pending
+// index alone, and what needs the rows of pending events (the oldest one,
+// per destination, attempts, the pending events that failed) is computed
+// over the ferrystore.PendingWindow events of each status next in line
+// (StatusReport.PendingWindowed says when that is not all of them): the
+// pending events that failed are read with Admin.PendingFailures.
 func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (StatusReport, error) {
 	if err := needStore("Status", a); err != nil {
 		return StatusReport{}, err
@@ -160,7 +189,7 @@ func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (Statu
 		return StatusReport{}, err
 	}
 	rep := StatusReport{Table: a.Table(), Dialect: a.Dialect(), Ready: st.Ready,
-		OldestPendingSeconds: st.OldestPending.Seconds(),
+		OldestPendingSeconds: st.OldestPending.Seconds(), PendingWindow: ferrystore.PendingWindow, PendingWindowed: st.Windowed,
 		Counts: map[string]int64{"NEW": st.New, "SENDING": st.Sending, "DEAD": st.Dead,
 			"DISCARDED": counts[ferrytype.StatusDiscarded]},
 		Destinations: []ferrystore.DestinationStats{}, Failed: []Event{}, Attention: []string{}, Relays: []RelayInfo{},
@@ -191,13 +220,7 @@ func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (Statu
 	}
 	rep.Attempts = append([]ferrystore.AttemptCount{}, attempts...)
 	if o.Errors > 0 {
-		// The pending rows, then the DEAD ones through their own index, so
-		// that a million DEAD events cost a page, not a sort of them all.
-		var sel selection
-		for _, st := range [][]ferrytype.Status{{ferrytype.StatusNew, ferrytype.StatusSending}, {ferrytype.StatusDead}} {
-			sel.parts = append(sel.parts, part{f: ferrystore.Filter{Failed: true, Statuses: st}})
-		}
-		rows, _, err := first(ctx, a, sel, o.Errors, readAll)
+		rows, err := failedEvents(ctx, a, o.Errors)
 		if err != nil {
 			return StatusReport{}, err
 		}
@@ -241,6 +264,33 @@ func Status(ctx context.Context, a ferrystore.Admin, opts *StatusOptions) (Statu
 	}
 	rep.Unhealthy = st.Dead > 0 || st.OldestPending > o.MaxPendingAge
 	return rep, nil
+}
+
+// failedEvents returns up to limit events that failed, the oldest first
+// (created_at, then event id): the pending ones next in line that
+// recorded an error, and the DEAD ones through their own index, so that a
+// million pending or DEAD events cost a page, not a sort of them all.
+func failedEvents(ctx context.Context, a ferrystore.Admin, limit int) ([]ferrystore.Row, error) {
+	var rows []ferrystore.Row
+	sel := selection{parts: []part{{f: ferrystore.Filter{Failed: true, Statuses: []ferrytype.Status{ferrytype.StatusDead}}}}}
+	pending, err := a.PendingFailures(ctx, limit)
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, pending...)
+	more, _, err := first(ctx, a, sel, limit, readAll)
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, more...)
+	sort.SliceStable(rows, func(i, j int) bool {
+		x, y := &rows[i], &rows[j]
+		if !x.CreatedAt.Equal(y.CreatedAt) {
+			return x.CreatedAt.Before(y.CreatedAt)
+		}
+		return x.ID < y.ID
+	})
+	return rows[:min(len(rows), limit)], nil
 }
 
 // relaysAttention says "no relay alive" when events wait and no relay beat
@@ -289,20 +339,26 @@ func attention(st ferrystore.Stats, oldest *Event, maxAge time.Duration) []strin
 	if oldest.RevivedAt != nil {
 		age = "pending " + FormatAge(st.OldestPending) + " since a person retried it out of DEAD"
 	}
+	// Behind a backlog larger than the window, the oldest is the oldest of
+	// the events next in line: an event further back may be older.
+	which := "the oldest pending event"
+	if st.Windowed {
+		which = fmt.Sprintf("the oldest pending event of the %d next in line", ferrystore.PendingWindow)
+	}
 	if st.OldestPending <= maxAge && tried && oldest.LastError != "" {
-		out = append(out, fmt.Sprintf("publishing fails: the oldest pending event (%s, %s) failed %s; its last error: %s",
-			oldest.ID, age, Plural(oldest.Attempts, "attempt"), OneLine(oldest.LastError, 300)))
+		out = append(out, fmt.Sprintf("publishing fails: %s (%s, %s) failed %s; its last error: %s",
+			which, oldest.ID, age, Plural(oldest.Attempts, "attempt"), OneLine(oldest.LastError, 300)))
 	}
 	if st.OldestPending > maxAge {
 		switch {
 		case !tried && oldest.AvailableAt.Before(time.Now().Add(-maxAge)):
-			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s and was not attempted since: "+
-				"is a relay running on this table, or is an ordered aggregate held back by a DEAD event?", oldest.ID, age))
+			out = append(out, fmt.Sprintf("%s (%s) is %s and was not attempted since: "+
+				"is a relay running on this table, or is an ordered aggregate held back by a DEAD event?", which, oldest.ID, age))
 		case tried && oldest.LastError != "":
-			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s after %s; its last error: %s",
-				oldest.ID, age, Plural(oldest.Attempts, "attempt"), OneLine(oldest.LastError, 300)))
+			out = append(out, fmt.Sprintf("%s (%s) is %s after %s; its last error: %s",
+				which, oldest.ID, age, Plural(oldest.Attempts, "attempt"), OneLine(oldest.LastError, 300)))
 		default:
-			out = append(out, fmt.Sprintf("the oldest pending event (%s) is %s (more than %s)", oldest.ID, age, maxAge))
+			out = append(out, fmt.Sprintf("%s (%s) is %s (more than %s)", which, oldest.ID, age, maxAge))
 		}
 	}
 	return out

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferrystore"
@@ -29,6 +31,10 @@ type tableSummary struct {
 	// DeadNote, when set, says that the DEAD column is not the exact
 	// count and what it is instead.
 	DeadNote string
+	// PendingNote, when set, says that the oldest pending event and the
+	// pending columns are those of the events next in line only: more
+	// events are pending than ferrystore.PendingWindow.
+	PendingNote string
 	// SentLastMinute sums what the relays alive marked SENT in about the
 	// last minute, from their heartbeats.
 	SentLastMinute int64
@@ -113,6 +119,12 @@ func (h *console) summarize(ctx context.Context, r *http.Request, kind, name str
 		return s
 	}
 	s.Report = rep
+	if rep.PendingWindowed {
+		s.PendingNote = fmt.Sprintf("Behind %s pending and %s in flight, the oldest pending event and the pending, in-flight "+
+			"and oldest columns by destination are among the %s next in line of each (in the order the relays send them): "+
+			"an event further back may have waited longer. The totals above are exact.",
+			thousands(rep.Stats.New), thousands(rep.Stats.Sending), thousands(int64(rep.PendingWindow)))
+	}
 	for _, x := range rep.Relays {
 		if x.Alive {
 			s.SentLastMinute += x.SentLastMinute
@@ -155,6 +167,24 @@ func (h *console) summarize(ctx context.Context, r *http.Request, kind, name str
 		return a.Destination < b.Destination
 	})
 	return s
+}
+
+// thousands writes n with a comma between each group of three digits.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
 }
 
 // logFailure logs an error of a section of a page and returns its

@@ -26,8 +26,9 @@ type OutboxConfig struct {
 	Timeout time.Duration
 	// Destinations, when positive, adds per-destination gauges for at most
 	// this many destinations of each table (those with the oldest pending
-	// events), at the cost of one more query per poll; see
-	// ferrystore.Admin.PendingByDestination. Stores that do not implement
+	// events), at the cost of one more query per poll, which reads the
+	// events next in line only (ferrystore.PendingWindow of each status);
+	// see ferrystore.Admin.PendingByDestination. Stores that do not implement
 	// ferrystore.Admin get none. Default 0: off. At most 1000.
 	Destinations int
 	// ConstLabels are added to every metric. Default none.
@@ -142,9 +143,11 @@ func NewOutboxCollector(reg prometheus.Registerer, stores []ferrystore.Store, cf
 		ready: desc("ferry_outbox_ready_events",
 			"NEW rows available now (not delayed, not waiting for a retry), as of the last poll."),
 		oldest: desc("ferry_outbox_oldest_pending_age_seconds",
-			"Age of the oldest NEW or SENDING event, by its created_at on the database clock; 0 when none is pending."),
+			"Age of the oldest NEW or SENDING event, by its created_at on the database clock; 0 when none is pending. "+
+				"Behind more than ferrystore.PendingWindow (10000) events of a status, the oldest of those next in line."),
 		destPending: desc("ferry_outbox_destination_pending_events",
-			"NEW and SENDING rows of one destination (the event type when it has none).", "destination"),
+			"NEW and SENDING rows of one destination (the event type when it has none), among the events next in line "+
+				"(ferrystore.PendingWindow of each status).", "destination"),
 		destOldest: desc("ferry_outbox_destination_oldest_pending_age_seconds",
 			"Age of the oldest pending event of one destination.", "destination"),
 	}

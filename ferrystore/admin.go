@@ -54,17 +54,30 @@ type Admin interface {
 	// (1..MaxListLimit) destinations.
 	DeadByDestination(ctx context.Context, limit int) ([]DestinationCount, error)
 
-	// Attempts counts NEW and SENDING rows by status and attempts (at
-	// most MaxListLimit groups): how far the pending events are into their
-	// retries. It reads the pending rows only.
+	// Attempts counts the NEW and SENDING rows next in line (the
+	// PendingWindow of each status first in the pending index's order) by
+	// status and attempts (at most MaxListLimit groups): how far the
+	// events about to be sent are into their retries. Exact when no more
+	// than PendingWindow rows of each status are pending (Stats.Windowed
+	// false); it reads at most 2 × PendingWindow rows behind any backlog.
 	Attempts(ctx context.Context) ([]AttemptCount, error)
+
+	// PendingFailures returns up to limit (1..MaxListLimit) of the NEW
+	// and SENDING rows next in line (PendingWindow of each status, in the
+	// pending index's order) that recorded an error, the oldest first
+	// (created_at, then event id), without payload and headers (as List
+	// with Filter.NoPayload): what a status report shows of the pending
+	// events that failed, at a cost that does not grow with the backlog.
+	PendingFailures(ctx context.Context, limit int) ([]Row, error)
 
 	// GroupErrors counts the rows matching f (f.Limit aside) by
 	// destination (Row.Route), event type and recorded error class, at
 	// most MaxErrorGroups groups, the largest first. For DEAD or
-	// DISCARDED rows and a filter of Statuses, Destination, ErrorClass and
-	// Unclassified only, it reads the DEAD index alone, never a row: one
-	// statement whatever the number of events.
+	// DISCARDED rows and a filter of Statuses, Destination, Type and
+	// ErrorClass only, it reads the DEAD index alone, never a row: one
+	// statement whatever the number of events. Its groups with ErrorClass
+	// "" name the destinations and types that hold rows without a class
+	// (Filter.Unclassified says how to read them).
 	GroupErrors(ctx context.Context, f Filter) ([]ErrorGroup, error)
 
 	// List returns the rows matching f, oldest first (created_at, then

@@ -108,7 +108,10 @@ type Store interface {
 	// can ask it often where Stats, which counts every pending row, would
 	// cost the database as much as the relaying.
 	Pending(ctx context.Context) (bool, error)
-	// Stats counts rows by status and measures the oldest pending row.
+	// Stats counts rows by status, exactly, from the pending index alone
+	// (every pending and DEAD row's entry, no row), and measures the oldest
+	// pending row among the PendingWindow of each status next in line (see
+	// Stats.OldestPending), reading at most 2 × PendingWindow rows.
 	Stats(ctx context.Context) (Stats, error)
 	// Get returns one row by event id, or an error wrapping
 	// ferrytype.ErrNotFound.
@@ -293,18 +296,42 @@ type Claimed struct {
 	Destination string
 }
 
-// Stats describes an outbox table.
+// PendingWindow is how many pending rows of each status, NEW and SENDING,
+// the figures of the pending events that need their rows read are
+// computed over: the PendingWindow next in line, in the order of the
+// pending index (status, available_at, event_id), in which relays claim
+// them. Stats.OldestPending, Admin.PendingByDestination and Admin.Attempts
+// read at most 2 × PendingWindow rows whatever the backlog, so that they
+// answer in a bounded time behind a backlog of millions; they are exact
+// when no more rows than that are pending (Stats.Windowed is false).
+const PendingWindow = 10000
+
+// Stats describes an outbox table. The counts are exact: they read the
+// pending index alone. OldestPending is measured among the rows next in
+// line (PendingWindow).
 type Stats struct {
 	// Counts by status.
 	New, Sending, Sent, Dead int64
 	// Ready counts NEW rows available now.
 	Ready int64
 	// OldestPending is how long the NEW or SENDING row pending for the
-	// longest has been: since its created_at, or since a person last
-	// retried it out of DEAD (Row.RevivedAt); zero when none is pending.
+	// longest has been, among the PendingWindow NEW and the PendingWindow
+	// SENDING rows next in line: since its created_at, or since a person
+	// last retried it out of DEAD (Row.RevivedAt); zero when none is
+	// pending. It is exact when Windowed is false. When Windowed is true it
+	// is a lower bound of the true age: an event further back in line (a
+	// delayed one, or one that waits for its next attempt after failures)
+	// may have waited longer. It is never below the wait of the event next
+	// in line since it became available, which is what a relay that fell
+	// behind makes grow.
 	OldestPending time.Duration
 	// OldestPendingID is that row's event id; empty when none is pending.
 	OldestPendingID string
+	// Windowed reports that more than PendingWindow rows were NEW, or
+	// SENDING, so that OldestPending was measured among the rows next in
+	// line only. Admin.PendingByDestination and Admin.Attempts are then
+	// computed over those rows only, too.
+	Windowed bool
 }
 
 // Row is an outbox row as stored.

@@ -494,8 +494,8 @@ func drainProgress(ctx context.Context, w io.Writer, interval time.Duration, sto
 }
 
 // countLeft counts the NEW and SENDING events from the pending index alone
-// (Admin.CountByStatus); Store.Stats also reads every pending row to find
-// the oldest.
+// (Admin.CountByStatus), without Store.Stats's look at the events next in
+// line.
 func countLeft(ctx context.Context, store ferrystore.Admin) (newN, sending int64, err error) {
 	n, err := store.CountByStatus(ctx, ferrytype.StatusNew, ferrytype.StatusSending)
 	return n[ferrytype.StatusNew], n[ferrytype.StatusSending], err

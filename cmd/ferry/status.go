@@ -53,6 +53,17 @@ All numbers come from the database, so status works while every relay is down.
 Counting SENT events reads every retained SENT row's index entry, so it is
 off unless --count-sent.
 
+The counts are exact at any number of events: they read the pending index
+alone. What needs the events' rows (the oldest pending event, pending by
+destination, attempts, the pending events that failed) is computed over the
+10,000 NEW and 10,000 SENDING events next in line, in the order the relays
+send them, so that status answers in the same time behind a backlog of
+millions. Behind a larger backlog the output says so, and the oldest pending
+event is the oldest of those next in line: an event further back (delayed, or
+waiting for its next attempt) may have waited longer. In --json,
+pending_window is that number and pending_windowed says whether the backlog
+was larger.
+
 With --check, the exit code is 4 when there are DEAD events or the oldest
 pending event is older than --max-pending-age: usable as a cron or probe check.`,
 		Args: cobra.NoArgs,
@@ -131,8 +142,12 @@ func printStatus(w io.Writer, rep *ferryadmin.StatusReport) {
 		"SENT\t" + sent,
 	})
 	fmt.Fprintln(w)
+	next := ""
+	if rep.PendingWindowed {
+		next = fmt.Sprintf(" among the %d next in line", rep.PendingWindow)
+	}
 	if o := rep.OldestPending; o != nil {
-		fmt.Fprintf(w, "oldest pending event: %s old\n", ferryadmin.FormatAge(st.OldestPending))
+		fmt.Fprintf(w, "oldest pending event%s: %s old\n", next, ferryadmin.FormatAge(st.OldestPending))
 		fmt.Fprintf(w, "  %s %s %s → %s, %s, attempts %d\n", o.ID, o.Type, orDash(o.Aggregate()), o.Destination, o.Status, o.Attempts)
 		if o.LastError != "" {
 			fmt.Fprintf(w, "  last error: %s\n", ferryadmin.OneLine(o.LastError, 300))
@@ -143,7 +158,7 @@ func printStatus(w io.Writer, rep *ferryadmin.StatusReport) {
 	printRelays(w, rep)
 	printLog(w, rep.Log)
 	if len(rep.Destinations) > 0 {
-		fmt.Fprintln(w, "\npending by destination, oldest first:")
+		fmt.Fprintf(w, "\npending by destination%s, oldest first:\n", next)
 		rows := make([]string, len(rep.Destinations))
 		for i, d := range rep.Destinations {
 			rows[i] = fmt.Sprintf("%s\t%d\t%d\t%s", d.Destination, d.New, d.Sending,
@@ -152,7 +167,7 @@ func printStatus(w io.Writer, rep *ferryadmin.StatusReport) {
 		table(w, "  ", "DESTINATION\tNEW\tSENDING\tOLDEST", rows)
 	}
 	if len(rep.Attempts) > 0 {
-		fmt.Fprintln(w, "\nattempts of pending events:")
+		fmt.Fprintf(w, "\nattempts of pending events%s:\n", next)
 		byAttempts := map[int]map[ferrytype.Status]int64{}
 		var keys []int
 		for _, a := range rep.Attempts {
@@ -171,7 +186,11 @@ func printStatus(w io.Writer, rep *ferryadmin.StatusReport) {
 		table(w, "  ", "ATTEMPTS\tNEW\tSENDING", rows)
 	}
 	if len(rep.Failed) > 0 {
-		fmt.Fprintln(w, "\nevents that failed, oldest first:")
+		which := ""
+		if next != "" {
+			which = " (DEAD, and pending" + next + ")"
+		}
+		fmt.Fprintf(w, "\nevents that failed, oldest first%s:\n", which)
 		rows := make([]string, len(rep.Failed))
 		for i, e := range rep.Failed {
 			rows[i] = fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s", e.ID, e.Status, e.Attempts, e.Type, e.Destination, ferryadmin.OneLine(e.LastError, 120))

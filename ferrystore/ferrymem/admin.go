@@ -48,8 +48,22 @@ func listLimit(what string, limit int) error {
 	return nil
 }
 
-// PendingByDestination groups the NEW and SENDING rows by destination (the
-// type when none), the group with the oldest pending row first.
+// nextInLine returns the pending rows next in line, as the SQL stores
+// read them: the first ferrystore.PendingWindow NEW rows and the first
+// ferrystore.PendingWindow SENDING rows in the pending index's order
+// (available_at, event_id).
+func (t *outboxTable) nextInLine() []*row {
+	var out []*row
+	for _, st := range []ferrytype.Status{ferrytype.StatusNew, ferrytype.StatusSending} {
+		rows := sorted(t.pending, func(r *row) bool { return r.status == st }, before)
+		out = append(out, rows[:min(len(rows), ferrystore.PendingWindow)]...)
+	}
+	return out
+}
+
+// PendingByDestination groups the NEW and SENDING rows next in line
+// (nextInLine) by destination (the type when none), the group with the
+// oldest pending row first.
 func (s *Store) PendingByDestination(ctx context.Context, limit int) ([]ferrystore.DestinationStats, error) {
 	if err := listLimit("pending by destination", limit); err != nil {
 		return nil, err
@@ -58,7 +72,7 @@ func (s *Store) PendingByDestination(ctx context.Context, limit int) ([]ferrysto
 	err := s.db.statement(ctx, func(now time.Time) error {
 		groups := map[string]*ferrystore.DestinationStats{}
 		oldest := map[string]time.Time{}
-		for _, r := range s.t.pending {
+		for _, r := range s.t.nextInLine() {
 			g := groups[r.route()]
 			if g == nil {
 				g = &ferrystore.DestinationStats{Destination: r.route()}
@@ -117,7 +131,8 @@ func (s *Store) DeadByDestination(ctx context.Context, limit int) ([]ferrystore.
 	return out[:min(len(out), limit)], nil
 }
 
-// Attempts counts the NEW and SENDING rows by status and attempts.
+// Attempts counts the NEW and SENDING rows next in line (nextInLine) by
+// status and attempts.
 func (s *Store) Attempts(ctx context.Context) ([]ferrystore.AttemptCount, error) {
 	var out []ferrystore.AttemptCount
 	err := s.db.statement(ctx, func(time.Time) error {
@@ -126,7 +141,7 @@ func (s *Store) Attempts(ctx context.Context) ([]ferrystore.AttemptCount, error)
 			attempts int
 		}
 		counts := map[group]int64{}
-		for _, r := range s.t.pending {
+		for _, r := range s.t.nextInLine() {
 			counts[group{r.status, r.attempts}]++
 		}
 		for g, n := range counts {
@@ -141,6 +156,35 @@ func (s *Store) Attempts(ctx context.Context) ([]ferrystore.AttemptCount, error)
 		return nil, fmt.Errorf("attempts: %w", err)
 	}
 	return out[:min(len(out), ferrystore.MaxListLimit)], nil
+}
+
+// PendingFailures returns up to limit of the NEW and SENDING rows next in
+// line (nextInLine) that recorded an error, the oldest first (created_at,
+// then event id), without payload and headers, as the SQL stores do.
+func (s *Store) PendingFailures(ctx context.Context, limit int) ([]ferrystore.Row, error) {
+	if err := listLimit("pending failures", limit); err != nil {
+		return nil, err
+	}
+	var out []ferrystore.Row
+	err := s.db.statement(ctx, func(time.Time) error {
+		var failed []*row
+		for _, r := range s.t.nextInLine() {
+			if r.lastError != "" {
+				failed = append(failed, r)
+			}
+		}
+		slices.SortFunc(failed, func(a, b *row) int {
+			return cmp.Or(a.createdAt.Compare(b.createdAt), strings.Compare(a.id, b.id))
+		})
+		for _, r := range failed[:min(len(failed), limit)] {
+			out = append(out, r.view(true))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pending failures: %w", err)
+	}
+	return out, nil
 }
 
 // matcher returns the condition of f (validated) on a row, as the SQL

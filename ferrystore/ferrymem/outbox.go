@@ -665,18 +665,23 @@ func (s *Store) Pending(ctx context.Context) (bool, error) {
 	return found, nil
 }
 
-// Stats counts the rows by status and measures the oldest pending row.
+// Stats counts the rows by status, exactly, and measures the oldest
+// pending row among the rows next in line (nextInLine), as the SQL stores
+// do.
 func (s *Store) Stats(ctx context.Context) (ferrystore.Stats, error) {
 	var st ferrystore.Stats
 	err := s.db.statement(ctx, func(now time.Time) error {
 		t := s.t
 		st.New, st.Sending = t.counts[ferrytype.StatusNew], t.counts[ferrytype.StatusSending]
 		st.Sent, st.Dead = t.counts[ferrytype.StatusSent], t.counts[ferrytype.StatusDead]
-		var oldest *row
+		st.Windowed = st.New > ferrystore.PendingWindow || st.Sending > ferrystore.PendingWindow
 		for _, r := range t.pending {
 			if r.status == ferrytype.StatusNew && !r.availableAt.After(now) {
 				st.Ready++
 			}
+		}
+		var oldest *row
+		for _, r := range t.nextInLine() {
 			if oldest == nil || cmp.Or(r.pendingSince().Compare(oldest.pendingSince()), strings.Compare(r.id, oldest.id)) < 0 {
 				oldest = r
 			}

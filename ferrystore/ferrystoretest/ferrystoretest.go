@@ -191,6 +191,7 @@ func Exercise[TTx any](t *testing.T, h Harness[TTx]) {
 	t.Run("Sweeper", func(t *testing.T) { exerciseSweeper(t, h) })
 	t.Run("Purge", func(t *testing.T) { exercisePurge(t, h) })
 	t.Run("Stats", func(t *testing.T) { exerciseStats(t, h) })
+	t.Run("PendingWindow", func(t *testing.T) { exerciseWindow(t, h) })
 	t.Run("Ready", func(t *testing.T) { exerciseReady(t, h) })
 	t.Run("Pending", func(t *testing.T) { exercisePending(t, h) })
 	t.Run("Transitions", func(t *testing.T) { exerciseTransitions(t, h) })

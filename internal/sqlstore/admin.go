@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -70,19 +71,35 @@ func (o *Outbox) CountByStatus(ctx context.Context, statuses ...ferrytype.Status
 // retry out of DEAD.
 const pendingSince = "COALESCE(revived_at, created_at)"
 
-// PendingByDestination groups NEW and SENDING rows by destination, each
-// with how long its row pending for the longest has been. It
-// reads every pending row (the pending index, then the row for its
-// destination and created_at): its cost grows with the backlog, like
-// Stats'.
+// nextInLine is a derived table of the pending rows next in line, each
+// with cols: the first ferrystore.PendingWindow NEW rows and the first
+// ferrystore.PendingWindow SENDING rows in the order of the pending index
+// (status, available_at, event_id), in which relays claim them. Each half
+// walks its status's entries of the index from the start, in the index's
+// order (no sort), reads the row of each, and stops at the window: at most
+// 2 × PendingWindow rows are read, whatever the backlog. The window is a
+// literal, so that every planner plans for it.
+func nextInLine(table, cols string) string {
+	half := func(st ferrytype.Status, alias string) string {
+		return "SELECT * FROM (SELECT " + cols + " FROM " + table + " WHERE status = " + lit(st) +
+			" ORDER BY available_at, event_id LIMIT " + strconv.Itoa(ferrystore.PendingWindow) + ") " + alias
+	}
+	return "(" + half(ferrytype.StatusNew, "next_new") + " UNION ALL " + half(ferrytype.StatusSending, "next_sending") + ")"
+}
+
+// PendingByDestination groups the NEW and SENDING rows next in line
+// (nextInLine) by destination, each with how long its row pending for the
+// longest has been: at most 2 × ferrystore.PendingWindow rows read, then
+// grouped and sorted.
 func (o *Outbox) PendingByDestination(ctx context.Context, limit int) ([]ferrystore.DestinationStats, error) {
 	if limit < 1 || limit > ferrystore.MaxListLimit {
 		return nil, fmt.Errorf("%w: pending by destination: limit %d must be within 1..%d",
 			ferrytype.ErrInvalidConfig, limit, ferrystore.MaxListLimit)
 	}
-	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT CASE WHEN destination = '' THEN event_type ELSE destination END AS route, "+
+	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT pending_route, "+
 		o.d.CountIf("status = 'NEW'")+", "+o.d.CountIf("status = 'SENDING'")+", "+o.d.AgeMicros("MIN("+pendingSince+")")+
-		" FROM "+o.t+" WHERE status IN ('NEW', 'SENDING') GROUP BY route ORDER BY MIN("+pendingSince+"), route LIMIT ?"), limit)
+		" FROM "+nextInLine(o.t, "status, CASE WHEN destination = '' THEN event_type ELSE destination END AS pending_route,"+
+		" created_at, revived_at")+" next_in_line GROUP BY pending_route ORDER BY MIN("+pendingSince+"), pending_route LIMIT ?"), limit)
 	if err != nil {
 		return nil, fmt.Errorf("pending by destination: %w", err)
 	}
@@ -157,15 +174,40 @@ func (o *Outbox) GroupErrors(ctx context.Context, f ferrystore.Filter) ([]ferrys
 	return out, rows.Err()
 }
 
-// Attempts counts NEW and SENDING rows by status and attempts.
+// Attempts counts the NEW and SENDING rows next in line (nextInLine) by
+// status and attempts: at most 2 × ferrystore.PendingWindow rows read.
 func (o *Outbox) Attempts(ctx context.Context) ([]ferrystore.AttemptCount, error) {
-	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT status, attempts, COUNT(*) FROM "+o.t+
-		" WHERE status IN ('NEW', 'SENDING') GROUP BY status, attempts ORDER BY status, attempts LIMIT ?"),
+	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT status, attempts, COUNT(*) FROM "+nextInLine(o.t, "status, attempts")+
+		" next_in_line GROUP BY status, attempts ORDER BY status, attempts LIMIT ?"),
 		ferrystore.MaxListLimit)
 	if err != nil {
 		return nil, fmt.Errorf("attempts: %w", err)
 	}
 	return scanAttempts(rows)
+}
+
+// PendingFailures returns up to limit (1 to ferrystore.MaxListLimit) of
+// the NEW and SENDING rows next in line (nextInLine) that recorded an
+// error, the oldest first (created_at, then event id), without their
+// payload and headers (as List with Filter.NoPayload): at most
+// 2 × ferrystore.PendingWindow rows read.
+func (o *Outbox) PendingFailures(ctx context.Context, limit int) ([]ferrystore.Row, error) {
+	if limit < 1 || limit > ferrystore.MaxListLimit {
+		return nil, fmt.Errorf("%w: pending failures: limit %d must be within 1..%d",
+			ferrytype.ErrInvalidConfig, limit, ferrystore.MaxListLimit)
+	}
+	cols := strings.NewReplacer("payload,", "'{}' AS payload,", "headers,", "NULL AS headers,").Replace(rowColumns)
+	rows, err := o.pool.Query(ctx, o.d.Rebind("SELECT "+rowColumns+" FROM "+nextInLine(o.t, cols)+
+		" next_in_line WHERE last_error IS NOT NULL AND last_error <> '' ORDER BY "+o.d.Moment("created_at")+", event_id LIMIT ?"),
+		limit)
+	if err != nil {
+		return nil, fmt.Errorf("pending failures: %w", err)
+	}
+	out, err := ScanRows(rows)
+	if err != nil {
+		return nil, fmt.Errorf("pending failures: %w", err)
+	}
+	return out, nil
 }
 
 // settledTerm is " AND " and the dialect's SettledTerm, or "".

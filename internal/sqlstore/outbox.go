@@ -77,13 +77,19 @@ func NewOutbox(d Dialect, pool Pool, table string) Outbox {
 		" AND sent_at < " + shift
 	o.purgeDiscardedWhere = "status = " + lit(ferrytype.TransitionPurgeDiscarded.From) + " AND discarded_at < " + shift
 	o.purge = d.Rebind(d.DeleteLimited(t, o.purgeSentWhere, "available_at, event_id"))
-	// The counts read the pending index alone (status, available_at); the
-	// oldest pending row, the rows NEW and SENDING only.
-	o.stats = d.Rebind("SELECT c.n_new, c.n_sending, c.n_dead, c.n_ready, COALESCE(p.event_id, ''), COALESCE(p.age, 0) FROM" +
-		" (SELECT " + d.CountIf("status = 'NEW'") + " AS n_new, " + d.CountIf("status = 'SENDING'") + " AS n_sending, " +
-		d.CountIf("status = 'DEAD'") + " AS n_dead, " + d.CountIf("status = 'NEW' AND available_at <= "+now) + " AS n_ready" +
-		" FROM " + t + " WHERE status IN ('NEW', 'SENDING', 'DEAD')) c LEFT JOIN" +
-		" (SELECT event_id, " + d.AgeMicros(pendingSince) + " AS age FROM " + t + " WHERE status IN ('NEW', 'SENDING')" +
+	// Each count reads its status's entries of the pending index alone
+	// (status, available_at), never a row: exact at any number. The NEW
+	// rows not available yet are counted from now on in the index (delayed
+	// events, retries waiting), the ready ones being the others, so that the
+	// NEW entries are read once. The oldest pending row is looked for among
+	// the rows next in line only (nextInLine): at most 2 ×
+	// ferrystore.PendingWindow rows read.
+	count := func(cond string) string { return "(SELECT COUNT(*) FROM " + t + " WHERE " + cond + ")" }
+	o.stats = d.Rebind("SELECT c.n_new, c.n_sending, c.n_dead, c.n_later, COALESCE(p.event_id, ''), COALESCE(p.age, 0) FROM" +
+		" (SELECT " + count("status = 'NEW'") + " AS n_new, " + count("status = 'SENDING'") + " AS n_sending, " +
+		count("status = 'DEAD'") + " AS n_dead, " + count("status = 'NEW' AND available_at > "+now) + " AS n_later) c LEFT JOIN" +
+		" (SELECT event_id, " + d.AgeMicros(pendingSince) + " AS age FROM " +
+		nextInLine(t, "event_id, created_at, revived_at") + " next_in_line" +
 		" ORDER BY " + d.Moment(pendingSince) + ", event_id LIMIT 1) p ON 1 = 1")
 	// The pending index, status NEW, up to now: one index entry is read at
 	// most, never a row, so the statement costs the same on a table of any
@@ -231,7 +237,9 @@ func (o *Outbox) PurgeSent(ctx context.Context, olderThan time.Duration, limit i
 	return n, nil
 }
 
-// Stats counts pending, sending and dead rows.
+// Stats counts pending, sending and dead rows, exactly, from the pending
+// index alone, and measures the oldest pending row among the rows next in
+// line (ferrystore.PendingWindow), in one statement.
 func (o *Outbox) Stats(ctx context.Context) (ferrystore.Stats, error) {
 	var st ferrystore.Stats
 	rows, err := o.pool.Query(ctx, o.stats)
@@ -239,13 +247,15 @@ func (o *Outbox) Stats(ctx context.Context) (ferrystore.Stats, error) {
 		return st, fmt.Errorf("stats: %w", err)
 	}
 	defer rows.Close()
-	var oldest int64
+	var oldest, later int64
 	if rows.Next() {
-		if err := rows.Scan(&st.New, &st.Sending, &st.Dead, &st.Ready, &st.OldestPendingID, &oldest); err != nil {
+		if err := rows.Scan(&st.New, &st.Sending, &st.Dead, &later, &st.OldestPendingID, &oldest); err != nil {
 			return st, fmt.Errorf("stats: %w", err)
 		}
 	}
+	st.Ready = max(st.New-later, 0)
 	st.OldestPending = time.Duration(max(oldest, 0)) * time.Microsecond
+	st.Windowed = st.New > ferrystore.PendingWindow || st.Sending > ferrystore.PendingWindow
 	if err := rows.Err(); err != nil {
 		return st, fmt.Errorf("stats: %w", err)
 	}
