@@ -194,6 +194,19 @@ func walkPart(ctx context.Context, a ferrystore.Admin, p part, page int, cols co
 func count(ctx context.Context, a ferrystore.Admin, sel selection) (int64, error) {
 	var n int64
 	for _, p := range sel.parts {
+		if p.class == "" && byIndex(p.f) {
+			// A class of a destination: the groups of its GROUP BY.
+			groups, all, err := classGroups(ctx, a, p.f)
+			if err != nil {
+				return 0, err
+			}
+			if all {
+				for _, g := range groups {
+					n += g.Count
+				}
+				continue
+			}
+		}
 		if p.class == "" {
 			c, err := a.Count(ctx, p.f)
 			if err != nil {
@@ -217,6 +230,22 @@ func count(ctx context.Context, a ferrystore.Admin, sel selection) (int64, error
 		}
 	}
 	return n, nil
+}
+
+// byIndex reports whether f selects settled rows of a recorded error class
+// by destination (and type) and nothing else: what GroupErrors counts from
+// the DEAD index alone, in groups that add up to the count.
+func byIndex(f ferrystore.Filter) bool {
+	g := ferrystore.Filter{Statuses: f.Statuses, Destination: f.Destination, Type: f.Type, ErrorClass: f.ErrorClass}
+	if f.ErrorClass == "" || f.Destination == "" || fmt.Sprintf("%#v", g) != fmt.Sprintf("%#v", f) {
+		return false
+	}
+	for _, st := range f.Statuses {
+		if st != ferrytype.StatusDead && st != ferrytype.StatusDiscarded {
+			return false
+		}
+	}
+	return true
 }
 
 // rangeCost is what unrecorded counts a statement as, in rows read: its
@@ -304,11 +333,11 @@ func split(ctx context.Context, a ferrystore.Admin, sel selection) (selection, e
 			out.parts = append(out.parts, p)
 			continue
 		}
-		groups, err := a.GroupErrors(ctx, p.f)
+		groups, all, err := classGroups(ctx, a, p.f)
 		if err != nil {
 			return out, err
 		}
-		if len(groups) > maxSplit {
+		if len(groups) > maxSplit || !all {
 			out.parts = append(out.parts, p)
 			continue
 		}
@@ -319,6 +348,53 @@ func split(ctx context.Context, a ferrystore.Admin, sel selection) (selection, e
 		}
 	}
 	return out, nil
+}
+
+// classGroups returns the groups of f's error class, f.ErrorClass set:
+// those of GroupErrors of f without its class, which a selection's part of
+// rows without a recorded class asks too (unrecorded), so that with
+// groupCache one GROUP BY serves both.
+// It says whether they are all of them (GroupErrors was not cut at
+// ferrystore.MaxErrorGroups).
+func classGroups(ctx context.Context, a ferrystore.Admin, f ferrystore.Filter) ([]ferrystore.ErrorGroup, bool, error) {
+	class := f.ErrorClass
+	f.ErrorClass = ""
+	all, err := a.GroupErrors(ctx, f)
+	if err != nil {
+		return nil, false, err
+	}
+	var out []ferrystore.ErrorGroup
+	for _, g := range all {
+		if g.ErrorClass == class {
+			out = append(out, g)
+		}
+	}
+	return out, len(all) < ferrystore.MaxErrorGroups, nil
+}
+
+// groupCache is an Admin whose GroupErrors answers a filter it was asked
+// before from its first answer: the statements of one bulk run's start
+// (its count, its split, its preview) ask the same groups of the same
+// instant, and each is a pass over the DEAD index.
+type groupCache struct {
+	ferrystore.Admin
+	groups map[string][]ferrystore.ErrorGroup
+}
+
+func cacheGroups(a ferrystore.Admin) *groupCache {
+	return &groupCache{Admin: a, groups: map[string][]ferrystore.ErrorGroup{}}
+}
+
+func (c *groupCache) GroupErrors(ctx context.Context, f ferrystore.Filter) ([]ferrystore.ErrorGroup, error) {
+	k := fmt.Sprintf("%#v", f)
+	if g, ok := c.groups[k]; ok {
+		return g, nil
+	}
+	g, err := c.Admin.GroupErrors(ctx, f)
+	if err == nil {
+		c.groups[k] = g
+	}
+	return g, err
 }
 
 // first returns up to limit events of sel, oldest first across its parts,
@@ -665,14 +741,17 @@ func bulk(ctx context.Context, a ferrystore.Admin, verb string, status ferrytype
 	if bound && !o.DryRun {
 		counted = sel.unbound()
 	}
-	if res.Matched, err = count(ctx, a, counted); err != nil {
+	// The start reads the DEAD index's groups once (groupCache); the count
+	// of what the bound left, after the run, reads them again.
+	start := cacheGroups(a)
+	if res.Matched, err = count(ctx, start, counted); err != nil {
 		return res, fmt.Errorf("%s: count the selection: %w", verb, err)
 	}
 	if o.DryRun {
-		return preview(ctx, a, sel, o, res)
+		return preview(ctx, start, sel, o, res)
 	}
 	// Split by what the indexes hold, the bound aside, then bound each part.
-	if sel, err = split(ctx, a, sel.unbound()); err != nil {
+	if sel, err = split(ctx, start, sel.unbound()); err != nil {
 		return res, fmt.Errorf("%s: %w", verb, err)
 	}
 	for i := range sel.parts {
