@@ -71,6 +71,9 @@ func (dialect) Settled() string { return "settled_status" }
 // SettledTerm is empty: MySQL has no partial index.
 func (dialect) SettledTerm() string { return "" }
 
+// DeadIndex forces idx_dead: see Outbox.deadHint.
+func (dialect) DeadIndex() string { return " FORCE INDEX (idx_dead)" }
+
 // UpsertIf sets each column to IF(cond, VALUES(col), col): MySQL evaluates
 // the assignments in order, so cond is asked again for each, and must keep
 // its answer once the first column holds its new value.

@@ -73,6 +73,9 @@ func (dialect) Settled() string { return "status" }
 // SettledTerm is empty: PostgreSQL proves the partial indexes' predicate.
 func (dialect) SettledTerm() string { return "" }
 
+// DeadIndex is empty: PostgreSQL picks the DEAD index by itself.
+func (dialect) DeadIndex() string { return "" }
+
 // UpsertIf is ON CONFLICT ... DO UPDATE ... WHERE cond: the statement
 // changes no row when cond does not hold.
 func (d dialect) UpsertIf(key string, cols []string, cond string) string {

@@ -90,6 +90,9 @@ func (dialect) Settled() string { return "status" }
 // reads a partial index only for a statement that states it.
 func (dialect) SettledTerm() string { return "status IN ('DEAD', 'DISCARDED')" }
 
+// DeadIndex is empty: SQLite picks the DEAD index by itself.
+func (dialect) DeadIndex() string { return "" }
+
 // UpsertIf is ON CONFLICT ... DO UPDATE ... WHERE cond: the statement
 // changes no row when cond does not hold.
 func (d dialect) UpsertIf(key string, cols []string, cond string) string {

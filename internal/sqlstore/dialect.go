@@ -77,6 +77,9 @@ type Dialect interface {
 	// planner reads a partial index only for a statement that states it
 	// (SQLite); "" where it proves the predicate itself.
 	SettledTerm() string
+	// DeadIndex is the hint, after the table's name, that makes a
+	// statement read the DEAD index ("" where the planner needs none).
+	DeadIndex() string
 	// KeyText converts a business table's key column expr to text that
 	// compares with aggregate_id through the aggregate index.
 	KeyText(expr string) string
