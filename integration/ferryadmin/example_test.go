@@ -99,7 +99,8 @@ func ExampleStatus() {
 
 // RetryDead puts DEAD events back to NEW, in bounded batches, reporting
 // progress after each; the relay then publishes them again under the same
-// event ids.
+// event ids. The action is bound to its dry run's instant (DiedBy), so it
+// acts on the events the dry run counted and on none that died since.
 func ExampleRetryDead() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "ferryadmin-example-")
@@ -117,7 +118,7 @@ func ExampleRetryDead() {
 	fmt.Println("would retry:", preview.Changed, "of", preview.Matched)
 
 	res, err := ferryadmin.RetryDead(ctx, store, ferryadmin.BulkOptions{
-		Filter: ferryadmin.DeadFilter{Type: "OrderPaid"},
+		Filter: ferryadmin.DeadFilter{Type: "OrderPaid", DiedBy: preview.At},
 		Batch:  2,
 		Progress: func(r ferryadmin.BulkResult) {
 			fmt.Printf("batch %d: %d retried so far\n", r.Batches, r.Changed)
