@@ -114,6 +114,18 @@ type Admin interface {
 	// returns how many rows it changed.
 	Restore(ctx context.Context, ids []string, note string) (int64, error)
 
+	// AfterBulk is told, once at the end of an operator's bulk change
+	// (ferryadmin's RetryDead, DiscardDead and RestoreDiscarded), how many
+	// rows it changed, so that the store brings what its counts rely on up
+	// to date then rather than when the database's background maintenance
+	// comes to it. It changes no row; a store with nothing to do returns
+	// nil. PostgreSQL's counts are index-only scans that read the row of
+	// every entry on a page the visibility map does not mark all-visible,
+	// which is every page a large change touched until a vacuum passes: the
+	// SQL stores vacuum and analyze the outbox table there from
+	// BulkTidyRows changed rows.
+	AfterBulk(ctx context.Context, changed int64) error
+
 	// SetErrorClass records class as the error class of the rows among ids
 	// that recorded none (rows that failed before migration 0004), and
 	// returns how many it changed: what a person's upgrade does once, so
@@ -145,6 +157,12 @@ type Admin interface {
 	// never the whole retention.
 	SentEvents(ctx context.Context, q SentEventsQuery) ([]Row, error)
 }
+
+// BulkTidyRows is the number of rows a bulk change must have changed for
+// a SQL store's Admin.AfterBulk to act on PostgreSQL: below it, the pages
+// it left to the vacuum are few, and autovacuum's pass costs the counts
+// little.
+const BulkTidyRows = 10_000
 
 // MaxListLimit bounds every listing of Admin.
 const MaxListLimit = 1000

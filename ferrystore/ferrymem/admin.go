@@ -401,6 +401,9 @@ func (s *Store) Restore(ctx context.Context, ids []string, note string) (int64, 
 	})
 }
 
+// AfterBulk has nothing to do: the rows are in memory.
+func (s *Store) AfterBulk(ctx context.Context, changed int64) error { return ctx.Err() }
+
 // SetErrorClass records class on the rows among ids that recorded none.
 func (s *Store) SetErrorClass(ctx context.Context, class string, ids []string) (int64, error) {
 	if class == "" || len(class) > errclass.MaxLen {

@@ -71,6 +71,11 @@ func (dialect) Settled() string { return "settled_status" }
 // SettledTerm is empty: MySQL has no partial index.
 func (dialect) SettledTerm() string { return "" }
 
+// Tidy is empty: InnoDB's purge and its persistent statistics follow a
+// bulk change by themselves, and its secondary indexes need no
+// visibility map.
+func (dialect) Tidy(table string) string { return "" }
+
 // DeadIndex forces idx_dead: see Outbox.deadHint.
 func (dialect) DeadIndex() string { return " FORCE INDEX (idx_dead)" }
 

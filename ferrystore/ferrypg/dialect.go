@@ -73,6 +73,14 @@ func (dialect) Settled() string { return "status" }
 // SettledTerm is empty: PostgreSQL proves the partial indexes' predicate.
 func (dialect) SettledTerm() string { return "" }
 
+// Tidy vacuums and analyzes the table: the visibility map marks the pages
+// a bulk change touched all-visible again, so that the counts' index-only
+// scans read no row, and the statistics see the statuses it moved.
+// SKIP_LOCKED: when autovacuum holds the table, it is doing the same.
+// A role that does not own the table gets a warning from PostgreSQL, not
+// an error, and the table is left to autovacuum.
+func (dialect) Tidy(table string) string { return "VACUUM (ANALYZE, SKIP_LOCKED) " + table }
+
 // DeadIndex is empty: PostgreSQL picks the DEAD index by itself.
 func (dialect) DeadIndex() string { return "" }
 

@@ -90,6 +90,9 @@ func (dialect) Settled() string { return "status" }
 // reads a partial index only for a statement that states it.
 func (dialect) SettledTerm() string { return "status IN ('DEAD', 'DISCARDED')" }
 
+// Tidy is empty: SQLite's indexes need no visibility map.
+func (dialect) Tidy(table string) string { return "" }
+
 // DeadIndex is empty: SQLite picks the DEAD index by itself.
 func (dialect) DeadIndex() string { return "" }
 

@@ -69,6 +69,19 @@ func exerciseAdmin[TTx any](t *testing.T, h Harness[TTx]) {
 			ferrytype.StatusSent: 1, ferrytype.StatusDead: 1, ferrytype.StatusDiscarded: 0}, got)
 	})
 
+	t.Run("AfterBulkChangesNoRow", func(t *testing.T) {
+		b := setup(t, h)
+		a := b.admin(t)
+		b.enqueueDead(t, ev("A", "1", `{}`))
+		b.enqueue(t, ev("A", "2", `{}`))
+		for _, changed := range []int64{0, 1, ferrystore.BulkTidyRows} {
+			require.NoError(t, a.AfterBulk(b.ctx, changed), "AfterBulk(%d)", changed)
+		}
+		got, err := a.CountByStatus(b.ctx, ferrytype.StatusNew, ferrytype.StatusDead)
+		require.NoError(t, err)
+		require.Equal(t, map[ferrytype.Status]int64{ferrytype.StatusNew: 1, ferrytype.StatusDead: 1}, got)
+	})
+
 	t.Run("ListFiltersEvents", func(t *testing.T) {
 		b := setup(t, h)
 		a := b.admin(t)

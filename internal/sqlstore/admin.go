@@ -39,6 +39,19 @@ func (o *Outbox) Now(ctx context.Context) (time.Time, error) {
 	return at.Time, nil
 }
 
+// AfterBulk runs the dialect's Tidy statement on the outbox table when a
+// bulk change changed at least ferrystore.BulkTidyRows rows.
+func (o *Outbox) AfterBulk(ctx context.Context, changed int64) error {
+	q := o.d.Tidy(o.t)
+	if q == "" || changed < ferrystore.BulkTidyRows {
+		return nil
+	}
+	if _, err := o.pool.Exec(ctx, q); err != nil {
+		return fmt.Errorf("tidy after a bulk change of %d rows: %w", changed, err)
+	}
+	return nil
+}
+
 // CountByStatus counts rows per status, exactly: it reads the entries of
 // those statuses in the pending index (status, available_at, event_id)
 // and no row, so a count costs its number of entries.

@@ -80,6 +80,10 @@ type Dialect interface {
 	// DeadIndex is the hint, after the table's name, that makes a
 	// statement read the DEAD index ("" where the planner needs none).
 	DeadIndex() string
+	// Tidy is the statement that brings the planner's statistics and the
+	// table's visibility information up to date after a bulk change of
+	// table (Admin.AfterBulk), "" where the database needs none.
+	Tidy(table string) string
 	// KeyText converts a business table's key column expr to text that
 	// compares with aggregate_id through the aggregate index.
 	KeyText(expr string) string
