@@ -139,7 +139,11 @@ func (c *Consumer) Start(ctx context.Context) error {
 		subCtx, subCancel := context.WithCancel(context.WithoutCancel(ctx))
 		chans := make([]<-chan *message.Message, 0, c.cfg.Concurrency)
 		for range c.cfg.Concurrency {
-			ch, err := c.sub.Subscribe(subCtx, c.cfg.Topic)
+			var ch <-chan *message.Message
+			err := safely("subscriber", func() (err error) {
+				ch, err = c.sub.Subscribe(subCtx, c.cfg.Topic)
+				return err
+			})
 			if err != nil {
 				subCancel()
 				for _, ch := range chans {
@@ -349,16 +353,6 @@ func (a *acker) Park(reason error) error {
 	}
 	c.forget(d)
 	return nil
-}
-
-// publishSafely publishes msg through pub, a panic being an error.
-func publishSafely(pub message.Publisher, topic string, msg *message.Message) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("the Watermill publisher panicked: %v", v)
-		}
-	}()
-	return pub.Publish(topic, msg)
 }
 
 // parkCopy returns the copy of msg to park: its UUID, payload and metadata

@@ -21,6 +21,17 @@ import (
 // Each message becomes an event as Event describes (its UUID the event id,
 // its topic the destination); Publish writes all of a call's messages or,
 // on an error, none that the caller may keep: roll the transaction back.
+//
+// The event id is the outbox's key, and the id a republished event keeps
+// so that consumers can deduplicate by it: one UUID is one event, with one
+// topic. A message whose UUID is already an event id in the outbox
+// (written before, to this topic or another, committed or earlier in this
+// transaction), or is twice in one call, fails the call with an error
+// wrapping ferrytype.ErrDuplicate: roll the transaction back, as after any
+// error. An event committed before is left as it was, to be relayed once,
+// to its own topic. message.Copy keeps the UUID: a copy for a second topic
+// needs a UUID of its own (an empty one takes the outbox's), with the
+// original in its metadata if consumers need it.
 type OutboxPublisher[TTx any] struct {
 	outbox *ferry.Outbox[TTx]
 	tx     TTx
@@ -87,8 +98,12 @@ func (p *OutboxPublisher[TTx]) Publish(topic string, messages ...*message.Messag
 	}
 	ids, err := p.outbox.EnqueueTx(ctx, p.tx, events...)
 	if err != nil {
-		if errors.Is(err, ferrytype.ErrInvalidPayload) {
+		switch {
+		case errors.Is(err, ferrytype.ErrInvalidPayload):
 			err = fmt.Errorf("%w (an event's payload is JSON: marshal the message as JSON, or set OutboxPublisherConfig.WrapPayloads)", err)
+		case errors.Is(err, ferrytype.ErrDuplicate):
+			err = fmt.Errorf("%w (a message's UUID is its event id, the outbox's key: a UUID already in the outbox, "+
+				"or twice in the call, is refused; publish a copy to another topic under a UUID of its own)", err)
 		}
 		return fmt.Errorf("ferrywatermill: write to the outbox: %w", err)
 	}

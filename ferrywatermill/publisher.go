@@ -236,7 +236,7 @@ func (p *Publisher) publishOne(ctx context.Context, m *ferrytype.Message) ferryt
 	go func() {
 		defer p.inflight.Done()
 		defer func() { <-p.sem }()
-		done <- p.publishCall(topic, msg)
+		done <- publishSafely(p.pub, topic, msg)
 	}()
 	select {
 	case err := <-done:
@@ -253,23 +253,33 @@ func (p *Publisher) publishOne(ctx context.Context, m *ferrytype.Message) ferryt
 	}
 }
 
-// publishCall calls the Watermill publisher; a panic in it is an error of
-// the call.
-func (p *Publisher) publishCall(topic string, msg *message.Message) (err error) {
+// publishSafely publishes msg through pub, a panic being an error.
+func publishSafely(pub message.Publisher, topic string, msg *message.Message) error {
+	return safely("publisher", func() error { return pub.Publish(topic, msg) })
+}
+
+// safely runs call, a call into the Watermill publisher or subscriber
+// that what names; a panic in it is an error of the call ("the Watermill
+// publisher panicked: ..."), not a crash of the caller.
+func safely(what string, call func() error) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("the Watermill publisher panicked: %v", v)
+			err = fmt.Errorf("the Watermill %s panicked: %v", what, v)
 		}
 	}()
-	return p.pub.Publish(topic, msg)
+	return call()
 }
 
 // Close waits for the Watermill Publish calls still running, then closes
-// the Watermill publisher. Closing twice is safe.
+// the Watermill publisher; a panic in its Close is returned as an error,
+// as one in Publish is (watermill-amqp v3.0.2 with a channel pool panics
+// there once a pooled channel failed to reopen, after a reconnect).
+// Closing twice is safe: the Watermill publisher is closed once, and
+// every call returns that first result.
 func (p *Publisher) Close() error {
 	p.closeOnce.Do(func() {
 		p.inflight.Wait()
-		p.closeErr = p.pub.Close()
+		p.closeErr = safely("publisher", p.pub.Close)
 	})
 	return p.closeErr
 }

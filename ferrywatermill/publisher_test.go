@@ -22,10 +22,12 @@ import (
 // each message: the logic of ferrywatermill.Publisher, without a broker
 // (the real ones run in integration/ferrywatermill).
 type fakePub struct {
-	mu     sync.Mutex
-	got    []string // UUIDs, in call order
-	fail   func(msg *message.Message) error
-	closed bool
+	mu      sync.Mutex
+	got     []string // UUIDs, in call order
+	fail    func(msg *message.Message) error
+	onClose func() error // what Close does after counting the call
+	closed  bool
+	closes  int
 }
 
 func (f *fakePub) Publish(topic string, msgs ...*message.Message) error {
@@ -42,7 +44,16 @@ func (f *fakePub) Publish(topic string, msgs ...*message.Message) error {
 	return nil
 }
 
-func (f *fakePub) Close() error { f.closed = true; return nil }
+func (f *fakePub) Close() error {
+	f.mu.Lock()
+	f.closed = true
+	f.closes++
+	f.mu.Unlock()
+	if f.onClose != nil {
+		return f.onClose()
+	}
+	return nil
+}
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
@@ -162,6 +173,31 @@ func TestContextEndsAndClose(t *testing.T) {
 	require.NoError(t, <-closed)
 	require.True(t, f.closed)
 	require.NoError(t, p.Close(), "twice")
+}
+
+// A panic in the Watermill publisher's Close (watermill-amqp v3.0.2 with a
+// channel pool, once a pooled channel failed to reopen after a reconnect,
+// closes a nil AMQP channel) is Close's error, in the form Publish gives
+// one, not a crash at shutdown; closing again returns the same error
+// without calling the Watermill publisher again.
+func TestCloseRecoversAPanic(t *testing.T) {
+	f := &fakePub{onClose: func() error {
+		var ch *struct{ err error } // the pooled channel that failed to reopen
+		return ch.err               // a nil pointer dereference, as in watermill-amqp
+	}}
+	p := newPub(t, f, ferrywatermill.PublisherConfig{})
+	var first, second error
+	require.NotPanics(t, func() { first = p.Close() })
+	require.EqualError(t, first, "the Watermill publisher panicked: runtime error: invalid memory address or nil pointer dereference")
+	require.NotPanics(t, func() { second = p.Close() })
+	require.Equal(t, first, second)
+	require.Equal(t, 1, f.closes)
+
+	f = &fakePub{onClose: func() error { return errors.New("connection already closed") }}
+	p = newPub(t, f, ferrywatermill.PublisherConfig{})
+	require.EqualError(t, p.Close(), "connection already closed", "an error of Close is returned as it is")
+	require.EqualError(t, p.Close(), "connection already closed")
+	require.Equal(t, 1, f.closes)
 }
 
 // The connectivity probe keeps messages from the Watermill publisher
