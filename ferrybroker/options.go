@@ -31,6 +31,11 @@ type ConsumerOptions struct {
 	// message with a JSON content type, or none, is always checked to hold
 	// valid JSON (CheckPayload).
 	Validate func(d *Delivery) error
+	// Decoding, when set, reads each delivery's metadata and payload
+	// (Decode) in place of ferry's headers: ferrycloudevents.Decoding reads
+	// CloudEvents, those of other producers among them. A delivery it
+	// cannot read is parked as malformed.
+	Decoding Decoding
 	// ParkTimeout bounds the storing of a parked copy (its publish and
 	// the broker's acknowledgement). Default 30s.
 	ParkTimeout time.Duration

@@ -123,10 +123,7 @@ func CheckDelivery(contentType string, d *Delivery, validate func(*Delivery) err
 		return nil
 	}
 	if err := validate(d); err != nil {
-		if !errors.Is(err, ErrMalformed) {
-			err = fmt.Errorf("%w: %w", ErrMalformed, err)
-		}
-		return err
+		return malformed(err)
 	}
 	return nil
 }

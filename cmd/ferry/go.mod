@@ -9,6 +9,7 @@ require (
 	github.com/ferrydev/ferry/ferrybroker/ferryamqp v0.1.0
 	github.com/ferrydev/ferry/ferrybroker/ferrykafka v0.1.0
 	github.com/ferrydev/ferry/ferrybroker/ferrynats v0.1.0
+	github.com/ferrydev/ferry/ferrycloudevents v0.1.0
 	github.com/ferrydev/ferry/ferryconsole v0.1.0
 	github.com/ferrydev/ferry/ferryotel v0.1.0
 	github.com/ferrydev/ferry/ferryprom v0.1.0
@@ -44,6 +45,7 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/cloudevents/sdk-go/v2 v2.16.2 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/ferrydev/ferry/ferrylog/ferrybinlog v0.1.0 // indirect
 	github.com/ferrydev/ferry/ferrylog/ferrypgoutput v0.1.0 // indirect
@@ -62,10 +64,13 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
+	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
+	github.com/modern-go/reflect2 v1.0.2 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/nats-io/jwt/v2 v2.8.3 // indirect
 	github.com/nats-io/nats-server/v2 v2.15.3 // indirect

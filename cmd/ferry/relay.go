@@ -15,8 +15,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ferrydev/ferry"
+	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
 	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
+	"github.com/ferrydev/ferry/ferrycloudevents"
 	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrystore"
 	"github.com/ferrydev/ferry/ferrytype"
@@ -50,6 +52,8 @@ type relayFlags struct {
 	topics          string
 	topicFrom       string
 	topicPrefix     string
+	messageFormat   string
+	ceSource        string
 	partitions      int
 	replication     int
 	drain           bool
@@ -202,6 +206,10 @@ See docs/log-relay.md.`,
 	envString(fl, &f.topicFrom, "topic-from", "FERRY_KAFKA_TOPIC_FROM", string(ferrykafka.TopicFromEventType),
 		"Kafka topic of an event without a destination: event-type or aggregate-type")
 	envString(fl, &f.topicPrefix, "topic-prefix", "FERRY_KAFKA_TOPIC_PREFIX", "", "put before every derived Kafka topic (never before a destination)")
+	envString(fl, &f.messageFormat, "message-format", "FERRY_MESSAGE_FORMAT", "ferry",
+		"how events travel: ferry (ferry's headers), cloudevents (CloudEvents, binary content mode) or cloudevents-structured (a JSON envelope)")
+	envString(fl, &f.ceSource, "cloudevents-source", "FERRY_CLOUDEVENTS_SOURCE", "",
+		"the CloudEvents source of every event, a URI-reference naming the service or the table (required with --message-format cloudevents)")
 	fl.IntVar(&f.partitions, "partitions", -1, "partitions of a declared Kafka topic (-1: the brokers' num.partitions)")
 	bindEnv(fl, "partitions", "FERRY_KAFKA_PARTITIONS")
 	fl.IntVar(&f.replication, "replication-factor", -1, "replicas of a declared Kafka topic (-1: the brokers' default.replication.factor)")
@@ -543,11 +551,23 @@ func brokerConfig(f *relayFlags, log *slog.Logger) (*open.BrokerConfig, error) {
 			return nil, usageError{fmt.Errorf("%s applies to %s", c.name, c.kind)}
 		}
 	}
+	enc, err := messageEncoding(f, system)
+	if err != nil {
+		return nil, err
+	}
 	switch system {
 	case "rabbitmq":
-		return amqpConfig(f, log)
+		bc, err := amqpConfig(f, log)
+		if bc != nil {
+			bc.AMQP.Encoding = enc
+		}
+		return bc, err
 	case "kafka":
-		return kafkaConfig(f, topics, log)
+		bc, err := kafkaConfig(f, topics, log)
+		if bc != nil {
+			bc.Kafka.Encoding = enc
+		}
+		return bc, err
 	}
 	switch {
 	case f.declare && f.stream == "":
@@ -555,7 +575,38 @@ func brokerConfig(f *relayFlags, log *slog.Logger) (*open.BrokerConfig, error) {
 	case f.declare && len(subjects) == 0:
 		return nil, usageError{fmt.Errorf("--declare with NATS needs --subjects: the subjects of stream %s", f.stream)}
 	}
-	return &open.BrokerConfig{NATS: open.NATSConfig{Stream: f.stream, Subjects: subjects, Declare: f.declare}}, nil
+	return &open.BrokerConfig{NATS: open.NATSConfig{Stream: f.stream, Subjects: subjects, Declare: f.declare, Encoding: enc}}, nil
+}
+
+// messageEncoding is the publisher's Encoding that --message-format and
+// --cloudevents-source name: nil for ferry's own form.
+func messageEncoding(f *relayFlags, system string) (ferrybroker.Encoding, error) {
+	var mode ferrycloudevents.Mode
+	switch f.messageFormat {
+	case "ferry", "":
+		if f.ceSource != "" {
+			return nil, usageError{errors.New("--cloudevents-source applies to --message-format cloudevents or cloudevents-structured")}
+		}
+		return nil, nil
+	case "cloudevents":
+		mode = ferrycloudevents.Binary
+	case "cloudevents-structured":
+		mode = ferrycloudevents.Structured
+	default:
+		return nil, usageError{fmt.Errorf("--message-format %q: want ferry, cloudevents or cloudevents-structured", f.messageFormat)}
+	}
+	if system == "redis" {
+		return nil, usageError{errors.New("--message-format " + f.messageFormat + " applies to RabbitMQ, NATS and Kafka, not Redis")}
+	}
+	if f.ceSource == "" {
+		return nil, usageError{errors.New("--message-format " + f.messageFormat +
+			" needs --cloudevents-source: a URI-reference naming the service or the table, such as /orders-service")}
+	}
+	enc, err := ferrycloudevents.NewEncoding(ferrycloudevents.Config{Source: f.ceSource, Mode: mode})
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return enc, nil
 }
 
 // commaList splits a comma-separated flag value, dropping empty items.

@@ -119,6 +119,30 @@ func TestRelayCLIToKafka(t *testing.T) {
 		require.Equal(t, exitOK, code, "the declared topic passes the check: %s\n%s", out, errOut)
 	})
 
+	t.Run("CloudEvents", func(t *testing.T) {
+		k := setupKafkaRelay(t)
+		topic := testsvc.KafkaTopic(t, k.seeds, 1)
+		ids := k.enqueue(t, orderPaid("a", topic), orderPaid("b", topic))
+		code, out, errOut := k.relay(t, "--topics", topic, "--message-format", "cloudevents", "--cloudevents-source", "/orders-service")
+		require.Equal(t, exitOK, code, "%s\n%s", out, errOut)
+		recs := testsvc.ReadKafka(t, k.seeds, topic, 2, time.Minute)
+		var got []string
+		for _, r := range recs {
+			h := map[string]string{}
+			for _, kv := range r.Headers {
+				h[kv.Key] = string(kv.Value)
+			}
+			require.Equal(t, "1.0", h["ce_specversion"])
+			require.Equal(t, "/orders-service", h["ce_source"])
+			require.Equal(t, "OrderPaid", h["ce_type"])
+			require.Equal(t, string(r.Key), h["ce_subject"], "the subject is the aggregate id")
+			require.Equal(t, "application/json", h["content-type"])
+			require.NotContains(t, h, ferrybroker.HeaderEventID, "no ferry header in CloudEvents form")
+			got = append(got, h["ce_id"])
+		}
+		require.ElementsMatch(t, ids, got)
+	})
+
 	t.Run("AggregateTypeTopic", func(t *testing.T) {
 		k := setupKafkaRelay(t)
 		prefix := testsvc.Name("ferry-") + "."
@@ -151,6 +175,11 @@ func TestRelayCLIKafkaUsageErrors(t *testing.T) {
 		{"BadTopicFrom", []string{"--broker-url", kafkaURL, "--topic-from", "type"}, `--topic-from "type": want event-type or aggregate-type`},
 		{"ZeroPartitions", []string{"--broker-url", kafkaURL, "--partitions", "0"}, "--partitions 0: want a positive number"},
 		{"ReplicationTooLarge", []string{"--broker-url", kafkaURL, "--replication-factor", "40000"}, "--replication-factor 40000"},
+		{"BadMessageFormat", []string{"--broker-url", kafkaURL, "--message-format", "avro"}, `--message-format "avro": want ferry, cloudevents or cloudevents-structured`},
+		{"CloudEventsWithoutSource", []string{"--broker-url", natsURL, "--message-format", "cloudevents"}, "needs --cloudevents-source"},
+		{"SourceWithoutCloudEvents", []string{"--broker-url", amqpURL, "--cloudevents-source", "/o"}, "--cloudevents-source applies to --message-format cloudevents"},
+		{"BadSource", []string{"--broker-url", kafkaURL, "--message-format", "cloudevents-structured", "--cloudevents-source", "%zz"}, "is not a URI-reference"},
+		{"CloudEventsWithRedis", []string{"--broker-url", "redis://127.0.0.1:1", "--message-format", "cloudevents", "--cloudevents-source", "/o"}, "not Redis"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, _, errOut := runQuick(t, append([]string{"relay", "--database-url", db, "--connect-timeout", "2m"}, c.args...)...)

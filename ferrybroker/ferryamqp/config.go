@@ -9,6 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/ferrydev/ferry/ferrybroker"
 	"github.com/ferrydev/ferry/ferrytype"
 )
 
@@ -48,6 +49,12 @@ type Config struct {
 	// down waits for it to come back before reporting every message
 	// unknown. Default 1s; negative: do not wait.
 	ReconnectWait time.Duration
+	// Encoding writes each event as a message in place of ferry's form
+	// (ferrybroker.Encoding; ferrycloudevents.Encoding writes CloudEvents
+	// in the AMQP binding's application properties, as headers). Default
+	// nil: ferry's form. message_id, type, timestamp and app_id stay set
+	// either way.
+	Encoding ferrybroker.Encoding
 	// Connection configures the connection Dial opens; New ignores it.
 	Connection ConnectionConfig
 	// Logger receives the publisher's logs. Default: slog.Default().

@@ -386,7 +386,7 @@ func (c *Consumer) consume(ctx context.Context, s *consSession) {
 		if !ok {
 			return
 		}
-		fd := c.delivery(&d)
+		fd, ct, bad := c.delivery(&d)
 		c.settler.Observer.Delivered(fd)
 		a := &acker{c: c, s: s, d: d, fd: fd}
 		if c.stopping() {
@@ -394,7 +394,10 @@ func (c *Consumer) consume(ctx context.Context, s *consSession) {
 			c.settler.Settle(ctx, fd, a, ferrybroker.StepStopping, nil)
 			return
 		}
-		c.settler.Handle(ctx, fd, a, c.h, c.validate(&d, fd))
+		if bad == nil {
+			bad = ferrybroker.CheckDelivery(ct, fd, c.cfg.Validate)
+		}
+		c.settler.Handle(ctx, fd, a, c.h, bad)
 	}
 }
 
@@ -408,12 +411,11 @@ func (c *Consumer) stopping() bool {
 	}
 }
 
-func (c *Consumer) validate(d *amqp.Delivery, fd *ferrybroker.Delivery) error {
-	return ferrybroker.CheckDelivery(d.ContentType, fd, c.cfg.Validate)
-}
-
-// delivery converts d.
-func (c *Consumer) delivery(d *amqp.Delivery) *ferrybroker.Delivery {
+// delivery converts d and decodes it with the consumer's Decoding. It
+// returns the payload's content type once decoded (the message's
+// content_type property with ferry's form), and the decoding's error,
+// which makes the delivery malformed.
+func (c *Consumer) delivery(d *amqp.Delivery) (*ferrybroker.Delivery, string, error) {
 	fd := &ferrybroker.Delivery{MessageID: d.MessageId, Type: d.Type, Route: d.RoutingKey, Payload: d.Body,
 		Headers: make(map[string]string, len(d.Headers)), Redelivered: d.Redelivered}
 	if _, key, ok := replayedRoute(d, c.queue); ok {
@@ -429,7 +431,10 @@ func (c *Consumer) delivery(d *amqp.Delivery) *ferrybroker.Delivery {
 			fd.Headers[k] = string(v)
 		}
 	}
-	fd.FillFromHeaders()
+	ct, bad := ferrybroker.Decode(c.cfg.Decoding, fd, d.ContentType, ferrybroker.ProtocolAMQP)
+	if fd.MessageID == "" {
+		fd.MessageID = d.MessageId
+	}
 	// A publisher can set x-delivery-count itself on a classic queue: a
 	// value out of range is ignored.
 	switch n, ok := intValue(d.Headers["x-delivery-count"]); {
@@ -441,7 +446,7 @@ func (c *Consumer) delivery(d *amqp.Delivery) *ferrybroker.Delivery {
 	case fd.MessageID != "":
 		fd.DeliveryCount = c.fails.get(fd.MessageID) + 1
 	}
-	return fd
+	return fd, ct, bad
 }
 
 func intValue(v any) (int64, bool) {

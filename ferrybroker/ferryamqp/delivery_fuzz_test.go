@@ -68,7 +68,7 @@ func FuzzDelivery(f *testing.F) {
 		c.fails.inc(id)
 		d := &amqp.Delivery{MessageId: id, Redelivered: redelivered, Body: raw,
 			Headers: amqp.Table{key: headerValue(kind, n, s), "x-delivery-count": headerValue(kind, n, s)}}
-		fd := c.delivery(d)
+		fd, _, _ := c.delivery(d)
 		if fd.DeliveryCount < 0 || (!redelivered && fd.DeliveryCount < 1) {
 			t.Fatalf("delivery count %d from headers %v", fd.DeliveryCount, d.Headers)
 		}

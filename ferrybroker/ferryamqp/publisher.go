@@ -318,7 +318,12 @@ func (p *Publisher) Publish(ctx context.Context, msgs []ferrytype.Message) []fer
 			j.resolve(i, ferrytype.Returned(fmt.Errorf("unroutable: exchange %s does not exist", ex)))
 			continue
 		}
-		j.out[i] = outgoing{exchange: ex, key: m.Route(), pub: publishing(m)}
+		pub, err := publishing(m, p.cfg.Encoding)
+		if err != nil {
+			j.resolve(i, ferrytype.Rejected(fmt.Errorf("not sent: %w", err)))
+			continue
+		}
+		j.out[i] = outgoing{exchange: ex, key: m.Route(), pub: pub}
 	}
 	p.dispatch(s, j)
 	select {
@@ -379,20 +384,13 @@ func validate(m *ferrytype.Message, exchange string) error {
 	return nil
 }
 
-// publishing builds the AMQP message of m: persistent, JSON, message_id
-// the event id, type the event type, timestamp its creation, and in the
-// headers the event's own headers (the trace context) overlaid with
-// ferry's metadata headers.
-func publishing(m *ferrytype.Message) amqp.Publishing {
-	h := make(amqp.Table, len(m.Headers)+8)
-	for k, v := range m.Headers {
-		h[k] = v
-	}
-	for _, kv := range ferrybroker.MetadataHeaders(m) {
-		h[kv[0]] = kv[1]
-	}
-	return amqp.Publishing{
-		Headers:      h,
+// publishing builds the AMQP message of m: persistent, message_id the
+// event id, type the event type, timestamp its creation, app_id ferry;
+// with enc nil, JSON, and in the headers the event's own headers (the
+// trace context) overlaid with ferry's metadata headers; else the headers,
+// content type and body enc writes.
+func publishing(m *ferrytype.Message, enc ferrybroker.Encoding) (amqp.Publishing, error) {
+	pub := amqp.Publishing{
 		ContentType:  "application/json",
 		DeliveryMode: amqp.Persistent,
 		MessageId:    m.ID,
@@ -401,6 +399,26 @@ func publishing(m *ferrytype.Message) amqp.Publishing {
 		AppId:        "ferry",
 		Body:         m.Payload,
 	}
+	if enc != nil {
+		e, err := enc.Encode(m, ferrybroker.ProtocolAMQP)
+		if err != nil {
+			return pub, err
+		}
+		pub.Headers = make(amqp.Table, len(e.Headers))
+		for _, kv := range e.Headers {
+			pub.Headers[kv[0]] = kv[1]
+		}
+		pub.ContentType, pub.Body = e.ContentType, e.Body
+		return pub, nil
+	}
+	pub.Headers = make(amqp.Table, len(m.Headers)+8)
+	for k, v := range m.Headers {
+		pub.Headers[k] = v
+	}
+	for _, kv := range ferrybroker.MetadataHeaders(m) {
+		pub.Headers[kv[0]] = kv[1]
+	}
+	return pub, nil
 }
 
 // Check reports whether the publisher is connected and RabbitMQ accepts

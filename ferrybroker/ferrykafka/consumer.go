@@ -918,9 +918,10 @@ func (c *Consumer) process(p *part, rec *kgo.Record) {
 // transient failure, to be delivered again after delay.
 func (c *Consumer) deliver(p *part, rec *kgo.Record, count int) (delay time.Duration, again bool) {
 	d := delivery(rec, count)
+	bad := c.decode(rec, d)
 	c.settler.Observer.Delivered(d)
 	a := &acker{c: c, p: p, rec: rec, d: d}
-	c.settler.Handle(p.ctx, d, a, c.handler, c.validate(rec, d))
+	c.settler.Handle(p.ctx, d, a, c.handler, bad)
 	return a.delay, a.again
 }
 
@@ -1012,11 +1013,35 @@ func (c *Consumer) mark(p *part, rec *kgo.Record, d *ferrybroker.Delivery, s fer
 	p.mu.Unlock()
 }
 
-func (c *Consumer) validate(rec *kgo.Record, d *ferrybroker.Delivery) error {
+// decode decodes d, read from rec by delivery, with the consumer's
+// Decoding when it has one, and checks it: a tombstone, a record the
+// Decoding cannot read or whose payload does not hold to its content type
+// (the Content-Type header with ferry's form) is malformed.
+func (c *Consumer) decode(rec *kgo.Record, d *ferrybroker.Delivery) error {
 	if rec.Value == nil {
 		return fmt.Errorf("%w: tombstone (a record with no value, key %q)", ferrybroker.ErrMalformed, rec.Key)
 	}
-	return ferrybroker.CheckDelivery(d.Headers["Content-Type"], d, c.cfg.Validate)
+	ct := d.Headers["Content-Type"]
+	if c.cfg.Decoding != nil {
+		var err error
+		if ct, err = ferrybroker.Decode(c.cfg.Decoding, d, headerFold(d.Headers, "content-type"), ferrybroker.ProtocolKafka); err != nil {
+			return err
+		}
+	}
+	return ferrybroker.CheckDelivery(ct, d, c.cfg.Validate)
+}
+
+// headerFold returns the value of the header named name in any case.
+func headerFold(h map[string]string, name string) string {
+	if v, ok := h[name]; ok {
+		return v
+	}
+	for k, v := range h {
+		if strings.EqualFold(k, name) {
+			return v
+		}
+	}
+	return ""
 }
 
 // delivery returns the Delivery of rec's delivery number count (1 for the

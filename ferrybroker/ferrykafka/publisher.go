@@ -41,6 +41,11 @@ const (
 // Config configures a Publisher. A nil config uses the defaults; zero
 // fields take the default named in their comment.
 type Config struct {
+	// Encoding writes each event as a record in place of ferry's form
+	// (ferrybroker.Encoding; ferrycloudevents.Encoding writes CloudEvents
+	// in the Kafka binding's ce_ headers). Default nil: ferry's form. The
+	// record key stays the aggregate id either way.
+	Encoding ferrybroker.Encoding
 	// TopicFrom derives the topic of a message whose event has no
 	// Destination: TopicFromEventType or TopicFromAggregateType. Default
 	// TopicFromEventType. A Destination is always the topic itself.
@@ -492,6 +497,11 @@ func (p *Publisher) Publish(ctx context.Context, msgs []ferrytype.Message) []fer
 			res[i] = ferrytype.Returned(unroutable(topics[i], kerr.UnknownTopicOrPartition))
 			continue
 		}
+		rec, err := p.record(&msgs[i], topics[i])
+		if err != nil {
+			res[i] = ferrytype.Rejected(fmt.Errorf("not sent: %w", err))
+			continue
+		}
 		select {
 		case p.slots <- struct{}{}:
 		case <-ctx.Done():
@@ -506,7 +516,6 @@ func (p *Publisher) Publish(ctx context.Context, msgs []ferrytype.Message) []fer
 		// context.Canceled. A record of a Publish that gave up stays
 		// with the client and is produced when it can (RecordDelivery
 		// Timeout bounds that for Dial's client).
-		rec := p.record(&msgs[i], topics[i])
 		rec.Context = context.WithoutCancel(ctx)
 		g.cl.TryProduce(rec.Context, rec, func(_ *kgo.Record, err error) {
 			<-p.slots
@@ -695,15 +704,28 @@ func isFerryHeader(k string) bool {
 }
 
 // record builds the Kafka record of m: key the aggregate id (so that an
-// aggregate's events share a partition), value the payload, headers the
-// event's own (sorted by name; any that would pass for ferry's are
-// dropped) then ferry's metadata headers. The timestamp is the produce
-// time, not the event's creation: an event published long after it was
-// written must not fall to the topic's retention at once.
-func (p *Publisher) record(m *ferrytype.Message, topic string) *kgo.Record {
+// aggregate's events share a partition); with no Encoding, value the
+// payload, headers the event's own (sorted by name; any that would pass
+// for ferry's are dropped) then ferry's metadata headers; with one, the
+// headers and value it writes. The timestamp is the produce time, not the
+// event's creation: an event published long after it was written must not
+// fall to the topic's retention at once.
+func (p *Publisher) record(m *ferrytype.Message, topic string) (*kgo.Record, error) {
 	r := &kgo.Record{Topic: topic, Value: m.Payload}
 	if m.AggregateID != "" {
 		r.Key = []byte(m.AggregateID)
+	}
+	if p.cfg.Encoding != nil {
+		e, err := p.cfg.Encoding.Encode(m, ferrybroker.ProtocolKafka)
+		if err != nil {
+			return nil, err
+		}
+		r.Value = e.Body
+		r.Headers = make([]kgo.RecordHeader, len(e.Headers))
+		for i, kv := range e.Headers {
+			r.Headers[i] = kgo.RecordHeader{Key: kv[0], Value: []byte(kv[1])}
+		}
+		return r, nil
 	}
 	keys := make([]string, 0, len(m.Headers))
 	for k := range m.Headers {
@@ -720,7 +742,7 @@ func (p *Publisher) record(m *ferrytype.Message, topic string) *kgo.Record {
 	for _, kv := range meta {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: kv[0], Value: []byte(kv[1])})
 	}
-	return r
+	return r, nil
 }
 
 func unroutable(topic string, err error) error {

@@ -213,7 +213,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return ferrybroker.RunUntilDone(ctx, c.Start, c.Stop, c.cfg.ShutdownTimeout)
 }
 
-func (c *Consumer) delivery(msg jetstream.Msg) (*ferrybroker.Delivery, *jetstream.MsgMetadata) {
+// delivery converts msg and decodes it with the consumer's Decoding. It
+// returns the payload's content type once decoded (the Content-Type header
+// with ferry's form), and the decoding's error, which makes the delivery
+// malformed.
+func (c *Consumer) delivery(msg jetstream.Msg) (*ferrybroker.Delivery, *jetstream.MsgMetadata, string, error) {
 	d := &ferrybroker.Delivery{Route: msg.Subject(), Payload: msg.Data(), Headers: map[string]string{}}
 	for k, v := range msg.Headers() {
 		if len(v) > 0 {
@@ -221,23 +225,22 @@ func (c *Consumer) delivery(msg jetstream.Msg) (*ferrybroker.Delivery, *jetstrea
 		}
 	}
 	d.MessageID = d.Headers[jetstream.MsgIDHeader]
-	d.FillFromHeaders()
+	ct, bad := ferrybroker.Decode(c.cfg.Decoding, d, d.Headers["Content-Type"], ferrybroker.ProtocolNATS)
 	meta, err := msg.Metadata()
 	if err != nil {
-		return d, nil
+		return d, nil, ct, bad
 	}
 	d.DeliveryCount = int(meta.NumDelivered)
 	d.Redelivered = meta.NumDelivered > 1
-	return d, meta
-}
-
-func (c *Consumer) validate(d *ferrybroker.Delivery) error {
-	return ferrybroker.CheckDelivery(d.Headers["Content-Type"], d, c.cfg.Validate)
+	return d, meta, ct, bad
 }
 
 // handle runs the order of work on msg with the handlers' context ctx.
 func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
-	d, meta := c.delivery(msg)
+	d, meta, ct, bad := c.delivery(msg)
+	if bad == nil {
+		bad = ferrybroker.CheckDelivery(ct, d, c.cfg.Validate)
+	}
 	c.settler.Observer.Delivered(d)
 	a := &acker{ctx: ctx, msg: msg, d: d, meta: meta, c: c}
 	select {
@@ -264,7 +267,7 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
 			}
 		}()
 		return c.handler(ctx, d)
-	}, c.validate(d))
+	}, bad)
 }
 
 // acker settles one message on JetStream (see ferrybroker.Acknowledger).

@@ -55,6 +55,11 @@ type Config struct {
 	// MaxPending caps asynchronous publishes awaiting their acks. Default
 	// 4096.
 	MaxPending int
+	// Encoding writes each event as a message in place of ferry's form
+	// (ferrybroker.Encoding; ferrycloudevents.Encoding writes CloudEvents
+	// in the NATS binding's ce- headers). Default nil: ferry's form. The
+	// JetStream message id (Nats-Msg-Id) stays the event id either way.
+	Encoding ferrybroker.Encoding
 }
 
 // Publisher publishes to JetStream. It implements ferrybroker.Publisher.
@@ -62,6 +67,7 @@ type Publisher struct {
 	js   jetstream.JetStream
 	conn *nats.Conn // the connection js publishes on
 	nc   *nats.Conn // set when the publisher owns the connection
+	enc  ferrybroker.Encoding
 }
 
 var (
@@ -90,7 +96,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg *Config) (*Publisher, error) {
 	if err := setupStream(ctx, js, cfg); err != nil {
 		return nil, err
 	}
-	return &Publisher{js: js, conn: nc}, nil
+	return &Publisher{js: js, conn: nc, enc: cfg.Encoding}, nil
 }
 
 // DialConfig configures Dial.
@@ -226,7 +232,11 @@ func (p *Publisher) Publish(ctx context.Context, msgs []ferrytype.Message) []fer
 			res[i] = ferrytype.NotSent(fmt.Errorf("not sent: %w", err))
 			continue
 		}
-		m := natsMsg(&msgs[i])
+		m, err := natsMsg(&msgs[i], p.enc)
+		if err != nil {
+			res[i] = ferrytype.Rejected(fmt.Errorf("not sent: %w", err))
+			continue
+		}
 		f, err := p.js.PublishMsgAsync(m, jetstream.WithMsgID(msgs[i].ID))
 		if err != nil {
 			res[i] = classify(err, m.Subject)
@@ -258,7 +268,21 @@ func (p *Publisher) Publish(ctx context.Context, msgs []ferrytype.Message) []fer
 	return res
 }
 
-func natsMsg(m *ferrytype.Message) *nats.Msg {
+// natsMsg builds the message of m: with enc nil, the event's headers
+// overlaid with ferry's metadata headers and the payload; else the
+// headers and body enc writes.
+func natsMsg(m *ferrytype.Message, enc ferrybroker.Encoding) (*nats.Msg, error) {
+	if enc != nil {
+		e, err := enc.Encode(m, ferrybroker.ProtocolNATS)
+		if err != nil {
+			return nil, err
+		}
+		h := make(nats.Header, len(e.Headers))
+		for _, kv := range e.Headers {
+			h.Set(kv[0], kv[1])
+		}
+		return &nats.Msg{Subject: m.Route(), Data: e.Body, Header: h}, nil
+	}
 	h := make(nats.Header, len(m.Headers)+6)
 	for k, v := range m.Headers {
 		h.Set(k, v)
@@ -266,7 +290,7 @@ func natsMsg(m *ferrytype.Message) *nats.Msg {
 	for _, kv := range ferrybroker.MetadataHeaders(m) {
 		h.Set(kv[0], kv[1])
 	}
-	return &nats.Msg{Subject: m.Route(), Data: m.Payload, Header: h}
+	return &nats.Msg{Subject: m.Route(), Data: m.Payload, Header: h}, nil
 }
 
 // classify maps the publish error of a message to subject to an outcome.
