@@ -180,6 +180,30 @@ func TestDecodingReadsDebeziumsCloudEvents(t *testing.T) {
 	require.JSONEq(t, `{"before": null, "after": {"id": 1005, "first_name": "Anne"}}`, string(d.Payload))
 }
 
+// The Go SDK's NATS bindings write structured mode as the body alone, with
+// no content type; on RabbitMQ and without a specversion member, such a
+// body is ferry's form.
+func TestDecodingReadsAStructuredCloudEventWithoutContentType(t *testing.T) {
+	body := `{"specversion":"1.0","id":"e-1","source":"/s","type":"t","subject":"a-1","data":{"n":1}}`
+	d := &ferrybroker.Delivery{Payload: []byte(body), Headers: map[string]string{}}
+	_, err := ferrycloudevents.Decoding{}.Decode(d, "", ferrybroker.ProtocolNATS)
+	require.NoError(t, err)
+	require.Equal(t, "e-1", d.MessageID)
+	require.Equal(t, "a-1", d.AggregateID)
+	require.JSONEq(t, `{"n":1}`, string(d.Payload))
+
+	d = &ferrybroker.Delivery{Payload: []byte(body), Headers: map[string]string{ferrybroker.HeaderEventID: "f-1"}}
+	_, err = ferrycloudevents.Decoding{}.Decode(d, "", ferrybroker.ProtocolAMQP)
+	require.NoError(t, err)
+	require.Equal(t, "f-1", d.MessageID, "RabbitMQ: read by ferry's headers")
+	require.Equal(t, body, string(d.Payload))
+
+	d = &ferrybroker.Delivery{Payload: []byte(`{"id":"x"}`), Headers: map[string]string{ferrybroker.HeaderEventID: "f-2"}}
+	_, err = ferrycloudevents.Decoding{}.Decode(d, "", ferrybroker.ProtocolNATS)
+	require.NoError(t, err)
+	require.Equal(t, "f-2", d.MessageID, "no specversion: ferry's form")
+}
+
 func TestDecodingRefusesAnInvalidCloudEvent(t *testing.T) {
 	cases := map[string]*ferrybroker.Delivery{
 		"no source": {Headers: map[string]string{"ce_specversion": "1.0", "ce_id": "1", "ce_type": "t"}, Payload: []byte(`{}`)},

@@ -124,8 +124,9 @@ func (m *message) binary(p ferrybroker.Protocol) bool {
 
 // structured reports whether the delivery holds a structured-mode
 // CloudEvent: its content type says so, or, on Kafka, where Kafka Connect
-// converters write no headers, a JSON object with a specversion member
-// has no content type.
+// converters write no headers, and on NATS, where the Go SDK's bindings
+// write structured mode with no header, a JSON object with a specversion
+// member has no content type.
 func (m *message) structured(p ferrybroker.Protocol) bool {
 	ct := m.contentType
 	if mt, _, err := mime.ParseMediaType(ct); err == nil {
@@ -135,7 +136,7 @@ func (m *message) structured(p ferrybroker.Protocol) bool {
 		m.format = f
 		return true
 	}
-	if p == ferrybroker.ProtocolKafka && ct == "" && bytes.HasPrefix(bytes.TrimSpace(m.d.Payload), []byte("{")) {
+	if (p == ferrybroker.ProtocolKafka || p == ferrybroker.ProtocolNATS) && ct == "" && bytes.HasPrefix(bytes.TrimSpace(m.d.Payload), []byte("{")) {
 		var probe struct {
 			SpecVersion *string `json:"specversion"`
 		}

@@ -38,14 +38,14 @@
 //
 // Decoding is a consumer's ferrybroker.Decoding
 // (ferrybroker.ConsumerOptions.Decoding). It reads binary mode (either
-// AMQP prefix), structured mode (by content type, and on Kafka a JSON body
-// with a specversion member and no content type, as Debezium's
-// CloudEventsConverter writes), and ferry's own headers otherwise, so a
-// consumer reads its queue through a change of format. It sets the
-// Delivery's MessageID to the CloudEvent's id, Type to its type,
-// AggregateID to its subject, AggregateType and Sequence from ferry's
-// extensions, Payload to its data, and adds its other attributes and
-// extensions to Headers under their CloudEvents names ("source", "time",
-// "traceparent", ...). A CloudEvent that is not valid (a missing id,
+// AMQP prefix), structured mode (by content type, and on Kafka and NATS a
+// JSON body with a specversion member and no content type, as Debezium's
+// CloudEventsConverter and the Go SDK's NATS bindings write), and ferry's
+// own headers otherwise, so a consumer reads its queue through a change of
+// format. It sets the Delivery's MessageID to the CloudEvent's id, Type to
+// its type, AggregateID to its subject, AggregateType and Sequence from
+// ferry's extensions, Payload to its data, and adds its other attributes
+// and extensions to Headers under their CloudEvents names ("source",
+// "time", "traceparent", ...). A CloudEvent that is not valid (a missing id,
 // source or type, a malformed time) is parked as malformed.
 package ferrycloudevents

@@ -3,6 +3,7 @@ module github.com/ferrydev/ferry/integration
 go 1.26.0
 
 require (
+	github.com/Azure/go-amqp v0.17.0
 	github.com/IBM/sarama v1.62.0
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/ThreeDotsLabs/watermill-amqp/v3 v3.0.2
@@ -10,10 +11,15 @@ require (
 	github.com/ThreeDotsLabs/watermill-redisstream v1.4.5
 	github.com/chromedp/cdproto v0.160.3
 	github.com/chromedp/chromedp v0.23.1
+	github.com/cloudevents/sdk-go/protocol/amqp/v2 v2.15.2
+	github.com/cloudevents/sdk-go/protocol/kafka_sarama/v2 v2.16.2
+	github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2 v2.16.2
+	github.com/cloudevents/sdk-go/v2 v2.16.2
 	github.com/ferrydev/ferry v0.1.0
 	github.com/ferrydev/ferry/ferrybroker/ferryamqp v0.1.0
 	github.com/ferrydev/ferry/ferrybroker/ferrykafka v0.1.0
 	github.com/ferrydev/ferry/ferrybroker/ferrynats v0.1.0
+	github.com/ferrydev/ferry/ferrycloudevents v0.1.0
 	github.com/ferrydev/ferry/ferryconsole v0.1.0
 	github.com/ferrydev/ferry/ferrylog/ferrybinlog v0.1.0
 	github.com/ferrydev/ferry/ferrylog/ferrypgoutput v0.1.0
@@ -78,10 +84,13 @@ require (
 	github.com/jcmturner/gofork v1.7.6 // indirect
 	github.com/jcmturner/gokrb5/v8 v8.4.4 // indirect
 	github.com/jcmturner/rpc/v2 v2.0.3 // indirect
+	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
+	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
+	github.com/modern-go/reflect2 v1.0.2 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/nats-io/jwt/v2 v2.8.3 // indirect
 	github.com/nats-io/nkeys v0.4.17 // indirect

@@ -61,6 +61,20 @@ if up 127.0.0.1 5672 && ! up 127.0.0.1 15672 && command -v rabbitmq-plugins >/de
     echo "services: RabbitMQ's management plugin did not start; the chaos suite uses rabbitmqctl" >&2
   fi
 fi
+# The CloudEvents tests (integration/cloudevents) speak AMQP 1.0, as the
+# CloudEvents Go SDK does, which RabbitMQ 3.x serves on its AMQP port
+# through the rabbitmq_amqp1_0 plugin: enabled on the running server, never
+# restarted for it, when it is not enabled already.
+if up 127.0.0.1 5672 && command -v rabbitmq-plugins >/dev/null 2>&1; then
+  if rabbitmq-plugins list -q -e -m '^rabbitmq_amqp1_0$' 2>/dev/null | grep -qx rabbitmq_amqp1_0; then
+    echo "services: RabbitMQ's AMQP 1.0 plugin is enabled"
+  elif rabbitmq-plugins enable rabbitmq_amqp1_0 >/dev/null 2>&1; then
+    echo "services: enabled RabbitMQ's AMQP 1.0 plugin"
+  else
+    echo "services: RabbitMQ's AMQP 1.0 plugin did not start; the CloudEvents tests on RabbitMQ skip" >&2
+    rc=1
+  fi
+fi
 
 # A RabbitMQ node of the tests' own, for the tests that stop RabbitMQ's
 # application or set a memory alarm on it (ferryamqptest.DisruptRabbitMQ):

@@ -1016,16 +1016,25 @@ func (c *Consumer) mark(p *part, rec *kgo.Record, d *ferrybroker.Delivery, s fer
 // decode decodes d, read from rec by delivery, with the consumer's
 // Decoding when it has one, and checks it: a tombstone, a record the
 // Decoding cannot read or whose payload does not hold to its content type
-// (the Content-Type header with ferry's form) is malformed.
+// (the Content-Type header with ferry's form) is malformed. The aggregate
+// the record itself names (its key, Debezium's outbox.event. topic) stays
+// the delivery's where the Decoding finds none, as without a Decoding.
 func (c *Consumer) decode(rec *kgo.Record, d *ferrybroker.Delivery) error {
 	if rec.Value == nil {
 		return fmt.Errorf("%w: tombstone (a record with no value, key %q)", ferrybroker.ErrMalformed, rec.Key)
 	}
 	ct := d.Headers["Content-Type"]
 	if c.cfg.Decoding != nil {
+		aggType, aggID := d.AggregateType, d.AggregateID
 		var err error
 		if ct, err = ferrybroker.Decode(c.cfg.Decoding, d, headerFold(d.Headers, "content-type"), ferrybroker.ProtocolKafka); err != nil {
 			return err
+		}
+		if d.AggregateType == "" {
+			d.AggregateType = aggType
+		}
+		if d.AggregateID == "" {
+			d.AggregateID = aggID
 		}
 	}
 	return ferrybroker.CheckDelivery(ct, d, c.cfg.Validate)
