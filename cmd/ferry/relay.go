@@ -53,6 +53,7 @@ type relayFlags struct {
 	topicFrom       string
 	topicPrefix     string
 	messageFormat   string
+	formatFor       []string
 	ceSource        string
 	partitions      int
 	replication     int
@@ -208,6 +209,9 @@ See docs/log-relay.md.`,
 	envString(fl, &f.topicPrefix, "topic-prefix", "FERRY_KAFKA_TOPIC_PREFIX", "", "put before every derived Kafka topic (never before a destination)")
 	envString(fl, &f.messageFormat, "message-format", "FERRY_MESSAGE_FORMAT", "ferry",
 		"how events travel: ferry (ferry's headers), cloudevents (CloudEvents, binary content mode) or cloudevents-structured (a JSON envelope)")
+	fl.StringSliceVar(&f.formatFor, "message-format-for", nil,
+		"DESTINATION=FORMAT: the --message-format of one destination (routing key, subject or topic), e.g. orders.paid=ferry (repeatable)")
+	bindEnv(fl, "message-format-for", "FERRY_MESSAGE_FORMAT_FOR")
 	envString(fl, &f.ceSource, "cloudevents-source", "FERRY_CLOUDEVENTS_SOURCE", "",
 		"the CloudEvents source of every event, a URI-reference naming the service or the table (required with --message-format cloudevents)")
 	fl.IntVar(&f.partitions, "partitions", -1, "partitions of a declared Kafka topic (-1: the brokers' num.partitions)")
@@ -578,35 +582,66 @@ func brokerConfig(f *relayFlags, log *slog.Logger) (*open.BrokerConfig, error) {
 	return &open.BrokerConfig{NATS: open.NATSConfig{Stream: f.stream, Subjects: subjects, Declare: f.declare, Encoding: enc}}, nil
 }
 
-// messageEncoding is the publisher's Encoding that --message-format and
-// --cloudevents-source name: nil for ferry's own form.
+// messageEncoding is the publisher's Encoding that --message-format,
+// --message-format-for and --cloudevents-source name: nil for ferry's own
+// form everywhere.
 func messageEncoding(f *relayFlags, system string) (ferrybroker.Encoding, error) {
-	var mode ferrycloudevents.Mode
-	switch f.messageFormat {
-	case "ferry", "":
+	mode, err := formatMode("--message-format", f.messageFormat)
+	if err != nil {
+		return nil, err
+	}
+	dests := map[string]ferrycloudevents.Mode{}
+	cloud := mode != ferrycloudevents.Ferry
+	for _, kv := range f.formatFor {
+		dest, format, ok := strings.Cut(kv, "=")
+		if dest = strings.TrimSpace(dest); !ok || dest == "" {
+			return nil, usageError{fmt.Errorf("--message-format-for %q: want DESTINATION=FORMAT, e.g. orders.paid=cloudevents", kv)}
+		}
+		m, err := formatMode("--message-format-for "+dest, strings.TrimSpace(format))
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := dests[dest]; dup {
+			return nil, usageError{fmt.Errorf("--message-format-for names %s twice", dest)}
+		}
+		dests[dest] = m
+		cloud = cloud || m != ferrycloudevents.Ferry
+	}
+	if !cloud {
 		if f.ceSource != "" {
 			return nil, usageError{errors.New("--cloudevents-source applies to --message-format cloudevents or cloudevents-structured")}
 		}
 		return nil, nil
-	case "cloudevents":
-		mode = ferrycloudevents.Binary
-	case "cloudevents-structured":
-		mode = ferrycloudevents.Structured
-	default:
-		return nil, usageError{fmt.Errorf("--message-format %q: want ferry, cloudevents or cloudevents-structured", f.messageFormat)}
+	}
+	what := "--message-format " + f.messageFormat
+	if mode == ferrycloudevents.Ferry {
+		what = "--message-format-for"
 	}
 	if system == "redis" {
-		return nil, usageError{errors.New("--message-format " + f.messageFormat + " applies to RabbitMQ, NATS and Kafka, not Redis")}
+		return nil, usageError{errors.New(what + " applies to RabbitMQ, NATS and Kafka, not Redis")}
 	}
 	if f.ceSource == "" {
-		return nil, usageError{errors.New("--message-format " + f.messageFormat +
+		return nil, usageError{errors.New(what +
 			" needs --cloudevents-source: a URI-reference naming the service or the table, such as /orders-service")}
 	}
-	enc, err := ferrycloudevents.NewEncoding(ferrycloudevents.Config{Source: f.ceSource, Mode: mode})
+	enc, err := ferrycloudevents.NewEncoding(ferrycloudevents.Config{Source: f.ceSource, Mode: mode, Destinations: dests})
 	if err != nil {
 		return nil, usageError{err}
 	}
 	return enc, nil
+}
+
+// formatMode reads a --message-format value.
+func formatMode(flag, v string) (ferrycloudevents.Mode, error) {
+	switch v {
+	case "ferry", "":
+		return ferrycloudevents.Ferry, nil
+	case "cloudevents":
+		return ferrycloudevents.Binary, nil
+	case "cloudevents-structured":
+		return ferrycloudevents.Structured, nil
+	}
+	return "", usageError{fmt.Errorf("%s %q: want ferry, cloudevents or cloudevents-structured", flag, v)}
 }
 
 // commaList splits a comma-separated flag value, dropping empty items.

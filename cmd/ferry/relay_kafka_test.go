@@ -121,10 +121,21 @@ func TestRelayCLIToKafka(t *testing.T) {
 
 	t.Run("CloudEvents", func(t *testing.T) {
 		k := setupKafkaRelay(t)
-		topic := testsvc.KafkaTopic(t, k.seeds, 1)
+		topic, plain := testsvc.KafkaTopic(t, k.seeds, 1), testsvc.KafkaTopic(t, k.seeds, 1)
 		ids := k.enqueue(t, orderPaid("a", topic), orderPaid("b", topic))
-		code, out, errOut := k.relay(t, "--topics", topic, "--message-format", "cloudevents", "--cloudevents-source", "/orders-service")
+		plainID := k.enqueue(t, orderPaid("c", plain))
+		code, out, errOut := k.relay(t, "--topics", topic+","+plain, "--message-format", "cloudevents",
+			"--cloudevents-source", "/orders-service", "--message-format-for", plain+"=ferry")
 		require.Equal(t, exitOK, code, "%s\n%s", out, errOut)
+		rec := testsvc.ReadKafka(t, k.seeds, plain, 1, time.Minute)[0]
+		var ferryID string
+		for _, h := range rec.Headers {
+			require.False(t, strings.HasPrefix(h.Key, "ce_"), "--message-format-for %s=ferry: %s", plain, h.Key)
+			if h.Key == ferrybroker.HeaderEventID {
+				ferryID = string(h.Value)
+			}
+		}
+		require.Equal(t, plainID[0], ferryID)
 		recs := testsvc.ReadKafka(t, k.seeds, topic, 2, time.Minute)
 		var got []string
 		for _, r := range recs {
@@ -179,6 +190,9 @@ func TestRelayCLIKafkaUsageErrors(t *testing.T) {
 		{"CloudEventsWithoutSource", []string{"--broker-url", natsURL, "--message-format", "cloudevents"}, "needs --cloudevents-source"},
 		{"SourceWithoutCloudEvents", []string{"--broker-url", amqpURL, "--cloudevents-source", "/o"}, "--cloudevents-source applies to --message-format cloudevents"},
 		{"BadSource", []string{"--broker-url", kafkaURL, "--message-format", "cloudevents-structured", "--cloudevents-source", "%zz"}, "is not a URI-reference"},
+		{"BadFormatFor", []string{"--broker-url", kafkaURL, "--message-format-for", "orders=avro"}, `--message-format-for orders "avro"`},
+		{"FormatForWithoutEquals", []string{"--broker-url", kafkaURL, "--message-format-for", "orders"}, "want DESTINATION=FORMAT"},
+		{"FormatForNeedsSource", []string{"--broker-url", kafkaURL, "--message-format-for", "orders=cloudevents"}, "--message-format-for needs --cloudevents-source"},
 		{"CloudEventsWithRedis", []string{"--broker-url", "redis://127.0.0.1:1", "--message-format", "cloudevents", "--cloudevents-source", "/o"}, "not Redis"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
