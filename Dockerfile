@@ -5,8 +5,8 @@
 #   docker run --rm ferry:dev version
 #   docker run --rm -e FERRY_DATABASE_URL=... -e FERRY_BROKER_URL=... -p 9090:9090 ferry:dev relay --http-addr :9090
 #
-# GO_IMAGE and BASE_IMAGE name the builder and the base; deploy/docker.md
-# says how CI builds this file without a registry.
+# GO_IMAGE and BASE_IMAGE name the builder and the base; docs/deploy.md
+# ("The image") says how CI builds this file without a registry.
 ARG GO_IMAGE=golang:1.26
 ARG BASE_IMAGE=gcr.io/distroless/static-debian12:nonroot
 

@@ -109,7 +109,8 @@ func TestRelayManifests(t *testing.T) {
 		"the kill comes after the relay finished its batches")
 }
 
-// The console runs as one non-root, read-only container with resources.
+// The console runs as one non-root, read-only container with resources,
+// probed on its unauthenticated /healthz.
 func TestConsoleManifests(t *testing.T) {
 	t.Parallel()
 	dep := loadManifests(t, "kubernetes/console.yaml")["Deployment"]
@@ -117,8 +118,10 @@ func TestConsoleManifests(t *testing.T) {
 	require.True(t, pod.Spec.SecurityContext.RunAsNonRoot)
 	c := pod.Spec.Containers[0]
 	require.Equal(t, "console", c.Args[0])
-	require.NotNil(t, c.LivenessProbe)
-	require.NotNil(t, c.ReadinessProbe)
+	require.NotNil(t, c.LivenessProbe.HTTPGet)
+	require.Equal(t, "/healthz", c.LivenessProbe.HTTPGet.Path)
+	require.NotNil(t, c.ReadinessProbe.HTTPGet)
+	require.Equal(t, "/healthz", c.ReadinessProbe.HTTPGet.Path)
 	require.NotEmpty(t, c.Resources.Limits["memory"])
 	require.True(t, c.SecurityContext.ReadOnlyRootFilesystem)
 }

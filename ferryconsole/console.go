@@ -275,6 +275,9 @@ func (h *console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("Referrer-Policy", "no-referrer")
 	hd.Set("Cache-Control", "no-store")
+	if health(w, r) { // GET /healthz, unauthenticated: health.go
+		return
+	}
 	if r.URL.Path == "" {
 		// Mounted with http.StripPrefix("/console", ...) and asked for
 		// "/console": the relative links need the trailing slash.

@@ -43,7 +43,9 @@
 // # Security
 //
 // The console serves nothing until a handler is built and mounted. Every
-// request is authenticated by Config.Authenticate (BasicAuth and
+// request but GET or HEAD of HealthPath (200 "ok", no store read, for a
+// load balancer's or Kubernetes' probes) is authenticated by
+// Config.Authenticate (BasicAuth and
 // BearerToken compare in constant time); New refuses a Config without it
 // unless Config.Insecure is set. Every request that changes something is a
 // POST refused when it comes from another origin
