@@ -2,9 +2,7 @@ package ferryadmin_test
 
 import (
 	"context"
-	"database/sql"
 	"database/sql/driver"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +11,6 @@ import (
 
 	"github.com/ferrydev/ferry/ferryadmin"
 	"github.com/ferrydev/ferry/ferrystore"
-	"github.com/ferrydev/ferry/ferrystore/ferrypg"
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
@@ -60,25 +57,11 @@ func TestBulkActionLeavesTheCountsIndexOnly(t *testing.T) {
 }
 
 // setupOwnDatabase is setup for PostgreSQL in a database made for the
-// test, dropped when it ends.
+// test (testsvc.StoreOwnDatabase).
 func setupOwnDatabase(t *testing.T) *bundle {
 	t.Helper()
-	admin := testsvc.PostgresSQL(t)
-	ctx := testsvc.Context(t, 2*time.Minute)
-	name := testsvc.Name("ferry_tidy_")
-	_, err := admin.ExecContext(ctx, "CREATE DATABASE "+name)
-	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = admin.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)") })
-	u, err := url.Parse(testsvc.URL(testsvc.EnvPostgres))
-	require.NoError(t, err)
-	u.Path = "/" + name
-	db, err := sql.Open("pgx", u.String())
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	drv, err := ferrypg.NewStdlib(db, &ferrypg.Config{Table: testsvc.Name("ft_")})
-	require.NoError(t, err)
-	testsvc.Migrated(t, drv, func(q string) error { _, err := db.Exec(q); return err })
-	return &bundle{ctx: ctx, kind: "postgres", st: testsvc.SQLStore{Kind: "postgres", DB: db, Driver: drv}, admin: drv}
+	st, _ := testsvc.StoreOwnDatabase(t, "postgres")
+	return &bundle{ctx: testsvc.Context(t, 2*time.Minute), kind: "postgres", st: st, admin: st.Driver}
 }
 
 // heldTidy records the calls of AfterBulk and does nothing.

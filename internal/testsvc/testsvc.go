@@ -15,6 +15,7 @@ package testsvc
 import (
 	"context"
 	"database/sql"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -239,6 +240,49 @@ func Store(t testing.TB, kind string) SQLStore {
 	}
 	Migrated(t, drv, func(stmt string) error { _, err := db.Exec(stmt); return err })
 	return SQLStore{Kind: kind, DB: db, Driver: drv}
+}
+
+// StoreOwnDatabase is Store, on PostgreSQL in a database made for the
+// test (dropped when it ends), and returns the URL of the store's database.
+// A test whose verdict rests on what a vacuum marks all-visible (an
+// index-only scan, a plan that prefers one) needs it: an open transaction
+// or an ANALYZE of another test in the shared database holds back the
+// vacuum's horizon, but those of other databases do not. Other kinds get
+// Store and their shared database's URL.
+func StoreOwnDatabase(t testing.TB, kind string) (SQLStore, string) {
+	t.Helper()
+	if kind != "postgres" {
+		env := map[string]string{"mysql": EnvMySQL, "sqlite": ""}[kind]
+		st := Store(t, kind)
+		if env == "" {
+			return st, ""
+		}
+		return st, URL(env)
+	}
+	admin := PostgresSQL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	name := Name("ferry_own_")
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)") })
+	u, err := url.Parse(URL(EnvPostgres))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	db, err := sql.Open("pgx", u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	drv, err := ferrypg.NewStdlib(db, &ferrypg.Config{Table: Name("ft_")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	Migrated(t, drv, func(stmt string) error { _, err := db.Exec(stmt); return err })
+	return SQLStore{Kind: kind, DB: db, Driver: drv}, u.String()
 }
 
 var (
