@@ -49,7 +49,7 @@ func TestUnknownFlagsAndCommandsSuggest(t *testing.T) {
 		{[]string{"relay", "--broker-ur", "x"}, "ferry: unknown flag --broker-ur for ferry relay; did you mean --broker-url?\n"},
 		{[]string{"status", "--databse-url", "x"}, "ferry: unknown flag --databse-url for ferry status; did you mean --database-url?\n"},
 		{[]string{"dead", "retry", "--dryrun"}, "ferry: unknown flag --dryrun for ferry dead retry; did you mean --dry-run?\n"},
-		{[]string{"status", "--broker-url", "x"}, "ferry: unknown flag --broker-url for ferry status: it is a flag of ferry bench, " +
+		{[]string{"status", "--broker-url", "x"}, "ferry: unknown flag --broker-url for ferry status: it is a flag of ferry bench, ferry doctor, " +
 			"ferry parked (and its commands), ferry relay\n"},
 		{[]string{"status", "--zzz"}, "ferry: unknown flag --zzz for ferry status (ferry status --help lists its flags)\n"},
 		{[]string{"stauts"}, "ferry: unknown command \"stauts\" for \"ferry\"; did you mean status?\n"},

@@ -199,7 +199,7 @@ Exit codes:
 	envString(pf, &g.logLevel, "log-level", "FERRY_LOG_LEVEL", "info", "log level: debug, info, warn, error")
 	envString(pf, &g.logFormat, "log-format", "FERRY_LOG_FORMAT", "text", "log format: text or json")
 	root.AddCommand(newMigrate(g), newRelay(g), newStatus(g), newDead(g), newReconcile(g), newPurge(g), newConflicts(g), newParked(g),
-		newConsole(g), newBench(g), newDemo(), newVersion())
+		newConsole(g), newBench(g), newDoctor(g), newDemo(), newVersion())
 	finish(root)
 	return root
 }

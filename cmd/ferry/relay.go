@@ -26,54 +26,56 @@ import (
 )
 
 type relayFlags struct {
-	brokerURL       string
-	batchSize       int
-	lanes           int
-	tableLanes      int
-	ordered         bool
-	pollInterval    time.Duration
-	minPollInterval time.Duration
-	lease           time.Duration
-	publishTimeout  time.Duration
-	maxAttempts     int
-	retryInitial    time.Duration
-	retryMax        time.Duration
-	retention       time.Duration
-	sweepInterval   time.Duration
-	stream          string
-	subjects        string
-	declare         bool
-	exchange        string
-	exchangeType    string
-	queue           string
-	queueType       string
-	routingKeys     []string
-	confirmWindow   int
-	topics          string
-	topicFrom       string
-	topicPrefix     string
-	messageFormat   string
-	formatFor       []string
-	ceSource        string
-	partitions      int
-	replication     int
-	drain           bool
-	drainTimeout    time.Duration
-	drainProgress   time.Duration
-	shutdownTimeout time.Duration
-	statsInterval   time.Duration
-	httpAddr        string
-	metricsInterval time.Duration
-	metricsDests    int
-	readyTimeout    time.Duration
-	connectTimeout  time.Duration
-	heartbeat       time.Duration
-	relayID         string
-	source          string
-	logSlot         string
-	logPublication  string
-	logLease        time.Duration
-	logPollInterval time.Duration
+	brokerURL         string
+	batchSize         int
+	lanes             int
+	tableLanes        int
+	ordered           bool
+	pollInterval      time.Duration
+	minPollInterval   time.Duration
+	lease             time.Duration
+	publishTimeout    time.Duration
+	maxAttempts       int
+	retryInitial      time.Duration
+	retryMax          time.Duration
+	retention         time.Duration
+	sweepInterval     time.Duration
+	stream            string
+	subjects          string
+	declare           bool
+	exchange          string
+	exchangeType      string
+	queue             string
+	queueType         string
+	routingKeys       []string
+	confirmWindow     int
+	topics            string
+	topicFrom         string
+	topicPrefix       string
+	messageFormat     string
+	managementURL     string
+	requireDurability string
+	formatFor         []string
+	ceSource          string
+	partitions        int
+	replication       int
+	drain             bool
+	drainTimeout      time.Duration
+	drainProgress     time.Duration
+	shutdownTimeout   time.Duration
+	statsInterval     time.Duration
+	httpAddr          string
+	metricsInterval   time.Duration
+	metricsDests      int
+	readyTimeout      time.Duration
+	connectTimeout    time.Duration
+	heartbeat         time.Duration
+	relayID           string
+	source            string
+	logSlot           string
+	logPublication    string
+	logLease          time.Duration
+	logPollInterval   time.Duration
 }
 
 func newRelay(g *globals) *cobra.Command {
@@ -203,6 +205,8 @@ See docs/log-relay.md.`,
 	bindEnv(fl, "routing-key", "FERRY_AMQP_ROUTING_KEYS")
 	fl.IntVar(&f.confirmWindow, "confirm-window", 1000, "RabbitMQ publishes awaiting their confirms, per channel")
 	bindEnv(fl, "confirm-window", "FERRY_AMQP_CONFIRM_WINDOW")
+	envString(fl, &f.managementURL, "management-url", "FERRY_AMQP_MANAGEMENT_URL", "",
+		"RabbitMQ's management API, http://user:pass@host:15672 (https:// for TLS): what --queue's type makes a confirm worth (ferry doctor)")
 	envString(fl, &f.topics, "topics", "FERRY_KAFKA_TOPICS", "", "comma-separated Kafka topics to verify (or declare) at start")
 	envString(fl, &f.topicFrom, "topic-from", "FERRY_KAFKA_TOPIC_FROM", string(ferrykafka.TopicFromEventType),
 		"Kafka topic of an event without a destination: event-type or aggregate-type")
@@ -218,6 +222,8 @@ See docs/log-relay.md.`,
 	bindEnv(fl, "partitions", "FERRY_KAFKA_PARTITIONS")
 	fl.IntVar(&f.replication, "replication-factor", -1, "replicas of a declared Kafka topic (-1: the brokers' default.replication.factor)")
 	bindEnv(fl, "replication-factor", "FERRY_KAFKA_REPLICATION_FACTOR")
+	envString(fl, &f.requireDurability, "require-durability", "FERRY_REQUIRE_DURABILITY", "",
+		"exit 2 at start when a destination's confirm is below this level: replicated, single, volatile (default: a warning, see ferry doctor)")
 	fl.BoolVar(&f.drain, "drain", false, "exit once no event is NEW or SENDING (exit code 3 if --drain-timeout passes first, 6 if events went DEAD, 7 if the table is missing or behind)")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 5*time.Minute, "longest a --drain run waits")
 	fl.DurationVar(&f.drainProgress, "progress-interval", defaultProgressInterval,
@@ -336,6 +342,10 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 	if err != nil {
 		return err
 	}
+	durability, err := requiredDurability(f.requireDurability)
+	if err != nil {
+		return err
+	}
 	rc := &ferry.RelayConfig{
 		BatchSize: f.batchSize, Lanes: f.lanes, TableLanes: f.tableLanes, Ordered: f.ordered, PollInterval: f.pollInterval,
 		MinPollInterval: f.minPollInterval,
@@ -394,6 +404,9 @@ func runRelay(cmd *cobra.Command, g *globals, f *relayFlags) error {
 		return stoppedOr(ctx, f.drain, err)
 	}
 	defer pub.Close()
+	if err := checkDurability(ctx, pub, durability, log); err != nil {
+		return err
+	}
 	var hooks []ferry.Hook
 	tracing, stopTracing, err := setupTracing(ctx, open.BrokerSystem(f.brokerURL), log)
 	if err != nil {
@@ -545,6 +558,7 @@ func brokerConfig(f *relayFlags, log *slog.Logger) (*open.BrokerConfig, error) {
 		{"--exchange", "rabbitmq", "RabbitMQ (amqp:// broker URLs)", f.exchange != ""},
 		{"--queue", "rabbitmq", "RabbitMQ (amqp:// broker URLs)", f.queue != ""},
 		{"--routing-key", "rabbitmq", "RabbitMQ (amqp:// broker URLs)", len(f.routingKeys) > 0},
+		{"--management-url", "rabbitmq", "RabbitMQ (amqp:// broker URLs)", f.managementURL != ""},
 		{"--topics", "kafka", "Kafka (kafka:// broker URLs)", len(topics) > 0},
 		{"--topic-from", "kafka", "Kafka (kafka:// broker URLs)", f.topicFrom != string(ferrykafka.TopicFromEventType)},
 		{"--topic-prefix", "kafka", "Kafka (kafka:// broker URLs)", f.topicPrefix != ""},
@@ -661,7 +675,7 @@ func amqpConfig(f *relayFlags, log *slog.Logger) (*open.BrokerConfig, error) {
 		return nil, usageError{errors.New("--confirm-window must be positive")}
 	}
 	cfg := open.AMQPConfig{Exchange: f.exchange, ExchangeKind: f.exchangeType, Declare: f.declare,
-		Window: f.confirmWindow, Logger: log}
+		Window: f.confirmWindow, ManagementURL: f.managementURL, Logger: log}
 	if f.queue == "" {
 		if len(f.routingKeys) > 0 {
 			return nil, usageError{errors.New("--routing-key needs --queue")}

@@ -55,8 +55,19 @@ type Config struct {
 	// nil: ferry's form. message_id, type, timestamp and app_id stay set
 	// either way.
 	Encoding ferrybroker.Encoding
-	// Connection configures the connection Dial opens; New ignores it.
+	// Connection configures the connection Dial opens; New ignores it
+	// (but for its TLS, which ManagementURL uses).
 	Connection ConnectionConfig
+	// ManagementURL is the URL of RabbitMQ's management API
+	// (http://user:password@host:15672; https:// for TLS, verified with
+	// Connection.TLS's roots, default the system's). It is used by
+	// Durability only, which reads there the type of each queue of
+	// Topology.Queues (AMQP 0-9-1 cannot tell a queue's type), in the
+	// publisher's virtual host (the broker URL's; for New, the
+	// connection's); a path after the port is kept as the API's prefix. The user needs the management or monitoring tag
+	// and access to that virtual host. Default empty: queue types are
+	// reported unknown. Errors and logs never contain its password.
+	ManagementURL string
 	// Logger receives the publisher's logs. Default: slog.Default().
 	Logger *slog.Logger
 
@@ -151,6 +162,11 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if err := out.Topology.validate(out.Exchange); err != nil {
 		return out, err
+	}
+	if out.ManagementURL != "" {
+		if _, err := parseManagementURL(out.ManagementURL); err != nil {
+			return out, err
+		}
 	}
 	return out, nil
 }

@@ -26,6 +26,7 @@ type Publisher struct {
 	link      *link[*pubSession]
 	published atomic.Int64
 	addr      string // the broker's address without credentials: String
+	vhost     string // the broker's virtual host: Durability
 }
 
 var (
@@ -48,6 +49,9 @@ func New(ctx context.Context, conn *amqp.Connection, cfg *Config) (*Publisher, e
 		return nil, fmt.Errorf("ferryamqp.New: %w", err)
 	}
 	p.addr = connAddress(conn)
+	if p.vhost = conn.Config.Vhost; p.vhost == "" {
+		p.vhost = "/"
+	}
 	if err := p.link.start(ctx, conn, nil); err != nil {
 		return nil, err
 	}
@@ -71,10 +75,12 @@ func Dial(ctx context.Context, url string, cfg *Config) (*Publisher, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := amqp.ParseURI(url); err != nil {
+	uri, err := amqp.ParseURI(url)
+	if err != nil {
 		return nil, fmt.Errorf("%w: broker URL %s: %s", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(url), ferrytype.RedactURL(err.Error()))
 	}
 	p.addr = ferrytype.RedactURL(url)
+	p.vhost = uri.Vhost
 	if err := p.link.start(ctx, nil, dialer(url, p.cfg.Connection)); err != nil {
 		return nil, err
 	}

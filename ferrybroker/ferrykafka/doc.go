@@ -252,6 +252,7 @@
 // kfake, franz-go's in-process fake of a Kafka cluster speaking the real
 // protocol: they need no service. kfake cannot show
 // what replication does (a follower that lags, an unclean leader election,
-// min.insync.replicas), the timing of a real broker under load, or a
-// network that delays rather than drops.
+// min.insync.replicas enforced: kfake reports the setting, which
+// Publisher.Durability reads, but does not enforce it), the timing of a
+// real broker under load, or a network that delays rather than drops.
 package ferrykafka

@@ -62,18 +62,22 @@ type Config struct {
 	Encoding ferrybroker.Encoding
 }
 
-// Publisher publishes to JetStream. It implements ferrybroker.Publisher.
+// Publisher publishes to JetStream. It implements ferrybroker.Publisher,
+// and ferrybroker.DurabilityReader for the stream Config.Stream names.
 type Publisher struct {
 	js   jetstream.JetStream
 	conn *nats.Conn // the connection js publishes on
 	nc   *nats.Conn // set when the publisher owns the connection
 	enc  ferrybroker.Encoding
+	// stream is Config.Stream: the stream Durability reads, "" for none.
+	stream string
 }
 
 var (
-	_ ferrybroker.Publisher    = (*Publisher)(nil)
-	_ ferrybroker.Checker      = (*Publisher)(nil)
-	_ ferrybroker.Connectivity = (*Publisher)(nil)
+	_ ferrybroker.Publisher        = (*Publisher)(nil)
+	_ ferrybroker.Checker          = (*Publisher)(nil)
+	_ ferrybroker.Connectivity     = (*Publisher)(nil)
+	_ ferrybroker.DurabilityReader = (*Publisher)(nil)
 )
 
 // New returns a publisher on nc, declaring or verifying the stream as cfg
@@ -96,7 +100,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg *Config) (*Publisher, error) {
 	if err := setupStream(ctx, js, cfg); err != nil {
 		return nil, err
 	}
-	return &Publisher{js: js, conn: nc, enc: cfg.Encoding}, nil
+	return &Publisher{js: js, conn: nc, enc: cfg.Encoding, stream: cfg.Stream}, nil
 }
 
 // DialConfig configures Dial.
