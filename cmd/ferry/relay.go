@@ -54,6 +54,7 @@ type relayFlags struct {
 	topicPrefix       string
 	messageFormat     string
 	managementURL     string
+	streamReplicas    int
 	requireDurability string
 	formatFor         []string
 	ceSource          string
@@ -194,6 +195,8 @@ See docs/log-relay.md.`,
 	bindEnv(fl, "retention", "FERRY_RETENTION")
 	envString(fl, &f.stream, "stream", "FERRY_NATS_STREAM", "", "JetStream stream to verify (or declare)")
 	envString(fl, &f.subjects, "subjects", "FERRY_NATS_SUBJECTS", "", "comma-separated subjects of --stream")
+	fl.IntVar(&f.streamReplicas, "stream-replicas", 1, "replicas of a declared --stream, 1 to 5 (3 on a 3-node JetStream cluster: see ferry doctor)")
+	bindEnv(fl, "stream-replicas", "FERRY_NATS_STREAM_REPLICAS")
 	fl.BoolVar(&f.declare, "declare", false,
 		"declare the broker topology at start: --stream with --subjects (NATS); --exchange, --queue, --routing-key (RabbitMQ); --topics (Kafka)")
 	bindEnv(fl, "declare", "FERRY_DECLARE", "FERRY_NATS_DECLARE")
@@ -555,6 +558,7 @@ func brokerConfig(f *relayFlags, log *slog.Logger) (*open.BrokerConfig, error) {
 	}{
 		{"--stream", "nats", "NATS (nats:// broker URLs)", f.stream != ""},
 		{"--subjects", "nats", "NATS (nats:// broker URLs)", len(subjects) > 0},
+		{"--stream-replicas", "nats", "NATS (nats:// broker URLs)", f.streamReplicas != 1},
 		{"--exchange", "rabbitmq", "RabbitMQ (amqp:// broker URLs)", f.exchange != ""},
 		{"--queue", "rabbitmq", "RabbitMQ (amqp:// broker URLs)", f.queue != ""},
 		{"--routing-key", "rabbitmq", "RabbitMQ (amqp:// broker URLs)", len(f.routingKeys) > 0},
@@ -592,8 +596,13 @@ func brokerConfig(f *relayFlags, log *slog.Logger) (*open.BrokerConfig, error) {
 		return nil, usageError{errors.New("--declare with NATS needs --stream and --subjects: the stream to create or update")}
 	case f.declare && len(subjects) == 0:
 		return nil, usageError{fmt.Errorf("--declare with NATS needs --subjects: the subjects of stream %s", f.stream)}
+	case f.streamReplicas < 1 || f.streamReplicas > 5:
+		return nil, usageError{fmt.Errorf("--stream-replicas %d: want 1 to 5, JetStream's bounds", f.streamReplicas)}
+	case f.streamReplicas != 1 && !f.declare:
+		return nil, usageError{errors.New("--stream-replicas applies to a stream ferry declares (--declare)")}
 	}
-	return &open.BrokerConfig{NATS: open.NATSConfig{Stream: f.stream, Subjects: subjects, Declare: f.declare, Encoding: enc}}, nil
+	return &open.BrokerConfig{NATS: open.NATSConfig{Stream: f.stream, Subjects: subjects, Declare: f.declare,
+		Replicas: f.streamReplicas, Encoding: enc}}, nil
 }
 
 // messageEncoding is the publisher's Encoding that --message-format,

@@ -97,7 +97,7 @@ const (
 // weakFix is the Fix of a stream below replicated.
 func weakFix(stream string) string {
 	return fmt.Sprintf("declare the stream with 3 replicas on a 3-node JetStream cluster "+
-		"(--declare with Config.Replicas 3, or nats stream edit %s --replicas 3), file storage", stream)
+		"(ferry relay --declare --stream-replicas 3, Config.Replicas in Go, or nats stream edit %s --replicas 3), file storage", stream)
 }
 
 // streamDurability classifies the stream name of info (see
@@ -119,7 +119,7 @@ func streamDurability(name string, info *jetstream.StreamInfo) ferrybroker.Durab
 		d.Level = ferrybroker.DurabilityVolatile
 		d.Settings = base + ", memory storage (an acknowledged message is in memory only)"
 		d.Fix = fmt.Sprintf("recreate stream %s with file storage (a stream's storage cannot be edited) "+
-			"and 3 replicas on a 3-node JetStream cluster (--declare with Config.Replicas 3 declares it so)", name)
+			"and 3 replicas on a 3-node JetStream cluster (ferry relay --declare --stream-replicas 3 declares it so)", name)
 	case info.Config.Storage != jetstream.FileStorage:
 		d.Level = ferrybroker.DurabilityUnknown
 		d.Settings = fmt.Sprintf("%s, storage type %d (neither file nor memory)", base, int(info.Config.Storage))

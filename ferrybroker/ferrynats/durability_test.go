@@ -66,7 +66,7 @@ func TestDurabilityFileStreamOneReplicaIsSingle(t *testing.T) {
 		Level:       ferrybroker.DurabilitySingle,
 		Settings: "stream " + stream + ": 1 replica, file storage; fsync: the server's sync_interval, not reported to clients " +
 			"(default 2m: an acknowledged message may not be on disk yet, unless its jetstream block says sync_interval: always)",
-		Fix: "declare the stream with 3 replicas on a 3-node JetStream cluster (--declare with Config.Replicas 3, or nats stream edit " +
+		Fix: "declare the stream with 3 replicas on a 3-node JetStream cluster (ferry relay --declare --stream-replicas 3, Config.Replicas in Go, or nats stream edit " +
 			stream + " --replicas 3), file storage; and sync_interval: always in the server's jetstream block, for an acknowledged message to be fsynced",
 	}, d)
 }
@@ -100,7 +100,7 @@ func TestDurabilityMemoryStreamIsVolatile(t *testing.T) {
 		Level:       ferrybroker.DurabilityVolatile,
 		Settings:    "stream " + stream + ": 1 replica, memory storage (an acknowledged message is in memory only)",
 		Fix: "recreate stream " + stream + " with file storage (a stream's storage cannot be edited) and 3 replicas " +
-			"on a 3-node JetStream cluster (--declare with Config.Replicas 3 declares it so)",
+			"on a 3-node JetStream cluster (ferry relay --declare --stream-replicas 3 declares it so)",
 	}, durabilityRow(t, p))
 }
 

@@ -181,6 +181,13 @@ func checkJetStream(ctx context.Context, js jetstream.JetStream) error {
 	return nil
 }
 
+// refusedStreamConfig are the JetStream API errors with which a server
+// refuses a stream's configuration for good: replicas on a server that is
+// not clustered (10074), an invalid configuration (10052), subjects that
+// overlap another stream's (10065), a name in use with another
+// configuration (10058).
+var refusedStreamConfig = []jetstream.ErrorCode{10074, 10052, 10065, jetstream.JSErrCodeStreamNameInUse}
+
 func setupStream(ctx context.Context, js jetstream.JetStream, cfg *Config) error {
 	if cfg.Stream == "" {
 		if cfg.Declare {
@@ -200,6 +207,11 @@ func setupStream(ctx context.Context, js jetstream.JetStream, cfg *Config) error
 			Duplicates: cfg.DuplicateWindow,
 		}
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			var apiErr *jetstream.APIError
+			if errors.As(err, &apiErr) && slices.Contains(refusedStreamConfig, apiErr.ErrorCode) {
+				// No retry mends it: the server refuses the stream as asked.
+				return fmt.Errorf("%w: declare stream %s: %w", ferrytype.ErrInvalidConfig, cfg.Stream, err)
+			}
 			return fmt.Errorf("declare stream %s: %w", cfg.Stream, err)
 		}
 		return nil

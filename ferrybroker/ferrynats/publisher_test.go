@@ -43,6 +43,24 @@ func TestDeclareStream(t *testing.T) {
 	require.ErrorContains(t, err, `does not list subject "other.>"`)
 }
 
+// A stream the server refuses as asked is a configuration error, which no
+// retry mends: three replicas on a server that is not clustered, subjects
+// another stream holds.
+func TestDeclareRefusedIsInvalidConfig(t *testing.T) {
+	t.Parallel()
+	nc := ferrynatstest.NATS(t)
+	name := testenv.Name("DECL_")
+	_, err := ferrynats.New(testenv.Context(t, 10*time.Second), nc,
+		&ferrynats.Config{Stream: name, Subjects: []string{name + ".>"}, Declare: true, Replicas: 3})
+	require.ErrorIs(t, err, ferrytype.ErrInvalidConfig)
+	require.ErrorContains(t, err, "replicas > 1 not supported in non-clustered mode")
+
+	taken, prefix := ferrynatstest.JetStreamStream(t, nc)
+	_, err = ferrynats.New(testenv.Context(t, 10*time.Second), nc,
+		&ferrynats.Config{Stream: name, Subjects: []string{prefix + ".>"}, Declare: true})
+	require.ErrorIs(t, err, ferrytype.ErrInvalidConfig, "the subjects of %s", taken)
+}
+
 func TestDialRedactsPassword(t *testing.T) {
 	t.Parallel()
 	_, err := ferrynats.Dial(testenv.Context(t, 10*time.Second), "nats://user:s3cret@127.0.0.1:1", nil)
