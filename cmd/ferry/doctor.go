@@ -26,7 +26,7 @@ type doctorFlags struct {
 
 func newDoctor(g *globals) *cobra.Command {
 	f := &doctorFlags{relay: relayFlags{exchangeType: "topic", queueType: "quorum", confirmWindow: 1000,
-		topicFrom: string(ferrykafka.TopicFromEventType), partitions: -1, replication: -1, messageFormat: "ferry", streamReplicas: 1}}
+		topicFrom: string(ferrykafka.TopicFromEventType), partitions: -1, replication: -1, messageFormat: "ferry", streamReplicas: 1, minInsync: -1}}
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Say what the broker's confirm of each destination is worth",

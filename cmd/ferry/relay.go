@@ -55,6 +55,7 @@ type relayFlags struct {
 	messageFormat     string
 	managementURL     string
 	streamReplicas    int
+	minInsync         int
 	requireDurability string
 	formatFor         []string
 	ceSource          string
@@ -225,6 +226,9 @@ See docs/log-relay.md.`,
 	bindEnv(fl, "partitions", "FERRY_KAFKA_PARTITIONS")
 	fl.IntVar(&f.replication, "replication-factor", -1, "replicas of a declared Kafka topic (-1: the brokers' default.replication.factor)")
 	bindEnv(fl, "replication-factor", "FERRY_KAFKA_REPLICATION_FACTOR")
+	fl.IntVar(&f.minInsync, "min-insync-replicas", -1,
+		"min.insync.replicas of a declared Kafka topic (-1: the brokers' default, usually 1; 2 with --replication-factor 3: see ferry doctor)")
+	bindEnv(fl, "min-insync-replicas", "FERRY_KAFKA_MIN_INSYNC_REPLICAS")
 	envString(fl, &f.requireDurability, "require-durability", "FERRY_REQUIRE_DURABILITY", "",
 		"exit 2 at start when a destination's confirm is below this level: replicated, single, volatile (default: a warning, see ferry doctor)")
 	fl.BoolVar(&f.drain, "drain", false, "exit once no event is NEW or SENDING (exit code 3 if --drain-timeout passes first, 6 if events went DEAD, 7 if the table is missing or behind)")
@@ -568,6 +572,7 @@ func brokerConfig(f *relayFlags, log *slog.Logger) (*open.BrokerConfig, error) {
 		{"--topic-prefix", "kafka", "Kafka (kafka:// broker URLs)", f.topicPrefix != ""},
 		{"--partitions", "kafka", "Kafka (kafka:// broker URLs)", f.partitions != -1},
 		{"--replication-factor", "kafka", "Kafka (kafka:// broker URLs)", f.replication != -1},
+		{"--min-insync-replicas", "kafka", "Kafka (kafka:// broker URLs)", f.minInsync != -1},
 	} {
 		if c.set && c.system != system && (system != "" || c.system != "nats") {
 			return nil, usageError{fmt.Errorf("%s applies to %s", c.name, c.kind)}
@@ -720,9 +725,15 @@ func kafkaConfig(f *relayFlags, topics []string, log *slog.Logger) (*open.Broker
 			f.replication, math.MaxInt16)}
 	case f.declare && len(topics) == 0:
 		return nil, usageError{errors.New("--declare with Kafka needs --topics: the topics to create when missing")}
+	case f.minInsync == 0 || f.minInsync < -1 || f.minInsync > math.MaxInt16:
+		return nil, usageError{fmt.Errorf("--min-insync-replicas %d: want a positive number, or -1 for the brokers' default", f.minInsync)}
+	case f.minInsync > 0 && f.replication > 0 && f.minInsync > f.replication:
+		return nil, usageError{fmt.Errorf("--min-insync-replicas %d is above --replication-factor %d: the brokers would refuse every write",
+			f.minInsync, f.replication)}
 	}
 	return &open.BrokerConfig{Kafka: open.KafkaConfig{TopicFrom: from, TopicPrefix: f.topicPrefix, Topics: topics,
-		Declare: f.declare, Partitions: int32(f.partitions), ReplicationFactor: int16(f.replication), Logger: log}}, nil
+		Declare: f.declare, Partitions: int32(f.partitions), ReplicationFactor: int16(f.replication),
+		MinInsyncReplicas: f.minInsync, Logger: log}}, nil
 }
 
 // connect calls dial until it succeeds, fails with a configuration error

@@ -100,7 +100,7 @@ func TestRelayCLIToKafka(t *testing.T) {
 		require.NotContains(t, errOut, "retrying", "a missing topic is no cause to wait for")
 
 		code, out, errOut = k.relay(t, "--topic-prefix", prefix, "--topics", topic, "--declare",
-			"--partitions", "4", "--replication-factor", "3")
+			"--partitions", "4", "--replication-factor", "3", "--min-insync-replicas", "2")
 		require.Equal(t, exitOK, code, "%s\n%s", out, errOut)
 		require.Contains(t, out, "10 published")
 		checkRecords(t, testsvc.ReadKafka(t, k.seeds, topic, 10, time.Minute), ids, aggs)
@@ -114,6 +114,17 @@ func TestRelayCLIToKafka(t *testing.T) {
 		require.NoError(t, d.Err)
 		require.Len(t, d.Partitions, 4)
 		require.Len(t, d.Partitions[0].Replicas, 3)
+		configs, err := kadm.NewClient(cl).DescribeTopicConfigs(testsvc.Context(t, 30*time.Second), topic)
+		require.NoError(t, err)
+		mi, err := configs.On(topic, nil)
+		require.NoError(t, err)
+		var minInsync string
+		for _, c := range mi.Configs {
+			if c.Key == "min.insync.replicas" && c.Value != nil {
+				minInsync = *c.Value
+			}
+		}
+		require.Equal(t, "2", minInsync, "--min-insync-replicas 2")
 
 		code, out, errOut = k.relay(t, "--topic-prefix", prefix, "--topics", topic)
 		require.Equal(t, exitOK, code, "the declared topic passes the check: %s\n%s", out, errOut)
@@ -195,6 +206,10 @@ func TestRelayCLIKafkaUsageErrors(t *testing.T) {
 			"--stream-replicas 7: want 1 to 5"},
 		{"StreamReplicasWithoutDeclare", []string{"--broker-url", natsURL, "--stream", "S", "--stream-replicas", "3"},
 			"--stream-replicas applies to a stream ferry declares (--declare)"},
+		{"MinInsyncWithNATS", []string{"--broker-url", natsURL, "--min-insync-replicas", "2"}, "--min-insync-replicas applies to Kafka"},
+		{"MinInsyncZero", []string{"--broker-url", kafkaURL, "--min-insync-replicas", "0"}, "--min-insync-replicas 0: want a positive number"},
+		{"MinInsyncAboveReplication", []string{"--broker-url", kafkaURL, "--replication-factor", "2", "--min-insync-replicas", "3"},
+			"--min-insync-replicas 3 is above --replication-factor 2"},
 		{"BadFormatFor", []string{"--broker-url", kafkaURL, "--message-format-for", "orders=avro"}, `--message-format-for orders "avro"`},
 		{"FormatForWithoutEquals", []string{"--broker-url", kafkaURL, "--message-format-for", "orders"}, "want DESTINATION=FORMAT"},
 		{"FormatForNeedsSource", []string{"--broker-url", kafkaURL, "--message-format-for", "orders=cloudevents"}, "--message-format-for needs --cloudevents-source"},

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,6 +70,13 @@ type Config struct {
 	// ReplicationFactor of a declared topic. Default -1: the brokers'
 	// default (default.replication.factor).
 	ReplicationFactor int16
+	// MinInsyncReplicas is the min.insync.replicas of a declared topic:
+	// how many replicas must hold a record before the brokers acknowledge
+	// it (with acks all, the client's default). Default -1: the brokers'
+	// default, usually 1, with which a confirmed record may be on one
+	// broker only (Durability says so). 2 with ReplicationFactor 3 keeps
+	// every confirmed record on two brokers and writes going with one down.
+	MinInsyncReplicas int
 	// MaxBufferedRecords caps the records the publisher has handed to
 	// the client and not seen finished; a Publish beyond it waits for
 	// room, or for its context (the messages still waiting are then not
@@ -104,6 +112,9 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.ReplicationFactor == 0 {
 		out.ReplicationFactor = -1
 	}
+	if out.MinInsyncReplicas == 0 {
+		out.MinInsyncReplicas = -1
+	}
 	if out.MaxBufferedRecords == 0 {
 		out.MaxBufferedRecords = 10000
 	}
@@ -122,6 +133,12 @@ func (c *Config) withDefaults() (Config, error) {
 	case out.ReplicationFactor < -1:
 		return out, fmt.Errorf("%w: Config.ReplicationFactor %d must be positive, or -1 for the brokers' default",
 			ferrytype.ErrInvalidConfig, out.ReplicationFactor)
+	case out.MinInsyncReplicas < -1:
+		return out, fmt.Errorf("%w: Config.MinInsyncReplicas %d must be positive, or -1 for the brokers' default",
+			ferrytype.ErrInvalidConfig, out.MinInsyncReplicas)
+	case out.MinInsyncReplicas > 0 && out.ReplicationFactor > 0 && out.MinInsyncReplicas > int(out.ReplicationFactor):
+		return out, fmt.Errorf("%w: Config.MinInsyncReplicas %d is above ReplicationFactor %d: the brokers would refuse every write",
+			ferrytype.ErrInvalidConfig, out.MinInsyncReplicas, out.ReplicationFactor)
 	case out.MaxBufferedRecords < 1:
 		return out, fmt.Errorf("%w: Config.MaxBufferedRecords %d must be positive", ferrytype.ErrInvalidConfig, out.MaxBufferedRecords)
 	case out.PingInterval < 10*time.Millisecond:
@@ -393,7 +410,11 @@ func (p *Publisher) setupTopics(ctx context.Context, cl *kgo.Client) error {
 		return fmt.Errorf("topic %s does not exist: create it, or let ferry declare it (Declare, --declare): %w",
 			strings.Join(missing, ", "), kerr.UnknownTopicOrPartition)
 	}
-	created, err := adm.CreateTopics(ctx, p.cfg.Partitions, p.cfg.ReplicationFactor, nil, missing...)
+	var configs map[string]*string
+	if p.cfg.MinInsyncReplicas > 0 {
+		configs = map[string]*string{"min.insync.replicas": kadm.StringPtr(strconv.Itoa(p.cfg.MinInsyncReplicas))}
+	}
+	created, err := adm.CreateTopics(ctx, p.cfg.Partitions, p.cfg.ReplicationFactor, configs, missing...)
 	if err != nil {
 		return fmt.Errorf("declare topics %v: %w", missing, err)
 	}

@@ -290,17 +290,20 @@ func TestConfigIsValidated(t *testing.T) {
 	k := testsvc.NewKafka(t)
 	ctx := testsvc.Context(t, time.Minute)
 	for name, cfg := range map[string]*ferrykafka.Config{
-		"TopicFrom":   {TopicFrom: "payload"},
-		"Declare":     {Declare: true},
-		"TopicPrefix": {TopicPrefix: "a b"},
-		"Partitions":  {Partitions: -2},
-		"Ping":        {PingInterval: time.Millisecond},
+		"TopicFrom":         {TopicFrom: "payload"},
+		"Declare":           {Declare: true},
+		"TopicPrefix":       {TopicPrefix: "a b"},
+		"Partitions":        {Partitions: -2},
+		"Ping":              {PingInterval: time.Millisecond},
+		"MinInsyncReplicas": {MinInsyncReplicas: -3},
 	} {
 		_, err := ferrykafka.Dial(ctx, seedURL(k.Seeds), cfg)
 		require.ErrorIs(t, err, ferrytype.ErrInvalidConfig, name)
 		require.ErrorContains(t, err, "Config."+name, name)
 	}
+	_, err := ferrykafka.Dial(ctx, seedURL(k.Seeds), &ferrykafka.Config{ReplicationFactor: 2, MinInsyncReplicas: 3})
+	require.ErrorContains(t, err, "Config.MinInsyncReplicas 3 is above ReplicationFactor 2")
 	cl, _ := client(t, k.Seeds, kgo.RequiredAcks(kgo.NoAck()), kgo.DisableIdempotentWrite())
-	_, err := ferrykafka.New(ctx, cl, nil)
+	_, err = ferrykafka.New(ctx, cl, nil)
 	require.ErrorContains(t, err, "NoAck")
 }
