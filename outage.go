@@ -39,6 +39,8 @@ type outage struct {
 	backoff  time.Duration
 	// cause is what started the outage, for the heartbeat.
 	cause error
+	// ended is when the last outage ended.
+	ended time.Time
 }
 
 func newOutage(pub ferrybroker.Publisher, store ferrystore.Store, poll time.Duration, log *slog.Logger, outages *atomic.Int64) *outage {
@@ -77,6 +79,10 @@ func (o *outage) down(ctx context.Context) bool {
 // start (or extend) an outage; a batch the broker answered ends it.
 func (o *outage) observe(ctx context.Context, b batchOutcome) {
 	switch {
+	case b.notSent > 0 && o.tail(b):
+		// A publish begun before the last outage ended, which came back
+		// after it: the outage's tail, not a new one. A publish begun
+		// since then tells whether the broker is down again.
 	case b.notSent > 0:
 		o.begin(b.notSentErr, false)
 		o.mu.Lock()
@@ -85,6 +91,14 @@ func (o *outage) observe(ctx context.Context, b batchOutcome) {
 	case b.answered:
 		o.end(ctx) // the broker answered, and every message left
 	}
+}
+
+// tail reports whether b, a batch with messages not sent, was published
+// before the last outage ended, with no outage since.
+func (o *outage) tail(b batchOutcome) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.since.IsZero() && !b.published.IsZero() && b.published.Before(o.ended)
 }
 
 // begin records a sign of an outage caused by cause; byConn says whether
@@ -124,6 +138,7 @@ func (o *outage) end(ctx context.Context) {
 	}
 	took, held := time.Since(o.since), o.heldBack
 	o.since, o.heldBack, o.backoff, o.nextTry, o.byConn, o.cause = time.Time{}, 0, 0, time.Time{}, false, nil
+	o.ended = time.Now()
 	o.mu.Unlock()
 	attrs := []any{"outage", took.Round(time.Millisecond), "held_back", held}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)

@@ -42,6 +42,8 @@ type batchOutcome struct {
 	// retryIn is the shortest delay of the events put back to NEW by the
 	// retry policy; negative when none was.
 	retryIn time.Duration
+	// published is when the batch's publish began.
+	published time.Time
 }
 
 // run publishes msgs, claimed under token until leaseEnd, and settles
@@ -61,7 +63,9 @@ func (p *pipeline) run(ctx context.Context, token string, leaseEnd time.Time, ms
 		p.log.Warn("fault after publish: outcomes not recorded", "token", token, "events", len(msgs), "error", err)
 		return batchOutcome{abandoned: true, retryIn: -1}
 	}
-	return p.settle(ctx, token, leaseEnd, msgs, results)
+	out := p.settle(ctx, token, leaseEnd, msgs, results)
+	out.published = start
+	return out
 }
 
 // outcomes is a batch's results sorted by the mark each needs.
