@@ -88,7 +88,7 @@ func (o *outage) observe(ctx context.Context, b batchOutcome) {
 		o.mu.Lock()
 		o.heldBack += int64(b.notSent)
 		o.mu.Unlock()
-	case b.answered:
+	case b.answered && !o.before(b):
 		o.end(ctx) // the broker answered, and every message left
 	}
 }
@@ -99,6 +99,14 @@ func (o *outage) tail(b batchOutcome) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.since.IsZero() && !b.published.IsZero() && b.published.Before(o.ended)
+}
+
+// before reports whether b was published before the current outage
+// began: the broker's answer to it says nothing of the broker since.
+func (o *outage) before(b batchOutcome) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return !o.since.IsZero() && !b.published.IsZero() && b.published.Before(o.since)
 }
 
 // begin records a sign of an outage caused by cause; byConn says whether

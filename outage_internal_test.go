@@ -65,3 +65,29 @@ func TestOutageTailIsNoNewOutage(t *testing.T) {
 		t.Fatalf("a batch published after the outage came back not sent: outages %d, want 2", got)
 	}
 }
+
+// An outage seen in results (the publisher still says it is connected)
+// is not ended by the answer to a publish begun before it: only one begun
+// since then says the broker is reachable again.
+func TestOutageEndsOnAnAnswerToALaterPublish(t *testing.T) {
+	ctx := context.Background()
+	store, err := ferrymem.New(ferrymem.NewDB(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outages atomic.Int64
+	o := newOutage(&flappy{}, store, 10*time.Millisecond, slog.New(slog.DiscardHandler), &outages)
+	earlier := time.Now()
+	o.observe(ctx, batchOutcome{notSent: 5, notSentErr: ferrytype.ErrNotSent, published: time.Now(), retryIn: -1})
+	if up, _ := o.state(); up || outages.Load() != 1 {
+		t.Fatalf("not-sent results start an outage: up %v, outages %d", up, outages.Load())
+	}
+	o.observe(ctx, batchOutcome{answered: true, published: earlier, retryIn: -1})
+	if up, _ := o.state(); up {
+		t.Fatal("the answer to a publish from before the outage ended it")
+	}
+	o.observe(ctx, batchOutcome{answered: true, published: time.Now(), retryIn: -1})
+	if up, _ := o.state(); !up || outages.Load() != 1 {
+		t.Fatalf("an answer to a later publish ends the outage: up %v, outages %d", up, outages.Load())
+	}
+}
