@@ -398,6 +398,36 @@ var LogGap = &Scenario{
 	},
 }
 
+// awaitCheckpoint waits until the log relays stored a checkpoint (the
+// position of the lease 'log' in the orders database), for at most 30s: a
+// purge before the first one goes under nothing, the relays started again
+// read from the log's end, and the row finds no gap.
+func (s *system) awaitCheckpoint(ctx context.Context) error {
+	db, err := sql.Open("mysql", dsnFor(s.ordersDirect))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var pos string
+		err := db.QueryRowContext(ctx, "SELECT position FROM outbox_event_lease WHERE name = 'log'").Scan(&pos)
+		switch {
+		case err == nil && pos != "":
+			return nil
+		case err != nil && !errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("read the log relays' checkpoint: %w", err)
+		case time.Now().After(deadline):
+			return errors.New("the log relays stored no checkpoint in 30s")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // logGapsSeen is the number of gaps the relays reported so far.
 func (s *system) logGapsSeen() int64 {
 	var n int64
@@ -411,6 +441,9 @@ func (s *system) logGapsSeen() int64 {
 // file before the new one: the relays started again resume from a
 // checkpoint whose file is gone.
 func (s *system) purgeBinlog(ctx context.Context) error {
+	if err := s.awaitCheckpoint(ctx); err != nil {
+		return err
+	}
 	for _, p := range s.byPrefix("relay") {
 		s.kill(p, "log-gap: the binlog goes under the checkpoint")
 	}
