@@ -101,7 +101,7 @@ func malformed(err error) error {
 func FerryForm(m *ferrytype.Message, p Protocol) Encoded {
 	names := make([]string, 0, len(m.Headers))
 	for k := range m.Headers {
-		if !isMetadataHeader(k) {
+		if !IsMetadataHeader(k) {
 			names = append(names, k)
 		}
 	}
@@ -122,6 +122,8 @@ func FerryForm(m *ferrytype.Message, p Protocol) Encoded {
 var metadataHeaders = []string{HeaderEventID, HeaderEventType, HeaderAggregateType, HeaderAggregateID,
 	HeaderSequence, HeaderCreatedAt}
 
-func isMetadataHeader(k string) bool {
+// IsMetadataHeader reports whether k names one of MetadataHeaders, in any
+// case: a header of the event's own that would pass for ferry's.
+func IsMetadataHeader(k string) bool {
 	return slices.ContainsFunc(metadataHeaders, func(h string) bool { return strings.EqualFold(h, k) })
 }

@@ -716,14 +716,6 @@ func (p *Publisher) missingTopics(ctx context.Context, cl *kgo.Client, topics []
 	return missing
 }
 
-// ferryHeaders are the header names of ferrybroker.MetadataHeaders.
-var ferryHeaders = []string{ferrybroker.HeaderEventID, ferrybroker.HeaderEventType, ferrybroker.HeaderAggregateType,
-	ferrybroker.HeaderAggregateID, ferrybroker.HeaderSequence, ferrybroker.HeaderCreatedAt}
-
-func isFerryHeader(k string) bool {
-	return slices.ContainsFunc(ferryHeaders, func(h string) bool { return strings.EqualFold(h, k) })
-}
-
 // record builds the Kafka record of m: key the aggregate id (so that an
 // aggregate's events share a partition); with no Encoding, value the
 // payload, headers the event's own (sorted by name; any that would pass
@@ -750,7 +742,7 @@ func (p *Publisher) record(m *ferrytype.Message, topic string) (*kgo.Record, err
 	}
 	keys := make([]string, 0, len(m.Headers))
 	for k := range m.Headers {
-		if !isFerryHeader(k) {
+		if !ferrybroker.IsMetadataHeader(k) {
 			keys = append(keys, k)
 		}
 	}
