@@ -3,8 +3,10 @@
 # PostgreSQL, MariaDB, RabbitMQ (with its management plugin), NATS with
 # JetStream and Redis on loopback; and servers of the tests' own beside
 # them: a RabbitMQ node that tests stop and alarm (port 5673), a MariaDB
-# with a ROW binlog (3307) and a PostgreSQL with wal_level=logical (5433);
-# installs Chromium for the console's browser tests if it is missing.
+# with a ROW binlog (3307), a PostgreSQL with wal_level=logical (5433) and
+# a three-node RabbitMQ cluster whose nodes tests kill (5681-5683,
+# scripts/rabbitmq-cluster.sh); installs Chromium for the console's
+# browser tests if it is missing.
 # Idempotent: a service that answers is left alone. Debian's packages are
 # assumed installed (see docs/testing.md), except promtool and buildah,
 # which CI uses to check the alert rules and to build the image: run as
@@ -170,6 +172,20 @@ if up 127.0.0.1 5433; then echo "services: PostgreSQL (logical) is up on port 54
   echo "services: starting PostgreSQL (logical)"
   mkdir -p "$logdir"
   postgres_logical && echo "services: PostgreSQL (logical) is up on port 5433" || rc=1
+fi
+
+# A three-node RabbitMQ cluster of the tests' own (ferry-c1..3@localhost,
+# AMQP ports 5681-5683, management API on 15681-15683), whose nodes the
+# cluster tests kill and restart (ferryamqptest.RabbitMQCluster):
+# scripts/rabbitmq-cluster.sh starts the nodes that do not answer and
+# clusters them the first time (about 130 MB a node; a minute on the first
+# start, 20-30 s to start the three again, instant when they run).
+cluster_script=$(dirname "$0")/rabbitmq-cluster.sh
+if [ -f "$cluster_script" ]; then
+  bash "$cluster_script" start || rc=1
+else
+  echo "services: $cluster_script is missing" >&2
+  rc=1
 fi
 
 # promtool checks deploy/prometheus (.ci/run). Only the tool is wanted: the

@@ -24,8 +24,9 @@
 # package failed, after running them all.
 #
 # The suite stops, restarts and alarms only servers of its own (the
-# RabbitMQ node on port 5673 that scripts/services.sh starts), never a
-# shared one, and leaves no file in the work tree. The script checks both:
+# RabbitMQ node on port 5673 that scripts/services.sh starts, and the
+# nodes of the RabbitMQ cluster on ports 5681-5683, which tests kill and
+# start again), never a shared one, and leaves no file in the work tree. The script checks both:
 # it records each service's listening process and socket before the tests
 # (a restart, or RabbitMQ's stop_app and start_app, changes them), the
 # shared RabbitMQ's alarms and memory high watermark, and git status; and
@@ -123,6 +124,9 @@ amqp_url=${FERRY_TEST_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}
 amqp_user=${amqp_url#*://}
 amqp_user=${amqp_user%%@*}
 [ "$amqp_user" = "${amqp_url#*://}" ] && amqp_user=guest:guest
+# The shared services' ports only: the tests' own RabbitMQ node (5673)
+# and cluster (5681-5683) are restarted and killed on purpose, so their
+# processes change.
 ports=
 for u in "${FERRY_TEST_POSTGRES_URL:-x://127.0.0.1} 5432" "${FERRY_TEST_MYSQL_URL:-x://127.0.0.1} 3306" \
   "${FERRY_TEST_REDIS_URL:-x://127.0.0.1} 6379" "${FERRY_TEST_NATS_URL:-x://127.0.0.1} 4222" "$amqp_url 5672" \

@@ -64,7 +64,7 @@ a destination is below that level, as ferry relay does at start.`,
 	shared(&r.exchange, "exchange", "FERRY_AMQP_EXCHANGE", "the RabbitMQ exchange of events that name none (default amq.topic)")
 	shared(&r.queue, "queue", "FERRY_AMQP_QUEUE", "the RabbitMQ queue the events go to")
 	shared(&r.managementURL, "management-url", "FERRY_AMQP_MANAGEMENT_URL",
-		"RabbitMQ's management API, http://user:pass@host:15672 (https:// for TLS), to read --queue's type")
+		"RabbitMQ's management API, http://user:pass@host:15672 (https:// for TLS; several nodes' APIs comma-separated), to read --queue's type")
 	shared(&r.topics, "topics", "FERRY_KAFKA_TOPICS", "comma-separated Kafka topics the events go to")
 	shared(&r.requireDurability, "require-durability", "FERRY_REQUIRE_DURABILITY",
 		"exit 2 when a destination is below this level: replicated, single, volatile")

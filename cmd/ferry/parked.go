@@ -27,7 +27,7 @@ type parkedFlags struct {
 }
 
 func (f *parkedFlags) flags(fl *pflag.FlagSet) {
-	fl.StringVar(&f.brokerURL, "broker-url", "", "RabbitMQ URL: amqp://user:pass@host:5672/vhost (amqps:// for TLS)")
+	fl.StringVar(&f.brokerURL, "broker-url", "", "RabbitMQ URL: amqp://user:pass@host:5672/vhost (amqps:// for TLS; a cluster's nodes comma-separated, the first that answers is used)")
 	bindShared(fl, "broker-url", "FERRY_BROKER_URL", "relay.broker_url")
 	fl.StringVar(&f.queue, "queue", "", "the consumer's queue: the one the messages were parked from")
 	fl.StringVar(&f.parking, "parking-queue", "", "the parking queue (default: --queue with "+ferryamqp.ParkingSuffix+" appended)")

@@ -99,7 +99,10 @@ stream exists (and lists --subjects); with --declare it creates or updates it.
 
 RabbitMQ (amqp://, amqps://): events go to --exchange (default amq.topic; an
 event's own exchange wins), as persistent mandatory messages with publisher
-confirms; an unroutable event is not SENT but retried. With --queue the relay
+confirms; an unroutable event is not SENT but retried. For a cluster, give
+its nodes as comma-separated URLs (amqp://u:p@rabbit1:5672/,amqp://u:p@rabbit2:5672/,...,
+one virtual host): the relay holds one connection and, when its node goes,
+reconnects to the next node of the list that answers. With --queue the relay
 checks that the queue exists; with --declare it declares --exchange (a durable
 --exchange-type exchange), --queue (a durable --queue-type queue, quorum by
 default, with the parking queue <queue>.parking as its at-least-once
@@ -164,7 +167,8 @@ See docs/log-relay.md.`,
 	}
 	fl := cmd.Flags()
 	envString(fl, &f.brokerURL, "broker-url", "FERRY_BROKER_URL", "",
-		"broker URL: nats://user:pass@host:4222, amqp://user:pass@host:5672/vhost (amqps:// for TLS), kafka://host:9092,host2:9092 (kafkas:// for TLS)")
+		"broker URL: nats://user:pass@host:4222, amqp://user:pass@host:5672/vhost (amqps:// for TLS; a RabbitMQ cluster's nodes as "+
+			"comma-separated amqp:// URLs), kafka://host:9092,host2:9092 (kafkas:// for TLS)")
 	fl.IntVar(&f.batchSize, "batch-size", ferry.DefaultBatchSize, "events per claim")
 	bindEnv(fl, "batch-size", "FERRY_BATCH_SIZE")
 	fl.IntVar(&f.lanes, "lanes", ferry.DefaultLanes, "concurrent claim→publish→mark loops")
@@ -210,7 +214,8 @@ See docs/log-relay.md.`,
 	fl.IntVar(&f.confirmWindow, "confirm-window", 1000, "RabbitMQ publishes awaiting their confirms, per channel")
 	bindEnv(fl, "confirm-window", "FERRY_AMQP_CONFIRM_WINDOW")
 	envString(fl, &f.managementURL, "management-url", "FERRY_AMQP_MANAGEMENT_URL", "",
-		"RabbitMQ's management API, http://user:pass@host:15672 (https:// for TLS): what --queue's type makes a confirm worth (ferry doctor)")
+		"RabbitMQ's management API, http://user:pass@host:15672 (https:// for TLS; several nodes' APIs comma-separated, the first that answers is read): "+
+			"what --queue's type makes a confirm worth (ferry doctor)")
 	envString(fl, &f.topics, "topics", "FERRY_KAFKA_TOPICS", "", "comma-separated Kafka topics to verify (or declare) at start")
 	envString(fl, &f.topicFrom, "topic-from", "FERRY_KAFKA_TOPIC_FROM", string(ferrykafka.TopicFromEventType),
 		"Kafka topic of an event without a destination: event-type or aggregate-type")

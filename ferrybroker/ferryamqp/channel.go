@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -189,6 +190,13 @@ type pubChannel struct {
 	dead     chan struct{} // closed once the channel closed
 	queued   atomic.Int64  // jobs handed over and not yet written
 	onPub    func()
+	// nacked is set once RabbitMQ nacked a publish of the channel. The
+	// Publisher then replaces the channel (pubSession.pick): on
+	// RabbitMQ 3.10 a channel whose first publish to a quorum queue
+	// came while the queue had no leader (just after its leader's node
+	// died) nacks every later publish to that queue, for good, while a
+	// new channel publishes once the queue elected a leader.
+	nacked atomic.Bool
 
 	errMu    sync.Mutex
 	closeErr error
@@ -283,6 +291,17 @@ func (pc *pubChannel) submit(j *job) error {
 }
 
 func (pc *pubChannel) close() { closeChannel(pc.ch) }
+
+// closeWhenIdle closes the channel once no job waits for its writer and
+// no publish awaits its confirm (so that their outcomes are RabbitMQ's,
+// not unknown), or after closeTimeout, for a channel taken out of use.
+func (pc *pubChannel) closeWhenIdle() {
+	deadline := time.Now().Add(closeTimeout)
+	for (pc.queued.Load() > 0 || len(pc.slots) > 0) && time.Now().Before(deadline) && !pc.isDead() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	pc.close()
+}
 
 func (pc *pubChannel) writer() {
 	defer close(pc.inflight)
@@ -419,6 +438,7 @@ func (pc *pubChannel) settle(p *pending, returns *<-chan amqp.Return, returned m
 		<-pc.dead
 		res = ferrytype.Unknown(fmt.Errorf("channel closed with the confirm pending: %w", pc.err()))
 	default:
+		pc.nacked.Store(true)
 		res = ferrytype.Rejected(errors.New("RabbitMQ nacked the message (basic.nack): it did not store it"))
 	}
 	for t := range returned {

@@ -64,9 +64,13 @@ type Config struct {
 	// Durability only, which reads there the type of each queue of
 	// Topology.Queues (AMQP 0-9-1 cannot tell a queue's type), in the
 	// publisher's virtual host (the broker URL's; for New, the
-	// connection's); a path after the port is kept as the API's prefix. The user needs the management or monitoring tag
-	// and access to that virtual host. Default empty: queue types are
-	// reported unknown. Errors and logs never contain its password.
+	// connection's); a path after the port is kept as the API's prefix.
+	// On a cluster it may list the APIs of several nodes, comma-separated
+	// (http://u:p@host1:15672,http://u:p@host2:15672): Durability asks the
+	// first that answers, so that it reads while a node is down. The user
+	// needs the management or monitoring tag and access to that virtual
+	// host. Default empty: queue types are reported unknown. Errors and
+	// logs never contain its password.
 	ManagementURL string
 	// Logger receives the publisher's logs. Default: slog.Default().
 	Logger *slog.Logger
@@ -164,7 +168,7 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, err
 	}
 	if out.ManagementURL != "" {
-		if _, err := parseManagementURL(out.ManagementURL); err != nil {
+		if _, err := parseManagementURLs(out.ManagementURL); err != nil {
 			return out, err
 		}
 	}

@@ -76,8 +76,8 @@ type Consumer struct {
 	park  string // the parking queue
 	log   *slog.Logger
 	link  *link[*consSession]
-	conn  *amqp.Connection                             // borrowed
-	dial  func() (*amqp.Connection, *batchConn, error) // owned
+	conn  *amqp.Connection // borrowed
+	dial  dialFunc         // owned
 	fails *failCounts
 	run   runner.Runner
 
@@ -115,16 +115,20 @@ func NewConsumer(conn *amqp.Connection, queue string, h ferrybroker.Handler, cfg
 // DialConsumer returns a consumer of queue that connects to the RabbitMQ
 // server at url when started, and reconnects with backoff after a loss.
 // Deliveries in progress when a connection is lost are never acked on the
-// new one: RabbitMQ redelivers them.
+// new one: RabbitMQ redelivers them. url may list the nodes of a cluster,
+// comma-separated, as Dial takes them: the consumer connects to one node
+// at a time, each reconnection starting at the node after the one last
+// connected to.
 func DialConsumer(url, queue string, h ferrybroker.Handler, cfg *ConsumerConfig) (*Consumer, error) {
 	c, err := newConsumer(queue, h, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := amqp.ParseURI(url); err != nil {
-		return nil, fmt.Errorf("%w: broker URL %s: %s", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(url), ferrytype.RedactURL(err.Error()))
+	n, err := parseNodes(url)
+	if err != nil {
+		return nil, err
 	}
-	c.dial = dialer(url, c.cfg.Connection)
+	c.dial = n.dialer(c.cfg.Connection)
 	return c, nil
 }
 

@@ -110,6 +110,26 @@
 // let a consumer ack a new delivery with an old tag. Credentials never
 // appear in errors or logs.
 //
+// # Clusters
+//
+// Dial, DialConsumer and Connect take the nodes of a RabbitMQ cluster as
+// one broker URL, their AMQP URLs comma-separated, each whole and all in
+// the same virtual host (amqp://u:p@rabbit1:5672/app,amqp://u:p@rabbit2:5672/app,
+// amqp://u:p@rabbit3:5672/app; an empty element, or differing virtual
+// hosts, is an ErrInvalidConfig error). A publisher or consumer holds one
+// connection, to one node at a time. The first connection tries the nodes
+// in the order given; after a loss, each reconnection attempt starts at
+// the node after the one last connected to and tries every node once
+// before its backoff, so that a dead node is passed over at once. Moving
+// to another node is logged once, with the old and the new node's
+// address; a failed attempt says why at every node. What was in flight
+// when the node died ends unknown, as after any connection loss, and the
+// relay publishes it again: declare quorum queues (the default), whose
+// confirm means a majority of the queue's members stored the message, so
+// that a confirmed message survives the loss of any one node. A single
+// URL works as it always did. Config.ManagementURL may list the nodes'
+// management APIs too, for Durability.
+//
 // # Consuming
 //
 // A Consumer (NewConsumer, DialConsumer) is a ferrybroker.Consumer and

@@ -52,10 +52,17 @@ const (
 // DurabilityUnknown.
 //
 // It asks over HTTP, not over the publisher's connection, each request
-// within ctx and Connection.DialTimeout. It returns an error when the
-// API cannot be asked (unreachable, refusing the credentials, answering
-// an unexpected status or something other than JSON); the error never
-// contains the password.
+// within ctx and Connection.DialTimeout. ManagementURL may list the APIs
+// of several nodes of the cluster, comma-separated: each request goes to
+// the first that answers, from the one that answered last (a node's API
+// is down while the node is). It returns an error when the API cannot be
+// asked (no API of the list reachable, or one refusing the credentials,
+// answering an unexpected status or something other than JSON); the
+// error never contains a password. The members online are the API's
+// statistics, refreshed every few seconds (collect_statistics_interval,
+// 5s by default): a node killed a moment ago may still count as online.
+// A node cut off from the majority pauses under pause_minority, its API
+// with it, so a cluster that lost its majority reads as an error.
 func (p *Publisher) Durability(ctx context.Context) ([]ferrybroker.Durability, error) {
 	var names []string
 	seen := map[string]bool{}
@@ -85,7 +92,7 @@ func (p *Publisher) Durability(ctx context.Context) ([]ferrybroker.Durability, e
 		}
 		return rows, nil
 	}
-	m, err := newManagement(p.cfg.ManagementURL, p.cfg.Connection)
+	m, err := newManagements(p.cfg.ManagementURL, p.cfg.Connection)
 	if err != nil {
 		return nil, err
 	}
@@ -275,7 +282,76 @@ type management struct {
 	tr       *http.Transport
 }
 
-// parseManagementURL checks Config.ManagementURL.
+// managements is the management APIs of Config.ManagementURL, one or a
+// comma-separated list of them, asked in turn.
+type managements struct {
+	apis []*management
+	cur  int // the API that answered last
+}
+
+// parseManagementURLs checks Config.ManagementURL: one URL, or a list of
+// them (splitURLs), none empty.
+func parseManagementURLs(raw string) ([]string, error) {
+	elems := splitURLs(raw)
+	for i, e := range elems {
+		if e == "" {
+			return nil, fmt.Errorf("%w: Config.ManagementURL %s: URL %d of the %d comma-separated URLs is empty (a stray comma?)",
+				ferrytype.ErrInvalidConfig, ferrytype.RedactURL(raw), i+1, len(elems))
+		}
+		if _, err := parseManagementURL(e); err != nil {
+			return nil, ferrytype.RedactError(err, raw)
+		}
+	}
+	return elems, nil
+}
+
+func newManagements(raw string, c ConnectionConfig) (*managements, error) {
+	elems, err := parseManagementURLs(raw)
+	if err != nil {
+		return nil, err
+	}
+	ms := &managements{}
+	for _, e := range elems {
+		m, err := newManagement(e, c)
+		if err != nil {
+			return nil, err
+		}
+		ms.apis = append(ms.apis, m)
+	}
+	return ms, nil
+}
+
+func (ms *managements) close() {
+	for _, m := range ms.apis {
+		m.close()
+	}
+}
+
+// queue asks the APIs in turn, from the one that answered last, for the
+// queue, until one answers (with any status); an API that cannot be
+// reached is passed over. Without an answer the error says why each API
+// gave none; it ends at once when ctx does.
+func (ms *managements) queue(ctx context.Context, vhost, name string) (mgmtQueue, bool, error) {
+	var errs []string
+	var last error
+	for k := range ms.apis {
+		i := (ms.cur + k) % len(ms.apis)
+		q, found, answered, err := ms.apis[i].queue(ctx, vhost, name)
+		if answered || ctx.Err() != nil {
+			ms.cur = i
+			return q, found, err
+		}
+		last = err
+		errs = append(errs, err.Error())
+	}
+	if len(ms.apis) == 1 {
+		return mgmtQueue{}, false, last
+	}
+	return mgmtQueue{}, false, fmt.Errorf("ferryamqp: none of the %d RabbitMQ management APIs answered: %s",
+		len(ms.apis), strings.Join(errs, "; "))
+}
+
+// parseManagementURL checks one URL of Config.ManagementURL.
 func parseManagementURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -319,11 +395,13 @@ func newManagement(raw string, c ConnectionConfig) (*management, error) {
 func (m *management) close() { m.tr.CloseIdleConnections() }
 
 // queue reads GET /api/queues/{vhost}/{name}; found is false on a 404.
-func (m *management) queue(ctx context.Context, vhost, name string) (q mgmtQueue, found bool, err error) {
+// answered is false when no answer came (the API unreachable, the
+// request failed), true when the API answered, whatever it said.
+func (m *management) queue(ctx context.Context, vhost, name string) (q mgmtQueue, found, answered bool, err error) {
 	path := "/api/queues/" + url.PathEscape(vhost) + "/" + url.PathEscape(name)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.base+path, nil)
 	if err != nil {
-		return q, false, m.fail(path, err)
+		return q, false, false, m.fail(path, err)
 	}
 	req.Header.Set("Accept", "application/json")
 	if m.user != nil {
@@ -336,27 +414,27 @@ func (m *management) queue(ctx context.Context, vhost, name string) (q mgmtQueue
 		if errors.As(err, &ue) {
 			err = ue.Err // its text repeats the URL
 		}
-		return q, false, m.fail(path, err)
+		return q, false, false, m.fail(path, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return q, false, m.fail(path, fmt.Errorf("read the answer: %w", err))
+		return q, false, false, m.fail(path, fmt.Errorf("read the answer: %w", err))
 	}
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
-		return q, false, nil
+		return q, false, true, nil
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		return q, false, m.fail(path, fmt.Errorf("the management API refused the credentials (%s%s): "+
+		return q, false, true, m.fail(path, fmt.Errorf("the management API refused the credentials (%s%s): "+
 			"check the user and password of --management-url, and that the user has the management or monitoring tag "+
 			"and access to virtual host %q", resp.Status, reason(body), vhost))
 	case resp.StatusCode != http.StatusOK:
-		return q, false, m.fail(path, fmt.Errorf("answered %s%s", resp.Status, reason(body)))
+		return q, false, true, m.fail(path, fmt.Errorf("answered %s%s", resp.Status, reason(body)))
 	}
 	if err := json.Unmarshal(body, &q); err != nil {
-		return q, false, m.fail(path, fmt.Errorf("the answer is not the management API's JSON (is the URL the management API's?): %w", err))
+		return q, false, true, m.fail(path, fmt.Errorf("the answer is not the management API's JSON (is the URL the management API's?): %w", err))
 	}
-	return q, true, nil
+	return q, true, true, nil
 }
 
 // fail describes an error of the request to path, without the password.

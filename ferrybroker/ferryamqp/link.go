@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"sync"
 	"time"
 
@@ -30,15 +29,19 @@ type session interface {
 
 // link keeps one session up: on a borrowed connection for as long as that
 // connection lives, on a connection it dials itself (dial != nil) for as
-// long as the link runs, redialling with backoff after a loss.
+// long as the link runs, redialling with backoff after a loss. Given
+// several nodes, each redial tries them in turn from the one after the
+// node last reached (nodes.dialer), and a reconnection to another node
+// than before is logged as such, once.
 type link[S session] struct {
 	log  *slog.Logger
 	open func(ctx context.Context, conn *amqp.Connection, batch *batchConn) (S, error)
-	dial func() (*amqp.Connection, *batchConn, error) // nil: conn is borrowed
+	dial dialFunc // nil: conn is borrowed
 	ccfg ConnectionConfig
 
 	mu      sync.Mutex
 	conn    *amqp.Connection
+	node    string // the node conn is connected to, of several (dialFunc); "" for one
 	cur     S
 	up      bool
 	ended   bool          // the link will never be up again
@@ -52,36 +55,6 @@ type link[S session] struct {
 func newLink[S session](log *slog.Logger, ccfg ConnectionConfig,
 	open func(context.Context, *amqp.Connection, *batchConn) (S, error)) *link[S] {
 	return &link[S]{log: log, ccfg: ccfg, open: open, changed: make(chan struct{}), stop: make(chan struct{})}
-}
-
-// dialer returns a dial function for url, which returns the connection
-// and the socket under it. Errors never contain the password.
-func dialer(url string, c ConnectionConfig) func() (*amqp.Connection, *batchConn, error) {
-	props := amqp.NewConnectionProperties()
-	props.SetClientConnectionName(c.Name)
-	cfg := amqp.Config{
-		Heartbeat:       c.Heartbeat,
-		TLSClientConfig: c.TLS,
-		Properties:      props,
-	}
-	dial := amqp.DefaultDial(c.DialTimeout)
-	return func() (*amqp.Connection, *batchConn, error) {
-		var batch *batchConn
-		cfg := cfg
-		cfg.Dial = func(network, addr string) (net.Conn, error) {
-			raw, err := dial(network, addr)
-			if err != nil {
-				return nil, err
-			}
-			batch = &batchConn{Conn: raw}
-			return batch, nil
-		}
-		conn, err := amqp.DialConfig(url, cfg)
-		if err != nil {
-			return nil, nil, ferrytype.RedactError(fmt.Errorf("connect to %s: %w", ferrytype.RedactURL(url), err), url)
-		}
-		return conn, batch, nil
-	}
 }
 
 // checkBorrowed refuses connections ferryamqp cannot manage safely.
@@ -105,12 +78,13 @@ func checkBorrowed(conn *amqp.Connection) error {
 
 // start opens the first session, on conn (borrowed) or on a connection
 // dialled with dial, and keeps it up until shutdown.
-func (l *link[S]) start(ctx context.Context, conn *amqp.Connection, dial func() (*amqp.Connection, *batchConn, error)) error {
+func (l *link[S]) start(ctx context.Context, conn *amqp.Connection, dial dialFunc) error {
 	l.dial = dial
 	var batch *batchConn
+	var node string
 	if conn == nil {
 		var err error
-		if conn, batch, err = dial(); err != nil {
+		if conn, batch, node, err = dial(); err != nil {
 			return err
 		}
 	}
@@ -122,7 +96,7 @@ func (l *link[S]) start(ctx context.Context, conn *amqp.Connection, dial func() 
 		return err
 	}
 	l.mu.Lock()
-	l.conn = conn
+	l.conn, l.node = conn, node
 	l.set(s, true, nil)
 	l.mu.Unlock()
 	l.wg.Add(1)
@@ -206,6 +180,9 @@ func (l *link[S]) downErr(lastErr error) error {
 func (l *link[S]) supervise(conn *amqp.Connection, batch *batchConn, s S) {
 	defer l.wg.Done()
 	backoff := l.ccfg.ReconnectMin
+	l.mu.Lock()
+	node := l.node
+	l.mu.Unlock()
 	for {
 		connClosed := conn.NotifyClose(make(chan *amqp.Error, 1))
 		since := time.Now()
@@ -265,13 +242,13 @@ func (l *link[S]) supervise(conn *amqp.Connection, batch *batchConn, s S) {
 					l.mu.Unlock()
 					return
 				}
-				c, b, err := l.dial()
+				c, b, n, err := l.dial()
 				if err != nil {
 					l.recordDown(err)
 					l.log.Warn("reconnect to RabbitMQ failed", "error", err, "retry_in", backoff)
 					continue
 				}
-				conn, batch = c, b
+				conn, batch, node = c, b, n
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), l.ccfg.DialTimeout+30*time.Second)
 			ns, err := l.open(ctx, conn, batch)
@@ -283,10 +260,15 @@ func (l *link[S]) supervise(conn *amqp.Connection, batch *batchConn, s S) {
 			}
 			s = ns
 			l.mu.Lock()
-			l.conn = conn
+			prev := l.node
+			l.conn, l.node = conn, node
 			l.set(s, true, nil)
 			l.mu.Unlock()
-			l.log.Info("connected to RabbitMQ again")
+			if node != prev {
+				l.log.Warn("connected to another RabbitMQ node", "from", prev, "to", node)
+			} else {
+				l.log.Info("connected to RabbitMQ again")
+			}
 			break
 		}
 	}

@@ -70,28 +70,41 @@ func Schemes() []string { return []string{"amqp", "amqps"} }
 // unknown outcomes that were not sent (ferrytype.ErrNotSent), which the
 // relay gives back without spending an attempt. The first connection must
 // succeed. Errors never contain the password.
+//
+// url may list the nodes of a cluster, comma-separated
+// (amqp://u:p@host1:5672/,amqp://u:p@host2:5672/,amqp://u:p@host3:5672/),
+// each a whole URL, all with the same virtual host. The publisher holds
+// one connection, to one node at a time: the first connection tries the
+// nodes in the order given, and each reconnection starts at the node
+// after the one last connected to and tries each node once per attempt
+// (then waits its backoff). A reconnection to another node than before is
+// logged, once, with both nodes' addresses; an attempt that failed says
+// why at each node. Use quorum queues on a cluster: a confirm then means
+// a majority of the queue's members stored the message, whichever node
+// the publisher is connected to.
 func Dial(ctx context.Context, url string, cfg *Config) (*Publisher, error) {
 	p, err := newPublisher(cfg)
 	if err != nil {
 		return nil, err
 	}
-	uri, err := amqp.ParseURI(url)
+	n, err := parseNodes(url)
 	if err != nil {
-		return nil, fmt.Errorf("%w: broker URL %s: %s", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(url), ferrytype.RedactURL(err.Error()))
+		return nil, err
 	}
 	p.addr = ferrytype.RedactURL(url)
-	p.vhost = uri.Vhost
-	if err := p.link.start(ctx, nil, dialer(url, p.cfg.Connection)); err != nil {
+	p.vhost = n.vhost
+	if err := p.link.start(ctx, nil, n.dialer(p.cfg.Connection)); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
 // String returns the address of the RabbitMQ server the publisher
-// publishes to, without credentials: the URL Dial was given, its password
-// replaced by xxxxx, or, for New, amqp:// (amqps:// over TLS) with the
-// connection's peer address and virtual host. A relay records it in its
-// heartbeat row (ferry.HeartbeatConfig.Broker).
+// publishes to, without credentials: the URL Dial was given (every node
+// of a list, not the one connected to), its password replaced by xxxxx,
+// or, for New, amqp:// (amqps:// over TLS) with the connection's peer
+// address and virtual host. A relay records it in its heartbeat row
+// (ferry.HeartbeatConfig.Broker).
 func (p *Publisher) String() string { return p.addr }
 
 // connAddress describes the server conn is connected to, as a URL
@@ -187,7 +200,9 @@ func (s *pubSession) openChannel() (*pubChannel, error) {
 	return openPubChannel(s.conn, s.batch, s.p.cfg.Window, s.block, s.p.log, onPub, onClose)
 }
 
-// pick returns the least busy live channel, reopening closed ones.
+// pick returns the least busy live channel, reopening closed ones and
+// replacing those RabbitMQ nacked a publish on (pubChannel.nacked; the
+// replaced one closes once its publishes in flight are settled).
 func (s *pubSession) pick() (*pubChannel, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -200,6 +215,17 @@ func (s *pubSession) pick() (*pubChannel, error) {
 	var openErr error
 	blocked, _ := s.block.wait()
 	for i, pc := range s.chans {
+		if pc != nil && !pc.isDead() && pc.nacked.Load() && blocked == nil {
+			npc, err := s.openChannel()
+			if err != nil {
+				openErr = err
+				continue
+			}
+			s.p.log.Warn("RabbitMQ nacked a publish: the channel is replaced by a new one " +
+				"(on RabbitMQ 3.10 a channel that published to a quorum queue without a leader nacks every later publish to it)")
+			go pc.closeWhenIdle()
+			s.chans[i], pc = npc, npc
+		}
 		if pc == nil || pc.isDead() {
 			if blocked != nil {
 				// Opening a channel is a call RabbitMQ would not answer

@@ -608,8 +608,10 @@ func replayedRoute(d *amqp.Delivery, queue string) (exchange, key string, ok boo
 // Connect opens one connection to the RabbitMQ server at url, with cfg's
 // settings (nil: the defaults), for the calls that take a connection the
 // caller owns (NewConsumer, New, ReplayParked, ListParked). It does not
-// reconnect. ctx bounds the dial as well as cfg.DialTimeout. Errors never
-// contain the password.
+// reconnect. ctx bounds the dial as well as cfg.DialTimeout. url may list
+// the nodes of a cluster, comma-separated, as Dial takes them: the first
+// that accepts the connection, in the order given. Errors never contain
+// the password.
 func Connect(ctx context.Context, url string, cfg *ConnectionConfig) (*amqp.Connection, error) {
 	var c ConnectionConfig
 	if cfg != nil {
@@ -619,17 +621,18 @@ func Connect(ctx context.Context, url string, cfg *ConnectionConfig) (*amqp.Conn
 	if err != nil {
 		return nil, err
 	}
-	if _, err := amqp.ParseURI(url); err != nil {
-		return nil, fmt.Errorf("%w: broker URL %s: %s", ferrytype.ErrInvalidConfig, ferrytype.RedactURL(url), ferrytype.RedactURL(err.Error()))
+	n, err := parseNodes(url)
+	if err != nil {
+		return nil, err
 	}
 	type dialed struct {
 		conn *amqp.Connection
 		err  error
 	}
 	done := make(chan dialed, 1)
-	dial := dialer(url, c)
+	dial := n.dialer(c)
 	go func() {
-		conn, _, err := dial()
+		conn, _, _, err := dial()
 		done <- dialed{conn, err}
 	}()
 	select {

@@ -11,6 +11,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/ferrydev/ferry/ferrybroker/ferryamqp"
 	"github.com/ferrydev/ferry/ferrybroker/ferrykafka"
 	"github.com/ferrydev/ferry/ferrytype"
 )
@@ -230,8 +231,22 @@ func checkNATS(rawURL string) error {
 	return nil
 }
 
-// checkAMQP checks an amqp:// or amqps:// URL as amqp091-go reads it.
+// checkAMQP checks an amqp:// or amqps:// URL as amqp091-go reads it, or
+// a comma-separated list of them (the nodes of a cluster) as ferryamqp
+// reads it: each URL so, none empty, all in one virtual host.
 func checkAMQP(rawURL string) error {
+	urls := ferryamqp.SplitURL(rawURL)
+	if len(urls) > 1 {
+		for _, u := range urls {
+			if u == "" {
+				continue // CheckURL says which
+			}
+			if _, err := authority("broker", u, false, false); err != nil {
+				return ferrytype.RedactError(err, rawURL)
+			}
+		}
+		return ferryamqp.CheckURL(rawURL)
+	}
 	if _, err := authority("broker", rawURL, false, false); err != nil {
 		return err
 	}
