@@ -612,7 +612,7 @@ func brokerConfig(f *relayFlags, log *slog.Logger) (*open.BrokerConfig, error) {
 		return nil, usageError{errors.New("--stream-replicas applies to a stream ferry declares (--declare)")}
 	}
 	return &open.BrokerConfig{NATS: open.NATSConfig{Stream: f.stream, Subjects: subjects, Declare: f.declare,
-		Replicas: f.streamReplicas, Encoding: enc}}, nil
+		Replicas: f.streamReplicas, Encoding: enc}, Logger: log}, nil
 }
 
 // messageEncoding is the publisher's Encoding that --message-format,

@@ -21,6 +21,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -111,6 +112,10 @@ type DialConfig struct {
 	TLS *tls.Config
 	// Options are further nats.go options, applied last.
 	Options []nats.Option
+	// Logger receives the connection's moves: one line when it is lost,
+	// one when it is back, naming the server (of a cluster's list) it
+	// reconnected to. Default: slog.Default().
+	Logger *slog.Logger
 }
 
 // String returns the address of the NATS server the publisher's
@@ -150,6 +155,7 @@ func Dial(ctx context.Context, url string, cfg *DialConfig) (*Publisher, error) 
 	if cfg.TLS != nil {
 		opts = append(opts, nats.Secure(cfg.TLS))
 	}
+	opts = append(opts, connectionLog(cfg.Logger)...)
 	opts = append(opts, cfg.Options...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
@@ -368,4 +374,33 @@ func (p *Publisher) Close() error {
 		p.nc.Close()
 	}
 	return nil
+}
+
+// connectionLog returns the options that log a connection's moves between
+// servers: the server lost, and the one reconnected to (on a cluster, as
+// often another one as the same).
+func connectionLog(log *slog.Logger) []nats.Option {
+	if log == nil {
+		log = slog.Default()
+	}
+	var last string // the server last connected to, redacted
+	return []nats.Option{
+		nats.ConnectHandler(func(nc *nats.Conn) { last = ferrytype.RedactURL(nc.ConnectedUrlRedacted()) }),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if err == nil {
+				return // Close
+			}
+			log.Warn("lost the connection to the NATS server; reconnecting", "server", last,
+				"err", ferrytype.RedactURL(err.Error()))
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			now := ferrytype.RedactURL(nc.ConnectedUrlRedacted())
+			if now != last {
+				log.Warn("connected to another NATS server", "from", last, "to", now)
+			} else {
+				log.Info("connected to the NATS server again", "server", now)
+			}
+			last = now
+		}),
+	}
 }

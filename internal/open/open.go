@@ -228,6 +228,9 @@ type BrokerConfig struct {
 	NATS  NATSConfig
 	AMQP  AMQPConfig
 	Kafka KafkaConfig
+	// Logger receives a NATS publisher's connection moves (the AMQP and
+	// Kafka configs carry their own).
+	Logger *slog.Logger
 }
 
 // broker is one broker package: the URL schemes it serves, its name as
@@ -247,7 +250,7 @@ var brokers = []broker{
 		system:  "nats",
 		check:   checkNATS,
 		dial: func(ctx context.Context, rawURL string, cfg *BrokerConfig) (ferrybroker.Publisher, error) {
-			return asPublisher(ferrynats.Dial(ctx, rawURL, &ferrynats.DialConfig{Config: cfg.NATS}))
+			return asPublisher(ferrynats.Dial(ctx, rawURL, &ferrynats.DialConfig{Config: cfg.NATS, Logger: cfg.Logger}))
 		},
 	},
 	{
