@@ -49,9 +49,10 @@ type natsBroker struct {
 	direct, proxied string
 	nc              *nats.Conn
 	js              jetstream.JetStream
-	server          *shop.Proc // the run's own server; nil: the shared one
-	store           string     // its JetStream store
-	release         func()     // lets the next run have the shared server
+	server          *shop.Proc  // the run's own server; nil: the shared one
+	store           string      // its JetStream store
+	nodes           []*natsNode // the run's own cluster (Options.Cluster)
+	release         func()      // lets the next run have the shared server
 }
 
 // sharedNATS is held by the run that uses the shared NATS server: the
@@ -69,36 +70,64 @@ func newNATSBroker(ctx context.Context, o Options, px *proxies) (_ *natsBroker, 
 			b.close()
 		}
 	}()
-	direct := o.NATSURL
-	if o.NATSServer != "" {
+	direct, replicas := o.NATSURL, 1
+	switch {
+	case o.Cluster && o.NATSServer == "":
+		return nil, errors.New("a NATS cluster needs a nats-server binary (Options.NATSServer)")
+	case o.Cluster:
+		if direct, err = b.startCluster(ctx, o); err != nil {
+			return nil, err
+		}
+		replicas = len(b.nodes)
+	case o.NATSServer != "":
 		if direct, err = b.startServer(ctx, o); err != nil {
 			return nil, err
 		}
-	} else {
+	default:
 		sharedNATS.Lock()
 		b.release = sharedNATS.Unlock
 	}
-	u, err := url.Parse(direct)
-	if err != nil {
-		return nil, err
+	var proxied []string
+	for _, one := range strings.Split(direct, ",") {
+		u, err := url.Parse(one)
+		if err != nil {
+			return nil, err
+		}
+		addr, err := px.add("broker", u.Host)
+		if err != nil {
+			return nil, err
+		}
+		proxied = append(proxied, "nats://"+addr)
 	}
-	addr, err := px.add("broker", u.Host)
-	if err != nil {
-		return nil, err
-	}
-	b.direct, b.proxied = direct, "nats://"+addr
+	b.direct, b.proxied = direct, strings.Join(proxied, ",")
 	if b.nc, err = nats.Connect(direct); err != nil {
 		return nil, fmt.Errorf("nats: %w", err)
 	}
 	if b.js, err = jetstream.New(b.nc); err != nil {
 		return nil, err
 	}
-	// A fresh stream: the shop's names are fixed.
-	if err := b.js.DeleteStream(ctx, shop.Stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, err
+	// A fresh stream: the shop's names are fixed. A server of the run's
+	// own has none yet.
+	if b.server == nil && b.nodes == nil {
+		if err := b.js.DeleteStream(ctx, shop.Stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, err
+		}
 	}
-	if err := shop.SetupNATS(ctx, direct); err != nil {
-		return nil, err
+	// A cluster just started may drop a JetStream API request while its
+	// servers agree on a meta leader: each attempt has a timeout of its
+	// own, and the setup is tried again for up to a minute.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = shop.SetupNATSReplicas(actx, direct, replicas)
+		cancel()
+		if err == nil {
+			break
+		}
+		if len(b.nodes) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("declare the shop's stream: %w", err)
+		}
+		sleepCtx(ctx, 500*time.Millisecond)
 	}
 	return b, nil
 }
@@ -152,24 +181,36 @@ func (b *natsBroker) pending(ctx context.Context) string {
 
 func (b *natsBroker) parked(ctx context.Context) (map[string][]parkedMsg, error) {
 	out := map[string][]parkedMsg{}
+	stream, err := b.js.Stream(ctx, shop.Stream)
+	if err != nil {
+		return nil, err
+	}
 	for _, group := range []string{"points", "sms"} {
-		cons, err := b.js.OrderedConsumer(ctx, shop.Stream, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{shop.ParkSubject(group)}})
+		subject := shop.ParkSubject(group)
+		// How many the stream holds on the subject, read first: a fetch
+		// that comes back empty is no proof of the end (on a cluster
+		// whose leader just moved, the first fetches may).
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subject))
 		if err != nil {
 			return nil, err
 		}
-		for {
+		want := int(info.State.Subjects[subject])
+		cons, err := b.js.OrderedConsumer(ctx, shop.Stream, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{subject}})
+		if err != nil {
+			return nil, err
+		}
+		deadline := time.Now().Add(time.Minute)
+		for len(out[group]) < want {
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("read %d of the %d messages on %s within a minute", len(out[group]), want, subject)
+			}
 			batch, err := cons.Fetch(500, jetstream.FetchMaxWait(time.Second))
 			if err != nil {
 				return nil, err
 			}
-			n := 0
 			for m := range batch.Messages() {
-				n++
 				out[group] = append(out[group], parkedMsg{ID: m.Headers().Get("Ferry-Event-Id"), Body: m.Data()})
-			}
-			if n == 0 {
-				break
 			}
 		}
 	}
@@ -197,16 +238,22 @@ func (b *natsBroker) publishPaid(ctx context.Context, msgID string, body []byte)
 }
 
 func (b *natsBroker) close() {
-	if b.js != nil && b.server == nil {
+	if b.js != nil && b.server == nil && b.nodes == nil {
 		_ = b.js.DeleteStream(context.Background(), shop.Stream)
 	}
 	if b.nc != nil {
 		b.nc.Close()
 	}
-	if b.server != nil && b.server.Running() {
-		if b.server.Stop(15*time.Second) == nil {
-			_ = b.server.Signal(syscall.SIGKILL)
-			b.server.Wait(5 * time.Second)
+	servers := []*shop.Proc{b.server}
+	for _, n := range b.nodes {
+		servers = append(servers, n.proc)
+	}
+	for _, srv := range servers {
+		if srv != nil && srv.Running() {
+			if srv.Stop(15*time.Second) == nil {
+				_ = srv.Signal(syscall.SIGKILL)
+				srv.Wait(5 * time.Second)
+			}
 		}
 	}
 	if b.store != "" {

@@ -29,6 +29,7 @@ type amqpBroker struct {
 	host            string
 	node            string // Options.AMQPNode: rabbitmqctl -n; empty, rabbitmqctl's default node
 	admin           vhostAdmin
+	cluster         *amqpCluster // Options.AMQPCluster; nil: a single node
 
 	mu   sync.Mutex // guards conn and ch, opened by the first publishPaid
 	conn *amqp.Connection

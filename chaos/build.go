@@ -49,3 +49,24 @@ func BuildKfake(ctx context.Context, dir string) (string, error) {
 	}
 	return bin, nil
 }
+
+// BuildNATSServer builds nats-server, at the version this module
+// requires, into dir, and returns its path: the JetStream cluster rows
+// need a server newer than the one a distribution may ship
+// (sync_interval, 2.10 and later).
+func BuildNATSServer(ctx context.Context, dir string) (string, error) {
+	var out bytes.Buffer
+	list := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/ferrydev/ferry/chaos")
+	list.Stdout, list.Stderr = &out, os.Stderr
+	if err := list.Run(); err != nil {
+		return "", fmt.Errorf("find the chaos module: %w", err)
+	}
+	bin := filepath.Join(dir, "nats-server")
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-w", "-o", bin, "github.com/nats-io/nats-server/v2")
+	build.Dir = strings.TrimSpace(out.String())
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("build nats-server: %w", err)
+	}
+	return bin, nil
+}

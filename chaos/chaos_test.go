@@ -20,7 +20,7 @@ import (
 	"github.com/ferrydev/ferry/internal/testsvc"
 )
 
-var shopBin, kfakeBin string
+var shopBin, kfakeBin, natsClusterBin string
 
 // natsServer is the nats-server each NATS row runs of its own, so that
 // rows side by side do not share the shop's fixed stream and subjects.
@@ -41,6 +41,10 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	kfakeBin, err = chaos.BuildKfake(context.Background(), dir)
+	if err != nil {
+		panic(err)
+	}
+	natsClusterBin, err = chaos.BuildNATSServer(context.Background(), dir)
 	if err != nil {
 		panic(err)
 	}

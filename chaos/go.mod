@@ -9,6 +9,7 @@ require (
 	github.com/ThreeDotsLabs/watermill-sql/v4 v4.1.2
 	github.com/ferrydev/ferry v0.1.0
 	github.com/ferrydev/ferry/examples v0.1.0
+	github.com/ferrydev/ferry/ferrybroker/ferryamqp v0.1.0
 	github.com/ferrydev/ferry/ferrybroker/ferrykafka v0.1.0
 	github.com/ferrydev/ferry/ferrystore/ferrymysql v0.1.0
 	github.com/ferrydev/ferry/ferrywatermill v0.1.0
@@ -35,7 +36,6 @@ require (
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
-	github.com/ferrydev/ferry/ferrybroker/ferryamqp v0.1.0 // indirect
 	github.com/ferrydev/ferry/ferrybroker/ferrynats v0.1.0 // indirect
 	github.com/ferrydev/ferry/ferrylog/ferrybinlog v0.1.0 // indirect
 	github.com/ferrydev/ferry/ferrylog/ferrypgoutput v0.1.0 // indirect

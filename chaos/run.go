@@ -26,7 +26,10 @@ type Counters struct {
 	PausesUnfenced     int   `json:"pauses_unfenced,omitempty"` // pauses whose late mark was not
 	ConsumerPauses     int   `json:"consumer_pauses,omitempty"` // consumers held stopped past their group's session timeout
 	Toxics             int   `json:"toxics"`
-	LogGaps            int   `json:"log_gaps,omitempty"` // binlogs purged / slots dropped under the log relays
+	LogGaps            int   `json:"log_gaps,omitempty"`     // binlogs purged / slots dropped under the log relays
+	Failovers          int   `json:"failovers,omitempty"`    // database primaries killed and replicas promoted
+	NodeKills          int   `json:"node_kills,omitempty"`   // broker nodes killed (node-kill)
+	LeaderMoves        int   `json:"leader_moves,omitempty"` // leads taken by another node after a kill
 	// The log relays' events read from the log, and the gaps they found
 	// (lower bounds: a killed relay's last interval is lost).
 	LogEventsRead  int64 `json:"log_events_read,omitempty"`
@@ -213,7 +216,8 @@ func (s *system) check(ctx context.Context, sc *Scenario) (*Result, error) {
 	}
 	s.mu.Lock()
 	c.Kills, c.Pauses, c.Toxics, c.BrokerRestarts, c.Restarts = s.kills, s.pauses, s.toxics, s.brokerRestarts, s.restarts
-	c.LogGaps = s.logGaps
+	c.LogGaps, c.Failovers = s.logGaps, s.failovers
+	c.NodeKills, c.LeaderMoves = s.nodeKills, s.leaderMoves
 	c.PauseMisses, c.PausesFenced, c.PausesUnfenced = s.pauseMisses, s.pausesFenced, s.pausesUnfenced
 	c.ConsumerPauses = s.consumerPauses
 	r.Events = append([]string{}, s.events...)
@@ -250,6 +254,12 @@ func (r *Result) String() string {
 		"          kills %d, pauses %d (late marks seen fenced %d, armings withdrawn %d), toxics %d, broker restarts %d, restarts %d, fenced marks %d, leases swept %d, COMMITs cut off %d, parked %v\n",
 		c.UnknownConfirms, c.BrokerDuplicates, c.DuplicatesAbsorbed, c.CrashPointsHit, c.Kills, c.Pauses, c.PausesFenced, c.PauseMisses, c.Toxics,
 		c.BrokerRestarts, c.Restarts, c.Fenced, c.Swept, c.UnknownCommits, c.Parked)
+	if c.NodeKills > 0 {
+		fmt.Fprintf(&b, "          broker nodes faulted %d, leaders moved %d\n", c.NodeKills, c.LeaderMoves)
+	}
+	if c.Failovers > 0 {
+		fmt.Fprintf(&b, "          database failovers %d\n", c.Failovers)
+	}
 	if c.ConsumerPauses > 0 {
 		fmt.Fprintf(&b, "          consumers held stopped past their session timeout %d\n", c.ConsumerPauses)
 	}

@@ -41,6 +41,11 @@ type Scenario struct {
 	// with Options.LogRelay (TestLogRelayScenarios), never in the polling
 	// relay's matrix.
 	LogOnly bool
+	// ClusterOnly: the scenario is a fault of replicated servers (a
+	// database pair, Options.Failover; a broker cluster,
+	// Options.Cluster), run only on them (TestClusterScenarios), never
+	// in the polling relay's matrix.
+	ClusterOnly bool
 	// first gives a process its extra arguments at its first start.
 	first func(s *system, p *shop.Proc) []string
 	// arm gives a process its extra arguments at each restart.
@@ -57,7 +62,7 @@ type Scenario struct {
 
 // Applies reports whether the scenario runs on db and broker.
 func (sc *Scenario) Applies(db, broker string) bool {
-	if sc.LogOnly {
+	if sc.LogOnly || sc.ClusterOnly {
 		return false
 	}
 	if broker == "kafka" {

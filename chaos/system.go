@@ -20,6 +20,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
 	"github.com/ferrydev/ferry/examples/shop"
+	"github.com/ferrydev/ferry/ferrybroker/ferryamqp/ferryamqptest"
 	"github.com/ferrydev/ferry/ferryfault"
 	"github.com/ferrydev/ferry/ferrystore/ferrymysql"
 )
@@ -64,6 +65,21 @@ type Options struct {
 	// PostgresURL must then be a server that keeps a change log (a ROW
 	// binlog, wal_level=logical). Each run has its own replication slot.
 	LogRelay bool
+	// Failover runs the database as a primary with a replica of the
+	// run's own (dbPair), started in Dir from the server's binaries,
+	// for the db-failover scenario; MySQLURL or PostgresURL are then not
+	// used.
+	Failover bool
+	// Cluster runs the broker as a three-node cluster, for the
+	// node-kill scenario: NATS, three nats-server processes of the run's
+	// own (NATSServer) with the stream on all three (R3) and
+	// sync_interval always; RabbitMQ, AMQPCluster with quorum queues.
+	Cluster bool
+	// AMQPCluster is the tests' own three-node RabbitMQ cluster
+	// (scripts/rabbitmq-cluster.sh), held by the test that runs
+	// (ferryamqptest.RabbitMQCluster), for Broker "amqp" with Cluster:
+	// AMQPURL and AMQPNode are then not used.
+	AMQPCluster *ferryamqptest.Cluster
 }
 
 // system is the shop running as processes for one scenario.
@@ -78,6 +94,10 @@ type system struct {
 	ordersURL, pointsURL            string // through the proxy (Scenario.Network), else direct
 	slot                            string // the log relays' replication slot (PostgreSQL)
 	logGaps                         int    // logs made to lose the relays' checkpoint (log-gap)
+	pair                            dbPair // the database pair (Options.Failover)
+	failovers                       int    // the pair's failovers (db-failover)
+	nodeKills, leaderMoves          int    // broker nodes faulted, and leaders moved (node-kill, node-pause)
+	ownDir                          bool   // o.Dir was made for the run, and goes with it
 	ordersDirect, pointsDirect      string
 	dropDBs                         func()
 	procs                           []*shop.Proc
@@ -121,9 +141,21 @@ func newSystem(ctx context.Context, o Options, network bool) (_ *system, err err
 		if s.o.Dir, err = os.MkdirTemp("", "ferry-chaos-"); err != nil {
 			return nil, err
 		}
+		s.ownDir = true
 	}
 	suffix := strconv.FormatUint(rand.Uint64()%1e10, 36)
 	s.slot = "ferry_chaos_" + suffix
+	if o.Failover {
+		if s.pair, err = startPair(ctx, s.o, filepath.Join(s.o.Dir, "db")); err != nil {
+			return nil, fmt.Errorf("start the database pair: %w", err)
+		}
+		switch o.DB {
+		case "postgres":
+			s.o.PostgresURL = s.pair.adminURL()
+		case "mysql":
+			s.o.MySQLURL = s.pair.adminURL()
+		}
+	}
 	if err := s.setupDatabases(ctx, suffix); err != nil {
 		return nil, err
 	}
@@ -136,7 +168,11 @@ func newSystem(ctx context.Context, o Options, network bool) (_ *system, err err
 		}
 	case "amqp":
 		var b *amqpBroker
-		b, err = newAMQPBroker(ctx, o.AMQPURL, o.AMQPNode, s.px, suffix)
+		if o.Cluster {
+			b, err = newAMQPClusterBroker(ctx, o, s.px, suffix)
+		} else {
+			b, err = newAMQPBroker(ctx, o.AMQPURL, o.AMQPNode, s.px, suffix)
+		}
 		if err == nil {
 			s.broker = b
 		}
@@ -320,6 +356,12 @@ func (s *system) close() {
 	s.px.close()
 	if s.dropDBs != nil {
 		s.dropDBs()
+	}
+	if s.pair != nil {
+		s.pair.close()
+	}
+	if s.ownDir {
+		_ = os.RemoveAll(s.o.Dir)
 	}
 }
 

@@ -396,7 +396,11 @@ func OnlyPaid(h ferrybroker.Handler) ferrybroker.Handler {
 }
 
 // SetupNATS declares the shop's stream.
-func SetupNATS(ctx context.Context, url string) error {
+func SetupNATS(ctx context.Context, url string) error { return SetupNATSReplicas(ctx, url, 1) }
+
+// SetupNATSReplicas is SetupNATS with the stream kept on replicas servers
+// of a JetStream cluster (R3 on three servers).
+func SetupNATSReplicas(ctx context.Context, url string, replicas int) error {
 	nc, err := nats.Connect(url)
 	if err != nil {
 		return err
@@ -407,7 +411,7 @@ func SetupNATS(ctx context.Context, url string) error {
 		return err
 	}
 	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: Stream, Subjects: []string{"shop.>"},
-		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute})
+		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, Replicas: replicas})
 	return err
 }
 
