@@ -111,9 +111,9 @@ launch() {
   rm -f "$d/rabbitmq.pid"
   if [ "$(id -u)" = 0 ] && id rabbitmq >/dev/null 2>&1; then
     chown -R rabbitmq:rabbitmq "$d"
-    su rabbitmq -s /bin/sh -c "env $env $server -detached" >"$d/start.log" 2>&1
+    su rabbitmq -s /bin/sh -c "cd $d && env $env $server -detached" >"$d/start.log" 2>&1
   else
-    sh -c "env $env $server -detached" >"$d/start.log" 2>&1
+    sh -c "cd $d && env $env $server -detached" >"$d/start.log" 2>&1
   fi || {
     err "rabbitmq-server did not start $node: $d/start.log"
     return 1

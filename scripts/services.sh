@@ -87,7 +87,10 @@ fi
 # logs, configuration and enabled-plugins file under FERRY_RABBITMQ_DIR
 # (default /var/lib/ferry-rabbitmq). guest/guest, from loopback only (the
 # default). It shares the machine's Erlang cookie and epmd with the
-# shared node. Created on first use, started when not up (about 130 MB;
+# shared node. It runs in its data directory, never in the
+# checkout that started it: an Erlang node whose working directory was
+# removed fails rabbitmqctl's stop_app (it reads its plugins' paths
+# relative to it). Created on first use, started when not up (about 130 MB;
 # 10-30 s to start), never stopped by this script.
 rabbitdir=${FERRY_RABBITMQ_DIR:-/var/lib/ferry-rabbitmq}
 rabbit_node=ferry-disrupt@localhost
@@ -103,9 +106,9 @@ rabbitmq_own() {
   [ -x "$server" ] || { echo "services: no RabbitMQ binaries ($server; Debian: apt-get install rabbitmq-server)" >&2; return 1; }
   if [ "$(id -u)" = 0 ] && id rabbitmq >/dev/null 2>&1; then
     chown -R rabbitmq:rabbitmq "$d"
-    su rabbitmq -s /bin/sh -c "env $env $server -detached" >"$d/start.log" 2>&1
+    su rabbitmq -s /bin/sh -c "cd $d && env $env $server -detached" >"$d/start.log" 2>&1
   else
-    sh -c "env $env $server -detached" >"$d/start.log" 2>&1
+    sh -c "cd $d && env $env $server -detached" >"$d/start.log" 2>&1
   fi || { echo "services: rabbitmq-server did not start: $d/start.log" >&2; return 1; }
   wait_up "RabbitMQ (the tests' own node)" 5673 90
 }
