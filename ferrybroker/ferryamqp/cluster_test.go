@@ -25,19 +25,6 @@ import (
 // skips them when it is not up) and kill its nodes, one test at a time
 // (a file lock).
 
-// eventually polls cond every interval until it holds, failing the test
-// when d passes first; why says what was awaited.
-func eventually(t *testing.T, d, interval time.Duration, cond func() bool, why func() string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not reached within %s: %s", d, why())
-		}
-		time.Sleep(interval)
-	}
-}
-
 // remotePort returns the AMQP port of the node the publisher is
 // connected to, 0 while it is not connected.
 func remotePort(p *Publisher) int {
@@ -171,7 +158,7 @@ func TestClusterPublisherLosesNothingWhenItsNodeIsKilled(t *testing.T) {
 		}
 	}()
 
-	eventually(t, 2*time.Minute, 5*time.Millisecond, func() bool { return confirmedSoFar.Load() >= n/5 },
+	testenv.WaitFor(t, 2*time.Minute, func() bool { return confirmedSoFar.Load() >= n/5 },
 		func() string { return fmt.Sprintf("%d of %d confirmed", confirmedSoFar.Load(), n/5) })
 	victim, ok := c.NodeAt(remotePort(pub))
 	require.True(t, ok, "the publisher is connected to port %d", remotePort(pub))
@@ -184,7 +171,7 @@ func TestClusterPublisherLosesNothingWhenItsNodeIsKilled(t *testing.T) {
 	// The fault happened: the port is closed and the cluster counts the
 	// node out.
 	require.False(t, c.PortOpen(victim.N), "%s still answers", victim.Name)
-	eventually(t, time.Minute, 250*time.Millisecond, func() bool {
+	testenv.WaitFor(t, time.Minute, func() bool {
 		running, err := c.RunningNodes()
 		return err == nil && len(running) == 2 && !slices.Contains(running, victim.Name)
 	}, func() string { r, err := c.RunningNodes(); return fmt.Sprintf("running nodes %v (%v)", r, err) })
@@ -269,7 +256,7 @@ func TestClusterDurabilityOfAQuorumQueue(t *testing.T) {
 	}
 	until := func(settings string) {
 		t.Helper()
-		eventually(t, time.Minute, 250*time.Millisecond, func() bool { return read() && strings.HasPrefix(row.Settings, settings) },
+		testenv.WaitFor(t, time.Minute, func() bool { return read() && strings.HasPrefix(row.Settings, settings) },
 			func() string {
 				return fmt.Sprintf("want %q, read %s: %q (%v)", settings, row.Level, row.Settings, readErr)
 			})
